@@ -1,0 +1,85 @@
+// dtrain's entry point: the CLI11 command line, and the one place where errors
+// become messages and exit codes (see README "Exit codes").
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "core/error.h"
+
+namespace {
+
+using dtrain::ExitCode;
+using dtrain::to_int;
+
+void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
+  cmd->add_option("--config,-c", job.config, "Job config (JSON)")->required();
+  cmd->add_option("--set", job.overrides,
+                  "Override a config value, e.g. --set train.epochs=1 (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  cmd->add_option("--threads", job.threads,
+                  "Compute threads (default: runtime.threads, else OMP_NUM_THREADS, else all cores)")
+      ->check(CLI::PositiveNumber);
+}
+
+int print_error(const std::string& message, ExitCode code) {
+  std::fprintf(stderr, "%s%s\n", dtrain::kErrorPrefix, message.c_str());
+  return to_int(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtrain: distributed deep-learning training from a JSON job description", "dtrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("dtrain ") + DTRAIN_VERSION);
+
+  dtrain::app::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Train the model a job config describes");
+  add_job_options(run_cmd, run.job);
+  run_cmd->add_option("--summary", run.summary, "Write a JSON summary of the run to FILE");
+
+  dtrain::app::JobOptions validate;
+  CLI::App* validate_cmd =
+      app.add_subcommand("validate", "Check a job config, its model and its data without training");
+  add_job_options(validate_cmd, validate);
+
+  dtrain::app::BenchTrainOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
+  bench_cmd->require_subcommand(1);
+  CLI::App* bench_train = bench_cmd->add_subcommand("train", "Training throughput (samples/s) of a job");
+  add_job_options(bench_train, bench.job);
+  bench_train->add_option("--steps", bench.steps, "Timed steps")->check(CLI::PositiveNumber);
+  bench_train->add_option("--warmup", bench.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
+  bench_train->add_option("--batch", bench.batch, "Batch size (default: the config's)")->check(CLI::PositiveNumber);
+  bench_train->add_flag("--json", bench.json, "Print one JSON object");
+
+  CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return print_error(std::string(e.what()) + " (run 'dtrain --help' for usage)", ExitCode::kConfig);
+  }
+
+  try {
+    if (run_cmd->parsed()) return dtrain::app::run_command(run);
+    if (validate_cmd->parsed()) return dtrain::app::validate_command(validate);
+    if (bench_train->parsed()) return dtrain::app::bench_train_command(bench);
+    if (version_cmd->parsed()) return dtrain::app::version_command();
+  } catch (const dtrain::Error& e) {
+    return print_error(e.what(), e.exit_code());
+  } catch (const std::bad_alloc&) {
+    return print_error("out of memory", ExitCode::kRuntime);
+  } catch (const std::exception& e) {
+    return print_error(std::string("unexpected failure: ") + e.what(), ExitCode::kRuntime);
+  }
+  return print_error("no command given (run 'dtrain --help')", ExitCode::kConfig);
+}

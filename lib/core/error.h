@@ -1,0 +1,59 @@
+// Error types thrown by lib/ and the exit codes main() maps them to.
+//
+// Library code never calls exit(): it throws one of these, and apps/dtrain/main.cpp
+// catches it, prints "dtrain: error: <message>" and exits with error.exit_code().
+// The exit codes are documented in the README; keep the two in sync.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace dtrain {
+
+// Documented process exit codes.
+enum class ExitCode : int {
+  kOk = 0,
+  kRuntime = 1,      // a failure during training or an internal check that failed
+  kConfig = 2,       // bad command line, bad job config, shapes that do not fit
+  kData = 3,         // a data or file problem: missing, unreadable, truncated, corrupt
+  kInterrupted = 130 // stopped by SIGINT
+};
+
+// Base of every dtrain error. what() is the whole user-facing message.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  virtual ExitCode exit_code() const { return ExitCode::kRuntime; }
+};
+
+// The job config or the command line is wrong. Messages name the JSON path.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const std::string& message) : Error(message) {}
+  ExitCode exit_code() const override { return ExitCode::kConfig; }
+};
+
+// A file is missing, unreadable, truncated or has inconsistent contents.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& message) : Error(message) {}
+  ExitCode exit_code() const override { return ExitCode::kData; }
+};
+
+// An internal invariant failed (DT_CHECK). Always a dtrain bug or an unexpected state.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error(message) {}
+};
+
+// Training could not go on (e.g. the loss became NaN).
+class RuntimeError : public Error {
+ public:
+  explicit RuntimeError(const std::string& message) : Error(message) {}
+};
+
+// The text printed before every error message, and the number for an exit code.
+inline constexpr const char* kErrorPrefix = "dtrain: error: ";
+inline int to_int(ExitCode code) { return static_cast<int>(code); }
+
+}  // namespace dtrain

@@ -1,0 +1,49 @@
+// Implementation of sha256.h on OpenSSL's EVP digest interface.
+#include "core/sha256.h"
+
+#include <openssl/evp.h>
+
+#include "core/check.h"
+
+namespace dtrain {
+
+struct Sha256::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+  bool finished = false;
+};
+
+Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
+  impl_->ctx = EVP_MD_CTX_new();
+  DT_CHECK(impl_->ctx != nullptr, "EVP_MD_CTX_new failed");
+  DT_CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1, "EVP_DigestInit_ex failed");
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+
+void Sha256::update(const void* data, size_t size) {
+  DT_CHECK(!impl_->finished, "update after hex_digest");
+  DT_CHECK(EVP_DigestUpdate(impl_->ctx, data, size) == 1, "EVP_DigestUpdate failed");
+}
+
+std::string Sha256::hex_digest() {
+  DT_CHECK(!impl_->finished, "hex_digest called twice");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  DT_CHECK(EVP_DigestFinal_ex(impl_->ctx, digest, &length) == 1, "EVP_DigestFinal_ex failed");
+  impl_->finished = true;
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out += hex[digest[i] >> 4];
+    out += hex[digest[i] & 15];
+  }
+  return out;
+}
+
+std::string sha256_hex(const void* data, size_t size) {
+  Sha256 h;
+  h.update(data, size);
+  return h.hex_digest();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,130 @@
+// load_dataset() / probe_dataset(): pick the reader for spec.format, then do what
+// every format shares (check `take` and `rescale`, keep the first `take` samples,
+// find the largest label); and the Dataset methods that turn stored bytes into
+// floats (value = byte * rescale, computed the same way everywhere so cached and
+// uncached batches are bit-identical).
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "data/readers.h"
+
+namespace dtrain::data {
+namespace {
+
+const std::vector<std::string>& known_formats() {
+  static const std::vector<std::string> formats = {"idx", "cifar10", "synthetic"};
+  return formats;
+}
+
+[[noreturn]] void unknown_format(const config::DataSourceSpec& spec) {
+  const std::string guess = closest_match(spec.format, known_formats());
+  throw ConfigError(str(spec.path, ".format: ",
+                        spec.format.empty() ? std::string("missing")
+                                            : str("unknown format '", spec.format, "'"),
+                        guess.empty() || spec.format.empty() ? "" : str(" (did you mean '", guess, "'?)"),
+                        "; use one of: ", join(known_formats(), ", ")));
+}
+
+void check_common(const config::DataSourceSpec& spec) {
+  const auto& formats = known_formats();
+  if (std::find(formats.begin(), formats.end(), spec.format) == formats.end()) unknown_format(spec);
+  if (spec.take < 0)
+    throw ConfigError(str(spec.path, ".take: must be >= 0 (0 = all samples), got ", spec.take));
+  if (spec.format != "synthetic" && (!std::isfinite(spec.rescale) || spec.rescale == 0.0))
+    throw ConfigError(str(spec.path, ".rescale: must be a finite, non-zero number, got ",
+                          spec.rescale, " (1/255 maps bytes to [0, 1])"));
+}
+
+// Keeps the first `take` samples (take > 0), then finds the largest label.
+void finish(Dataset& ds, int64_t take) {
+  if (take > 0 && take < ds.count) {
+    const auto numel = static_cast<size_t>(ds.sample_numel());
+    ds.count = take;
+    if (!ds.pixels.empty()) {
+      ds.pixels.resize(static_cast<size_t>(take) * numel);
+      ds.pixels.shrink_to_fit();
+    }
+    if (!ds.values.empty()) {
+      ds.values.resize(static_cast<size_t>(take) * numel);
+      ds.values.shrink_to_fit();
+    }
+    ds.labels.resize(static_cast<size_t>(take));
+  }
+  DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count);
+  ds.max_label = -1;
+  ds.max_label_index = -1;
+  for (int64_t i = 0; i < ds.count; ++i) {
+    if (ds.labels[i] > ds.max_label) {
+      ds.max_label = ds.labels[i];
+      ds.max_label_index = i;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t Dataset::sample_numel() const { return shape_numel(sample_shape); }
+
+void Dataset::copy_sample(int64_t i, float* out) const {
+  DT_CHECK(i >= 0 && i < count, "sample ", i, " of ", count, " in ", name);
+  const auto numel = static_cast<size_t>(sample_numel());
+  const size_t begin = static_cast<size_t>(i) * numel;
+  if (!values.empty()) {
+    DT_CHECK_LE(begin + numel, values.size());
+    std::memcpy(out, values.data() + begin, numel * sizeof(float));
+    return;
+  }
+  DT_CHECK(!pixels.empty(), "dataset ", name, " holds no sample data");
+  DT_CHECK_LE(begin + numel, pixels.size());
+  const uint8_t* src = pixels.data() + begin;
+  const float scale = rescale;
+  for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]) * scale;
+}
+
+void Dataset::decode_all() {
+  if (pixels.empty()) return;  // already decoded, or generated as floats
+  DT_CHECK_EQ(static_cast<int64_t>(pixels.size()), count * sample_numel());
+  values.resize(pixels.size());
+  const float scale = rescale;
+  for (size_t j = 0; j < pixels.size(); ++j) values[j] = static_cast<float>(pixels[j]) * scale;
+  pixels.clear();
+  pixels.shrink_to_fit();
+}
+
+DatasetInfo probe_dataset(const config::DataSourceSpec& spec) {
+  check_common(spec);
+  DatasetInfo info;
+  if (spec.format == "idx")
+    info = detail::probe_idx(spec);
+  else if (spec.format == "cifar10")
+    info = detail::probe_cifar10(spec);
+  else if (spec.format == "synthetic")
+    info = detail::probe_synthetic(spec);
+  else
+    unknown_format(spec);
+  if (spec.take > 0) info.count = std::min(info.count, spec.take);
+  return info;
+}
+
+Dataset load_dataset(const config::DataSourceSpec& spec) {
+  check_common(spec);
+  Dataset ds;
+  if (spec.format == "idx")
+    ds = detail::load_idx(spec);
+  else if (spec.format == "cifar10")
+    ds = detail::load_cifar10(spec);
+  else if (spec.format == "synthetic")
+    ds = detail::load_synthetic(spec);
+  else
+    unknown_format(spec);
+  finish(ds, spec.take);
+  return ds;
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,49 @@
+// Datasets held in memory: the IDX (MNIST / Fashion-MNIST), CIFAR-10 binary and
+// synthetic readers, and what they produce.
+//
+// Every reader loads the whole source into a Dataset. Samples are channels-last
+// (H, W, C) float32 after scaling by `rescale`; byte images are kept as bytes until
+// asked for (or decoded once, when the pipeline caches). Readers check what can be
+// checked (magic numbers, header sizes against file sizes, image/label counts) and
+// throw IoError naming the file and what is wrong, or ConfigError for bad specs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+#include "tensor/tensor.h"
+
+namespace dtrain::data {
+
+struct Dataset {
+  std::string name;          // the spec's JSON path, e.g. "data.train"
+  Shape sample_shape;        // (H, W, C); IDX images get C = 1
+  int64_t count = 0;         // number of samples
+  std::vector<uint8_t> pixels;  // count * sample_numel bytes (idx, cifar10), or empty
+  std::vector<float> values;    // count * sample_numel floats (synthetic, or decoded), or empty
+  float rescale = 1.0f;         // applied to pixels when decoding
+  std::vector<int32_t> labels;  // count labels, each >= 0
+  int32_t max_label = -1;       // largest label
+  int64_t max_label_index = -1; // the sample that has it (for error messages)
+
+  int64_t sample_numel() const;
+  // Writes sample i (sample_numel floats) to out.
+  void copy_sample(int64_t i, float* out) const;
+  // Decodes all pixels into `values` once (and frees `pixels`).
+  void decode_all();
+};
+
+// What a source holds, read from headers only (no full read): for `dtrain validate`.
+struct DatasetInfo {
+  Shape sample_shape;
+  int64_t count = 0;
+};
+
+DatasetInfo probe_dataset(const config::DataSourceSpec& spec);
+
+// Reads the whole source. Applies spec.take (first N samples).
+Dataset load_dataset(const config::DataSourceSpec& spec);
+
+}  // namespace dtrain::data

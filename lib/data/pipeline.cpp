@@ -1,0 +1,252 @@
+// The input pipeline (pipeline.h): the epoch order (a TF-style shuffle buffer),
+// sharding after the shuffle, batch assembly, and an optional prefetch thread.
+//
+// A batch is a pure function of (dataset, options, epoch, batch index), assembled
+// by the same code whether next() builds it or the prefetch thread does, so the
+// two give bit-identical batches. The prefetch thread lives for one epoch: it
+// fills a queue of at most `prefetch` batches (two condition variables: one for
+// "a batch is ready", one for "there is room"), and start_epoch() and the
+// destructor stop it (a flag, a notify, a join) before touching anything it
+// reads. An exception in the thread is stored and rethrown by next() after the
+// batches queued before it. Decoding a shared Dataset (cache=true) is guarded by a
+// process-wide reader/writer lock, which batch assembly holds shared: two
+// pipelines over one Dataset decode it once, and never read it while it changes.
+#include "data/pipeline.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <shared_mutex>
+#include <thread>
+#include <utility>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/strings.h"
+
+namespace dtrain::data {
+namespace {
+
+// Held exclusively while a Dataset is decoded, shared while samples are copied out.
+std::shared_mutex& dataset_guard() {
+  static std::shared_mutex guard;
+  return guard;
+}
+
+}  // namespace
+
+std::vector<int64_t> epoch_order(int64_t count, int64_t shuffle_buffer, uint64_t seed, int64_t epoch) {
+  DT_CHECK_GE(count, 0);
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(count));
+  if (shuffle_buffer <= 1 || count <= 1) {
+    order.resize(static_cast<size_t>(count));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    return order;
+  }
+  // tf.data's shuffle: a buffer of the next B elements; emit a uniformly chosen one
+  // and put the next input element in its slot; once the input runs out, the buffer
+  // shrinks (the last slot moves into the emptied one).
+  Rng rng(hash_u64(seed, static_cast<uint64_t>(epoch)));
+  const int64_t buffer_size = std::min(shuffle_buffer, count);
+  std::vector<int64_t> buffer(static_cast<size_t>(buffer_size));
+  std::iota(buffer.begin(), buffer.end(), int64_t{0});
+  int64_t next_input = buffer_size;
+  while (!buffer.empty()) {
+    const auto slot = static_cast<size_t>(rng.below(buffer.size()));
+    order.push_back(buffer[slot]);
+    if (next_input < count) {
+      buffer[slot] = next_input++;
+    } else {
+      buffer[slot] = buffer.back();
+      buffer.pop_back();
+    }
+  }
+  return order;
+}
+
+struct Pipeline::Impl {
+  std::shared_ptr<Dataset> dataset;
+  PipelineOptions options;
+  int64_t samples = 0;          // per epoch, for this shard
+  int64_t batches = 0;
+  std::vector<int64_t> shard_order;  // this shard's sample indices for the current epoch
+  bool started = false;
+  int64_t next_batch = 0;       // prefetch == 0: the batch next() assembles
+
+  // Prefetch state; everything below is guarded by `mutex`.
+  std::thread worker;
+  std::mutex mutex;
+  std::condition_variable ready;  // a batch was queued, or the worker finished
+  std::condition_variable room;   // a batch was taken, or stop was requested
+  std::deque<Batch> queue;
+  bool stop = false;
+  bool worker_done = true;
+  std::exception_ptr error;
+
+  Batch assemble(int64_t b) const;
+  void produce();
+  void stop_worker();
+};
+
+Batch Pipeline::Impl::assemble(int64_t b) const {
+  const int64_t begin = b * options.batch_size;
+  const int64_t n = std::min(options.batch_size, samples - begin);
+  DT_CHECK(n > 0, "batch ", b, " of ", batches);
+  Shape shape{n};
+  shape.insert(shape.end(), dataset->sample_shape.begin(), dataset->sample_shape.end());
+  Batch batch;
+  batch.index = b;
+  batch.images = Tensor(std::move(shape));
+  batch.labels.resize(static_cast<size_t>(n));
+  const int64_t numel = dataset->sample_numel();
+  float* out = batch.images.data();
+  std::shared_lock lock(dataset_guard());
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t sample = shard_order[static_cast<size_t>(begin + k)];
+    dataset->copy_sample(sample, out + k * numel);
+    batch.labels[static_cast<size_t>(k)] = dataset->labels[static_cast<size_t>(sample)];
+  }
+  return batch;
+}
+
+void Pipeline::Impl::produce() {
+  try {
+    for (int64_t b = 0; b < batches; ++b) {
+      {
+        std::unique_lock lock(mutex);
+        room.wait(lock, [&] { return stop || static_cast<int64_t>(queue.size()) < options.prefetch; });
+        if (stop) break;
+      }
+      Batch batch = assemble(b);  // outside the lock: next() can pop meanwhile
+      {
+        std::lock_guard lock(mutex);
+        if (stop) break;
+        queue.push_back(std::move(batch));
+      }
+      ready.notify_one();
+    }
+  } catch (...) {
+    std::lock_guard lock(mutex);
+    error = std::current_exception();
+  }
+  {
+    std::lock_guard lock(mutex);
+    worker_done = true;
+  }
+  ready.notify_all();
+}
+
+void Pipeline::Impl::stop_worker() {
+  if (worker.joinable()) {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    room.notify_all();
+    worker.join();
+  }
+  std::lock_guard lock(mutex);
+  queue.clear();
+  stop = false;
+  worker_done = true;
+  error = nullptr;
+}
+
+Pipeline::Pipeline(std::shared_ptr<Dataset> dataset, PipelineOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  DT_CHECK(dataset != nullptr);
+  const Dataset& ds = *dataset;
+  if (options.batch_size < 1)
+    throw ConfigError(str(ds.name, ": the batch size must be >= 1, got ", options.batch_size));
+  if (options.prefetch < 0)
+    throw ConfigError(str(ds.name, ": prefetch must be >= 0, got ", options.prefetch));
+  if (options.shuffle_buffer < 0)
+    throw ConfigError(str(ds.name, ": the shuffle buffer must be >= 0, got ", options.shuffle_buffer));
+  DT_CHECK(options.shard_count >= 1 && options.shard_index >= 0 &&
+               options.shard_index < options.shard_count,
+           "shard ", options.shard_index, " of ", options.shard_count);
+  {
+    // Another pipeline may be decoding this dataset: look at its storage under the guard.
+    std::shared_lock lock(dataset_guard());
+    DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count);
+    const auto stored = static_cast<int64_t>(std::max(ds.pixels.size(), ds.values.size()));
+    DT_CHECK_EQ(stored, ds.count * ds.sample_numel());
+  }
+
+  impl_->samples = ds.count / options.shard_count;
+  if (impl_->samples == 0)
+    throw ConfigError(str(ds.name, ": ", ds.count, " samples cannot give each of ",
+                          options.shard_count, " workers one; use more data or fewer workers"));
+  impl_->batches = options.drop_remainder
+                       ? impl_->samples / options.batch_size
+                       : (impl_->samples + options.batch_size - 1) / options.batch_size;
+  if (options.cache) {
+    // Decode once per Dataset, however many pipelines share it.
+    std::unique_lock lock(dataset_guard());
+    dataset->decode_all();
+  }
+  impl_->dataset = std::move(dataset);
+  impl_->options = options;
+}
+
+Pipeline::~Pipeline() { impl_->stop_worker(); }
+
+const Dataset& Pipeline::dataset() const { return *impl_->dataset; }
+int64_t Pipeline::samples_per_epoch() const { return impl_->samples; }
+int64_t Pipeline::batches_per_epoch() const { return impl_->batches; }
+
+void Pipeline::start_epoch(int64_t epoch) {
+  Impl& p = *impl_;
+  p.stop_worker();  // it reads shard_order: stop it before that changes
+  const std::vector<int64_t> order =
+      epoch_order(p.dataset->count, p.options.shuffle_buffer, p.options.seed, epoch);
+  // Shard after the shuffle: positions k, k+n, ... of the first samples*n positions.
+  p.shard_order.resize(static_cast<size_t>(p.samples));
+  for (int64_t j = 0; j < p.samples; ++j)
+    p.shard_order[static_cast<size_t>(j)] =
+        order[static_cast<size_t>(p.options.shard_index + j * p.options.shard_count)];
+  p.next_batch = 0;
+  p.started = true;
+  if (p.options.prefetch > 0 && p.batches > 0) {
+    p.worker_done = false;
+    try {
+      p.worker = std::thread([&p] { p.produce(); });
+    } catch (...) {
+      p.worker_done = true;  // no thread: next() must not wait for one
+      throw;
+    }
+  }
+}
+
+bool Pipeline::next(Batch& out) {
+  Impl& p = *impl_;
+  DT_CHECK(p.started, "Pipeline::next() called before start_epoch()");
+  if (p.options.prefetch == 0) {
+    if (p.next_batch >= p.batches) return false;
+    out = p.assemble(p.next_batch++);
+    return true;
+  }
+  // No deadline needed: the worker never blocks on anything but room in the queue,
+  // so it always either queues a batch or finishes.
+  std::unique_lock lock(p.mutex);
+  p.ready.wait(lock, [&] { return !p.queue.empty() || p.worker_done; });
+  if (!p.queue.empty()) {
+    out = std::move(p.queue.front());
+    p.queue.pop_front();
+    lock.unlock();
+    p.room.notify_one();
+    return true;
+  }
+  if (p.error) {
+    std::exception_ptr error = std::exchange(p.error, nullptr);
+    std::rethrow_exception(error);
+  }
+  return false;
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,26 @@
+// The per-format readers behind load_dataset() and probe_dataset() (internal to
+// lib/data).
+//
+// Each reader checks its spec fields (ConfigError) and its files (IoError) and
+// fills the whole Dataset except what dataset.cpp does for every format: applying
+// `take` and finding the largest label.
+#pragma once
+
+#include "config/job_config.h"
+#include "data/dataset.h"
+
+namespace dtrain::data::detail {
+
+// IDX (MNIST / Fashion-MNIST): spec.images and spec.labels, plain or gzip.
+Dataset load_idx(const config::DataSourceSpec& spec);
+DatasetInfo probe_idx(const config::DataSourceSpec& spec);
+
+// CIFAR-10 binary: spec.files, 3073-byte records, concatenated in order.
+Dataset load_cifar10(const config::DataSourceSpec& spec);
+DatasetInfo probe_cifar10(const config::DataSourceSpec& spec);
+
+// Synthetic class prototypes plus noise: spec.shape, classes, count, seed.
+Dataset load_synthetic(const config::DataSourceSpec& spec);
+DatasetInfo probe_synthetic(const config::DataSourceSpec& spec);
+
+}  // namespace dtrain::data::detail

@@ -1,0 +1,93 @@
+// The op functions every layer calls, whatever the device.
+//
+// Each function checks that its tensors are on one device and dispatches to that
+// device's backend (cpu:: on oneDNN and own loops today; cuda:: later). Shapes
+// follow Keras' layouts: activations NHWC, Dense kernels (in, out), Conv2D kernels
+// (kh, kw, in, out). Outputs must be allocated by the caller with the right shape.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace dtrain::kernels {
+
+enum class Activation { kLinear, kRelu, kSigmoid, kTanh, kSoftmax };
+
+// Opaque per-call state a forward op leaves for its backward (max-pooling argmax).
+struct Workspace {
+  std::vector<uint8_t> bytes;
+};
+
+// Sets the number of compute threads (OpenMP) for this process.
+void set_num_threads(int threads);
+int num_threads();
+
+// ---- Dense (matmul) ----
+// y = act(x . w + b)     x (N, in), w (in, out), b (out) or null, y (N, out).
+// act must not be kSoftmax (apply activation_forward after a linear Dense).
+void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y);
+// dx = dy . w^T          dy (N, out), w (in, out), dx (N, in)
+void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx);
+// dw = x^T . dy, db = sum_n dy     x (N, in), dy (N, out), dw (in, out), db (out) or null
+void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db);
+
+// ---- Conv2D ----
+struct Conv2DParams {
+  int64_t stride[2] = {1, 1};
+  int64_t pad_before[2] = {0, 0};  // top, left
+  int64_t pad_after[2] = {0, 0};   // bottom, right
+};
+// y = act(conv(x, w) + b)   x (N, H, W, C), w (KH, KW, C, F), b (F) or null, y (N, OH, OW, F)
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2DParams& p,
+                    Activation act, Tensor& y);
+// dx from dy               dy (N, OH, OW, F), w (KH, KW, C, F), dx (N, H, W, C)
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx);
+// dw, db from x and dy      dw (KH, KW, C, F), db (F) or null
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw,
+                             Tensor* db);
+
+// ---- Pooling ----
+enum class PoolKind { kMax, kAverage };  // average excludes padding, as Keras/TF do
+struct Pool2DParams {
+  PoolKind kind = PoolKind::kMax;
+  int64_t kernel[2] = {2, 2};
+  int64_t stride[2] = {2, 2};
+  int64_t pad_before[2] = {0, 0};
+  int64_t pad_after[2] = {0, 0};
+};
+// x (N, H, W, C), y (N, OH, OW, C); ws is filled for max pooling when training.
+void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace* ws);
+// dy (N, OH, OW, C), dx (N, H, W, C); ws from the forward call (max pooling).
+void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* ws, Tensor& dx);
+
+// ---- Activations ----
+// y = act(x); x and y may be the same tensor. Softmax is over the last axis.
+void activation_forward(Activation act, const Tensor& x, Tensor& y);
+// dx = dy * act'(.), computed from y = act(x). dy and dx may be the same tensor.
+void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx);
+
+// ---- Batch normalization over the last (channels) axis ----
+// Training: normalises with the batch statistics and returns them (mean, variance: (C)).
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float epsilon, Tensor& y, Tensor& mean, Tensor& variance);
+// Inference: normalises with given statistics.
+void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& mean, const Tensor& variance, float epsilon,
+                                  Tensor& y);
+// Gradients given the batch statistics from the training forward.
+void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const Tensor& mean, const Tensor& variance, float epsilon, Tensor& dx,
+                         Tensor& dgamma, Tensor& dbeta);
+
+// ---- Element-wise (own loops) ----
+// Inverted dropout: mask[i] = 0 with probability rate, else 1/(1-rate); y = x * mask.
+// The mask is a pure function of (seed, i), so it is the same for any thread count.
+void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask);
+// out = a * b (element-wise)
+void multiply(const Tensor& a, const Tensor& b, Tensor& out);
+// y += alpha * x
+void axpy(float alpha, const Tensor& x, Tensor& y);
+
+}  // namespace dtrain::kernels

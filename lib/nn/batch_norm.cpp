@@ -1,0 +1,74 @@
+// BatchNormalization over the channels axis, with Keras' moving statistics:
+// moving = momentum * moving + (1 - momentum) * batch (biased batch variance, as in Keras 3).
+#include "nn/layers.h"
+
+namespace dtrain::nn {
+
+BatchNormalization::BatchNormalization(const std::string& name, const Shape& input,
+                                       float momentum, float epsilon, bool center, bool scale)
+    : Layer(name, "BatchNormalization", input, input),
+      momentum_(momentum),
+      epsilon_(epsilon),
+      center_(center),
+      scale_(scale) {
+  const int64_t c = input.back();
+  // Without scale/center, gamma/beta stay constant 1/0 and are not params.
+  gamma_ = {name + "/gamma", Tensor({c}), scale ? Tensor({c}) : Tensor()};
+  beta_ = {name + "/beta", Tensor({c}), center ? Tensor({c}) : Tensor()};
+  moving_mean_ = {name + "/moving_mean", Tensor({c}), Tensor()};
+  moving_variance_ = {name + "/moving_variance", Tensor({c}), Tensor()};
+  batch_mean_ = Tensor({c});
+  batch_variance_ = Tensor({c});
+  dgamma_scratch_ = Tensor({c});
+  dbeta_scratch_ = Tensor({c});
+  gamma_.value.fill(1.0f);
+  moving_variance_.value.fill(1.0f);
+}
+
+std::vector<Param*> BatchNormalization::params() {
+  std::vector<Param*> out;
+  if (scale_) out.push_back(&gamma_);
+  if (center_) out.push_back(&beta_);
+  out.push_back(&moving_mean_);
+  out.push_back(&moving_variance_);
+  return out;
+}
+
+void BatchNormalization::initialize(Rng& rng) {
+  gamma_.value.fill(1.0f);
+  beta_.value.zero();
+  moving_mean_.value.zero();
+  moving_variance_.value.fill(1.0f);
+}
+
+Tensor BatchNormalization::forward(const Tensor& x, const StepContext& ctx) {
+  Tensor& y = reuse(y_, x.dim(0), output_shape());
+  if (!ctx.training) {
+    kernels::batch_norm_forward_inference(x, gamma_.value, beta_.value, moving_mean_.value,
+                                          moving_variance_.value, epsilon_, y);
+    return y;
+  }
+  x_ = x;
+  kernels::batch_norm_forward_training(x, gamma_.value, beta_.value, epsilon_, y, batch_mean_,
+                                       batch_variance_);
+  const float m = momentum_;
+  float* mm = moving_mean_.value.data();
+  float* mv = moving_variance_.value.data();
+  for (int64_t c = 0; c < batch_mean_.numel(); ++c) {
+    mm[c] = m * mm[c] + (1.0f - m) * batch_mean_.data()[c];
+    mv[c] = m * mv[c] + (1.0f - m) * batch_variance_.data()[c];
+  }
+  return y;
+}
+
+Tensor BatchNormalization::backward(const Tensor& dy, bool need_dx) {
+  Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
+  Tensor& dgamma = scale_ ? gamma_.grad : dgamma_scratch_;
+  Tensor& dbeta = center_ ? beta_.grad : dbeta_scratch_;
+  kernels::batch_norm_backward(x_, dy, gamma_.value, batch_mean_, batch_variance_, epsilon_, dx,
+                               dgamma, dbeta);
+  if (!need_dx) return {};
+  return dx;
+}
+
+}  // namespace dtrain::nn

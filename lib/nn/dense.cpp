@@ -1,0 +1,51 @@
+// Dense: a fully connected layer on kernels::dense_* (oneDNN matmul).
+// relu/sigmoid/tanh are fused into the matmul; softmax runs after it.
+#include "nn/layers.h"
+
+namespace dtrain::nn {
+
+Dense::Dense(const std::string& name, int64_t in, int64_t units, Activation act, bool use_bias)
+    : Layer(name, "Dense", {in}, {units}), act_(act), use_bias_(use_bias) {
+  kernel_ = {name + "/kernel", Tensor({in, units}), Tensor({in, units})};
+  if (use_bias_) bias_ = {name + "/bias", Tensor({units}), Tensor({units})};
+}
+
+std::vector<Param*> Dense::params() {
+  if (use_bias_) return {&kernel_, &bias_};
+  return {&kernel_};
+}
+
+void Dense::initialize(Rng& rng) {
+  glorot_uniform(kernel_.value, kernel_.value.dim(0), kernel_.value.dim(1), rng);
+  if (use_bias_) bias_.value.zero();
+}
+
+Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
+  const int64_t n = x.dim(0);
+  x_ = x;
+  Tensor& y = reuse(y_, n, output_shape());
+  const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
+  if (act_ == Activation::kSoftmax) {
+    kernels::dense_forward(x, kernel_.value, bias, Activation::kLinear, y);
+    kernels::activation_forward(Activation::kSoftmax, y, y);
+  } else {
+    kernels::dense_forward(x, kernel_.value, bias, act_, y);
+  }
+  return y;
+}
+
+Tensor Dense::backward(const Tensor& dy, bool need_dx) {
+  const int64_t n = dy.dim(0);
+  Tensor dpre = dy;
+  if (act_ != Activation::kLinear) {
+    dpre = reuse(dpre_, n, output_shape());
+    kernels::activation_backward(act_, y_, dy, dpre);
+  }
+  kernels::dense_backward_weights(x_, dpre, kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, n, input_shape());
+  kernels::dense_backward_data(dpre, kernel_.value, dx);
+  return dx;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,32 @@
+// Implementation of the Layer base helpers and initialisers.
+#include "nn/layer.h"
+
+#include <cmath>
+
+namespace dtrain::nn {
+
+Layer::Layer(std::string name, std::string type, Shape input_shape, Shape output_shape)
+    : name_(std::move(name)),
+      type_(std::move(type)),
+      input_shape_(std::move(input_shape)),
+      output_shape_(std::move(output_shape)) {}
+
+Shape with_batch(int64_t n, const Shape& per_sample) {
+  Shape s{n};
+  s.insert(s.end(), per_sample.begin(), per_sample.end());
+  return s;
+}
+
+Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) {
+  Shape want = with_batch(n, per_sample);
+  if (!slot.defined() || slot.shape() != want) slot = Tensor(std::move(want));
+  return slot;
+}
+
+void glorot_uniform(Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng) {
+  const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-limit, limit));
+}
+
+}  // namespace dtrain::nn

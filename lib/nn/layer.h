@@ -1,0 +1,67 @@
+// Layer: the unit a Sequential model is made of, and Param, the tensors it owns.
+//
+// Shapes without the batch dimension are "per-sample" shapes (Keras' input_shape).
+// forward() keeps what backward() needs (its input, its output); backward() sets
+// the gradients of the layer's trainable params (overwriting them) and returns the
+// gradient with respect to its input.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "tensor/tensor.h"
+
+namespace dtrain::nn {
+
+struct Param {
+  std::string name;  // Keras-style: "dense/kernel", "batch_normalization/moving_mean"
+  Tensor value;
+  Tensor grad;       // undefined for non-trainable state (e.g. moving statistics)
+  bool trainable() const { return grad.defined(); }
+};
+
+// What a forward pass needs to know besides its input.
+struct StepContext {
+  bool training = false;
+  uint64_t seed = 0;  // the job's seed; dropout masks derive from (seed, layer, step)
+  int64_t step = 0;   // global training step
+};
+
+class Layer {
+ public:
+  Layer(std::string name, std::string type, Shape input_shape, Shape output_shape);
+  virtual ~Layer() = default;
+
+  const std::string& name() const { return name_; }
+  const std::string& type() const { return type_; }
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+
+  // x is (N, input_shape...), the result (N, output_shape...).
+  virtual Tensor forward(const Tensor& x, const StepContext& ctx) = 0;
+  // dy is (N, output_shape...). Returns dx, or an undefined tensor when !need_dx.
+  virtual Tensor backward(const Tensor& dy, bool need_dx) = 0;
+
+  // Trainable params first, then state, in a fixed order.
+  virtual std::vector<Param*> params() { return {}; }
+  // Sets initial values (Keras' defaults: glorot_uniform kernels, zero biases).
+  virtual void initialize(Rng& rng) {}
+
+ protected:
+  // A tensor of shape (n, per_sample...) kept in `slot` and reused while n is unchanged.
+  static Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample);
+
+ private:
+  std::string name_, type_;
+  Shape input_shape_, output_shape_;
+};
+
+// Adds the batch dimension in front of a per-sample shape.
+Shape with_batch(int64_t n, const Shape& per_sample);
+
+// Glorot (Xavier) uniform initialisation: U(-l, l), l = sqrt(6 / (fan_in + fan_out)).
+void glorot_uniform(Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng);
+
+}  // namespace dtrain::nn

@@ -1,0 +1,109 @@
+// The concrete layer classes. Build them through make_layer() (layer_factory.h),
+// which checks the spec against the input shape; the constructors assume valid shapes.
+#pragma once
+
+#include "kernels/ops.h"
+#include "nn/layer.h"
+
+namespace dtrain::nn {
+
+using kernels::Activation;
+
+// y = act(x . kernel + bias); kernel (in, units).
+class Dense : public Layer {
+ public:
+  Dense(const std::string& name, int64_t in, int64_t units, Activation act, bool use_bias);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+
+ private:
+  Activation act_;
+  bool use_bias_;
+  Param kernel_, bias_;
+  Tensor x_, y_, dpre_, dx_;
+};
+
+// y = act(conv(x, kernel) + bias); kernel (kh, kw, in, filters), NHWC activations.
+class Conv2D : public Layer {
+ public:
+  Conv2D(const std::string& name, const Shape& input, const Shape& output, int64_t kh, int64_t kw,
+         const kernels::Conv2DParams& p, Activation act, bool use_bias);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+
+ private:
+  kernels::Conv2DParams p_;
+  Activation act_;
+  bool use_bias_;
+  Param kernel_, bias_;
+  Tensor x_, y_, dpre_, dx_;
+};
+
+// MaxPooling2D, AveragePooling2D and (with the whole image as window) GlobalAveragePooling2D.
+class Pool2D : public Layer {
+ public:
+  Pool2D(const std::string& name, const std::string& type, const Shape& input, const Shape& output,
+         const kernels::Pool2DParams& p);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  kernels::Pool2DParams p_;
+  kernels::Workspace ws_;
+  Tensor y_, dx_;
+};
+
+class Flatten : public Layer {
+ public:
+  Flatten(const std::string& name, const Shape& input);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+};
+
+// Inverted dropout; the mask is a function of (seed, layer index, step).
+class Dropout : public Layer {
+ public:
+  Dropout(const std::string& name, const Shape& input, float rate, uint64_t layer_index);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  float rate_;
+  uint64_t layer_index_;
+  bool applied_ = false;
+  Tensor y_, mask_, dx_;
+};
+
+class ActivationLayer : public Layer {
+ public:
+  ActivationLayer(const std::string& name, const Shape& input, Activation act);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+
+ private:
+  Activation act_;
+  Tensor y_, dx_;
+};
+
+// Normalises over the channels (last) axis; moving statistics for inference.
+class BatchNormalization : public Layer {
+ public:
+  BatchNormalization(const std::string& name, const Shape& input, float momentum, float epsilon,
+                     bool center, bool scale);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+
+ private:
+  float momentum_, epsilon_;
+  bool center_, scale_;
+  Param gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor batch_mean_, batch_variance_, x_, y_, dx_, dgamma_scratch_, dbeta_scratch_;
+};
+
+}  // namespace dtrain::nn

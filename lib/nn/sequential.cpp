@@ -1,0 +1,102 @@
+// Implementation of sequential.h.
+#include "nn/sequential.h"
+
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+
+namespace dtrain::nn {
+
+Sequential::Sequential(const config::ModelSpec& spec, uint64_t seed)
+    : input_shape_(spec.input_shape.begin(), spec.input_shape.end()) {
+  if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
+  std::map<std::string, int> name_counts;
+  Shape shape = input_shape_;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& ls = spec.layers[i];
+    const std::string name = ls.name.empty() ? auto_layer_name(ls.type, name_counts) : ls.name;
+    layers_.push_back(make_layer(ls, shape, name, i));
+    shape = layers_.back()->output_shape();
+  }
+  // Each layer draws its initial values from its own stream, so changing one layer
+  // leaves the others' initial values as they were.
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Rng rng(hash_u64(seed, 0x696e6974ull /* "init" */, i));
+    layers_[i]->initialize(rng);
+  }
+}
+
+const Shape& Sequential::output_shape() const { return layers_.back()->output_shape(); }
+
+Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
+  // Samples of the right size but another shape (e.g. (28, 28, 1) images into an
+  // input_shape of [784]) are viewed in the model's input shape.
+  Tensor h = x.shape() == with_batch(x.dim(0), input_shape_) ? x : x.reshaped(with_batch(x.dim(0), input_shape_));
+  for (auto& layer : layers_) h = layer->forward(h, ctx);
+  return h;
+}
+
+void Sequential::backward(const Tensor& doutput) {
+  Tensor g = doutput;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    // The first layer's input gradient is never used: skip computing it.
+    g = layers_[i]->backward(g, /*need_dx=*/i > 0);
+  }
+}
+
+std::vector<Param*> Sequential::params() const {
+  std::vector<Param*> out;
+  for (auto& layer : layers_)
+    for (Param* p : layer->params()) out.push_back(p);
+  return out;
+}
+
+std::vector<Param*> Sequential::trainable_params() const {
+  std::vector<Param*> out;
+  for (Param* p : params())
+    if (p->trainable()) out.push_back(p);
+  return out;
+}
+
+int64_t Sequential::count_params(bool trainable_only) const {
+  int64_t n = 0;
+  for (Param* p : params())
+    if (!trainable_only || p->trainable()) n += p->value.numel();
+  return n;
+}
+
+std::string Sequential::params_sha256() const {
+  Sha256 h;
+  for (Param* p : params()) {
+    h.update(p->name);
+    h.update(shape_str(p->value.shape()));
+    h.update(p->value.data(), p->value.bytes());
+  }
+  return h.hex_digest();
+}
+
+std::string Sequential::summary() const {
+  std::string out;
+  char line[160];
+  std::snprintf(line, sizeof line, "%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
+  out += line;
+  for (auto& layer : layers_) {
+    int64_t n = 0;
+    for (Param* p : layer->params()) n += p->value.numel();
+    const std::string label = layer->name() + " (" + layer->type() + ")";
+    Shape shape = layer->output_shape();
+    std::string shape_text = "(None, " + shape_str(shape).substr(1);
+    if (shape.size() == 1) shape_text = "(None, " + std::to_string(shape[0]) + ")";
+    std::snprintf(line, sizeof line, "%-34s %-22s %10lld\n", label.c_str(), shape_text.c_str(),
+                  static_cast<long long>(n));
+    out += line;
+  }
+  out += str("Total params: ", count_params(false), " (trainable: ", count_params(true), ")\n");
+  return out;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,45 @@
+// Sequential: the model described by ModelSpec, a stack of layers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+#include "nn/layer.h"
+
+namespace dtrain::nn {
+
+class Sequential {
+ public:
+  // Builds every layer, checking shapes (ConfigError on a mismatch), and
+  // initialises parameters deterministically from `seed`.
+  Sequential(const config::ModelSpec& spec, uint64_t seed);
+
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const;
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+  // x (N, input_shape...) -> (N, output_shape...)
+  Tensor forward(const Tensor& x, const StepContext& ctx);
+  // Back-propagates dloss/doutput through all layers, setting every param's grad.
+  // The gradient with respect to the model's input is not computed.
+  void backward(const Tensor& doutput);
+
+  // Every param (trainable and state) in a fixed order: layer order, then the layer's order.
+  std::vector<Param*> params() const;
+  std::vector<Param*> trainable_params() const;
+  int64_t count_params(bool trainable_only) const;
+
+  // SHA-256 over every param's name, shape and float32 bytes, in params() order.
+  std::string params_sha256() const;
+
+  // A table like Keras' model.summary().
+  std::string summary() const;
+
+ private:
+  Shape input_shape_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace dtrain::nn

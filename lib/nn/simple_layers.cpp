@@ -1,0 +1,58 @@
+// Flatten, Dropout and Activation: layers without trainable params.
+#include "core/rng.h"
+#include "nn/layers.h"
+
+namespace dtrain::nn {
+
+Flatten::Flatten(const std::string& name, const Shape& input)
+    : Layer(name, "Flatten", input, {shape_numel(input)}) {}
+
+Tensor Flatten::forward(const Tensor& x, const StepContext& ctx) {
+  return x.reshaped(with_batch(x.dim(0), output_shape()));
+}
+
+Tensor Flatten::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return {};
+  return dy.reshaped(with_batch(dy.dim(0), input_shape()));
+}
+
+Dropout::Dropout(const std::string& name, const Shape& input, float rate, uint64_t layer_index)
+    : Layer(name, "Dropout", input, input), rate_(rate), layer_index_(layer_index) {}
+
+Tensor Dropout::forward(const Tensor& x, const StepContext& ctx) {
+  applied_ = ctx.training && rate_ > 0.0f;
+  if (!applied_) return x;  // identity at inference, as in Keras
+  const int64_t n = x.dim(0);
+  Tensor& y = reuse(y_, n, output_shape());
+  Tensor& mask = reuse(mask_, n, output_shape());
+  const uint64_t seed = hash_u64(ctx.seed, 0x64726f70ull /* "drop" */, layer_index_,
+                                 static_cast<uint64_t>(ctx.step));
+  kernels::dropout_forward(x, rate_, seed, y, mask);
+  return y;
+}
+
+Tensor Dropout::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return {};
+  if (!applied_) return dy;
+  Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
+  kernels::multiply(dy, mask_, dx);
+  return dx;
+}
+
+ActivationLayer::ActivationLayer(const std::string& name, const Shape& input, Activation act)
+    : Layer(name, "Activation", input, input), act_(act) {}
+
+Tensor ActivationLayer::forward(const Tensor& x, const StepContext& ctx) {
+  Tensor& y = reuse(y_, x.dim(0), output_shape());
+  kernels::activation_forward(act_, x, y);
+  return y;
+}
+
+Tensor ActivationLayer::backward(const Tensor& dy, bool need_dx) {
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
+  kernels::activation_backward(act_, y_, dy, dx);
+  return dx;
+}
+
+}  // namespace dtrain::nn

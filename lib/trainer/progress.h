@@ -1,0 +1,34 @@
+// Progress output on stdout: a live bar redrawn in place when stdout is a terminal,
+// plain lines (one per epoch) otherwise, so logs stay readable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct EpochReport {
+  int64_t epoch = 0, epochs = 0, steps = 0;
+  double seconds = 0.0, samples_per_sec = 0.0;
+  double loss = 0.0, accuracy = 0.0;
+  bool has_validation = false;
+  double val_loss = 0.0, val_accuracy = 0.0;
+};
+
+class Progress {
+ public:
+  explicit Progress(bool live);  // live: redraw a bar (stdout is a terminal)
+  // Called after each training step of an epoch (only draws when live, at most ~10 times/s).
+  void step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss,
+            double accuracy, double samples_per_sec);
+  void epoch_done(const EpochReport& report);
+
+ private:
+  bool live_;
+  double last_draw_ = -1.0;
+};
+
+// True when stdout is a terminal.
+bool stdout_is_terminal();
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,98 @@
+// Implementation of records.h on nlohmann/json.
+#include "trainer/records.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+
+namespace dtrain::trainer {
+namespace {
+
+void make_dirs(const std::filesystem::path& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError(str(what, ": cannot create directory '", dir.string(), "': ", ec.message()));
+}
+
+// JSON numbers must be finite; a NaN loss is written as null.
+nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& dir) {
+  if (dir.empty()) return;
+  make_dirs(dir, "output.dir");
+  path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
+  file_ = std::fopen(path_.c_str(), "w");
+  if (!file_) throw IoError(str("output.dir: cannot write '", path_, "': ", std::strerror(errno)));
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write_line(const std::string& line) {
+  if (!file_) return;
+  if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) < 0 || std::fflush(file_) != 0)
+    throw IoError(str("cannot write '", path_, "': ", std::strerror(errno)));
+}
+
+void MetricsLog::step(int64_t epoch, int64_t step, double loss, double accuracy,
+                      double learning_rate, double samples_per_sec) {
+  write_line(nlohmann::json{{"kind", "step"}, {"epoch", epoch}, {"step", step}, {"loss", number(loss)},
+                            {"accuracy", accuracy}, {"learning_rate", learning_rate},
+                            {"samples_per_sec", samples_per_sec}}
+                 .dump());
+}
+
+void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
+  nlohmann::json j{{"kind", "epoch"}, {"epoch", r.epoch}, {"step", global_step}, {"steps", r.steps},
+                   {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"seconds", r.seconds},
+                   {"samples_per_sec", r.samples_per_sec}};
+  if (r.has_validation) {
+    j["val_loss"] = number(r.val_loss);
+    j["val_accuracy"] = r.val_accuracy;
+  }
+  write_line(j.dump());
+}
+
+void write_summary(const std::string& path, const config::JobConfig& job, const RunSummary& s,
+                   const std::string& strategy) {
+  nlohmann::json j;
+  const bool has_test = s.test_accuracy >= 0.0;
+  j["test_accuracy"] = has_test ? nlohmann::json(s.test_accuracy) : nlohmann::json();
+  j["test_loss"] = has_test ? number(s.test_loss) : nlohmann::json();
+  j["train_loss"] = number(s.train_loss);
+  j["train_accuracy"] = s.train_accuracy;
+  j["epochs"] = s.epochs;
+  j["steps"] = s.steps;
+  j["global_batch_size"] = s.global_batch_size;
+  j["train_samples_per_sec"] = s.train_samples_per_sec;
+  j["wall_seconds"] = s.wall_seconds;
+  j["world_size"] = s.world_size;
+  j["threads"] = s.threads;
+  j["strategy"] = strategy;
+  j["params_sha256"] = s.params_sha256;
+  j["config_sha256"] = sha256_hex(job.normalized_json);
+  j["dtrain_version"] = DTRAIN_VERSION;
+
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) throw IoError(str("--summary: cannot write '", tmp, "'"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, target, ec);
+  if (ec) throw IoError(str("--summary: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,157 @@
+// The training loop: epochs of train steps through the strategy, evaluation on the
+// test data after each epoch, progress on stdout, metrics.jsonl and the summary.
+#include "trainer/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/strings.h"
+#include "core/timer.h"
+#include "strategy/strategy.h"
+#include "trainer/job_setup.h"
+#include "trainer/progress.h"
+#include "trainer/records.h"
+
+namespace dtrain::trainer {
+namespace {
+
+data::PipelineOptions train_pipeline_options(const config::JobConfig& job) {
+  data::PipelineOptions o;
+  o.batch_size = job.train.batch_size_per_replica;
+  o.shuffle_buffer = job.data.shuffle_buffer;
+  o.seed = job.train.seed;
+  o.drop_remainder = job.data.drop_remainder;
+  o.prefetch = job.data.prefetch;
+  o.cache = job.data.cache;
+  return o;
+}
+
+data::PipelineOptions eval_pipeline_options(const config::JobConfig& job) {
+  data::PipelineOptions o = train_pipeline_options(job);
+  o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
+  o.shuffle_buffer = 0;
+  o.drop_remainder = false;
+  return o;
+}
+
+double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
+double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
+
+nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
+  nn::LossStats stats;
+  pipeline.start_epoch(0);
+  data::Batch batch;
+  while (pipeline.next(batch)) strategy.eval_step(batch, stats);
+  return stats;
+}
+
+}  // namespace
+
+RunSummary run_training(const config::JobConfig& job, const RunOptions& options) {
+  Stopwatch wall;
+  RunSummary summary;
+  summary.threads = setup_threads(job);
+  auto strategy = strategy::make_strategy(job);
+  nn::Sequential& model = strategy->model();
+  std::printf("Model: %lld params, strategy %s, %d threads\n%s",
+              static_cast<long long>(model.count_params(false)), strategy->name().c_str(),
+              summary.threads, model.summary().c_str());
+
+  Stopwatch load_time;
+  auto train_data = load_checked(job.data.train, model);
+  std::shared_ptr<data::Dataset> test_data;
+  if (job.data.has_test) test_data = load_checked(job.data.test, model);
+  data::Pipeline train_pipeline(train_data, train_pipeline_options(job));
+  std::unique_ptr<data::Pipeline> test_pipeline;
+  if (test_data) test_pipeline = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job));
+  std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
+              test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
+
+  int64_t steps_per_epoch = train_pipeline.batches_per_epoch();
+  if (job.train.steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, job.train.steps_per_epoch);
+  if (steps_per_epoch == 0)
+    throw ConfigError(str("train.batch_size_per_replica: ", job.train.batch_size_per_replica,
+                          " is larger than the ", train_pipeline.samples_per_epoch(),
+                          " training samples with data.drop_remainder set; use a smaller batch"));
+
+  MetricsLog metrics(job.output.dir);
+  Progress progress(stdout_is_terminal());
+  int64_t global_step = 0;
+  double train_seconds = 0.0;
+  int64_t train_samples = 0;
+  for (int64_t epoch = 0; epoch < job.train.epochs; ++epoch) {
+    Stopwatch epoch_time;
+    nn::LossStats epoch_stats, window_stats;
+    Stopwatch window_time;
+    train_pipeline.start_epoch(epoch);
+    data::Batch batch;
+    int64_t step_in_epoch = 0;
+    while (step_in_epoch < steps_per_epoch && train_pipeline.next(batch)) {
+      nn::LossStats step_stats;
+      strategy->train_step(batch, global_step, step_stats);
+      if (!std::isfinite(step_stats.loss_sum))
+        throw RuntimeError(str("the loss became ", step_stats.loss_sum, " at step ", global_step + 1,
+                               " (epoch ", epoch + 1, "); lower optimizer.learning_rate or check the data"));
+      for (nn::LossStats* s : {&epoch_stats, &window_stats}) {
+        s->loss_sum += step_stats.loss_sum;
+        s->correct += step_stats.correct;
+        s->count += step_stats.count;
+      }
+      ++step_in_epoch;
+      ++global_step;
+      const double elapsed = epoch_time.seconds();
+      progress.step(epoch + 1, job.train.epochs, step_in_epoch, steps_per_epoch, mean_loss(epoch_stats),
+                    accuracy(epoch_stats), epoch_stats.count / std::max(elapsed, 1e-9));
+      if (job.train.log_every_steps > 0 && global_step % job.train.log_every_steps == 0) {
+        metrics.step(epoch + 1, global_step, mean_loss(window_stats), accuracy(window_stats),
+                     strategy->optimizer().learning_rate(global_step - 1),
+                     window_stats.count / std::max(window_time.seconds(), 1e-9));
+        window_stats = {};
+        window_time.reset();
+      }
+    }
+    const double seconds = epoch_time.seconds();
+    train_seconds += seconds;
+    train_samples += epoch_stats.count;
+
+    EpochReport report;
+    report.epoch = epoch + 1;
+    report.epochs = job.train.epochs;
+    report.steps = step_in_epoch;
+    report.seconds = seconds;
+    report.samples_per_sec = epoch_stats.count / std::max(seconds, 1e-9);
+    report.loss = mean_loss(epoch_stats);
+    report.accuracy = accuracy(epoch_stats);
+    if (test_pipeline) {
+      const nn::LossStats val = evaluate(*strategy, *test_pipeline);
+      report.has_validation = true;
+      report.val_loss = mean_loss(val);
+      report.val_accuracy = accuracy(val);
+      summary.test_loss = report.val_loss;
+      summary.test_accuracy = report.val_accuracy;
+    }
+    progress.epoch_done(report);
+    metrics.epoch(report, global_step);
+    summary.train_loss = report.loss;
+    summary.train_accuracy = report.accuracy;
+  }
+
+  summary.epochs = job.train.epochs;
+  summary.steps = global_step;
+  summary.world_size = strategy->num_replicas_in_sync();
+  summary.global_batch_size = job.train.batch_size_per_replica * summary.world_size;
+  summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
+  summary.params_sha256 = model.params_sha256();
+  summary.wall_seconds = wall.seconds();
+  if (summary.test_accuracy >= 0.0)
+    std::printf("Test: loss %.4f, accuracy %.4f\n", summary.test_loss, summary.test_accuracy);
+  std::printf("Done: %lld steps in %.1fs, %.0f samples/s, params_sha256 %s\n",
+              static_cast<long long>(summary.steps), summary.wall_seconds,
+              summary.train_samples_per_sec, summary.params_sha256.c_str());
+  if (!options.summary_path.empty()) write_summary(options.summary_path, job, summary, strategy->name());
+  return summary;
+}
+
+}  // namespace dtrain::trainer

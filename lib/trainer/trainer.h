@@ -1,0 +1,55 @@
+// The trainer: runs a whole job (fit + evaluate), validates a job without training,
+// and measures training throughput for `dtrain bench train`.
+#pragma once
+
+#include <string>
+
+#include "config/job_config.h"
+
+namespace dtrain::trainer {
+
+struct RunOptions {
+  std::string summary_path;  // --summary FILE ("" = none)
+};
+
+struct RunSummary {
+  double test_accuracy = -1.0;  // -1 when the job has no test data
+  double test_loss = -1.0;
+  double train_loss = 0.0;      // last epoch
+  double train_accuracy = 0.0;  // last epoch
+  int64_t epochs = 0;
+  int64_t steps = 0;
+  int64_t global_batch_size = 0;
+  double train_samples_per_sec = 0.0;
+  double wall_seconds = 0.0;
+  int world_size = 1;
+  int threads = 1;
+  std::string params_sha256;
+};
+
+// Trains and evaluates the job, printing progress to stdout, writing
+// output.dir/metrics.jsonl and, if asked, the summary JSON.
+RunSummary run_training(const config::JobConfig& job, const RunOptions& options);
+
+// Checks everything that can be checked without training: the model's shapes,
+// the data files' headers and sizes, input shape against the data. Prints what it
+// checked; throws ConfigError / IoError on the first problem.
+void validate_job(const config::JobConfig& job);
+
+struct BenchOptions {
+  int64_t steps = 100;        // timed steps
+  int64_t warmup_steps = 10;  // untimed steps first (primitive creation, caches)
+};
+
+struct BenchResult {
+  double samples_per_sec = 0.0;
+  double seconds = 0.0;
+  int64_t steps = 0;
+  int64_t batch_size = 0;
+  int threads = 1;
+};
+
+// Times training steps (data pipeline included) on the job's training data.
+BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options);
+
+}  // namespace dtrain::trainer

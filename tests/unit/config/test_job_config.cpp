@@ -1,0 +1,290 @@
+// Tests of parse_job_config / load_job_config on valid jobs: the shipped configs,
+// every field set, defaults, shorthand forms, JSON paths, and normalized_json.
+#include <catch2/catch.hpp>
+
+#include "config/job_config.h"
+#include "config_test_util.h"
+
+namespace dtrain::config::test {
+namespace {
+
+const std::string kConfigs = DTRAIN_SOURCE_DIR "/configs/";
+
+TEST_CASE("the shipped CNN config parses", "[config]") {
+  const JobConfig c = load_job_config(kConfigs + "fashion_mnist_cnn.json");
+  CHECK(c.source == kConfigs + "fashion_mnist_cnn.json");
+  CHECK(c.strategy.type == "one_device");
+  CHECK(c.model.input_shape == std::vector<int64_t>{28, 28, 1});
+  REQUIRE(c.model.layers.size() == 6);
+  const LayerSpec& conv = c.model.layers[0];
+  CHECK(conv.type == "Conv2D");
+  CHECK(conv.filters == 32);
+  CHECK(conv.kernel_size[0] == 3);
+  CHECK(conv.kernel_size[1] == 3);
+  CHECK(conv.activation == "relu");
+  CHECK(c.model.layers[1].type == "MaxPooling2D");
+  CHECK(c.model.layers[1].strides[0] == 2);  // defaults to pool_size
+  CHECK(c.model.layers[4].rate == Approx(0.25));
+  CHECK(c.model.layers[5].units == 10);
+  CHECK(c.model.layers[5].activation == "linear");
+  CHECK(c.loss.type == "sparse_categorical_crossentropy");
+  CHECK(c.loss.from_logits);
+  CHECK(c.optimizer.type == "adam");
+  CHECK(c.optimizer.learning_rate.type == "constant");
+  CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
+  CHECK(c.data.train.format == "idx");
+  CHECK_THAT(c.data.train.images, Contains("train-images-idx3-ubyte.gz"));
+  CHECK(c.data.has_test);
+  CHECK_THAT(c.data.test.labels, Contains("t10k-labels-idx1-ubyte.gz"));
+  CHECK(c.train.epochs == 5);
+  CHECK(c.train.batch_size_per_replica == 64);
+  CHECK(c.output.dir == "runs/fashion_mnist_cnn");
+}
+
+TEST_CASE("the shipped MLP config parses", "[config]") {
+  const JobConfig c = load_job_config(kConfigs + "fashion_mnist_mlp.json");
+  REQUIRE(c.model.layers.size() == 4);
+  CHECK(c.model.layers[0].type == "Flatten");
+  CHECK(c.model.layers[1].units == 256);
+  CHECK(c.model.layers[2].units == 128);
+  CHECK(c.data.shuffle_buffer == 60000);
+  CHECK(c.train.epochs == 10);
+  CHECK(c.train.batch_size_per_replica == 128);
+  CHECK(c.normalized_json.find("\"batch_size_per_replica\":128") != std::string::npos);
+}
+
+TEST_CASE("every field set to a non-default value is read back", "[config]") {
+  const JobConfig c = parse(json::parse(R"({
+    "strategy": {"type": "one_device"},
+    "model": {"input_shape": [32, 32, 3], "layers": [
+      {"type": "Conv2D", "name": "conv", "filters": 8, "kernel_size": [3, 5], "strides": [2, 1],
+       "padding": "same", "activation": "tanh", "use_bias": false},
+      {"type": "BatchNormalization", "momentum": 0.9, "epsilon": 1e-5, "center": false,
+       "scale": false, "axis": -1},
+      {"type": "Activation", "activation": "sigmoid"},
+      {"type": "MaxPooling2D", "pool_size": [3, 3], "strides": 1, "padding": "same"},
+      {"type": "AveragePooling2D", "pool_size": 2, "strides": null},
+      {"type": "GlobalAveragePooling2D"},
+      {"type": "Flatten"},
+      {"type": "Dropout", "rate": 0.5},
+      {"type": "Dense", "units": 10, "activation": "softmax", "use_bias": false}
+    ]},
+    "loss": {"type": "categorical_crossentropy", "from_logits": true},
+    "optimizer": {"type": "adamw", "beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-8,
+                  "weight_decay": 0.01,
+                  "learning_rate": {"type": "cosine", "initial_learning_rate": 0.1,
+                                    "decay_steps": 1000, "alpha": 0.05, "warmup_steps": 50}},
+    "data": {
+      "train": {"format": "cifar10", "files": ["a.bin", "b.bin"], "rescale": 0.5, "take": 100},
+      "test": {"format": "synthetic", "shape": [32, 32, 3], "count": 20, "classes": 3,
+               "seed": 7, "take": 10},
+      "shuffle_buffer": 0, "prefetch": 0, "drop_remainder": true, "cache": false},
+    "train": {"epochs": 3, "batch_size_per_replica": 16, "seed": 42, "steps_per_epoch": 5,
+              "log_every_steps": 0, "eval_batch_size": 64},
+    "runtime": {"threads": 3},
+    "output": {"dir": "out/run1"}
+  })"));
+  const auto& L = c.model.layers;
+  REQUIRE(L.size() == 9);
+  CHECK(L[0].name == "conv");
+  CHECK(L[0].filters == 8);
+  CHECK((L[0].kernel_size[0] == 3 && L[0].kernel_size[1] == 5));
+  CHECK((L[0].strides[0] == 2 && L[0].strides[1] == 1));
+  CHECK(L[0].padding == "same");
+  CHECK(L[0].activation == "tanh");
+  CHECK_FALSE(L[0].use_bias);
+  CHECK(L[1].momentum == Approx(0.9));
+  CHECK(L[1].epsilon == Approx(1e-5));
+  CHECK_FALSE(L[1].center);
+  CHECK_FALSE(L[1].scale);
+  CHECK(L[2].activation == "sigmoid");
+  CHECK((L[3].pool_size[0] == 3 && L[3].pool_size[1] == 3));
+  CHECK((L[3].strides[0] == 1 && L[3].strides[1] == 1));
+  CHECK(L[3].padding == "same");
+  CHECK((L[4].strides[0] == 2 && L[4].strides[1] == 2));  // null = pool_size
+  CHECK(L[7].rate == Approx(0.5));
+  CHECK(L[8].activation == "softmax");
+  CHECK_FALSE(L[8].use_bias);
+  CHECK(c.loss.type == "categorical_crossentropy");
+  CHECK(c.loss.from_logits);
+  const OptimizerSpec& o = c.optimizer;
+  CHECK(o.type == "adamw");
+  CHECK(o.beta_1 == Approx(0.8));
+  CHECK(o.beta_2 == Approx(0.99));
+  CHECK(o.epsilon == Approx(1e-8));
+  CHECK(o.weight_decay == Approx(0.01));
+  CHECK(o.learning_rate.type == "cosine");
+  CHECK(o.learning_rate.initial_learning_rate == Approx(0.1));
+  CHECK(o.learning_rate.decay_steps == 1000);
+  CHECK(o.learning_rate.alpha == Approx(0.05));
+  CHECK(o.learning_rate.warmup_steps == 50);
+  CHECK(c.data.train.format == "cifar10");
+  CHECK(c.data.train.files == std::vector<std::string>{"a.bin", "b.bin"});
+  CHECK(c.data.train.rescale == Approx(0.5));
+  CHECK(c.data.train.take == 100);
+  REQUIRE(c.data.has_test);
+  CHECK(c.data.test.shape == std::vector<int64_t>{32, 32, 3});
+  CHECK(c.data.test.count == 20);
+  CHECK(c.data.test.classes == 3);
+  CHECK(c.data.test.seed == 7);
+  CHECK(c.data.test.take == 10);
+  CHECK(c.data.shuffle_buffer == 0);
+  CHECK(c.data.prefetch == 0);
+  CHECK(c.data.drop_remainder);
+  CHECK_FALSE(c.data.cache);
+  CHECK(c.train.epochs == 3);
+  CHECK(c.train.batch_size_per_replica == 16);
+  CHECK(c.train.seed == 42);
+  CHECK(c.train.steps_per_epoch == 5);
+  CHECK(c.train.log_every_steps == 0);
+  CHECK(c.train.eval_batch_size == 64);
+  CHECK(c.runtime.threads == 3);
+  CHECK(c.output.dir == "out/run1");
+}
+
+TEST_CASE("an sgd optimizer with a step schedule is read", "[config]") {
+  json job = minimal_job();
+  job["optimizer"] = json::parse(R"({"type": "sgd", "momentum": 0.9, "nesterov": true,
+      "learning_rate": {"type": "step", "initial_learning_rate": 0.5, "decay_steps": 10,
+                        "decay_rate": 0.5}})");
+  const OptimizerSpec o = parse(job).optimizer;
+  CHECK(o.type == "sgd");
+  CHECK(o.momentum == Approx(0.9));
+  CHECK(o.nesterov);
+  CHECK(o.learning_rate.path == "optimizer.learning_rate");
+  CHECK(o.learning_rate.type == "step");
+  CHECK(o.learning_rate.initial_learning_rate == Approx(0.5));
+  CHECK(o.learning_rate.decay_steps == 10);
+  CHECK(o.learning_rate.decay_rate == Approx(0.5));
+  CHECK(o.learning_rate.warmup_steps == 0);
+}
+
+TEST_CASE("absent keys take their defaults", "[config]") {
+  const JobConfig c = parse(minimal_job());
+  CHECK(c.source == "job.json");
+  CHECK(c.strategy.type == "one_device");
+  const LayerSpec& dense = c.model.layers.at(0);
+  CHECK(dense.name.empty());
+  CHECK(dense.activation == "linear");
+  CHECK(dense.use_bias);
+  CHECK(c.loss.type == "mse");
+  CHECK_FALSE(c.loss.from_logits);
+  CHECK(c.optimizer.type == "sgd");
+  CHECK(c.optimizer.learning_rate.type == "constant");
+  CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.01));
+  CHECK(c.optimizer.momentum == 0.0);
+  CHECK_FALSE(c.optimizer.nesterov);
+  CHECK(c.data.train.classes == 10);
+  CHECK(c.data.train.seed == 0);
+  CHECK(c.data.train.take == 0);
+  CHECK_FALSE(c.data.has_test);
+  CHECK(c.data.shuffle_buffer == 10000);
+  CHECK(c.data.prefetch == 2);
+  CHECK_FALSE(c.data.drop_remainder);
+  CHECK(c.data.cache);
+  CHECK(c.train.epochs == 1);
+  CHECK(c.train.batch_size_per_replica == 32);
+  CHECK(c.train.seed == 1);
+  CHECK(c.train.steps_per_epoch == 0);
+  CHECK(c.train.log_every_steps == 100);
+  CHECK(c.train.eval_batch_size == 0);
+  CHECK(c.runtime.threads == 0);
+  CHECK(c.output.dir.empty());
+}
+
+TEST_CASE("layer defaults of Conv2D and pooling and BatchNormalization", "[config]") {
+  json job = minimal_job();
+  job["model"]["layers"] = json::parse(R"([
+    {"type": "Conv2D", "filters": 4, "kernel_size": 3},
+    {"type": "MaxPooling2D", "pool_size": 3},
+    {"type": "AveragePooling2D"},
+    {"type": "BatchNormalization"}])");
+  const auto L = parse(job).model.layers;
+  CHECK((L[0].strides[0] == 1 && L[0].strides[1] == 1));
+  CHECK(L[0].padding == "valid");
+  CHECK(L[0].use_bias);
+  CHECK((L[1].strides[0] == 3 && L[1].strides[1] == 3));  // strides default to pool_size
+  CHECK((L[2].pool_size[0] == 2 && L[2].pool_size[1] == 2));
+  CHECK((L[2].strides[0] == 2 && L[2].strides[1] == 2));
+  CHECK(L[3].momentum == Approx(0.99));
+  CHECK(L[3].epsilon == Approx(1e-3));
+  CHECK(L[3].center);
+  CHECK(L[3].scale);
+}
+
+TEST_CASE("idx sources keep relative paths and default rescale", "[config]") {
+  json job = minimal_job();
+  job["data"]["train"] = {{"format", "idx"}, {"images", "data/img.gz"}, {"labels", "data/lab"}};
+  const DataSourceSpec s = parse(job).data.train;
+  CHECK(s.images == "data/img.gz");
+  CHECK(s.labels == "data/lab");
+  CHECK(s.rescale == Approx(1.0 / 255.0));
+}
+
+TEST_CASE("loss and optimizer accept their string forms", "[config]") {
+  json job = minimal_job();
+  job["loss"] = "sparse_categorical_crossentropy";
+  job["optimizer"] = "adam";
+  JobConfig c = parse(job);
+  CHECK(c.loss.type == "sparse_categorical_crossentropy");
+  CHECK_FALSE(c.loss.from_logits);
+  CHECK(c.optimizer.type == "adam");
+  CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
+  CHECK(c.optimizer.beta_1 == Approx(0.9));
+  job["optimizer"] = "adamw";
+  c = parse(job);
+  CHECK(c.optimizer.type == "adamw");
+  CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
+  CHECK(c.optimizer.weight_decay == Approx(0.004));
+}
+
+TEST_CASE("an object optimizer without learning_rate gets the type's default", "[config]") {
+  json job = minimal_job();
+  job["optimizer"] = {{"type", "sgd"}};
+  CHECK(parse(job).optimizer.learning_rate.initial_learning_rate == Approx(0.01));
+  job["optimizer"] = {{"type", "adam"}, {"learning_rate", 2}};  // an integer is a number too
+  CHECK(parse(job).optimizer.learning_rate.initial_learning_rate == Approx(2.0));
+}
+
+TEST_CASE("activation null means linear", "[config]") {
+  json job = minimal_job();
+  job["model"]["layers"][0]["activation"] = nullptr;
+  CHECK(parse(job).model.layers[0].activation == "linear");
+}
+
+TEST_CASE("data.test null means no test set", "[config]") {
+  json job = minimal_job();
+  job["data"]["test"] = nullptr;
+  CHECK_FALSE(parse(job).data.has_test);
+}
+
+TEST_CASE("specs remember their JSON paths", "[config]") {
+  json job = minimal_job();
+  job["model"]["layers"].push_back({{"type", "Dense"}, {"units", 3}});
+  job["data"]["test"] = job["data"]["train"];
+  const JobConfig c = parse(job);
+  CHECK(c.model.layers[1].path == "model.layers[1]");
+  CHECK(c.data.train.path == "data.train");
+  CHECK(c.data.test.path == "data.test");
+}
+
+TEST_CASE("normalized_json ignores key order and whitespace", "[config]") {
+  const std::string a = R"({"train": {"epochs": 2, "seed": 3}, "loss": "mse", "optimizer": "sgd",
+    "model": {"layers": [{"units": 2, "type": "Dense"}], "input_shape": [4]},
+    "data": {"train": {"count": 8, "format": "synthetic", "shape": [4]}}})";
+  const std::string b = R"({
+    "data": {"train": {"shape": [4], "format": "synthetic", "count": 8}},
+    "model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 2}]},
+    "optimizer": "sgd",
+    "loss": "mse",
+    "train": {"seed": 3, "epochs": 2}
+  })";
+  const JobConfig ca = parse_job_config(a, "a.json");
+  const JobConfig cb = parse_job_config(b, "b.json");
+  CHECK(ca.normalized_json == cb.normalized_json);
+  CHECK(ca.normalized_json.find(' ') == std::string::npos);
+  CHECK(ca.normalized_json.rfind("{\"data\":", 0) == 0);  // keys sorted
+}
+
+}  // namespace
+}  // namespace dtrain::config::test

@@ -1,0 +1,203 @@
+// Layers and Sequential: shapes and errors from specs, Keras names, deterministic
+// init, and a finite-difference check of every layer's backward pass in a model.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/error.h"
+#include "nn/losses.h"
+#include "nn/sequential.h"
+
+using namespace dtrain;
+using config::LayerSpec;
+
+namespace {
+
+LayerSpec layer(const std::string& type, int index) {
+  LayerSpec s;
+  s.type = type;
+  s.path = "model.layers[" + std::to_string(index) + "]";
+  return s;
+}
+
+LayerSpec dense(int units, int index, const std::string& act = "linear") {
+  LayerSpec s = layer("Dense", index);
+  s.units = units;
+  s.activation = act;
+  return s;
+}
+
+LayerSpec conv(int filters, int k, int index, const std::string& padding = "valid", int stride = 1) {
+  LayerSpec s = layer("Conv2D", index);
+  s.filters = filters;
+  s.kernel_size[0] = s.kernel_size[1] = k;
+  s.strides[0] = s.strides[1] = stride;
+  s.padding = padding;
+  return s;
+}
+
+config::ModelSpec model_spec(Shape input, std::vector<LayerSpec> layers) {
+  config::ModelSpec m;
+  m.input_shape = input;
+  m.layers = std::move(layers);
+  return m;
+}
+
+std::string config_error(const config::ModelSpec& spec) {
+  try {
+    nn::Sequential model(spec, 1);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+Tensor random_tensor(Shape shape, uint64_t seed) {
+  Tensor t(std::move(shape));
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(rng.uniform(-1, 1));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("the CNN from the README builds with Keras' shapes, names and parameter counts") {
+  LayerSpec pool = layer("MaxPooling2D", 1);
+  pool.strides[0] = pool.strides[1] = 2;
+  LayerSpec drop = layer("Dropout", 4);
+  drop.rate = 0.25;
+  const auto spec = model_spec({28, 28, 1}, {conv(32, 3, 0, "valid"), pool, layer("Flatten", 2),
+                                             dense(64, 3, "relu"), drop, dense(10, 5)});
+  nn::Sequential model(spec, 1);
+  const auto& layers = model.layers();
+  CHECK(layers[0]->name() == "conv2d");
+  CHECK(layers[0]->output_shape() == Shape{26, 26, 32});
+  CHECK(layers[1]->name() == "max_pooling2d");
+  CHECK(layers[1]->output_shape() == Shape{13, 13, 32});
+  CHECK(layers[2]->output_shape() == Shape{5408});
+  CHECK(layers[3]->name() == "dense");
+  CHECK(layers[5]->name() == "dense_1");
+  CHECK(model.output_shape() == Shape{10});
+  // Keras: 320 + 346176 + 650
+  CHECK(model.count_params(true) == 320 + 346176 + 650);
+  CHECK(model.params()[0]->name == "conv2d/kernel");
+  CHECK(model.summary().find("max_pooling2d (MaxPooling2D)") != std::string::npos);
+}
+
+TEST_CASE("same padding keeps ceil(size/stride) and valid padding shrinks") {
+  nn::Sequential same(model_spec({7, 7, 3}, {conv(4, 3, 0, "same", 2)}), 1);
+  CHECK(same.output_shape() == Shape{4, 4, 4});
+  nn::Sequential valid(model_spec({7, 7, 3}, {conv(4, 3, 0, "valid", 2)}), 1);
+  CHECK(valid.output_shape() == Shape{3, 3, 4});
+}
+
+TEST_CASE("shape mismatches name the layer and both shapes") {
+  const std::string dense_on_image = config_error(model_spec({28, 28, 1}, {conv(8, 3, 0), dense(10, 1)}));
+  CHECK_THAT(dense_on_image, Catch::Contains("model.layers[1]") && Catch::Contains("Dense") &&
+                                 Catch::Contains("(26, 26, 8)") && Catch::Contains("Flatten"));
+  const std::string conv_on_flat = config_error(model_spec({784}, {conv(8, 3, 0)}));
+  CHECK_THAT(conv_on_flat, Catch::Contains("model.layers[0]") && Catch::Contains("(784,)"));
+  const std::string kernel_too_big = config_error(model_spec({4, 4, 1}, {conv(8, 5, 0)}));
+  CHECK_THAT(kernel_too_big, Catch::Contains("5x5") && Catch::Contains("(4, 4, 1)") && Catch::Contains("same"));
+}
+
+TEST_CASE("initial parameters are glorot-uniform, zero biases, and a function of the seed") {
+  const auto spec = model_spec({20}, {dense(30, 0, "relu"), dense(5, 1)});
+  nn::Sequential a(spec, 7), b(spec, 7), c(spec, 8);
+  CHECK(a.params_sha256() == b.params_sha256());
+  CHECK(a.params_sha256() != c.params_sha256());
+  const Tensor& k = a.params()[0]->value;
+  const double limit = std::sqrt(6.0 / (20 + 30));
+  double max_abs = 0;
+  for (int64_t i = 0; i < k.numel(); ++i) max_abs = std::max(max_abs, double(std::fabs(k.data()[i])));
+  CHECK(max_abs <= limit);
+  CHECK(max_abs > 0.8 * limit);
+  const Tensor& bias = a.params()[1]->value;
+  for (int64_t i = 0; i < bias.numel(); ++i) REQUIRE(bias.data()[i] == 0.0f);
+}
+
+TEST_CASE("inputs of the right size are viewed in the model's input shape") {
+  nn::Sequential model(model_spec({12}, {dense(3, 0)}), 1);
+  const Tensor images = random_tensor({2, 2, 2, 3}, 5);
+  const Tensor out = model.forward(images, {});
+  CHECK(out.shape() == Shape{2, 3});
+}
+
+// Finite differences through a whole model: loss(params + e) - loss(params - e).
+void check_gradients(const config::ModelSpec& spec, const Shape& input, double tolerance) {
+  nn::Sequential model(spec, 3);
+  config::LossSpec ls;
+  ls.from_logits = true;
+  auto loss = nn::make_loss(ls);
+  const int64_t n = input[0];
+  const Tensor x = random_tensor(input, 11);
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>(i % model.output_shape()[0]));
+  const nn::StepContext ctx{true, 5, 0};  // same dropout mask on every call
+
+  auto loss_value = [&] {
+    nn::LossStats s;
+    loss->compute(model.forward(x, ctx), labels, s, nullptr, 0);
+    return s.loss_sum / n;
+  };
+  const Tensor out = model.forward(x, ctx);
+  Tensor grad(out.shape());
+  nn::LossStats s;
+  loss->compute(out, labels, s, &grad, 1.0f / n);
+  model.backward(grad);
+
+  for (nn::Param* p : model.trainable_params()) {
+    Rng pick(99);
+    for (int trial = 0; trial < 6; ++trial) {
+      const int64_t i = static_cast<int64_t>(pick.below(p->value.numel()));
+      float& w = p->value.data()[i];
+      const float saved = w;
+      const float h = 1e-2f;
+      w = saved + h;
+      const double up = loss_value();
+      w = saved - h;
+      const double down = loss_value();
+      w = saved;
+      const double numeric = (up - down) / (2 * h);
+      INFO(p->name << "[" << i << "]: analytic " << p->grad.data()[i] << ", numeric " << numeric);
+      REQUIRE(p->grad.data()[i] == Approx(numeric).margin(tolerance).epsilon(0.05));
+    }
+  }
+}
+
+TEST_CASE("gradients of a dense model with every activation match finite differences") {
+  check_gradients(model_spec({6}, {dense(8, 0, "relu"), dense(7, 1, "tanh"), dense(6, 2, "sigmoid"),
+                                   dense(5, 3, "softmax"), dense(4, 4)}),
+                  {5, 6}, 2e-3);
+}
+
+// Max pooling is left out: a finite difference that moves an input across another
+// makes the argmax jump (the kernel test checks max pooling's routing exactly).
+TEST_CASE("gradients through conv, pooling, batch norm, dropout and activation layers") {
+  LayerSpec bn = layer("BatchNormalization", 2);
+  LayerSpec act = layer("Activation", 3);
+  act.activation = "tanh";
+  LayerSpec avg = layer("AveragePooling2D", 5);
+  avg.pool_size[0] = avg.pool_size[1] = 2;
+  avg.strides[0] = avg.strides[1] = 1;
+  avg.padding = "same";
+  LayerSpec drop = layer("Dropout", 6);
+  drop.rate = 0.3;
+  check_gradients(model_spec({9, 9, 2}, {conv(4, 3, 0, "same"), bn, act, conv(3, 2, 4, "valid", 1), avg,
+                                         drop, layer("GlobalAveragePooling2D", 7), dense(3, 8)}),
+                  {4, 9, 9, 2}, 2e-3);
+}
+
+TEST_CASE("batch normalization updates moving statistics in training and uses them in inference") {
+  LayerSpec bn = layer("BatchNormalization", 0);
+  bn.momentum = 0.5;
+  nn::Sequential model(model_spec({3}, {bn}), 1);
+  Tensor x({4, 3});
+  for (int i = 0; i < 12; ++i) x.data()[i] = static_cast<float>(i);  // column means 4.5, 5.5, 6.5
+  model.forward(x, {true, 0, 0});
+  const auto params = model.params();  // gamma, beta, moving_mean, moving_variance
+  REQUIRE(params[2]->name == "batch_normalization/moving_mean");
+  CHECK(params[2]->value.data()[0] == Approx(0.5 * 4.5));
+  CHECK(params[3]->value.data()[0] == Approx(0.5 * 1.0 + 0.5 * 11.25));  // biased variance of 0,3,6,9
+  const Tensor y = model.forward(x, {false, 0, 0});
+  CHECK(y.data()[0] == Approx((0 - 2.25) / std::sqrt(6.125 + 1e-3)).epsilon(1e-4));
+}
