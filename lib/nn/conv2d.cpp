@@ -40,11 +40,7 @@ Tensor Conv2D::forward(const Tensor& x, const StepContext& ctx) {
 
 Tensor Conv2D::backward(const Tensor& dy, bool need_dx) {
   const int64_t n = dy.dim(0);
-  Tensor dpre = dy;
-  if (act_ != Activation::kLinear) {
-    dpre = reuse(dpre_, n, output_shape());
-    kernels::activation_backward(act_, y_, dy, dpre);
-  }
+  const Tensor dpre = before_activation(act_, y_, dy, dpre_);
   kernels::conv2d_backward_weights(x_, dpre, p_, kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());

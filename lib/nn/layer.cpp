@@ -23,6 +23,14 @@ Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) {
   return slot;
 }
 
+Tensor Layer::before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy,
+                                Tensor& slot) const {
+  if (act == kernels::Activation::kLinear) return dy;
+  Tensor& d = reuse(slot, dy.dim(0), output_shape_);
+  kernels::activation_backward(act, y, dy, d);
+  return d;
+}
+
 void glorot_uniform(Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng) {
   const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
   float* p = t.data();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace dtrain::nn {
@@ -52,6 +53,9 @@ class Layer {
  protected:
   // A tensor of shape (n, per_sample...) kept in `slot` and reused while n is unchanged.
   static Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample);
+  // The gradient before an activation whose output was y: dy itself for linear,
+  // else act'(.) * dy written into `slot`.
+  Tensor before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy, Tensor& slot) const;
 
  private:
   std::string name_, type_;

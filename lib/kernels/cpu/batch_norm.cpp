@@ -59,9 +59,11 @@ BatchNormPlan& bn_plan(const Shape& s, float epsilon, bool training) {
 
 }  // namespace
 
-void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 float epsilon, Tensor& y, Tensor& mean, Tensor& variance) {
-  auto& plan = bn_plan(x.shape(), epsilon, true);
+namespace {
+
+void run_forward(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                 const Tensor& mean, const Tensor& variance, Tensor& y) {
+  // Training writes mean/variance (the batch statistics); inference reads them.
   execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.data, x)},
                          {DNNL_ARG_DST, as_memory(plan.data, y)},
                          {DNNL_ARG_SCALE, as_memory(plan.channel, gamma)},
@@ -70,16 +72,17 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Ten
                          {DNNL_ARG_VARIANCE, as_memory(plan.channel, variance)}});
 }
 
+}  // namespace
+
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float epsilon, Tensor& y, Tensor& mean, Tensor& variance) {
+  run_forward(bn_plan(x.shape(), epsilon, true), x, gamma, beta, mean, variance, y);
+}
+
 void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& mean, const Tensor& variance, float epsilon,
                                   Tensor& y) {
-  auto& plan = bn_plan(x.shape(), epsilon, false);
-  execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.data, x)},
-                         {DNNL_ARG_DST, as_memory(plan.data, y)},
-                         {DNNL_ARG_SCALE, as_memory(plan.channel, gamma)},
-                         {DNNL_ARG_SHIFT, as_memory(plan.channel, beta)},
-                         {DNNL_ARG_MEAN, as_memory(plan.channel, mean)},
-                         {DNNL_ARG_VARIANCE, as_memory(plan.channel, variance)}});
+  run_forward(bn_plan(x.shape(), epsilon, false), x, gamma, beta, mean, variance, y);
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,

@@ -1,0 +1,60 @@
+// Files for integration tests: a fresh temporary directory per test (TempDir, made
+// with mkdtemp and removed afterwards), job configs written into it, the shipped
+// configs and the Fashion-MNIST files as starting points, and readers for the JSON
+// that dtrain writes (--summary files, metrics.jsonl). Every reader FAILs the test
+// with the file's name when the file is missing or is not the JSON it should be.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dtrain::integration {
+
+// A directory of its own for one test; removed with everything in it on destruction
+// (kept when the environment variable DTRAIN_KEEP_TEST_DIRS is set, for debugging).
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path()/name (the file need not exist).
+  std::string file(const std::string& name) const;
+  // Writes `bytes` to path()/name and returns that path.
+  std::string write(const std::string& name, const std::string& bytes) const;
+  // Writes `job` as indented JSON to path()/name and returns that path.
+  std::string write_job(const nlohmann::json& job, const std::string& name = "job.json") const;
+
+ private:
+  std::string path_;
+};
+
+// The path of one of the shipped configs, e.g. "fashion_mnist_mlp.json".
+std::string shipped_config_path(const std::string& file_name);
+// The parsed shipped config.
+nlohmann::json shipped_config(const std::string& file_name);
+// The path of a Fashion-MNIST file, e.g. "t10k-labels-idx1-ubyte.gz".
+std::string fashion_mnist_file(const std::string& file_name);
+
+// The shipped MLP config cut down for a fast test: the first `train_take` and
+// `test_take` samples, 1 epoch, no output directory.
+nlohmann::json small_mlp_job(int64_t train_take = 2000, int64_t test_take = 500);
+// The same for the shipped CNN config.
+nlohmann::json small_cnn_job(int64_t train_take = 640, int64_t test_take = 200);
+
+// The whole file as bytes.
+std::string read_file(const std::string& path);
+// One JSON value from a file.
+nlohmann::json read_json_file(const std::string& path);
+// One JSON value per non-empty line (metrics.jsonl).
+std::vector<nlohmann::json> read_json_lines(const std::string& path);
+
+// An IDX file's bytes: a big-endian header (magic 0x0000080N, then each size) and
+// `payload_bytes` bytes of `fill` (the payload may be shorter than the header says).
+std::string idx_bytes(const std::vector<uint32_t>& sizes, size_t payload_bytes, uint8_t fill = 0);
+
+}  // namespace dtrain::integration
