@@ -31,7 +31,8 @@ How it matches dtrain's bench
     * Initialisation differs (PyTorch defaults); it does not affect speed.
 
 Output: one JSON line with dtrain's keys (config, batch_size, threads, steps,
-seconds, samples_per_sec) plus "framework": "pytorch" and "torch_version".
+seconds, samples_per_sec) plus "framework": "pytorch", "torch_version" and
+"blas" (the BLAS library PyTorch's Linear layers ran on; see loaded_blas()).
 
 Usage
     /usr/bin/python3 bench/torch_reference.py --model mlp --batch 128 \
@@ -41,6 +42,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -76,6 +78,26 @@ def load_train_set(data_dir):
     x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1).contiguous()
     y = torch.from_numpy(labels.astype(np.int64))
     return x, y
+
+
+def loaded_blas():
+    """Path of the BLAS library this process loaded (PyTorch's Linear layers run on it).
+
+    Debian's PyTorch has no MKL: Linear goes to whatever libblas.so.3 resolves
+    to, which is the slow netlib reference BLAS unless an optimised one
+    (OpenBLAS, BLIS) is installed or put first on LD_LIBRARY_PATH. Reported so
+    that a comparison says which one it measured.
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return "unknown"
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if re.match(r"lib(open)?blas|libblis|libmkl_rt", name):
+            return os.path.realpath(path)
+    return "none"
 
 
 def make_model(name):
@@ -174,6 +196,7 @@ def main(argv=None):
         "samples_per_sec": args.steps * args.batch / max(seconds, 1e-9),
         "framework": "pytorch",
         "torch_version": torch.__version__,
+        "blas": loaded_blas(),
     }))
     return 0
 

@@ -3,10 +3,15 @@
 #include "commands.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "config/job_config.h"
+#include "core/error.h"
 #include "core/strings.h"
+#include "launch/launcher.h"
+#include "rendezvous/store_server.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::app {
@@ -19,20 +24,82 @@ config::JobConfig load_job(const JobOptions& options, std::vector<std::string> e
   return config::load_job_config(options.config, overrides);
 }
 
+// The launch summary: {"exit_codes": {task: code, or -signal}, "tasks": {task: its
+// run summary or null}, "results": {task: details}, and the job's figures.
+void write_launch_summary(const launch::LaunchReport& report, const std::string& path) {
+  nlohmann::json codes = nlohmann::json::object();
+  nlohmann::json tasks = nlohmann::json::object();
+  nlohmann::json results = nlohmann::json::object();
+  for (const launch::TaskReport& t : report.tasks) {
+    const std::string name = t.task.str();
+    codes[name] = t.status.signal ? -t.status.signal : t.status.code;
+    tasks[name] = nlohmann::json::parse(t.summary_json, nullptr, false);
+    if (tasks[name].is_discarded()) tasks[name] = nullptr;  // none written, or cut short
+    const nlohmann::json none;
+    results[name] = {{"address", t.address},
+                     {"pid", t.pid},
+                     {"exit_code", t.status.signal ? none : nlohmann::json(t.status.code)},
+                     {"signal", t.status.signal ? nlohmann::json(t.status.signal) : none},
+                     {"meaning", launch::describe_exit(t)},
+                     {"exit_seconds", t.exit_seconds},
+                     {"stopped_by_launcher", t.stopped},
+                     {"injection", t.injection},
+                     {"log", t.log_path}};
+  }
+  const nlohmann::json j = {
+      {"exit_code", report.exit_code},
+      {"job_id", report.job_id},
+      {"first_failure", report.first_failure.empty() ? nlohmann::json()
+                                                      : nlohmann::json(report.first_failure)},
+      {"cluster_up_seconds", report.cluster_up_seconds < 0
+                                 ? nlohmann::json()
+                                 : nlohmann::json(report.cluster_up_seconds)},
+      {"wall_seconds", report.wall_seconds},
+      {"exit_codes", codes},
+      {"tasks", tasks},
+      {"results", results}};
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw IoError(str("cannot write the launch summary ", path));
+}
+
 }  // namespace
+
+int launch_command(const LaunchOptions& options) {
+  launch::LaunchOptions launch;
+  launch.config = options.job.config;
+  launch.overrides = options.job.overrides;
+  launch.threads = options.job.threads;
+  launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
+  launch.injections = options.injections;
+  launch.grace_period = options.grace_period;
+  const launch::LaunchReport report = launch::launch_cluster(launch);
+  if (!options.summary.empty()) write_launch_summary(report, options.summary);
+  return report.exit_code;
+}
 
 int run_command(const RunOptions& options) {
   const config::JobConfig job = load_job(options.job);
+  const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
   trainer::RunOptions run;
   run.summary_path = options.summary;
+  if (!cluster.single_process()) return run_in_cluster(job, cluster, run);
   trainer::run_training(job, run);
   return 0;
 }
 
-int validate_command(const JobOptions& options) {
-  const config::JobConfig job = load_job(options);
+int validate_command(const ValidateOptions& options) {
+  const config::JobConfig job = load_job(options.job);
+  const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
+  if (!cluster.single_process()) {
+    const std::string address = cluster.spec.address(cluster.task);
+    rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));
+    std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s at %s, listening there works\n",
+                cluster.source.c_str(), static_cast<int>(cluster.spec.all_tasks().size()),
+                cluster.spec.world_size(), cluster.task.str().c_str(), address.c_str());
+  }
   trainer::validate_job(job);
-  std::printf("%s is valid\n", options.config.c_str());
+  std::printf("%s is valid\n", options.job.config.c_str());
   return 0;
 }
 

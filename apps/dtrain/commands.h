@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "config/job_config.h"
+#include "trainer/trainer.h"
+
 namespace dtrain::app {
 
 // Options every job-reading command shares.
@@ -17,6 +20,12 @@ struct JobOptions {
 struct RunOptions {
   JobOptions job;
   std::string summary;  // --summary FILE
+  std::string task;     // --task TYPE:INDEX ("" = from TF_CONFIG or the job file)
+};
+
+struct ValidateOptions {
+  JobOptions job;
+  std::string task;  // --task TYPE:INDEX
 };
 
 struct BenchTrainOptions {
@@ -27,8 +36,25 @@ struct BenchTrainOptions {
   bool json = false;
 };
 
+// `dtrain launch`: the job's cluster as local processes (lib/launch/launcher.h).
+struct LaunchOptions {
+  JobOptions job;                       // --config, --set and --threads go to every task
+  std::string summary;                  // --summary FILE: exit codes and every task's summary
+  int workers = 0;                      // --workers N: a localhost cluster on free ports
+  int ps = 0;                           // --ps M
+  bool chief = false;                   // --chief
+  bool evaluator = false;               // --evaluator
+  std::vector<std::string> injections;  // --inject kill:worker:1@step=20 (repeatable)
+  double grace_period = 5.0;            // --grace-period SECONDS
+};
+
 int run_command(const RunOptions& options);
-int validate_command(const JobOptions& options);
+int launch_command(const LaunchOptions& options);
+int validate_command(const ValidateOptions& options);
+
+// `run` for one task of a multi-task job (cluster_run.cpp).
+int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
+                   trainer::RunOptions run);
 int bench_train_command(const BenchTrainOptions& options);
 int version_command();
 

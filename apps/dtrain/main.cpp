@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace {
 
@@ -24,7 +25,8 @@ void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
 }
 
 int print_error(const std::string& message, ExitCode code) {
-  std::fprintf(stderr, "%s%s\n", dtrain::kErrorPrefix, message.c_str());
+  // In a cluster the log prefix names the task: "[worker:1] dtrain: error: ...".
+  std::fprintf(stderr, "%s%s%s\n", dtrain::log::prefix().c_str(), dtrain::kErrorPrefix, message.c_str());
   return to_int(code);
 }
 
@@ -39,11 +41,37 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Train the model a job config describes");
   add_job_options(run_cmd, run.job);
   run_cmd->add_option("--summary", run.summary, "Write a JSON summary of the run to FILE");
+  run_cmd->add_option("--task", run.task, "This task, TYPE:INDEX (default: TF_CONFIG's task, else the config's)");
 
-  dtrain::app::JobOptions validate;
+  dtrain::app::LaunchOptions launch;
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "Run every task of the job's cluster as a local process (a multi-port simulation)");
+  add_job_options(launch_cmd, launch.job);
+  launch_cmd->add_option("--summary", launch.summary,
+                         "Write the tasks' exit codes and run summaries to FILE (JSON)");
+  launch_cmd->add_option("--workers", launch.workers,
+                         "Build a localhost cluster of N workers on free ports (instead of the "
+                         "config's or TF_CONFIG's cluster)")
+      ->check(CLI::PositiveNumber);
+  launch_cmd->add_option("--ps", launch.ps, "With --workers: M parameter-server tasks")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_flag("--chief", launch.chief, "With --workers: add a chief task");
+  launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
+  launch_cmd->add_option("--inject", launch.injections,
+                         "Fault injection, e.g. kill:worker:1@step=20 (SIGKILL that task at that "
+                         "step; repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  launch_cmd->add_option("--grace-period", launch.grace_period,
+                         "Seconds the other tasks get to stop by themselves after one fails, and "
+                         "again between SIGTERM and SIGKILL (default 5)")
+      ->check(CLI::NonNegativeNumber);
+
+  dtrain::app::ValidateOptions validate;
   CLI::App* validate_cmd =
       app.add_subcommand("validate", "Check a job config, its model and its data without training");
-  add_job_options(validate_cmd, validate);
+  add_job_options(validate_cmd, validate.job);
+  validate_cmd->add_option("--task", validate.task, "This task, TYPE:INDEX (checks its address can be bound)");
 
   dtrain::app::BenchTrainOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
@@ -71,6 +99,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) return dtrain::app::run_command(run);
+    if (launch_cmd->parsed()) return dtrain::app::launch_command(launch);
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench);
     if (version_cmd->parsed()) return dtrain::app::version_command();

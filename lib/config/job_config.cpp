@@ -7,8 +7,10 @@
 // checking types and ranges; finish() checks that the declared keys and the reading
 // code agree. The tables of keys per type (layer type, optimizer, data format,
 // schedule) give both the declarations and the notes for a key that belongs to
-// another type ("'files' belongs to cifar10 sources"). normalized_json is the
-// overridden JSON dumped with sorted keys.
+// another type ("'files' belongs to cifar10 sources"). The cluster, task and
+// rpc_layer keys (TF_CONFIG's shape) and the runtime section are read by
+// cluster_reader.cpp. normalized_json is the overridden JSON dumped with sorted keys;
+// agreement_json is the same without what may differ between the tasks of one job.
 #include "config/job_config.h"
 
 #include <cerrno>
@@ -17,6 +19,7 @@
 #include <map>
 #include <utility>
 
+#include "config/cluster_reader.h"
 #include "config/json_reader.h"
 #include "config/overrides.h"
 #include "core/error.h"
@@ -372,15 +375,6 @@ StrategySpec read_strategy(const Context& ctx, const Json& value) {
   return strategy;
 }
 
-RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
-  RuntimeSpec runtime;
-  ObjectReader r(ctx, value, runtime.path, "the runtime section");
-  r.expect_keys({"threads"});
-  runtime.threads = r.get_int("threads", runtime.threads, 0);
-  r.finish();
-  return runtime;
-}
-
 OutputSpec read_output(const Context& ctx, const Json& value) {
   OutputSpec output;
   ObjectReader r(ctx, value, output.path, "the output section");
@@ -394,7 +388,8 @@ JobConfig read_job(const Context& ctx, const Json& root) {
   JobConfig config;
   config.source = ctx.source;
   ObjectReader r(ctx, root, "", "the job");
-  r.expect_keys({"strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output"});
+  r.expect_keys({"strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output",
+                 "cluster", "task", "rpc_layer"});
   if (const Json* v = r.find("strategy")) config.strategy = read_strategy(ctx, *v);
   config.model = read_model(ctx, r.require("model"));
   config.loss = read_loss(ctx, r.require("loss"));
@@ -403,8 +398,23 @@ JobConfig read_job(const Context& ctx, const Json& root) {
   config.train = read_train(ctx, r.require("train"));
   if (const Json* v = r.find("runtime")) config.runtime = read_runtime(ctx, *v);
   if (const Json* v = r.find("output")) config.output = read_output(ctx, *v);
+  read_cluster_keys(r, &config.cluster, &config.task);
   r.finish();
   return config;
+}
+
+// normalized_json without what may differ between the tasks of one job: the task
+// and runtime.threads (an emptied runtime section goes too, so that a task with
+// --set runtime.threads=4 agrees with one without a runtime section).
+std::string agreement_json(Json root) {
+  root.erase("task");
+  const auto runtime = root.find("runtime");
+  if (runtime != root.end() && runtime->is_object()) {
+    runtime->erase("threads");
+    runtime->erase("secret_file");  // each machine may keep the secret elsewhere
+    if (runtime->empty()) root.erase(runtime);
+  }
+  return root.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -419,6 +429,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   apply_overrides(root, overrides, ctx);
   JobConfig config = read_job(ctx, root);
   config.normalized_json = root.dump(-1, ' ', false, Json::error_handler_t::replace);
+  config.agreement_json = agreement_json(root);
   return config;
 }
 

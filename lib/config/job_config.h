@@ -8,8 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "config/cluster_spec.h"
 
 namespace dtrain::config {
 
@@ -114,7 +117,12 @@ struct StrategySpec {
 
 struct RuntimeSpec {
   std::string path = "runtime";
-  int64_t threads = 0;  // 0 = OMP_NUM_THREADS when set, else all cores
+  int64_t threads = 0;               // 0 = OMP_NUM_THREADS when set, else all cores
+  double rendezvous_timeout = 300.0; // seconds a task waits for the others to join
+  double heartbeat_interval = 1.0;   // seconds between heartbeats on the control channel
+  double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost
+  std::string secret_file;           // file holding the job secret (else DTRAIN_JOB_SECRET)
+  std::string job_id;                // names the job in the handshake ("" = derived from the config)
 };
 
 struct OutputSpec {
@@ -132,10 +140,25 @@ struct JobConfig {
   TrainSpec train;
   RuntimeSpec runtime;
   OutputSpec output;
+  // The file's `cluster` and `task` keys (TF_CONFIG's shape); empty / unset when absent.
+  ClusterSpec cluster;
+  std::optional<TaskId> task;
   // The config after overrides, serialised with sorted keys and no whitespace:
   // the same job gives the same text (for hashes and the run summary).
   std::string normalized_json;
+  // normalized_json without what may differ between the tasks of one job (`task`,
+  // `runtime.threads`, `runtime.secret_file`): the tasks compare its hash before training.
+  std::string agreement_json;
 };
+
+// Resolves this process's cluster and task by TF's rules: the cluster from the
+// job file or TF_CONFIG (`tf_config`: the variable's value, or nullptr when unset;
+// both given and different is an error showing both), the task from `task_flag`
+// ("worker:1", "" = none), else TF_CONFIG's task, else the file's. Checks the spec:
+// known task types only (suggesting the closest), at most one chief and one
+// evaluator, host:port addresses, no duplicates, the task within its list.
+// Throws ConfigError naming the JSON path (in TF_CONFIG or the file) and a fix.
+ClusterConfig resolve_cluster(const JobConfig& job, const char* tf_config, const std::string& task_flag);
 
 // Reads, overrides and checks a job file. Throws ConfigError (with the file's line
 // and column for malformed JSON, the JSON path for everything else) or IoError if

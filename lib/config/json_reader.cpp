@@ -182,9 +182,12 @@ bool in_range(double v, const NumberRange& r) {
 
 void Context::fail(const std::string& path, const std::string& message,
                    const std::string* blame) const {
-  const std::string suffix = origin(blame ? *blame : path);
-  throw ConfigError(path.empty() ? str(source, ": ", message, suffix)
-                                 : str(source, ": ", path, ": ", message, suffix));
+  throw ConfigError(str(where(path), ": ", message, origin(blame ? *blame : path)));
+}
+
+std::string Context::where(const std::string& path) const {
+  if (path.empty()) return source;
+  return variable ? child_path(source, path) : str(source, ": ", path);
 }
 
 std::string Context::origin(const std::string& path) const {
@@ -209,7 +212,9 @@ Json parse_json(const std::string& text, const Context& ctx) {
     size_t line = 0, column = 0;
     line_and_column(text, problem.index, &line, &column);
     throw ConfigError(
-        str(ctx.source, ":", line, ":", column, ": malformed JSON: ", problem.message));
+        ctx.variable
+            ? str(ctx.source, ": malformed JSON at ", line, ":", column, ": ", problem.message)
+            : str(ctx.source, ":", line, ":", column, ": malformed JSON: ", problem.message));
   } catch (const Json::exception& e) {  // e.g. out_of_range 406: "number overflow parsing '1e400'"
     std::string message = e.what();
     const size_t bracket = message.find("] ");

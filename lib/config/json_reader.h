@@ -1,7 +1,8 @@
 // Checked reading of JSON values for the config module (private to lib/config/).
 //
 // parse_json() turns text into a JSON value and reports malformed JSON as
-// "source:line:column: malformed JSON: ..." and duplicate keys by their JSON path.
+// "source:line:column: malformed JSON: ..." ("TF_CONFIG: malformed JSON at line:column:
+// ..." for a variable) and duplicate keys by their JSON path.
 // ObjectReader wraps one JSON object and its path ("model.layers[3]"): it hands out
 // typed fields with range checks and defaults, remembers every key the schema asked
 // for, and finish() rejects the keys nobody asked for, with a "did you mean"
@@ -26,13 +27,20 @@ using Json = nlohmann::json;
 
 // Where the values come from, for messages.
 struct Context {
-  std::string source;  // "job.json" or "<string>"
+  std::string source;  // "job.json", "<string>" or "TF_CONFIG"
+  // True when `source` is an environment variable rather than a file: paths are then
+  // written "TF_CONFIG.cluster.worker[2]" and JSON syntax errors "TF_CONFIG: malformed
+  // JSON at 1:5: ..." (there is no file to open at a line:column).
+  bool variable = false;
   // JSON paths that --set replaced or added (path -> the override), so that an
   // error about them can point at the command line instead of the file.
   std::map<std::string, std::string> overridden;
 
-  // Throws ConfigError("source: path: message"); an empty path leaves it out. When
-  // `blame` (default: `path`) or a parent of it came from --set, the message says so.
+  // Where `path` is, for messages: "job.json: cluster.worker[2]" (a file),
+  // "TF_CONFIG.cluster.worker[2]" (a variable), the source alone for an empty path.
+  std::string where(const std::string& path) const;
+  // Throws ConfigError("<where(path)>: message"). When `blame` (default: `path`) or a
+  // parent of it came from --set, the message says so.
   [[noreturn]] void fail(const std::string& path, const std::string& message,
                          const std::string* blame = nullptr) const;
   // " (from --set x=1)" when `path` or a parent of it came from an override, else "".

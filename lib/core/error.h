@@ -16,6 +16,8 @@ enum class ExitCode : int {
   kRuntime = 1,      // a failure during training or an internal check that failed
   kConfig = 2,       // bad command line, bad job config, shapes that do not fit
   kData = 3,         // a data or file problem: missing, unreadable, truncated, corrupt
+  kPeerLost = 4,     // another task of the job died or became unreachable
+  kTimeout = 5,      // a deadline passed: rendezvous, a barrier, a store request
   kInterrupted = 130 // stopped by SIGINT
 };
 
@@ -38,6 +40,21 @@ class IoError : public Error {
  public:
   explicit IoError(const std::string& message) : Error(message) {}
   ExitCode exit_code() const override { return ExitCode::kData; }
+};
+
+// Another task of the job was lost (crashed, killed, unreachable). Names the task,
+// its address and the last step it reached.
+class PeerLost : public Error {
+ public:
+  explicit PeerLost(const std::string& message) : Error(message) {}
+  ExitCode exit_code() const override { return ExitCode::kPeerLost; }
+};
+
+// A blocking operation reached its deadline (joining, a barrier, a store request).
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message) : Error(message) {}
+  ExitCode exit_code() const override { return ExitCode::kTimeout; }
 };
 
 // An internal invariant failed (DT_CHECK). Always a dtrain bug or an unexpected state.

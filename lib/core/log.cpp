@@ -30,6 +30,11 @@ void set_prefix(const std::string& prefix) {
   g_prefix = prefix;
 }
 
+std::string prefix() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_prefix;
+}
+
 void write(Level level, const std::string& message) {
   const char* tag = level == Level::kWarn ? "warning: " : (level == Level::kDebug ? "debug: " : "");
   std::lock_guard<std::mutex> lock(g_mutex);

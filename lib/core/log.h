@@ -17,6 +17,7 @@ Level level();
 
 // Text put in front of every line, e.g. "[worker:1] ". Empty by default.
 void set_prefix(const std::string& prefix);
+std::string prefix();
 
 void write(Level level, const std::string& message);
 

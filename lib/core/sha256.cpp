@@ -1,7 +1,10 @@
 // Implementation of sha256.h on OpenSSL's EVP digest interface.
 #include "core/sha256.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include "core/check.h"
 
@@ -44,6 +47,33 @@ std::string sha256_hex(const void* data, size_t size) {
   Sha256 h;
   h.update(data, size);
   return h.hex_digest();
+}
+
+std::string hmac_sha256(const std::string& key, const std::string& data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  const unsigned char* result =
+      HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &length);
+  DT_CHECK(result != nullptr, "HMAC failed");
+  return std::string(reinterpret_cast<const char*>(out), length);
+}
+
+std::string random_hex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  DT_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) == 1,
+           "RAND_bytes failed");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace dtrain

@@ -101,6 +101,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
       }
       ++step_in_epoch;
       ++global_step;
+      if (options.on_step) options.on_step(global_step);
       const double elapsed = epoch_time.seconds();
       progress.step(epoch + 1, job.train.epochs, step_in_epoch, steps_per_epoch, mean_loss(epoch_stats),
                     accuracy(epoch_stats), epoch_stats.count / std::max(elapsed, 1e-9));

@@ -2,6 +2,7 @@
 // and measures training throughput for `dtrain bench train`.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "config/job_config.h"
@@ -10,6 +11,9 @@ namespace dtrain::trainer {
 
 struct RunOptions {
   std::string summary_path;  // --summary FILE ("" = none)
+  // Called after every training step with the number of steps done. The cluster
+  // runtime reports progress and checks the other tasks' health here (and may throw).
+  std::function<void(int64_t steps_done)> on_step;
 };
 
 struct RunSummary {

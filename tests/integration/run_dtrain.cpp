@@ -204,9 +204,9 @@ RunOutput run_program(const std::string& program, const std::vector<std::string>
   if (WIFSIGNALED(status) && !r.timed_out) r.signal = WTERMSIG(status);
 
   if (r.timed_out)
-    FAIL("dtrain did not finish within " << spec.deadline_seconds << " s and was killed\n"
-                                         << describe(r));
-  if (r.signal != 0) FAIL("dtrain crashed\n" << describe(r));
+    FAIL(program << " did not finish within " << spec.deadline_seconds << " s and was killed\n"
+                 << describe(r));
+  if (r.signal != 0) FAIL(program << " crashed (killed by a signal)\n" << describe(r));
   return r;
 }
 

@@ -1,0 +1,64 @@
+// The cluster a job runs on, by TensorFlow's TF_CONFIG rules.
+//
+// A cluster lists host:port addresses per task type (chief, worker, ps,
+// evaluator); a task is one (type, index). The cluster comes from the job file's
+// `cluster`/`task` keys or from the TF_CONFIG environment variable (same JSON
+// shape); the task from --task TYPE:INDEX, else TF_CONFIG's `task`, else the
+// file's. The chief is chief:0, or worker:0 when there is no chief. The training
+// world (synchronous strategies) is the chief plus the workers; ps and evaluator
+// tasks are outside it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::config {
+
+struct TaskId {
+  std::string type;  // chief | worker | ps | evaluator
+  int index = 0;
+  std::string str() const { return type + ":" + std::to_string(index); }  // "worker:1"
+  bool operator==(const TaskId& other) const = default;
+};
+
+struct ClusterSpec {
+  // Task type -> addresses ("host:port"). Only the four known types appear.
+  std::map<std::string, std::vector<std::string>> tasks;
+  std::string rpc_layer;  // accepted for TF compatibility ("grpc"); not used
+
+  bool empty() const { return tasks.empty(); }
+  int count(const std::string& type) const;
+  const std::string& address(const TaskId& task) const;  // task must exist
+  bool contains(const TaskId& task) const;
+  // Every task: chief first, then workers, ps, evaluator, each by index.
+  std::vector<TaskId> all_tasks() const;
+  // chief:0, or worker:0 when there is no chief.
+  TaskId chief() const;
+  // Tasks that train in lock-step: chiefs + workers.
+  int world_size() const;
+  // This task's rank in the training world (chief 0, then workers in order),
+  // or -1 for ps and evaluator tasks.
+  int rank(const TaskId& task) const;
+};
+
+// What this process is: the resolved cluster and its own task.
+struct ClusterConfig {
+  ClusterSpec spec;   // empty: a single process without a cluster
+  TaskId task;        // meaningful only when !spec.empty()
+  std::string source; // where the cluster came from, for messages: "TF_CONFIG" or the job file
+  bool single_process() const { return spec.empty(); }
+};
+
+// Parses a "host:port" address; throws ConfigError (naming `where`) otherwise.
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+HostPort parse_host_port(const std::string& address, const std::string& where);
+
+// Parses "worker:1" (for --task); throws ConfigError otherwise.
+TaskId parse_task_flag(const std::string& text);
+
+}  // namespace dtrain::config

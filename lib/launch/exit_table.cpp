@@ -1,0 +1,75 @@
+// The launcher's account of how each task ended (describe_exit, format_exit_table in
+// launcher.h). The meanings follow the exit codes in core/error.h and the README.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "core/strings.h"
+#include "launch/launcher.h"
+
+namespace dtrain::launch {
+namespace {
+
+std::string code_meaning(int code) {
+  switch (code) {
+    case 0:
+      return "ok";
+    case 1:
+      return "runtime error";
+    case 2:
+      return "config or usage error";
+    case 3:
+      return "data or file error";
+    case 4:
+      return "peer lost (another task failed)";
+    case 5:
+      return "timeout";
+    case 127:
+      return "could not be started";
+    case 130:
+      return "interrupted";
+    default:
+      return "failed";
+  }
+}
+
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace
+
+std::string describe_exit(const TaskReport& task) {
+  const ExitStatus& s = task.status;
+  if (s.signal == 0) {
+    std::string meaning = code_meaning(s.code);
+    if (task.stopped && s.code != 0) meaning += ", after the launcher stopped it";
+    return meaning;
+  }
+  if (s.signal == SIGKILL && !task.injection.empty() && !task.stopped)
+    return "killed by the injected fault " + task.injection;
+  if (task.stopped) return "stopped by the launcher";
+  const bool crash = s.signal == SIGSEGV || s.signal == SIGABRT || s.signal == SIGBUS ||
+                     s.signal == SIGFPE || s.signal == SIGILL;
+  return str("killed by ", signal_name(s.signal), crash ? " (a crash)" : "");
+}
+
+std::string format_exit_table(const LaunchReport& report) {
+  size_t width = 4;
+  for (const TaskReport& t : report.tasks) width = std::max(width, t.task.str().size());
+  width += 2;
+  const std::string p = "dtrain: launch: ";
+  std::string out =
+      p + str("the job failed (exit code ", report.exit_code, "); how each task ended:\n");
+  out += p + "  " + pad("task", width) + pad("exit", 22) + "meaning\n";
+  for (const TaskReport& t : report.tasks) {
+    const bool first = t.task.str() == report.first_failure;
+    out += p + "  " + pad(t.task.str(), width) + pad(t.status.str(), 22) + describe_exit(t) +
+           (first ? "   <- first failure" : "") + "\n";
+  }
+  if (report.interrupted_by != 0)
+    out += p + str("stopped by ", signal_name(report.interrupted_by), "\n");
+  return out;
+}
+
+}  // namespace dtrain::launch

@@ -1,0 +1,389 @@
+// Implementation of launcher.h: the setup (job, cluster, ports, environment, logs,
+// a temporary directory for the tasks' summaries) and the watch loop.
+//
+// The loop is one poll() over the signal self-pipe and every task's two pipes, with
+// a timeout of at most kTick so exits and deadlines are checked even when nothing is
+// written. The stopping sequence is a small state machine: kRunning (no deadline: a
+// training takes as long as it takes) -> kGrace (a task failed; the others may still
+// exit by themselves) -> kTerminating (SIGTERM sent) -> kKilling (SIGKILL sent).
+// Every state after kRunning has a deadline, and the pipes get a short one to reach
+// end of file after the last task is reaped, so the launcher always ends.
+#include "launch/launcher.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "launch/signals.h"
+#include "launch/task_output.h"
+
+extern char** environ;
+
+namespace dtrain::launch {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(200);
+constexpr double kKillWait = 5.0;   // seconds to wait for a SIGKILLed task to be reaped
+constexpr double kPipeDrain = 2.0;  // seconds for the pipes to close after the last exit
+constexpr size_t kReadChunk = 64 * 1024;
+const char* const kOwnVariables[] = {"TF_CONFIG", "DTRAIN_JOB_ID", "DTRAIN_JOB_SECRET",
+                                     "DTRAIN_LISTEN_FD", "DTRAIN_INJECT"};
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Clock::time_point after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// A directory of its own under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = str(base && *base ? base : "/tmp", "/dtrain-launch-XXXXXX");
+    if (!::mkdtemp(pattern.data()))
+      throw IoError(
+          str("cannot create a temporary directory ", pattern, ": ", std::strerror(errno)));
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// One task while it runs.
+struct Task {
+  std::string name;  // "worker:1"
+  std::unique_ptr<Process> process;
+  UniqueFd pipes[2];  // the task's stdout, stderr
+  LineSplitter lines[2];
+  std::unique_ptr<TaskOutput> output;
+  bool agreed = false;
+  TaskReport report;
+};
+
+enum class Phase { kRunning, kGrace, kTerminating, kKilling };
+
+std::vector<std::string> base_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool ours = std::find(std::begin(kOwnVariables), std::end(kOwnVariables), name) !=
+                      std::end(kOwnVariables);
+    if (!ours) env.push_back(entry);
+  }
+  return env;
+}
+
+int default_threads(const LaunchOptions& options, const config::JobConfig& job, size_t tasks) {
+  if (options.threads > 0) return options.threads;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (job.runtime.threads > 0 || (omp && std::atoi(omp) > 0)) return 0;  // theirs to choose
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / static_cast<int>(tasks));
+}
+
+// 1.234
+std::string seconds_3(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", seconds);
+  return text;
+}
+
+std::string file_name(const config::TaskId& task) { return str(task.type, "-", task.index); }
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchOptions& options) : options_(options) {}
+  LaunchReport run();
+
+ private:
+  void note(const std::string& message) {
+    write_all(options_.stderr_fd, str("dtrain: launch: ", message, "\n"));
+  }
+  void watch(SignalPipe& signals);
+  void read_pipe(Task& t, int stream);
+  void on_line(Task& t, int stream, std::string_view line);
+  void check_exits();
+  void on_signal(int signal);
+  void stop_all(int signal);
+  size_t running() const;
+
+  const LaunchOptions& options_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+  std::string agree_line_;  // what every task logs once the rendezvous agrees
+  size_t agreed_ = 0;
+  Clock::time_point start_;
+  Phase phase_ = Phase::kRunning;
+  Clock::time_point deadline_;
+  LaunchReport report_;
+};
+
+size_t Launcher::running() const {
+  return static_cast<size_t>(std::count_if(tasks_.begin(), tasks_.end(),
+                                           [](const auto& t) { return !t->process->reaped(); }));
+}
+
+void Launcher::on_line(Task& t, int stream, std::string_view line) {
+  t.output->line(stream + 1, line);
+  if (t.agreed || line.find(agree_line_) == std::string_view::npos) return;
+  t.agreed = true;
+  if (++agreed_ == tasks_.size()) {
+    report_.cluster_up_seconds = since(start_);
+    write_all(options_.stdout_fd,
+              str("dtrain launch: all ", tasks_.size(), " tasks past the agreement barrier in ",
+                  seconds_3(report_.cluster_up_seconds), " s\n"));
+  }
+}
+
+void Launcher::read_pipe(Task& t, int stream) {
+  char buffer[kReadChunk];
+  // One read per wake-up, so a chatty task cannot starve the others.
+  const ssize_t n = ::read(t.pipes[stream].get(), buffer, sizeof buffer);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  auto emit = [&](std::string_view line) { on_line(t, stream, line); };
+  if (n > 0) {
+    t.lines[stream].feed(std::string_view(buffer, static_cast<size_t>(n)), emit);
+    return;
+  }
+  t.lines[stream].finish(emit);  // end of file (or a broken pipe): the last partial line
+  t.pipes[stream].reset();
+}
+
+void Launcher::stop_all(int signal) {
+  size_t n = 0;
+  for (auto& t : tasks_) {
+    if (t->process->reaped()) continue;
+    t->process->signal_group(signal);
+    t->report.stopped = true;
+    ++n;
+  }
+  if (n > 0)
+    note(str("sent ", signal_name(signal), " to the ", n, " task", n == 1 ? "" : "s",
+             " still running"));
+}
+
+void Launcher::on_signal(int signal) {
+  if (signal == SIGCHLD) return;      // check_exits() looks at every task anyway
+  if (report_.interrupted_by != 0) {  // a second one: no more patience
+    note(str("got ", signal_name(signal), " again: killing every task"));
+    stop_all(SIGKILL);
+    phase_ = Phase::kKilling;
+    deadline_ = after(kKillWait);
+    return;
+  }
+  report_.interrupted_by = signal;
+  note(str("got ", signal_name(signal),
+           ": stopping the job (send it again to kill every task at once)"));
+  if (phase_ == Phase::kRunning || phase_ == Phase::kGrace) {
+    stop_all(SIGTERM);
+    phase_ = Phase::kTerminating;
+    deadline_ = after(options_.grace_period);
+  }
+}
+
+void Launcher::check_exits() {
+  for (auto& t : tasks_) {
+    if (t->process->reaped() || !t->process->poll_exit()) continue;
+    t->report.status = t->process->status();
+    t->report.exit_seconds = since(start_);
+    if (t->report.status.ok() || !report_.first_failure.empty()) continue;
+    report_.first_failure = t->name;
+    if (phase_ != Phase::kRunning) continue;
+    phase_ = Phase::kGrace;
+    deadline_ = after(options_.grace_period);
+    if (running() > 0)
+      note(str(t->name, " ended with ", t->report.status.str(), " after ",
+               format_seconds(t->report.exit_seconds), "; the others have ",
+               format_seconds(options_.grace_period), " to stop by themselves"));
+  }
+}
+
+void Launcher::watch(SignalPipe& signals) {
+  bool draining = false;
+  Clock::time_point drain_deadline;
+  for (;;) {
+    check_exits();
+    const size_t alive = running();
+    if (alive == 0 && !draining) {
+      draining = true;
+      drain_deadline = after(kPipeDrain);
+    }
+    std::vector<pollfd> fds = {{signals.fd(), POLLIN, 0}};
+    std::vector<std::pair<Task*, int>> owners;
+    for (auto& t : tasks_)
+      for (int s = 0; s < 2; ++s)
+        if (t->pipes[s].valid()) {
+          fds.push_back({t->pipes[s].get(), POLLIN, 0});
+          owners.push_back({t.get(), s});
+        }
+    if (alive == 0 && (owners.empty() || Clock::now() >= drain_deadline)) break;
+    if (phase_ != Phase::kRunning && Clock::now() >= deadline_ && alive > 0) {
+      if (phase_ == Phase::kGrace) {
+        stop_all(SIGTERM);
+        phase_ = Phase::kTerminating;
+        deadline_ = after(options_.grace_period);
+      } else if (phase_ == Phase::kTerminating) {
+        stop_all(SIGKILL);
+        phase_ = Phase::kKilling;
+        deadline_ = after(kKillWait);
+      } else {
+        note(str(alive, " task(s) survived SIGKILL for ", kKillWait, " s; giving up on them"));
+        break;  // ~Process still kills and reaps each one
+      }
+      continue;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kTick);
+    if (phase_ != Phase::kRunning)
+      wait = std::clamp(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()) +
+              std::chrono::milliseconds(1),
+          std::chrono::milliseconds(0), wait);
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR)
+      throw RuntimeError(str("poll: ", std::strerror(errno)));
+    if (fds[0].revents != 0)
+      for (int s : signals.take()) on_signal(s);
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents != 0) read_pipe(*owners[i - 1].first, owners[i - 1].second);
+  }
+  for (auto& t : tasks_)  // what a pipe still holds after the drain deadline
+    for (int s = 0; s < 2; ++s)
+      if (t->pipes[s].valid()) {
+        t->lines[s].finish([&](std::string_view line) { on_line(*t, s, line); });
+        t->pipes[s].reset();
+      }
+  for (auto& t : tasks_)
+    if (!t->process->reaped()) {
+      t->process->kill_and_reap();
+      t->report.status = t->process->status();
+      t->report.exit_seconds = since(start_);
+      t->report.stopped = true;
+    }
+}
+
+LaunchReport Launcher::run() {
+  const config::JobConfig job = config::load_job_config(options_.config, options_.overrides);
+  ClusterPlan plan = plan_cluster(job, options_.cluster, std::getenv("TF_CONFIG"));
+  const std::vector<Injection> injections = parse_injections(options_.injections, plan.spec);
+  if (options_.grace_period < 0) throw ConfigError("--grace-period cannot be negative");
+
+  const fs::path log_dir =
+      fs::path(job.output.dir.empty() ? "runs/launch" : job.output.dir) / "logs";
+  std::error_code ec;
+  fs::create_directories(log_dir, ec);
+  if (ec)
+    throw IoError(str("cannot create the log directory ", log_dir.string(), ": ", ec.message()));
+
+  const TempDir summaries;
+  SignalPipe signals;  // before the first fork: no SIGCHLD or SIGINT may be lost
+  report_.job_id = "launch-" + random_hex(8);
+  agree_line_ = str("rendezvous: all ", plan.tasks.size(), " tasks joined and agree");
+  const char* secret = std::getenv("DTRAIN_JOB_SECRET");
+  std::vector<std::string> env = base_environment();
+  env.push_back(str("DTRAIN_JOB_SECRET=", secret && *secret ? secret : random_hex(32)));
+  env.push_back("DTRAIN_JOB_ID=" + report_.job_id);
+  const int threads = default_threads(options_, job, plan.tasks.size());
+
+  const std::string each = threads == 1 ? ", 1 thread each" : str(", ", threads, " threads each");
+  note(str("job ", report_.job_id, ": ", plan.tasks.size(), " tasks (cluster from ", plan.source,
+           ", chief ", plan.spec.chief().str(), " at ", plan.spec.address(plan.spec.chief()),
+           threads > 0 ? each : "", "); logs in ", log_dir.string()));
+  // argv[0] as `ps` shows it: the binary's path rather than /proc/self/exe.
+  std::string program_name = options_.program;
+  if (program_name == "/proc/self/exe") program_name = fs::read_symlink(program_name, ec).string();
+  if (program_name.empty()) program_name = "dtrain";
+
+  start_ = Clock::now();
+  for (PlannedTask& p : plan.tasks) {
+    auto t = std::make_unique<Task>();
+    t->name = p.task.str();
+    t->report.task = p.task;
+    t->report.address = p.port.address;
+    t->report.log_path = (log_dir / (file_name(p.task) + ".log")).string();
+    for (const Injection& i : injections)
+      if (i.task == p.task) t->report.injection = i.value;
+    t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path,
+                                             options_.stdout_fd, options_.stderr_fd);
+
+    SpawnSpec spec;
+    spec.program = options_.program;
+    spec.argv = {program_name, "run", "--config", options_.config};
+    for (const std::string& o : options_.overrides) spec.argv.insert(spec.argv.end(), {"--set", o});
+    const std::string summary = str(summaries.path(), "/", file_name(p.task), ".json");
+    spec.argv.insert(spec.argv.end(), {"--summary", summary});
+    if (threads > 0) spec.argv.insert(spec.argv.end(), {"--threads", std::to_string(threads)});
+    spec.env = env;
+    spec.env.push_back("TF_CONFIG=" + tf_config_json(plan.spec, p.task));
+    if (!t->report.injection.empty()) spec.env.push_back("DTRAIN_INJECT=" + t->report.injection);
+    if (p.task == plan.spec.chief()) {
+      spec.inherit_fd = p.port.socket.get();
+      spec.env.push_back(str("DTRAIN_LISTEN_FD=", spec.inherit_fd));
+    }
+    t->process = Process::spawn(spec);
+    t->report.pid = t->process->pid();
+    t->pipes[0] = t->process->take_stdout();
+    t->pipes[1] = t->process->take_stderr();
+    // The chief serves on the socket now; the others stay reserved here until the end.
+    if (p.task == plan.spec.chief()) p.port.socket.reset();
+    tasks_.push_back(std::move(t));
+  }
+
+  watch(signals);
+  report_.wall_seconds = since(start_);
+  for (const auto& t : tasks_) {
+    t->report.summary_json =
+        read_whole(str(summaries.path(), "/", file_name(t->report.task), ".json"));
+    report_.tasks.push_back(t->report);
+  }
+  if (report_.interrupted_by != 0) {
+    report_.exit_code = 128 + report_.interrupted_by;
+  } else if (!report_.first_failure.empty()) {
+    for (const auto& t : tasks_)
+      if (t->name == report_.first_failure)
+        report_.exit_code =
+            t->report.status.signal ? 128 + t->report.status.signal : t->report.status.code;
+  }
+  if (report_.exit_code != 0)
+    write_all(options_.stderr_fd, format_exit_table(report_));
+  else
+    note(str("all ", tasks_.size(), " tasks finished in ", format_seconds(report_.wall_seconds)));
+  return report_;
+}
+
+}  // namespace
+
+LaunchReport launch_cluster(const LaunchOptions& options) { return Launcher(options).run(); }
+
+}  // namespace dtrain::launch

@@ -1,0 +1,75 @@
+// `dtrain launch`: run every task of a cluster as a local process and watch them.
+//
+// launch_cluster() loads the job, plans the cluster on reserved loopback ports
+// (cluster_plan.h), starts one `dtrain run` per task (process.h) with TF_CONFIG,
+// a shared DTRAIN_JOB_SECRET and DTRAIN_JOB_ID, the chief's listening socket as
+// DTRAIN_LISTEN_FD, and any injected fault as DTRAIN_INJECT; then it relays every
+// task's output line by line with a "[worker:1] " prefix (task_output.h), reports
+// when every task has passed the rendezvous agreement, and waits. When a task fails
+// it gives the others a grace period to notice the lost peer and exit by themselves,
+// then sends SIGTERM to every remaining process group and SIGKILL one grace period
+// later; SIGINT, SIGTERM or SIGHUP to the launcher stop the tasks the same way at
+// once (a second one kills them). It returns only after every task has been reaped.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/cluster_spec.h"
+#include "launch/cluster_plan.h"
+#include "launch/process.h"
+
+namespace dtrain::launch {
+
+struct LaunchOptions {
+  std::string config;                   // the job file every task runs
+  std::vector<std::string> overrides;   // --set values, passed on to every task
+  int threads = 0;                      // --threads for every task (0: see below)
+  ClusterRequest cluster;               // --workers/--ps/--chief/--evaluator
+  std::vector<std::string> injections;  // --inject kill:worker:1@step=20
+  double grace_period = 5.0;            // seconds, for each of the two stopping stages
+  // What each task runs; argv[1..] are "run --config ...". Tests use a stand-in.
+  std::string program = "/proc/self/exe";
+  int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
+  int stderr_fd = 2;  // where their stderr lines and the launcher's messages go
+};
+// Threads: with no --threads, no runtime.threads and no OMP_NUM_THREADS, each task
+// gets --threads max(1, cores / tasks), so that N tasks do not fight over the cores.
+
+struct TaskReport {
+  config::TaskId task;
+  std::string address;
+  int pid = -1;
+  ExitStatus status;
+  double exit_seconds = 0.0;  // when it ended, from the start of spawning
+  bool stopped = false;       // the launcher signalled it (another task failed, or on SIGINT)
+  std::string injection;      // its DTRAIN_INJECT, "" for none
+  std::string summary_json;   // the --summary file it wrote, "" when none
+  std::string log_path;       // <output.dir>/logs/<type>-<index>.log
+};
+
+struct LaunchReport {
+  int exit_code = 0;               // 0, else the first failure's code (128 + signal for a signal)
+  std::string job_id;              // DTRAIN_JOB_ID of the tasks
+  std::string first_failure;       // "worker:1", "" when no task failed
+  int interrupted_by = 0;          // SIGINT/SIGTERM/SIGHUP that stopped the launcher, else 0
+  double cluster_up_seconds = -1;  // until every task passed the agreement (-1: never)
+  double wall_seconds = 0.0;
+  std::vector<TaskReport> tasks;  // in the cluster's order (chief, workers, ps, evaluator)
+};
+
+// Runs the job's cluster to the end. Throws ConfigError/IoError for problems found
+// before any task starts (bad job file, no cluster, non-local address, port in use,
+// bad --inject); task failures are in the report, and the table of exit codes has
+// been printed to options.stderr_fd.
+LaunchReport launch_cluster(const LaunchOptions& options);
+
+// What a task's end means: "peer lost: another task failed", "killed by the injected
+// fault kill@step=3", "stopped by the launcher", ...
+std::string describe_exit(const TaskReport& task);
+
+// The table printed when the job failed: one row per task (task, exit code or signal,
+// meaning), the first failure marked. Lines start with "dtrain: launch: ".
+std::string format_exit_table(const LaunchReport& report);
+
+}  // namespace dtrain::launch

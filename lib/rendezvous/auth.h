@@ -1,0 +1,40 @@
+// The job secret and the HMAC challenge-response that every rendezvous connection
+// goes through.
+//
+//   client -> server  hello     {magic, job_id, task, role, client_nonce}
+//   server -> client  challenge {server_nonce, HMAC(secret, "server|job|cn|sn")}
+//   client -> server  proof     {HMAC(secret, "client|job|task|sn|cn")}
+//   server -> client  welcome
+//
+// Both sides prove they know the secret without sending it; fresh nonces on both
+// sides stop replays; the job id keeps two jobs on the same ports apart. Traffic
+// after the handshake is not encrypted: the secret protects who may take part,
+// not what an eavesdropper on the network can read.
+#pragma once
+
+#include <string>
+
+#include "config/job_config.h"
+
+namespace dtrain::rendezvous {
+
+inline constexpr const char* kProtocolMagic = "dtrain-rendezvous-1";
+
+struct Credentials {
+  std::string job_id;
+  std::string secret;
+};
+
+// The job id: DTRAIN_JOB_ID, else runtime.job_id, else derived from the cluster's
+// addresses (the same on every task of the job). The secret: DTRAIN_JOB_SECRET,
+// else the contents of runtime.secret_file. No secret is a ConfigError that says
+// how to set one.
+Credentials load_credentials(const config::JobConfig& job, const config::ClusterSpec& cluster);
+
+std::string make_nonce();  // 16 random bytes, hex
+std::string server_proof(const Credentials& c, const std::string& client_nonce,
+                         const std::string& server_nonce);
+std::string client_proof(const Credentials& c, const std::string& task,
+                         const std::string& server_nonce, const std::string& client_nonce);
+
+}  // namespace dtrain::rendezvous

@@ -1,0 +1,241 @@
+// Implementation of cluster_session.h.
+//
+// Store keys (one store per job): join/<task>, agree/<task>, finish/<task>.
+#include "rendezvous/cluster_session.h"
+
+#include <chrono>
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "core/timer.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+std::vector<std::string> keys_for(const std::string& prefix, const std::vector<config::TaskId>& tasks) {
+  std::vector<std::string> keys;
+  for (const auto& t : tasks) keys.push_back(prefix + t.str());
+  return keys;
+}
+
+// "config_sha256=...;dtrain_version=...;world_size=..." as a map.
+std::map<std::string, std::string> parse_fields(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) out[item.substr(0, eq)] = item.substr(eq + 1);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+ClusterSession::ClusterSession(const config::ClusterConfig& cluster, const config::JobConfig& job,
+                               SessionOptions options)
+    : cluster_(cluster),
+      credentials_(load_credentials(job, cluster.spec)),
+      heartbeat_interval_(job.runtime.heartbeat_interval),
+      rendezvous_timeout_(job.runtime.rendezvous_timeout) {
+  Stopwatch timer;
+  const config::TaskId chief = cluster_.spec.chief();
+  const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
+  if (is_chief()) {
+    ServerOptions so;
+    so.credentials = credentials_;
+    so.heartbeat_timeout = job.runtime.heartbeat_timeout;
+    so.chief = chief.str();
+    for (const auto& t : cluster_.spec.all_tasks()) so.tasks.push_back({t.str(), cluster_.spec.address(t)});
+    // Listen on every interface of the chief's port, so the other machines reach it.
+    server_ = options.listen_fd >= 0 ? std::make_unique<StoreServer>(options.listen_fd, so)
+                                     : std::make_unique<StoreServer>("0.0.0.0", chief_address.port, so);
+  }
+  ClientOptions co;
+  co.credentials = credentials_;
+  co.task = cluster_.task.str();
+  co.server_name = str("the chief (", describe(chief), ")");
+  co.connect_timeout = rendezvous_timeout_;
+  co.on_waiting = [](const std::string& message) { log::info("rendezvous: ", message); };
+  const std::string host = is_chief() ? "127.0.0.1" : chief_address.host;
+  store_ = std::make_unique<StoreClient>(host, chief_address.port, co);
+  co.role = "control";
+  co.request_timeout = job.runtime.heartbeat_timeout;
+  control_ = std::make_unique<StoreClient>(host, chief_address.port, co);
+  heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
+  try {
+    wait_for_all_tasks();
+    compare_job_descriptions(job);
+  } catch (const Error& e) {
+    // The destructor will not run: stop the heartbeats and tell the others why.
+    stop_heartbeats();
+    if (!dynamic_cast<const PeerLost*>(&e)) fail(str(cluster_.task.str(), ": ", e.what()));
+    throw;
+  }
+  join_seconds_ = timer.seconds();
+  log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
+            credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
+}
+
+void ClusterSession::stop_heartbeats() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+ClusterSession::~ClusterSession() {
+  stop_heartbeats();
+  if (server_ && !finished_) {
+    // The chief is going down with a failed job. Keep serving a little, so the
+    // other tasks learn the real cause from their next heartbeat instead of
+    // only seeing the chief vanish.
+    server_->wait_all_done(2.0 * heartbeat_interval_ + 1.0);
+  }
+  if (!finished_ && store_) {
+    try {
+      store_->fail("it stopped before the end of the job (see its own output for why)");
+    } catch (const std::exception&) {
+      // The chief may be gone already; nothing more to tell.
+    }
+  }
+}
+
+std::string ClusterSession::describe(const config::TaskId& task) const {
+  return str(task.str(), " at ", cluster_.spec.address(task));
+}
+
+void ClusterSession::wait_for_all_tasks() {
+  const auto tasks = cluster_.spec.all_tasks();
+  store_->set("join/" + cluster_.task.str(), "1");
+  const auto keys = keys_for("join/", tasks);
+  Stopwatch waited;
+  while (!store_->wait(keys, 5.0)) {
+    std::vector<std::string> missing, joined;
+    for (const auto& t : tasks) (store_->get("join/" + t.str()) ? joined : missing).push_back(describe(t));
+    if (waited.seconds() >= rendezvous_timeout_)
+      throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
+                             dtrain::join(missing, ", "), "; start them (same job file) or raise runtime.rendezvous_timeout"));
+    log::info("rendezvous: waiting for ", dtrain::join(missing, ", "), " (joined: ", dtrain::join(joined, ", "), ")");
+    check_health();
+  }
+}
+
+void ClusterSession::compare_job_descriptions(const config::JobConfig& job) {
+  // The cluster may come from TF_CONFIG rather than the file: compare it too.
+  std::string cluster;
+  for (const auto& t : cluster_.spec.all_tasks()) cluster += t.str() + "=" + cluster_.spec.address(t) + ",";
+  const std::string mine = str("config_sha256=", sha256_hex(job.agreement_json).substr(0, 16),
+                               ";cluster_sha256=", sha256_hex(cluster).substr(0, 16),
+                               ";dtrain_version=", DTRAIN_VERSION, ";world_size=", world_size());
+  store_->set("agree/" + cluster_.task.str(), mine);
+  const auto tasks = cluster_.spec.all_tasks();
+  if (!store_->wait(keys_for("agree/", tasks), rendezvous_timeout_))
+    throw TimeoutError("rendezvous: the other tasks did not report their job description in time");
+  const auto my_fields = parse_fields(mine);
+  std::vector<std::string> differences;
+  for (const auto& t : tasks) {
+    if (t == cluster_.task) continue;
+    const auto theirs = parse_fields(store_->get("agree/" + t.str()).value_or(""));
+    for (const auto& [name, value] : my_fields) {
+      auto it = theirs.find(name);
+      const std::string other = it == theirs.end() ? "(missing)" : it->second;
+      if (other != value) differences.push_back(str(t.str(), " has ", name, " ", other, " where ", cluster_.task.str(),
+                                                    " has ", value));
+    }
+  }
+  if (!differences.empty()) {
+    const std::string message =
+        str("the tasks of this job disagree: ", dtrain::join(differences, "; "),
+            ". Every task must run the same job file and dtrain version (only `task` and runtime.threads may differ)");
+    throw ConfigError(message);
+  }
+}
+
+namespace {
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void ClusterSession::report_step(int64_t step) {
+  step_.store(step);
+  if (now_ms() - last_sent_ms_.load() < 100) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_pending_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
+void ClusterSession::heartbeat_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    step_pending_ = false;
+    lock.unlock();
+    last_sent_ms_.store(now_ms());
+    std::optional<std::string> failure;
+    try {
+      const HeartbeatReply reply = control_->heartbeat(step_.load());
+      failure = reply.failure;
+      chief_step_ = reply.chief_step;
+    } catch (const Error& e) {
+      const config::TaskId chief = cluster_.spec.chief();
+      const std::string when = chief_step_ < 0 ? std::string("before reporting any step")
+                                               : str("after step ", chief_step_);
+      failure = str("the chief ", describe(chief), " was lost ", when, ": ", e.what());
+    }
+    lock.lock();
+    if (failure) {
+      if (!failure_) failure_ = *failure;
+      return;
+    }
+    stop_cv_.wait_for(lock, std::chrono::duration<double>(heartbeat_interval_),
+                      [this] { return stop_ || step_pending_; });
+  }
+}
+
+void ClusterSession::check_health() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_) throw PeerLost(*failure_);
+}
+
+void ClusterSession::fail(const std::string& message) {
+  finished_ = true;  // the destructor need not report again
+  try {
+    store_->fail(message);
+  } catch (const std::exception&) {
+    // The chief may be gone; the others will notice that on their own.
+  }
+}
+
+void ClusterSession::finish() {
+  const auto tasks = cluster_.spec.all_tasks();
+  store_->set("finish/" + cluster_.task.str(), "1");
+  // No overall deadline: the wait ends early with PeerLost if any task is lost
+  // (the chief fails pending waits), and heartbeats detect a lost chief.
+  Stopwatch waited;
+  while (!store_->wait(keys_for("finish/", tasks), 5.0)) {
+    check_health();
+    if (waited.seconds() > 60.0) {
+      log::info("rendezvous: waiting for the other tasks to finish");
+      waited.reset();
+    }
+  }
+  stop_heartbeats();
+  control_->done();
+  finished_ = true;
+  if (server_ && !server_->wait_all_done(10.0))
+    log::warn("rendezvous: some tasks did not sign off within 10 s after the final barrier");
+}
+
+}  // namespace dtrain::rendezvous

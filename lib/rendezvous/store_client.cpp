@@ -1,0 +1,206 @@
+// Implementation of store_client.h: blocking calls built from Asio's asynchronous
+// operations and io_context::run_for(), which is how a deadline is put on them.
+#include "rendezvous/store_client.h"
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "rendezvous/wire.h"
+
+namespace dtrain::rendezvous {
+
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+struct StoreClient::Impl {
+  ClientOptions options;
+  asio::io_context io;
+  tcp::socket socket{io};
+  std::string where;  // "the chief (chief:0 at 127.0.0.1:2222)"
+
+  // Runs the io_context until `done` or the deadline; on the deadline closes the
+  // socket (cancelling the operations) and drains their handlers.
+  bool run_until(const bool& done, Clock::duration timeout) {
+    io.restart();
+    const auto deadline = Clock::now() + timeout;
+    while (!done && Clock::now() < deadline) io.run_one_until(deadline);
+    if (done) return true;
+    std::error_code ignored;
+    socket.close(ignored);
+    io.restart();
+    io.run();
+    return false;
+  }
+
+  // Connects once; returns the error (empty on success).
+  std::error_code connect_once(const tcp::resolver::results_type& endpoints, Clock::duration timeout) {
+    bool done = false;
+    std::error_code result;
+    asio::async_connect(socket, endpoints, [&](const std::error_code& ec, const tcp::endpoint&) {
+      result = ec;
+      done = true;
+    });
+    if (!run_until(done, timeout)) return asio::error::timed_out;
+    return result;
+  }
+
+  void connect(const std::string& host, int port) {
+    tcp::resolver resolver(io);
+    std::error_code ec;
+    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) throw ConfigError(str("cannot resolve ", where, ": ", ec.message()));
+    const auto start = Clock::now();
+    const auto deadline = start + seconds(options.connect_timeout);
+    auto next_report = start + std::chrono::seconds(5);
+    while (true) {
+      const auto left = deadline - Clock::now();
+      ec = connect_once(endpoints, std::min<Clock::duration>(left, std::chrono::seconds(2)));
+      if (!ec) break;
+      std::error_code ignored;
+      socket.close(ignored);
+      if (Clock::now() >= deadline)
+        throw TimeoutError(str("could not reach ", where, " within ", options.connect_timeout,
+                               " s (last error: ", ec.message(),
+                               "); is that task running? raise runtime.rendezvous_timeout to wait longer"));
+      if (options.on_waiting && Clock::now() >= next_report) {
+        options.on_waiting(str("waiting for ", where, " (", ec.message(), ")"));
+        next_report += std::chrono::seconds(5);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    socket.set_option(tcp::no_delay(true));
+    handshake();
+  }
+
+  void handshake() {
+    const auto& c = options.credentials;
+    const std::string client_nonce = make_nonce();
+    Message challenge = roundtrip({Op::kHello, 0, {kProtocolMagic, c.job_id, options.task, options.role, client_nonce}},
+                                  seconds(options.request_timeout));
+    if (challenge.op == Op::kError)
+      throw ConfigError(str(where, " refused this task: ", challenge.fields.empty() ? "" : challenge.fields[0]));
+    if (challenge.op != Op::kChallenge || challenge.fields.size() != 2)
+      throw ConfigError(str(where, " is not a dtrain rendezvous server of this version"));
+    if (!constant_time_equal(challenge.fields[1], server_proof(c, client_nonce, challenge.fields[0])))
+      throw ConfigError(str(where, " does not know this job's secret: is another job using that address, "
+                                   "or is DTRAIN_JOB_SECRET different there?"));
+    const Message welcome = roundtrip({Op::kProof, 0, {client_proof(c, options.task, challenge.fields[0], client_nonce)}},
+                                      seconds(options.request_timeout));
+    if (welcome.op != Op::kWelcome)
+      throw ConfigError(str(where, " rejected this task's proof of the job secret: is DTRAIN_JOB_SECRET (or "
+                                   "runtime.secret_file) the same on every task?"));
+  }
+
+  // Sends one message and reads the reply, within `timeout`.
+  Message roundtrip(const Message& m, Clock::duration timeout) {
+    const std::string out = encode_frame(m);
+    unsigned char header[4];
+    std::string body;
+    std::error_code error;
+    bool done = false, too_big = false;
+    asio::async_write(socket, asio::buffer(out), [&](const std::error_code& ec, size_t) {
+      if (ec) {
+        error = ec;
+        done = true;
+        return;
+      }
+      asio::async_read(socket, asio::buffer(header), [&](const std::error_code& ec2, size_t) {
+        if (ec2) {
+          error = ec2;
+          done = true;
+          return;
+        }
+        const uint32_t length = decode_length(header);
+        if (length > kMaxFrameBytes) {
+          too_big = done = true;
+          return;
+        }
+        body.assign(length, '\0');
+        asio::async_read(socket, asio::buffer(body), [&](const std::error_code& ec3, size_t) {
+          error = ec3;
+          done = true;
+        });
+      });
+    });
+    if (!run_until(done, timeout))
+      throw TimeoutError(str(where, " did not answer a '", op_name(m.op), "' request within ",
+                             std::chrono::duration<double>(timeout).count(), " s"));
+    if (error)
+      throw PeerLost(str("lost the connection to ", where, " (", error.message(),
+                         "): that task died or the network failed"));
+    Message reply;
+    if (too_big || !decode_payload(body, reply)) throw PeerLost(str(where, " sent a malformed reply"));
+    return reply;
+  }
+
+  // A request whose kError reply means the job failed.
+  Message request(const Message& m, Clock::duration timeout) {
+    Message reply = roundtrip(m, timeout);
+    if (reply.op == Op::kError) throw PeerLost(reply.fields.empty() ? "the job failed" : reply.fields[0]);
+    return reply;
+  }
+};
+
+StoreClient::StoreClient(const std::string& host, int port, ClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->where = impl_->options.server_name.empty() ? str(host, ":", port) : impl_->options.server_name;
+  impl_->connect(host, port);
+}
+
+StoreClient::~StoreClient() {
+  std::error_code ignored;
+  impl_->socket.close(ignored);
+}
+
+void StoreClient::set(const std::string& key, const std::string& value) {
+  impl_->request({Op::kSet, 0, {key, value}}, seconds(impl_->options.request_timeout));
+}
+
+std::optional<std::string> StoreClient::get(const std::string& key) {
+  const Message r = impl_->request({Op::kGet, 0, {key}}, seconds(impl_->options.request_timeout));
+  if (r.op == Op::kNotFound) return std::nullopt;
+  return r.fields.empty() ? std::string() : r.fields[0];
+}
+
+int64_t StoreClient::add(const std::string& key, int64_t delta) {
+  return impl_->request({Op::kAdd, delta, {key}}, seconds(impl_->options.request_timeout)).number;
+}
+
+bool StoreClient::wait(const std::vector<std::string>& keys, double timeout_seconds) {
+  const auto ms = static_cast<int64_t>(timeout_seconds * 1000.0);
+  const Message r = impl_->request({Op::kWait, ms, keys}, seconds(timeout_seconds + impl_->options.request_timeout));
+  return r.op == Op::kOk;
+}
+
+HeartbeatReply StoreClient::heartbeat(int64_t step) {
+  const Message r = impl_->roundtrip({Op::kHeartbeat, step, {}}, seconds(impl_->options.request_timeout));
+  HeartbeatReply reply;
+  if (r.op == Op::kStatus && r.number == 0) {
+    if (!r.fields.empty()) reply.chief_step = std::strtoll(r.fields[0].c_str(), nullptr, 10);
+  } else {
+    reply.failure = r.fields.empty() ? "the job failed" : r.fields[0];
+  }
+  return reply;
+}
+
+void StoreClient::done() { impl_->request({Op::kDone, 0, {}}, seconds(impl_->options.request_timeout)); }
+
+void StoreClient::fail(const std::string& message) {
+  impl_->roundtrip({Op::kFail, 0, {message}}, seconds(impl_->options.request_timeout));
+}
+
+}  // namespace dtrain::rendezvous

@@ -1,0 +1,61 @@
+// StoreClient: one authenticated TCP connection to the chief's StoreServer, with
+// a deadline on every call. Used from one thread at a time.
+//
+// Errors: a refused connection is retried until the connect deadline (then
+// TimeoutError naming the chief's address); a lost connection or a reply saying
+// the job failed is PeerLost; a handshake the server refuses (wrong job, wrong
+// secret) is ConfigError.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/auth.h"
+
+namespace dtrain::rendezvous {
+
+struct ClientOptions {
+  Credentials credentials;
+  std::string task;             // this task, "worker:1"
+  std::string role = "store";   // "store" for requests, "control" for heartbeats
+  std::string server_name;      // the server in messages, e.g. "the chief (chief:0 at host:2222)"
+  double connect_timeout = 300.0;    // seconds to keep retrying a refused connection
+  double request_timeout = 30.0;     // seconds for one request/reply (waits add their own)
+  // Called about every 5 s while the server cannot be reached yet.
+  std::function<void(const std::string&)> on_waiting;
+};
+
+struct HeartbeatReply {
+  std::optional<std::string> failure;  // why the job failed, if it did
+  int64_t chief_step = -1;             // the last step the chief reported
+};
+
+class StoreClient {
+ public:
+  StoreClient(const std::string& host, int port, ClientOptions options);
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  std::optional<std::string> get(const std::string& key);
+  // Adds delta to the integer at key (0 if absent) and returns the new value.
+  int64_t add(const std::string& key, int64_t delta);
+  // Blocks until every key exists (true) or timeout_seconds pass (false).
+  bool wait(const std::vector<std::string>& keys, double timeout_seconds);
+  // Reports this task's step; the reply says whether the job failed.
+  HeartbeatReply heartbeat(int64_t step);
+  // This task finishes normally: its disconnect will not count as a loss.
+  void done();
+  // This task is failing with `message`: the job fails with it.
+  void fail(const std::string& message);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::rendezvous

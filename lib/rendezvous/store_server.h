@@ -1,0 +1,65 @@
+// StoreServer: the key-value store the chief serves to every task of the job over
+// TCP (Asio), and the job's membership and health record.
+//
+// Each connection first passes the handshake in auth.h (within a deadline), then
+// sends requests (set, get, add, wait with a deadline) and gets one reply each.
+// A task's "control" connection also carries heartbeats with its step; the server
+// declares a task lost when that connection closes before the task said it was
+// done, or when no heartbeat came for heartbeat_timeout, and from then on every
+// reply tells the other tasks that the job failed and why. Connections that fail
+// the handshake, send garbage or oversized frames are dropped and logged; the job
+// goes on. All state lives on the server's one I/O thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/auth.h"
+
+namespace dtrain::rendezvous {
+
+struct ExpectedTask {
+  std::string name;     // "worker:1"
+  std::string address;  // "127.0.0.1:2223", for messages
+};
+
+struct ServerOptions {
+  Credentials credentials;
+  std::vector<ExpectedTask> tasks;  // every task of the job
+  std::string chief;                // the chief's name: heartbeat replies carry its step
+  double heartbeat_timeout = 10.0;  // seconds
+  double handshake_timeout = 5.0;   // seconds a new connection has to authenticate
+};
+
+struct ServerState;  // the server's state, owned by its I/O thread (store_server.cpp)
+
+class StoreServer {
+ public:
+  // Binds host:port (port 0: any free port), listens, and serves on a background
+  // thread. A port in use is a ConfigError naming the address.
+  StoreServer(const std::string& host, int port, ServerOptions options);
+  // Serves on an already listening socket (inherited from `dtrain launch`).
+  StoreServer(int listen_fd, ServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+  // Connections dropped for failing the handshake or the protocol.
+  int rejected_connections() const;
+  // Blocks until every task has said it is done or has disconnected (or, once the
+  // job failed, has been told so), or until `timeout_seconds` pass. Returns true
+  // if all were through.
+  bool wait_all_done(double timeout_seconds);
+
+ private:
+  std::shared_ptr<ServerState> impl_;
+};
+
+// Checks that this process could listen on `address` ("host:port"): the host is
+// one of this machine's addresses and the port is free. Throws ConfigError
+// naming `what` (e.g. "worker:1's address cluster.worker[1]") otherwise.
+void check_can_listen(const std::string& address, const std::string& what);
+
+}  // namespace dtrain::rendezvous

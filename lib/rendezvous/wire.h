@@ -1,0 +1,61 @@
+// The rendezvous wire format: length-prefixed frames carrying one Message each.
+//
+//   frame   = u32 payload length (big-endian) | payload
+//   payload = u8 op | i64 number (big-endian) | u32 field count | fields
+//   field   = u32 length | bytes
+//
+// A frame longer than the receiver's limit, or a payload that does not decode
+// exactly, is a protocol error: the connection is dropped. No Asio here, so the
+// format is testable on its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::rendezvous {
+
+// Largest payload either side accepts (store values are hashes and addresses).
+constexpr uint32_t kMaxFrameBytes = 1 << 20;
+
+enum class Op : uint8_t {
+  // handshake
+  kHello = 1,      // client: fields {magic, job_id, task, role, client_nonce}
+  kChallenge = 2,  // server: fields {server_nonce, server_proof}
+  kProof = 3,      // client: fields {client_proof}
+  kWelcome = 4,    // server: handshake accepted
+  // requests (client -> server)
+  kSet = 10,        // {key, value}
+  kGet = 11,        // {key}
+  kAdd = 12,        // {key}, number = delta
+  kWait = 13,       // {keys...}, number = timeout in ms
+  kHeartbeat = 14,  // number = last step reached
+  kDone = 15,       // the task is finishing normally: its disconnect is not a loss
+  kFail = 16,       // {message}: the task is failing; the job fails with it
+  // replies (server -> client)
+  kOk = 30,
+  kValue = 31,      // {value} or number
+  kNotFound = 32,
+  kTimedOut = 33,
+  kStatus = 34,     // heartbeat reply: number 0 = job healthy, 1 = failed; {message}
+  kError = 35,      // {message}; the server closes the connection after it
+};
+
+const char* op_name(Op op);
+
+struct Message {
+  Op op = Op::kOk;
+  int64_t number = 0;
+  std::vector<std::string> fields;
+};
+
+// The whole frame (length prefix included).
+std::string encode_frame(const Message& message);
+
+// Reads the big-endian length prefix of a frame (4 bytes).
+uint32_t decode_length(const unsigned char header[4]);
+
+// Decodes a payload (without its length prefix). Returns false if it is malformed.
+bool decode_payload(const std::string& payload, Message& out);
+
+}  // namespace dtrain::rendezvous

@@ -1,0 +1,127 @@
+// Implementation of job_files.h with std::filesystem and nlohmann/json. Failures to
+// make, write or read a test's own files FAIL the test at once: they are problems of
+// the test machine, not of dtrain, and the message says which file.
+#include "integration/job_files.h"
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#ifndef DTRAIN_SOURCE_DIR
+#error "DTRAIN_SOURCE_DIR (the repository root) must be defined by the build"
+#endif
+
+namespace dtrain::integration {
+namespace {
+
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+nlohmann::json shrink(nlohmann::json job, int64_t train_take, int64_t test_take) {
+  job["data"]["train"]["take"] = train_take;
+  job["data"]["test"]["take"] = test_take;
+  job["train"]["epochs"] = 1;
+  job.erase("output");
+  return job;
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/dtrain_it_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr)
+    FAIL("mkdtemp(" << pattern << "): " << std::strerror(errno));
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  if (std::getenv("DTRAIN_KEEP_TEST_DIRS")) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);  // best effort: a leftover dir must not fail a test
+}
+
+std::string TempDir::file(const std::string& name) const { return path_ + "/" + name; }
+
+std::string TempDir::write(const std::string& name, const std::string& bytes) const {
+  const std::string target = file(name);
+  std::ofstream out(target, std::ios::binary);
+  out << bytes;
+  out.close();
+  if (!out) FAIL("cannot write the test file " << target);
+  return target;
+}
+
+std::string TempDir::write_job(const nlohmann::json& job, const std::string& name) const {
+  return write(name, job.dump(2) + "\n");
+}
+
+std::string shipped_config_path(const std::string& file_name) {
+  return std::string(DTRAIN_SOURCE_DIR) + "/configs/" + file_name;
+}
+
+nlohmann::json shipped_config(const std::string& file_name) {
+  return read_json_file(shipped_config_path(file_name));
+}
+
+std::string fashion_mnist_file(const std::string& file_name) {
+  return std::string(kFashionMnistDir) + "/" + file_name;
+}
+
+nlohmann::json small_mlp_job(int64_t train_take, int64_t test_take) {
+  return shrink(shipped_config("fashion_mnist_mlp.json"), train_take, test_take);
+}
+
+nlohmann::json small_cnn_job(int64_t train_take, int64_t test_take) {
+  return shrink(shipped_config("fashion_mnist_cnn.json"), train_take, test_take);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL("cannot open " << path);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    FAIL(path << " is not valid JSON: " << e.what() << "\n" << text);
+  }
+  return {};
+}
+
+std::vector<nlohmann::json> read_json_lines(const std::string& path) {
+  std::istringstream lines(read_file(path));
+  std::vector<nlohmann::json> records;
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      records.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      FAIL(path << ":" << number << " is not valid JSON: " << e.what() << "\n" << line);
+    }
+  }
+  return records;
+}
+
+std::string idx_bytes(const std::vector<uint32_t>& sizes, size_t payload_bytes, uint8_t fill) {
+  std::string bytes;
+  auto put_be32 = [&bytes](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>((v >> shift) & 0xff));
+  };
+  put_be32(0x00000800u | static_cast<uint32_t>(sizes.size()));
+  for (uint32_t s : sizes) put_be32(s);
+  bytes.append(payload_bytes, static_cast<char>(fill));
+  return bytes;
+}
+
+}  // namespace dtrain::integration

@@ -1,0 +1,45 @@
+// The accuracy the shipped configs promise, measured by running them unchanged to
+// the end through the dtrain binary (label `slow`: the MLP takes about half a
+// minute, the CNN several minutes on 2 cores). Each run happens in a temporary
+// working directory, so the configs' relative output.dir lands there, and writes a
+// --summary; the test prints the test accuracy and training throughput (WARN, so
+// the figures show in the log even when the test passes) and checks the accuracy.
+#include <catch2/catch.hpp>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+
+namespace dtrain::integration {
+namespace {
+
+// Runs the shipped config `name` unchanged; REQUIREs exit 0 and test_accuracy >= `floor`.
+void check_shipped_accuracy(const std::string& name, double floor, double deadline_seconds) {
+  TempDir tmp;
+  const std::string summary_path = tmp.file("summary.json");
+  RunSpec spec;
+  spec.deadline_seconds = deadline_seconds;
+  spec.cwd = tmp.path();
+  const RunOutput r = run_dtrain({"run", "--config", shipped_config_path(name), "--summary", summary_path}, spec);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json s = read_json_file(summary_path);
+  REQUIRE(s["test_accuracy"].is_number());
+  const double accuracy = s["test_accuracy"].get<double>();
+  WARN(name << ": test_accuracy " << accuracy << " (needs >= " << floor << "), test_loss "
+            << s["test_loss"] << ", " << s["epochs"] << " epochs, " << s["steps"] << " steps, "
+            << s["train_samples_per_sec"] << " train samples/s, " << s["threads"] << " threads, "
+            << s["wall_seconds"] << " s wall");
+  CHECK(accuracy >= floor);
+}
+
+}  // namespace
+
+TEST_CASE("the shipped MLP config reaches test accuracy >= 0.88", "[slow]") {
+  check_shipped_accuracy("fashion_mnist_mlp.json", 0.88, 300.0);
+}
+
+TEST_CASE("the shipped CNN config reaches test accuracy >= 0.91", "[slow]") {
+  check_shipped_accuracy("fashion_mnist_cnn.json", 0.91, 840.0);
+}
+
+}  // namespace dtrain::integration

@@ -1,0 +1,58 @@
+// The parts of dtrain's command line that do not train: `version` and `--version`
+// print the version this build was configured with, `--help` and `run --help` exit 0
+// and document the options, and `validate` on the shipped configs exits 0 and says
+// what it checked (the JSON, the model, both data sources) without training.
+#include <catch2/catch.hpp>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+
+#ifndef DTRAIN_EXPECTED_VERSION
+#error "DTRAIN_EXPECTED_VERSION (the project version) must be defined by the build"
+#endif
+
+namespace dtrain::integration {
+
+TEST_CASE("dtrain version and dtrain --version print the version", "[integration]") {
+  const std::string expected = std::string("dtrain ") + DTRAIN_EXPECTED_VERSION;
+  for (const char* arg : {"version", "--version"}) {
+    const RunOutput r = run_dtrain({arg});
+    INFO(describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Matchers::StartsWith(expected));
+    CHECK(r.err.empty());
+  }
+}
+
+TEST_CASE("dtrain --help exits 0 and lists the subcommands", "[integration]") {
+  const RunOutput r = run_dtrain({"--help"});
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  for (const char* word : {"run", "validate", "bench", "version", "--version"})
+    CHECK_THAT(r.out, Catch::Matchers::Contains(word));
+}
+
+TEST_CASE("dtrain run --help exits 0 and documents the options", "[integration]") {
+  const RunOutput r = run_dtrain({"run", "--help"});
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  for (const char* option : {"--config", "--set", "--threads", "--summary"})
+    CHECK_THAT(r.out, Catch::Matchers::Contains(option));
+}
+
+TEST_CASE("dtrain validate accepts the shipped configs and says what it checked", "[integration]") {
+  for (const char* name : {"fashion_mnist_mlp.json", "fashion_mnist_cnn.json"}) {
+    const std::string config = shipped_config_path(name);
+    const RunOutput r = run_dtrain({"validate", "--config", config});
+    INFO(describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.empty());
+    for (const char* checked : {"model", "data.train", "data.test", "60000", "10000", "(28, 28, 1)"})
+      CHECK_THAT(r.out, Catch::Matchers::Contains(checked));
+    CHECK_THAT(r.out, Catch::Matchers::Contains(config + " is valid"));
+    // validate must not train.
+    CHECK_THAT(r.out, !Catch::Matchers::Contains("Epoch"));
+  }
+}
+
+}  // namespace dtrain::integration

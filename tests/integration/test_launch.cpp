@@ -1,0 +1,379 @@
+// `dtrain launch` end to end with the real binary: local clusters of real `dtrain
+// run` tasks on the Fashion-MNIST MLP (1024 training samples, so each run takes
+// seconds). A clean run (prefixed output, logs, the launch summary), a cluster with a
+// chief and a ps task, two launches at once, a fixed-port cluster from the job file,
+// an injected kill (the others report the lost peer with exit code 4 in time),
+// SIGTERM to the launcher, and the errors found before any task starts (an address
+// that is not local, a port in use, a bad --inject). After every launch, no process
+// of its job may remain: /proc is searched for its DTRAIN_JOB_ID.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+#include "launch/process.h"
+
+extern char** environ;
+
+namespace dtrain::integration {
+namespace {
+
+using Catch::Matchers::Contains;
+using launch::Clock;
+
+// The small MLP job as --set options (the shipped config itself stays unchanged).
+std::vector<std::string> small_job_args(const TempDir& tmp, int epochs = 1) {
+  return {"--config", shipped_config_path("fashion_mnist_mlp.json"),
+          "--set",    "data.train.take=1024",
+          "--set",    "data.test.take=256",
+          "--set",    "train.epochs=" + std::to_string(epochs),
+          "--set",    "output.dir=" + tmp.file("out")};
+}
+
+RunSpec within(double seconds) {
+  RunSpec spec;
+  spec.deadline_seconds = seconds;
+  return spec;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The pids of live processes whose environment holds DTRAIN_JOB_ID=`job_id`.
+std::vector<int> processes_of_job(const std::string& job_id) {
+  std::vector<int> found;
+  const std::string needle = "DTRAIN_JOB_ID=" + job_id;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return found;
+  while (dirent* e = ::readdir(proc)) {
+    const std::string name = e->d_name;
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in("/proc/" + name + "/environ", std::ios::binary);
+    std::stringstream env;
+    env << in.rdbuf();
+    const std::string text = env.str();
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+      const size_t end = at + needle.size();
+      if ((at == 0 || text[at - 1] == '\0') && (end == text.size() || text[end] == '\0'))
+        found.push_back(std::stoi(name));
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+void check_no_process_left(const std::string& job_id) {
+  INFO("job " << job_id);
+  REQUIRE(job_id.rfind("launch-", 0) == 0);
+  CHECK(processes_of_job(job_id).empty());
+}
+
+// A `dtrain launch` running in the background while the test watches its output.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& args) {
+    launch::SpawnSpec spec;
+    spec.program = DTRAIN_BINARY;
+    spec.argv = concat({DTRAIN_BINARY}, args);
+    for (char** e = environ; *e; ++e) spec.env.emplace_back(*e);
+    result_.command = "dtrain";
+    for (const auto& a : args) result_.command += " " + a;
+    start_ = Clock::now();
+    process_ = launch::Process::spawn(spec);
+    fds_[0] = process_->take_stdout();
+    fds_[1] = process_->take_stderr();
+  }
+  pid_t pid() const { return process_->pid(); }
+  const RunOutput& output() const { return result_; }
+
+  // Reads output until `done(stdout)` holds; false at the deadline.
+  template <class Predicate>
+  bool read_until(double seconds, Predicate done) {
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (!done(result_.out)) {
+      if (Clock::now() >= deadline || !pump(50)) return done(result_.out);
+    }
+    return true;
+  }
+
+  // Reads to the end and reaps; FAILs when that takes longer than `seconds`.
+  RunOutput finish(double seconds) {
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (pump(50) && Clock::now() < deadline) {
+    }
+    if (!process_->wait_until(deadline)) {
+      process_->kill_and_reap();
+      FAIL("dtrain launch did not end within " << seconds << " s\n" << describe(result_));
+    }
+    result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    result_.exit_code = process_->status().code;
+    result_.signal = process_->status().signal;
+    if (result_.signal != 0) FAIL("dtrain launch was killed by a signal\n" << describe(result_));
+    return result_;
+  }
+
+ private:
+  // One poll over both pipes; false once both are closed.
+  bool pump(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> which;
+    for (int i = 0; i < 2; ++i)
+      if (fds_[i].valid()) {
+        fds.push_back({fds_[i].get(), POLLIN, 0});
+        which.push_back(i);
+      }
+    if (fds.empty()) return false;
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      char buffer[65536];
+      const ssize_t n = ::read(fds[k].fd, buffer, sizeof buffer);
+      if (n > 0)
+        (which[k] == 0 ? result_.out : result_.err).append(buffer, static_cast<size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+        fds_[which[k]].reset();
+    }
+    return true;
+  }
+
+  std::unique_ptr<launch::Process> process_;
+  launch::UniqueFd fds_[2];
+  RunOutput result_;
+  Clock::time_point start_;
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+bool starts_with_any(const std::string& line, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (line.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+// A free loopback port (free when this returns; the kernel rarely hands it out again soon).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+nlohmann::json job_with_cluster(const TempDir& tmp, const nlohmann::json& cluster) {
+  nlohmann::json job = small_mlp_job(1024, 256);
+  job["cluster"] = cluster;
+  job["output"] = {{"dir", tmp.file("out")}};
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("launch --workers 2 trains, prefixes every line, logs, and sums up", "[integration]") {
+  TempDir tmp;
+  const RunOutput r =
+      run_dtrain(concat({"launch", "--workers", "2", "--summary", tmp.file("launch.json")},
+                        small_job_args(tmp)),
+                 within(90));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  for (const std::string& line : lines_of(r.out)) {
+    INFO(line);
+    CHECK(starts_with_any(line, {"[worker:0] ", "[worker:1] ", "dtrain launch: "}));
+  }
+  for (const std::string& line : lines_of(r.err)) {
+    INFO(line);
+    CHECK(starts_with_any(line, {"[worker:0] ", "[worker:1] ", "dtrain: launch: "}));
+  }
+  CHECK_THAT(r.out, Contains("dtrain launch: all 2 tasks past the agreement barrier in "));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  INFO(s.dump(2));
+  CHECK(s["exit_codes"] == nlohmann::json({{"worker:0", 0}, {"worker:1", 0}}));
+  for (const auto& [task, log_name] :
+       {std::pair{"worker:0", "worker-0.log"}, {"worker:1", "worker-1.log"}}) {
+    REQUIRE(s["tasks"][task].is_object());
+    CHECK(s["tasks"][task]["test_accuracy"].get<double>() > 0.3);
+    const std::string log = read_file(tmp.file(std::string("out/logs/") + log_name));
+    CHECK_THAT(log, Contains("rendezvous: all 2 tasks joined and agree"));
+    CHECK_THAT(log, Contains("Test: loss"));
+  }
+  CHECK(s["cluster_up_seconds"].get<double>() > 0.0);
+  check_no_process_left(s["job_id"]);
+}
+
+TEST_CASE("launch --workers 3 --ps 1 --chief runs every task to the end", "[integration]") {
+  TempDir tmp;
+  const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--ps", "1", "--chief",
+                                         "--summary", tmp.file("launch.json")},
+                                        small_job_args(tmp)),
+                                 within(110));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("all 5 tasks past the agreement barrier"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  CHECK(s["exit_codes"] ==
+        nlohmann::json(
+            {{"chief:0", 0}, {"worker:0", 0}, {"worker:1", 0}, {"worker:2", 0}, {"ps:0", 0}}));
+  check_no_process_left(s["job_id"]);
+}
+
+TEST_CASE("two launches at once do not collide", "[integration]") {
+  TempDir a, b;
+  Background first(
+      concat({"launch", "--workers", "2", "--summary", a.file("launch.json")}, small_job_args(a)));
+  Background second(
+      concat({"launch", "--workers", "2", "--summary", b.file("launch.json")}, small_job_args(b)));
+  const RunOutput ra = first.finish(110);
+  const RunOutput rb = second.finish(110);
+  INFO(describe(ra) << "\n" << describe(rb));
+  REQUIRE(ra.exit_code == 0);
+  REQUIRE(rb.exit_code == 0);
+  const nlohmann::json sa = read_json_file(a.file("launch.json"));
+  const nlohmann::json sb = read_json_file(b.file("launch.json"));
+  CHECK(sa["job_id"] != sb["job_id"]);
+  std::set<std::string> addresses;
+  for (const auto* s : {&sa, &sb})
+    for (const auto& [task, result] : (*s)["results"].items())
+      addresses.insert(result["address"].get<std::string>());
+  CHECK(addresses.size() == 4);
+  check_no_process_left(sa["job_id"]);
+  check_no_process_left(sb["job_id"]);
+}
+
+TEST_CASE("a cluster from the job file runs on its fixed ports", "[integration]") {
+  TempDir tmp;
+  const std::vector<std::string> workers = {"127.0.0.1:" + std::to_string(free_port()),
+                                            "localhost:" + std::to_string(free_port())};
+  const std::string job = tmp.write_job(job_with_cluster(tmp, {{"worker", workers}}));
+  const RunOutput r =
+      run_dtrain({"launch", "--config", job, "--summary", tmp.file("launch.json")}, within(90));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  CHECK(s["results"]["worker:0"]["address"] == workers[0]);
+  CHECK(s["results"]["worker:1"]["address"] == workers[1]);
+  check_no_process_left(s["job_id"]);
+}
+
+TEST_CASE("a task killed mid-run: the others report the lost peer with exit code 4",
+          "[integration]") {
+  TempDir tmp;
+  const RunOutput r =
+      run_dtrain(concat({"launch", "--workers", "3", "--inject", "kill:worker:1@step=3",
+                         "--grace-period", "20", "--summary", tmp.file("launch.json")},
+                        small_job_args(tmp, 3)),
+                 within(110));
+  INFO(describe(r));
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code == 128 + SIGKILL);  // the first failure: worker:1, by SIGKILL
+  // The table names worker:1 as killed by signal 9.
+  bool table_row = false;
+  for (const std::string& line : lines_of(r.err))
+    if (line.rfind("dtrain: launch:   worker:1", 0) == 0)
+      table_row = line.find("signal 9") != std::string::npos;
+  CHECK(table_row);
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  INFO(s.dump(2));
+  CHECK(s["exit_codes"]["worker:1"] == -SIGKILL);
+  CHECK(s["first_failure"] == "worker:1");
+  const double killed_at = s["results"]["worker:1"]["exit_seconds"].get<double>();
+  for (const char* task : {"worker:0", "worker:2"}) {
+    INFO(task);
+    CHECK(s["exit_codes"][task] == 4);
+    CHECK(s["results"][task]["stopped_by_launcher"] == false);  // it stopped by itself
+    CHECK(s["results"][task]["exit_seconds"].get<double>() - killed_at < 15.0);
+    // Its own error line names the lost task and the step.
+    bool named = false;
+    for (const std::string& line : lines_of(r.err))
+      if (line.rfind(std::string("[") + task + "] dtrain: error: ", 0) == 0)
+        named =
+            line.find("worker:1") != std::string::npos && line.find("step") != std::string::npos;
+    CHECK(named);
+  }
+  check_no_process_left(s["job_id"]);
+  for (const auto& [task, result] : s["results"].items())
+    CHECK(::kill(result["pid"].get<int>(), 0) != 0);
+}
+
+TEST_CASE("SIGTERM to the launcher stops every task, and none outlives it", "[integration]") {
+  TempDir tmp;
+  Background launch(concat({"launch", "--workers", "2", "--summary", tmp.file("launch.json")},
+                           small_job_args(tmp, 500)));
+  const bool up = launch.read_until(60, [](const std::string& out) {
+    return out.find("past the agreement barrier") != std::string::npos;
+  });
+  INFO(describe(launch.output()));
+  REQUIRE(up);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(::kill(launch.pid(), SIGTERM) == 0);
+  const RunOutput r = launch.finish(30);
+  INFO(describe(r));
+  CHECK(r.exit_code == 128 + SIGTERM);
+  CHECK_THAT(r.err, Contains("got SIGTERM"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  for (const auto& [task, code] : s["exit_codes"].items()) CHECK(code != 0);
+  check_no_process_left(s["job_id"]);
+}
+
+TEST_CASE("a cluster address that is not local is a config error", "[integration]") {
+  TempDir tmp;
+  const std::string job = tmp.write_job(job_with_cluster(
+      tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), "192.0.2.7:2222"}}}));
+  const RunOutput r = run_dtrain({"launch", "--config", job});
+  check_error(r, 2, {"worker:1", "192.0.2.7:2222", "not local"});
+}
+
+TEST_CASE("a port in use is a config error naming the address and the task", "[integration]") {
+  TempDir tmp;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 1) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string taken = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string job = tmp.write_job(
+      job_with_cluster(tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), taken}}}));
+  const RunOutput r = run_dtrain({"launch", "--config", job});
+  ::close(fd);
+  check_error(r, 2, {"worker:1", taken, "in use"});
+}
+
+TEST_CASE("a bad --inject is a config error", "[integration]") {
+  TempDir tmp;
+  check_error(run_dtrain(concat({"launch", "--workers", "2", "--inject", "kill:worker:5@step=3"},
+                                small_job_args(tmp))),
+              2, {"worker:5 is not a task of this cluster", "worker:0, worker:1"});
+  check_error(run_dtrain(concat({"launch", "--workers", "2", "--inject", "kill:worker:1"},
+                                small_job_args(tmp))),
+              2, {"--inject 'kill:worker:1'", "kill:TYPE:INDEX@step=N"});
+}
+
+}  // namespace dtrain::integration

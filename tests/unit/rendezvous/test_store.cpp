@@ -1,0 +1,263 @@
+// The chief's store over real TCP on 127.0.0.1: requests, deadlines, the
+// authenticated handshake, hostile connections, and lost-task detection.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
+#include "rendezvous/wire.h"
+
+using namespace dtrain;
+using namespace dtrain::rendezvous;
+
+namespace {
+
+Credentials creds(const std::string& secret = "s3cret", const std::string& job = "job-test") {
+  return {job, secret};
+}
+
+ServerOptions server_options(double heartbeat_timeout = 10.0, double handshake_timeout = 5.0) {
+  ServerOptions o;
+  o.credentials = creds();
+  o.tasks = {{"chief:0", "127.0.0.1:1"}, {"worker:0", "127.0.0.1:2"}, {"worker:1", "127.0.0.1:3"}};
+  o.chief = "chief:0";
+  o.heartbeat_timeout = heartbeat_timeout;
+  o.handshake_timeout = handshake_timeout;
+  return o;
+}
+
+ClientOptions client_options(const std::string& task, const std::string& role = "store",
+                             Credentials c = creds()) {
+  ClientOptions o;
+  o.credentials = std::move(c);
+  o.task = task;
+  o.role = role;
+  o.connect_timeout = 5.0;
+  o.request_timeout = 5.0;
+  return o;
+}
+
+// A raw TCP connection for sending bytes no dtrain client would send.
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+// True once the server closed the raw connection (read returns 0 or an error).
+bool closed_by_server(int fd, double timeout_seconds) {
+  timeval tv{static_cast<long>(timeout_seconds), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+void wait_for_rejections(const StoreServer& server, int count) {
+  for (int i = 0; i < 100 && server.rejected_connections() < count; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace
+
+TEST_CASE("set, get, add and wait work across clients") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  StoreClient b("127.0.0.1", server.port(), client_options("worker:1"));
+  a.set("x", "hello");
+  CHECK(b.get("x") == std::optional<std::string>("hello"));
+  CHECK_FALSE(b.get("missing").has_value());
+  CHECK(a.add("n", 2) == 2);
+  CHECK(b.add("n", 5) == 7);
+  // b waits for a key that a sets from another thread while b is waiting.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    a.set("late", "1");
+  });
+  Stopwatch t;
+  CHECK(b.wait({"x", "late"}, 5.0));
+  CHECK(t.seconds() < 3.0);
+  setter.join();
+}
+
+TEST_CASE("a wait for a key nobody sets returns false at its deadline") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  Stopwatch t;
+  CHECK_FALSE(a.wait({"never"}, 0.5));
+  CHECK(t.seconds() >= 0.45);
+  CHECK(t.seconds() < 3.0);
+}
+
+TEST_CASE("a client with the wrong secret finds that the server's proof does not match") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  REQUIRE_THROWS_WITH(StoreClient("127.0.0.1", server.port(), client_options("worker:0", "store", creds("wrong"))),
+                      Catch::Contains("secret"));
+}
+
+TEST_CASE("a wrong proof of the secret gets the connection dropped and the job goes on") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  const int fd = raw_connect(server.port());
+  const std::string hello = encode_frame({Op::kHello, 0, {kProtocolMagic, "job-test", "worker:0", "store", "nonce"}});
+  REQUIRE(::write(fd, hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
+  unsigned char header[4];
+  REQUIRE(::read(fd, header, 4) == 4);  // the challenge
+  std::string challenge(decode_length(header), '\0');
+  REQUIRE(::read(fd, challenge.data(), challenge.size()) == static_cast<ssize_t>(challenge.size()));
+  const std::string proof = encode_frame({Op::kProof, 0, {std::string(32, 'x')}});
+  REQUIRE(::write(fd, proof.data(), proof.size()) == static_cast<ssize_t>(proof.size()));
+  CHECK(closed_by_server(fd, 5));
+  ::close(fd);
+  wait_for_rejections(server, 1);
+  CHECK(server.rejected_connections() == 1);
+  StoreClient good("127.0.0.1", server.port(), client_options("worker:0"));
+  good.set("k", "v");
+  CHECK(good.get("k") == std::optional<std::string>("v"));
+}
+
+TEST_CASE("a client of another job is told so and refused") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  try {
+    StoreClient other("127.0.0.1", server.port(), client_options("worker:0", "store", creds("s3cret", "job-other")));
+    FAIL("connected to another job's server");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("job-test") && Catch::Contains("job-other"));
+  }
+}
+
+TEST_CASE("a task name outside the cluster is refused") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  CHECK_THROWS(StoreClient("127.0.0.1", server.port(), client_options("worker:7")));
+}
+
+TEST_CASE("garbage bytes and oversized frames get the connection dropped, not the server") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  const int garbage = raw_connect(server.port());
+  const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  REQUIRE(::write(garbage, junk, sizeof junk) > 0);
+  CHECK(closed_by_server(garbage, 5));
+  ::close(garbage);
+
+  const int oversized = raw_connect(server.port());
+  const unsigned char header[4] = {0x7f, 0xff, 0xff, 0xff};  // announces ~2 GiB
+  REQUIRE(::write(oversized, header, 4) == 4);
+  CHECK(closed_by_server(oversized, 5));
+  ::close(oversized);
+
+  wait_for_rejections(server, 2);
+  CHECK(server.rejected_connections() == 2);
+  StoreClient good("127.0.0.1", server.port(), client_options("worker:0"));
+  CHECK(good.add("still-serving", 1) == 1);
+}
+
+TEST_CASE("a connection that never authenticates is dropped after the handshake deadline") {
+  StoreServer server("127.0.0.1", 0, server_options(10.0, /*handshake_timeout=*/0.5));
+  const int silent = raw_connect(server.port());
+  Stopwatch t;
+  CHECK(closed_by_server(silent, 5));
+  CHECK(t.seconds() < 3.0);
+  ::close(silent);
+}
+
+TEST_CASE("connecting to an address where nobody listens times out with the address in the message") {
+  int port = 0;
+  {
+    StoreServer probe("127.0.0.1", 0, server_options());
+    port = probe.port();
+  }  // closed: now nobody listens there
+  ClientOptions o = client_options("worker:0");
+  o.connect_timeout = 0.5;
+  o.server_name = "the chief (chief:0 at 127.0.0.1:" + std::to_string(port) + ")";
+  Stopwatch t;
+  try {
+    StoreClient c("127.0.0.1", port, o);
+    FAIL("connected to nothing");
+  } catch (const TimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("chief:0 at 127.0.0.1:" + std::to_string(port)));
+  }
+  CHECK(t.seconds() < 5.0);
+}
+
+TEST_CASE("a port already in use is a config error naming the address") {
+  StoreServer first("127.0.0.1", 0, server_options());
+  try {
+    StoreServer second("127.0.0.1", first.port(), server_options());
+    FAIL("two servers on one port");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(first.port())) &&
+                             Catch::Contains("in use"));
+  }
+}
+
+TEST_CASE("a task whose control connection drops is reported lost, with its last step") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient survivor("127.0.0.1", server.port(), client_options("worker:0", "control"));
+  StoreClient waiter("127.0.0.1", server.port(), client_options("chief:0"));
+  {
+    StoreClient doomed("127.0.0.1", server.port(), client_options("worker:1", "control"));
+    CHECK_FALSE(doomed.heartbeat(37).failure.has_value());
+  }  // closed without done(): as if the process was killed
+  Stopwatch t;
+  // A pending wait fails at once with the reason.
+  try {
+    waiter.wait({"never"}, 10.0);
+    FAIL("wait survived a lost task");
+  } catch (const PeerLost& e) {
+    CHECK_THAT(e.what(), Catch::Contains("worker:1") && Catch::Contains("127.0.0.1:3") &&
+                             Catch::Contains("after step 37"));
+  }
+  CHECK(t.seconds() < 2.0);
+  const HeartbeatReply reply = survivor.heartbeat(5);
+  REQUIRE(reply.failure.has_value());
+  CHECK_THAT(*reply.failure, Catch::Contains("worker:1"));
+}
+
+TEST_CASE("a task that stops sending heartbeats is declared lost after the timeout") {
+  StoreServer server("127.0.0.1", 0, server_options(/*heartbeat_timeout=*/0.5));
+  StoreClient silent("127.0.0.1", server.port(), client_options("worker:1", "control"));
+  StoreClient other("127.0.0.1", server.port(), client_options("worker:0", "control"));
+  silent.heartbeat(3);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const HeartbeatReply r = other.heartbeat(i);
+    if (r.failure) {
+      CHECK_THAT(*r.failure, Catch::Contains("worker:1") && Catch::Contains("no heartbeat"));
+      return;
+    }
+  }
+  FAIL("the silent task was never declared lost");
+}
+
+TEST_CASE("a task that signs off with done is not reported lost") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient other("127.0.0.1", server.port(), client_options("worker:0", "control"));
+  {
+    StoreClient leaving("127.0.0.1", server.port(), client_options("worker:1", "control"));
+    leaving.done();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(other.heartbeat(1).failure.has_value());
+}
+
+TEST_CASE("heartbeat replies carry the chief's step") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient chief("127.0.0.1", server.port(), client_options("chief:0", "control"));
+  StoreClient worker("127.0.0.1", server.port(), client_options("worker:0", "control"));
+  chief.heartbeat(42);
+  CHECK(worker.heartbeat(1).chief_step == 42);
+}
