@@ -102,6 +102,7 @@ if [ "$do_build" -eq 1 ]; then
     cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
   fi
   # Incremental: a no-op when dtrain is up to date.
+  echo "bench-cpu: building dtrain in $build_dir (a no-op when it is up to date)" >&2
   cmake --build "$build_dir" --target dtrain -j"$(nproc)" >/dev/null \
     || die "building dtrain failed (cmake --build $build_dir --target dtrain)"
 fi

@@ -89,6 +89,7 @@ dtrain="$build_dir/dtrain"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
+echo "profile-cpu: building dtrain in $build_dir (a no-op when it is up to date)" >&2
 cmake --build "$build_dir" --target dtrain -j"$(nproc)" >/dev/null || die "building dtrain failed"
 
 # Arguments of every dtrain run but --steps, which differs for the perf run.

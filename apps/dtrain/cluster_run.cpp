@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/gloo_communicator.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -52,6 +53,19 @@ int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cl
       log::info(task, " has no work under strategy ", job.strategy.type,
                 "; waiting for the training tasks to finish");
     } else {
+      std::unique_ptr<comm::Communicator> workers;
+      if (job.strategy.type == "multi_worker_mirrored") {
+        // Gloo connects through the job's rendezvous store; its TCP device listens
+        // on this task's host (the one the others know it by).
+        comm::GlooOptions gloo;
+        gloo.rank = session.rank();
+        gloo.size = session.world_size();
+        gloo.prefix = "comm/workers/";
+        gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
+        gloo.timeout_seconds = job.runtime.heartbeat_timeout + 20.0;
+        workers = comm::make_gloo_communicator(session.store(), gloo);
+        run.workers = workers.get();
+      }
       run.on_step = [&](int64_t step) {
         if (step == kill_step) std::raise(SIGKILL);  // fault injection for tests and demos
         session.report_step(step);

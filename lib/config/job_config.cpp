@@ -43,7 +43,9 @@ const Names kSchedules = {"constant", "step", "cosine"};
 const Names kFormats = {"idx", "cifar10", "synthetic"};
 const Names kStrategies = {"one_device", "mirrored", "multi_worker_mirrored", "central_storage",
                            "parameter_server"};
-const Names kAvailableStrategies = {"one_device"};
+const Names kAvailableStrategies = {"one_device", "mirrored", "multi_worker_mirrored"};
+const Names kCommunications = {"auto", "ring", "nccl"};
+const Names kShardPolicies = {"auto", "data", "file", "off"};
 
 const KeyTable kLayerKeys = {
     {"Dense", {"units", "activation", "use_bias"}},
@@ -328,7 +330,7 @@ DataSourceSpec read_source(const Context& ctx, const Json& value, const std::str
 DataSpec read_data(const Context& ctx, const Json& value) {
   DataSpec data;
   ObjectReader r(ctx, value, data.path, "the data section");
-  r.expect_keys({"train", "test", "shuffle_buffer", "prefetch", "drop_remainder", "cache"});
+  r.expect_keys({"train", "test", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy"});
   data.train =
       read_source(ctx, r.require("train", " (the training data source)"), r.path_of("train"));
   const Json* test = r.find("test");
@@ -340,6 +342,7 @@ DataSpec read_data(const Context& ctx, const Json& value) {
   data.prefetch = r.get_int("prefetch", data.prefetch, 0);
   data.drop_remainder = r.get_bool("drop_remainder", data.drop_remainder);
   data.cache = r.get_bool("cache", data.cache);
+  data.shard_policy = r.get_choice("shard_policy", data.shard_policy, kShardPolicies, "shard policy");
   r.finish();
   return data;
 }
@@ -347,7 +350,7 @@ DataSpec read_data(const Context& ctx, const Json& value) {
 TrainSpec read_train(const Context& ctx, const Json& value) {
   TrainSpec train;
   ObjectReader r(ctx, value, train.path, "the train section");
-  r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps",
+  r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps", "gradient_accumulation_steps",
                  "eval_batch_size"});
   train.epochs = r.get_int("epochs", train.epochs, 1);
   train.batch_size_per_replica =
@@ -356,6 +359,8 @@ TrainSpec read_train(const Context& ctx, const Json& value) {
   train.steps_per_epoch = r.get_int("steps_per_epoch", train.steps_per_epoch, 0);
   train.log_every_steps = r.get_int("log_every_steps", train.log_every_steps, 0);
   train.eval_batch_size = r.get_int("eval_batch_size", train.eval_batch_size, 0);
+  train.gradient_accumulation_steps =
+      r.get_int("gradient_accumulation_steps", train.gradient_accumulation_steps, 1);
   r.finish();
   return train;
 }
@@ -363,7 +368,7 @@ TrainSpec read_train(const Context& ctx, const Json& value) {
 StrategySpec read_strategy(const Context& ctx, const Json& value) {
   StrategySpec strategy;
   ObjectReader r(ctx, value, strategy.path, "the strategy section");
-  r.expect_keys({"type"});
+  r.expect_keys({"type", "devices", "replicas", "communication", "bytes_per_pack"});
   strategy.type = r.get_choice("type", strategy.type, kStrategies, "strategy type");
   bool available = false;
   for (const auto& name : kAvailableStrategies) available = available || name == strategy.type;
@@ -371,6 +376,31 @@ StrategySpec read_strategy(const Context& ctx, const Json& value) {
     ctx.fail(r.path_of("type"),
              str("'", strategy.type, "' is not available in this version of dtrain; available: ",
                  join(kAvailableStrategies, ", ")));
+  const Json* devices = r.find("devices");
+  const bool has_replicas = r.has("replicas");
+  if ((devices || has_replicas) && strategy.type != "mirrored")
+    ctx.fail(r.path_of(devices ? "devices" : "replicas"),
+             str("only the mirrored strategy takes several replicas in one process; '", strategy.type,
+                 "' runs one replica per task"));
+  if (devices && has_replicas)
+    ctx.fail(r.path_of("replicas"), "give either 'devices' or 'replicas', not both");
+  if (devices) {
+    strategy.devices = read_string_list(ctx, *devices, r.path_of("devices"));
+    for (size_t i = 0; i < strategy.devices.size(); ++i) {
+      const std::string& d = strategy.devices[i];
+      if (d.rfind("cpu", 0) != 0 && d.rfind("gpu", 0) != 0 && d.rfind("cuda", 0) != 0)
+        ctx.fail(str(r.path_of("devices"), "[", i, "]"),
+                 str("'", d, "' is not a device; use names like \"cpu:0\", \"cpu:1\""));
+    }
+    strategy.replicas = static_cast<int64_t>(strategy.devices.size());
+  }
+  strategy.replicas = r.get_int("replicas", strategy.replicas, 1);
+  strategy.communication = r.get_choice("communication", strategy.communication, kCommunications,
+                                        "communication implementation");
+  if (strategy.communication == "nccl")
+    ctx.fail(r.path_of("communication"),
+             "'nccl' needs the CUDA build of dtrain, and this one has only the CPU backend; use \"auto\" or \"ring\" (Gloo)");
+  strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   r.finish();
   return strategy;
 }

@@ -98,6 +98,7 @@ struct DataSpec {
   int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
   bool drop_remainder = false;     // drop the last, smaller training batch
   bool cache = true;               // keep decoded float samples in memory after the first epoch
+  std::string shard_policy = "auto";  // auto | data | file | off (TF's AutoShardPolicy)
 };
 
 struct TrainSpec {
@@ -108,11 +109,18 @@ struct TrainSpec {
   int64_t steps_per_epoch = 0;     // 0 = a full pass over the (sharded) training data
   int64_t log_every_steps = 100;   // metrics.jsonl step records (0 = epoch records only)
   int64_t eval_batch_size = 0;     // 0 = batch_size_per_replica
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per update (one all-reduce each)
 };
 
 struct StrategySpec {
   std::string path = "strategy";
-  std::string type = "one_device";  // one_device (later: mirrored, multi_worker_mirrored, ...)
+  std::string type = "one_device";  // one_device | mirrored | multi_worker_mirrored
+  // mirrored: the replicas in this process, from `devices` (["cpu:0", "cpu:1"], like
+  // TF's logical devices) or `replicas` (N); 1 for the other strategies.
+  std::vector<std::string> devices;
+  int64_t replicas = 1;
+  std::string communication = "auto";  // auto | ring | nccl (TF's CommunicationOptions)
+  int64_t bytes_per_pack = 25 << 20;   // gradient bucket size (PyTorch DDP's 25 MiB); 0 = auto
 };
 
 struct RuntimeSpec {

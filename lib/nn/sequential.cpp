@@ -40,11 +40,16 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
   return h;
 }
 
-void Sequential::backward(const Tensor& doutput) {
+void Sequential::backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done) {
+  // Input gradients are needed only down to the first layer with parameters
+  // (in an MLP that starts with Flatten, the first Dense needs no dx).
+  size_t first_with_params = layers_.size();
+  for (size_t i = 0; i < layers_.size() && first_with_params == layers_.size(); ++i)
+    if (!layers_[i]->params().empty()) first_with_params = i;
   Tensor g = doutput;
   for (size_t i = layers_.size(); i-- > 0;) {
-    // The first layer's input gradient is never used: skip computing it.
-    g = layers_[i]->backward(g, /*need_dx=*/i > 0);
+    g = layers_[i]->backward(g, /*need_dx=*/i > first_with_params);
+    if (on_layer_done) on_layer_done(i);
   }
 }
 

@@ -1,6 +1,7 @@
 // Sequential: the model described by ModelSpec, a stack of layers.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,8 +24,10 @@ class Sequential {
   // x (N, input_shape...) -> (N, output_shape...)
   Tensor forward(const Tensor& x, const StepContext& ctx);
   // Back-propagates dloss/doutput through all layers, setting every param's grad.
-  // The gradient with respect to the model's input is not computed.
-  void backward(const Tensor& doutput);
+  // The gradient with respect to the model's input is not computed. on_layer_done(i)
+  // runs as soon as layer i's grads are final (last layer first), so gradient
+  // exchange can start while backward goes on.
+  void backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done = {});
 
   // Every param (trainable and state) in a fixed order: layer order, then the layer's order.
   std::vector<Param*> params() const;

@@ -1,8 +1,10 @@
 // Implementation of cluster_session.h.
 //
-// Store keys (one store per job): join/<task>, agree/<task>, finish/<task>.
+// Store keys (one store per job): join/<task>, agree/<task>, compared/<task> (only
+// when the descriptions differ), finish/<task>.
 #include "rendezvous/cluster_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -118,7 +120,9 @@ void ClusterSession::wait_for_all_tasks() {
   store_->set("join/" + cluster_.task.str(), "1");
   const auto keys = keys_for("join/", tasks);
   Stopwatch waited;
-  while (!store_->wait(keys, 5.0)) {
+  // Waits of at most 5 s (then say who is missing), none past rendezvous_timeout.
+  const auto next_wait = [&] { return std::clamp(rendezvous_timeout_ - waited.seconds(), 0.0, 5.0); };
+  while (!store_->wait(keys, next_wait())) {
     std::vector<std::string> missing, joined;
     for (const auto& t : tasks) (store_->get("join/" + t.str()) ? joined : missing).push_back(describe(t));
     if (waited.seconds() >= rendezvous_timeout_)
@@ -153,6 +157,15 @@ void ClusterSession::compare_job_descriptions(const config::JobConfig& job) {
     }
   }
   if (!differences.empty()) {
+    // Every other task sees a difference too. Wait (briefly) until each has read the
+    // descriptions before failing the job, so each reports the mismatch itself instead
+    // of seeing the chief fail the job, or vanish, under it (exit code 4, not 2).
+    try {
+      store_->set("compared/" + cluster_.task.str(), "1");
+      store_->wait(keys_for("compared/", tasks), std::min(rendezvous_timeout_, 10.0));
+    } catch (const Error&) {
+      // A task was lost meanwhile: the mismatch is still the cause to report.
+    }
     const std::string message =
         str("the tasks of this job disagree: ", dtrain::join(differences, "; "),
             ". Every task must run the same job file and dtrain version (only `task` and runtime.threads may differ)");

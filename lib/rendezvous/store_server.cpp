@@ -139,6 +139,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_frame() {
     auto self = shared_from_this();
     asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
+      // A client that hangs up after the challenge could not check the server's
+      // proof: most likely a task with another secret. Say so in the chief's log.
+      if (ec && self->stage_ == Stage::kProof)
+        return self->reject("hung up during the handshake (does it have another job secret?)");
       if (ec) return self->close();
       const uint32_t length = decode_length(self->header_);
       if (length > kMaxFrameBytes)

@@ -1,15 +1,19 @@
 // Strategy: how a training step runs on this task's replicas and how their
 // gradients are combined, in tf.distribute's terms.
 //
-// A strategy owns the model replicas, the loss and the optimizer. The trainer
-// hands it this task's batch for each step; the strategy runs forward/backward,
-// combines gradients (nothing to combine for one_device; an all-reduce for the
-// mirrored strategies), and applies the update. Today: one_device.
+// A strategy owns the model replicas, the loss and the optimizers. The trainer
+// hands it this task's micro-batches for each step; the strategy splits them
+// across its local replicas, runs forward/backward, averages gradients across
+// every replica in sync (in-process for `mirrored`, over Gloo for
+// `multi_worker_mirrored`, nothing for `one_device`) and applies the same update
+// on every replica.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "comm/communicator.h"
 #include "config/job_config.h"
 #include "data/pipeline.h"
 #include "nn/losses.h"
@@ -18,23 +22,45 @@
 
 namespace dtrain::strategy {
 
+// What a strategy gets from the cluster runtime.
+struct StrategyContext {
+  // multi_worker_mirrored: the group of the job's training tasks (chief + workers).
+  comm::Communicator* workers = nullptr;
+  int threads = 1;  // compute threads of this process (shared among local replicas)
+};
+
+// Where the step time went, summed since the start.
+struct StepTimings {
+  double step_seconds = 0.0;       // whole train_step calls
+  double comm_wait_seconds = 0.0;  // waiting for gradient all-reduces after backward
+  int64_t steps = 0;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
   // Replicas that train in lock-step across the whole job (TF's num_replicas_in_sync).
   virtual int num_replicas_in_sync() const = 0;
+  // Replicas in this process: each micro-batch holds this many per-replica batches.
+  virtual int local_replicas() const = 0;
 
-  // One training step (0-based `step`) on this task's batch; adds loss/accuracy to stats.
-  virtual void train_step(const data::Batch& batch, int64_t step, nn::LossStats& stats) = 0;
-  // Forward pass in inference mode; adds loss/accuracy to stats.
+  // One update (0-based `step`) from train.gradient_accumulation_steps micro-batches
+  // of this task. Adds the loss/accuracy of every replica of the job to stats.
+  virtual void train_step(const std::vector<data::Batch>& micro_batches, int64_t step,
+                          nn::LossStats& stats) = 0;
+  // Forward pass in inference mode on replica 0; adds loss/accuracy to stats.
   virtual void eval_step(const data::Batch& batch, nn::LossStats& stats) = 0;
+  // Averages non-trainable state (batch-norm moving statistics) over all replicas,
+  // so every replica holds identical parameters (before evaluation and at the end).
+  virtual void sync_state() = 0;
 
-  // The model whose parameters are reported (replica 0's).
+  // Replica 0's model and optimizer (every replica holds the same parameters).
   virtual nn::Sequential& model() = 0;
   virtual optim::Optimizer& optimizer() = 0;
+  virtual StepTimings timings() const = 0;
 };
 
-std::unique_ptr<Strategy> make_strategy(const config::JobConfig& job);
+std::unique_ptr<Strategy> make_strategy(const config::JobConfig& job, const StrategyContext& context = {});
 
 }  // namespace dtrain::strategy

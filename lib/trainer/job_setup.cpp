@@ -50,4 +50,44 @@ std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,
   return dataset;
 }
 
+config::DataSourceSpec task_source(const config::JobConfig& job, int worker_rank, int num_workers) {
+  config::DataSourceSpec spec = job.data.train;
+  if (job.data.shard_policy != "file" || num_workers == 1) return spec;
+  if (spec.files.size() < static_cast<size_t>(num_workers))
+    throw ConfigError(str("data.shard_policy: 'file' gives each worker its own files, but ", spec.path, " has ",
+                          spec.files.size(), " file(s) for ", num_workers,
+                          " workers; use \"data\" (shard by sample) or \"auto\""));
+  std::vector<std::string> mine;
+  for (size_t i = static_cast<size_t>(worker_rank); i < spec.files.size(); i += static_cast<size_t>(num_workers))
+    mine.push_back(spec.files[i]);
+  spec.files = mine;
+  return spec;
+}
+
+data::PipelineOptions train_pipeline_options(const config::JobConfig& job, const strategy::Strategy& s,
+                                             int worker_rank, int num_workers) {
+  data::PipelineOptions o;
+  o.batch_size = job.train.batch_size_per_replica * s.local_replicas();
+  o.shuffle_buffer = job.data.shuffle_buffer;
+  o.seed = job.train.seed;
+  o.drop_remainder = job.data.drop_remainder || s.num_replicas_in_sync() > 1;  // replicas need equal batches
+  o.prefetch = job.data.prefetch;
+  o.cache = job.data.cache;
+  const std::string& policy = job.data.shard_policy;
+  if (num_workers > 1 && (policy == "auto" || policy == "data")) {
+    o.shard_count = num_workers;
+    o.shard_index = worker_rank;
+  }
+  return o;
+}
+
+data::PipelineOptions eval_pipeline_options(const config::JobConfig& job) {
+  data::PipelineOptions o;
+  o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
+  o.seed = job.train.seed;
+  o.prefetch = job.data.prefetch;
+  o.cache = job.data.cache;
+  return o;
+}
+
 }  // namespace dtrain::trainer

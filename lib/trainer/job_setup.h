@@ -6,7 +6,9 @@
 
 #include "config/job_config.h"
 #include "data/dataset.h"
+#include "data/pipeline.h"
 #include "nn/sequential.h"
+#include "strategy/strategy.h"
 
 namespace dtrain::trainer {
 
@@ -21,5 +23,17 @@ std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,
 // The sample-shape check alone (for validate, which reads only headers).
 void check_input_shape(const config::DataSourceSpec& spec, const Shape& sample_shape,
                        const nn::Sequential& model);
+
+// The training source this task reads: with shard_policy "file", only its share of
+// the source's files (round-robin over workers); otherwise the whole source.
+config::DataSourceSpec task_source(const config::JobConfig& job, int worker_rank, int num_workers);
+
+// Training batches of this task: per-replica batch x local replicas, sharded over
+// the workers after the shuffle (shard_policy auto/data), or not (off, file).
+data::PipelineOptions train_pipeline_options(const config::JobConfig& job, const strategy::Strategy& s,
+                                             int worker_rank, int num_workers);
+
+// Evaluation batches: the whole test set in order, on every task.
+data::PipelineOptions eval_pipeline_options(const config::JobConfig& job);
 
 }  // namespace dtrain::trainer

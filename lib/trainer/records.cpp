@@ -76,6 +76,8 @@ void write_summary(const std::string& path, const config::JobConfig& job, const 
   j["train_samples_per_sec"] = s.train_samples_per_sec;
   j["wall_seconds"] = s.wall_seconds;
   j["world_size"] = s.world_size;
+  j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
+  j["comm_wait_share"] = s.comm_wait_share;
   j["threads"] = s.threads;
   j["strategy"] = strategy;
   j["params_sha256"] = s.params_sha256;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
@@ -16,25 +17,6 @@
 
 namespace dtrain::trainer {
 namespace {
-
-data::PipelineOptions train_pipeline_options(const config::JobConfig& job) {
-  data::PipelineOptions o;
-  o.batch_size = job.train.batch_size_per_replica;
-  o.shuffle_buffer = job.data.shuffle_buffer;
-  o.seed = job.train.seed;
-  o.drop_remainder = job.data.drop_remainder;
-  o.prefetch = job.data.prefetch;
-  o.cache = job.data.cache;
-  return o;
-}
-
-data::PipelineOptions eval_pipeline_options(const config::JobConfig& job) {
-  data::PipelineOptions o = train_pipeline_options(job);
-  o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
-  o.shuffle_buffer = 0;
-  o.drop_remainder = false;
-  return o;
-}
 
 double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
 double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
@@ -53,28 +35,32 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
   Stopwatch wall;
   RunSummary summary;
   summary.threads = setup_threads(job);
-  auto strategy = strategy::make_strategy(job);
+  const int num_workers = options.workers ? options.workers->size() : 1;
+  const int worker_rank = options.workers ? options.workers->rank() : 0;
+  auto strategy = strategy::make_strategy(job, {options.workers, summary.threads});
   nn::Sequential& model = strategy->model();
   std::printf("Model: %lld params, strategy %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), strategy->name().c_str(),
               summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
-  auto train_data = load_checked(job.data.train, model);
+  auto train_data = load_checked(task_source(job, worker_rank, num_workers), model);
   std::shared_ptr<data::Dataset> test_data;
   if (job.data.has_test) test_data = load_checked(job.data.test, model);
-  data::Pipeline train_pipeline(train_data, train_pipeline_options(job));
+  data::Pipeline train_pipeline(train_data, train_pipeline_options(job, *strategy, worker_rank, num_workers));
   std::unique_ptr<data::Pipeline> test_pipeline;
   if (test_data) test_pipeline = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job));
   std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
               test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
 
-  int64_t steps_per_epoch = train_pipeline.batches_per_epoch();
+  const int64_t accumulation = job.train.gradient_accumulation_steps;
+  int64_t steps_per_epoch = train_pipeline.batches_per_epoch() / accumulation;
   if (job.train.steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, job.train.steps_per_epoch);
   if (steps_per_epoch == 0)
-    throw ConfigError(str("train.batch_size_per_replica: ", job.train.batch_size_per_replica,
-                          " is larger than the ", train_pipeline.samples_per_epoch(),
-                          " training samples with data.drop_remainder set; use a smaller batch"));
+    throw ConfigError(str("train.batch_size_per_replica: ", job.train.batch_size_per_replica, " x ",
+                          strategy->local_replicas(), " replica(s) x ", accumulation,
+                          " accumulation step(s) is more than the ", train_pipeline.samples_per_epoch(),
+                          " training samples this task sees per epoch; use a smaller batch"));
 
   MetricsLog metrics(job.output.dir);
   Progress progress(stdout_is_terminal());
@@ -86,11 +72,12 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
     nn::LossStats epoch_stats, window_stats;
     Stopwatch window_time;
     train_pipeline.start_epoch(epoch);
-    data::Batch batch;
+    std::vector<data::Batch> micro_batches(static_cast<size_t>(accumulation));
     int64_t step_in_epoch = 0;
-    while (step_in_epoch < steps_per_epoch && train_pipeline.next(batch)) {
+    while (step_in_epoch < steps_per_epoch) {
+      for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
       nn::LossStats step_stats;
-      strategy->train_step(batch, global_step, step_stats);
+      strategy->train_step(micro_batches, global_step, step_stats);
       if (!std::isfinite(step_stats.loss_sum))
         throw RuntimeError(str("the loss became ", step_stats.loss_sum, " at step ", global_step + 1,
                                " (epoch ", epoch + 1, "); lower optimizer.learning_rate or check the data"));
@@ -125,6 +112,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
     report.samples_per_sec = epoch_stats.count / std::max(seconds, 1e-9);
     report.loss = mean_loss(epoch_stats);
     report.accuracy = accuracy(epoch_stats);
+    strategy->sync_state();
     if (test_pipeline) {
       const nn::LossStats val = evaluate(*strategy, *test_pipeline);
       report.has_validation = true;
@@ -143,6 +131,9 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
   summary.steps = global_step;
   summary.world_size = strategy->num_replicas_in_sync();
   summary.global_batch_size = job.train.batch_size_per_replica * summary.world_size;
+  summary.gradient_accumulation_steps = static_cast<int>(accumulation);
+  const strategy::StepTimings timings = strategy->timings();
+  summary.comm_wait_share = timings.step_seconds > 0 ? timings.comm_wait_seconds / timings.step_seconds : 0.0;
   summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
   summary.params_sha256 = model.params_sha256();
   summary.wall_seconds = wall.seconds();

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "comm/communicator.h"
 #include "config/job_config.h"
 
 namespace dtrain::trainer {
@@ -14,6 +15,8 @@ struct RunOptions {
   // Called after every training step with the number of steps done. The cluster
   // runtime reports progress and checks the other tasks' health here (and may throw).
   std::function<void(int64_t steps_done)> on_step;
+  // multi_worker_mirrored: the job's training tasks as a group (from the cluster runtime).
+  comm::Communicator* workers = nullptr;
 };
 
 struct RunSummary {
@@ -26,7 +29,9 @@ struct RunSummary {
   int64_t global_batch_size = 0;
   double train_samples_per_sec = 0.0;
   double wall_seconds = 0.0;
-  int world_size = 1;
+  int world_size = 1;            // replicas in sync across the job
+  int gradient_accumulation_steps = 1;
+  double comm_wait_share = 0.0;  // share of step time spent waiting for gradient all-reduces
   int threads = 1;
   std::string params_sha256;
 };
@@ -51,9 +56,11 @@ struct BenchResult {
   int64_t steps = 0;
   int64_t batch_size = 0;
   int threads = 1;
+  double comm_wait_share = 0.0;
 };
 
 // Times training steps (data pipeline included) on the job's training data.
-BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options);
+BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options,
+                        comm::Communicator* workers = nullptr);
 
 }  // namespace dtrain::trainer

@@ -8,7 +8,6 @@
 #include <dnnl.hpp>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -34,13 +33,13 @@ inline memory as_memory(const memory::desc& md, const Tensor& t) {
 dnnl::algorithm eltwise_algorithm(Activation act);
 dnnl::algorithm eltwise_algorithm_dst(Activation act);
 
-// Returns the cached object of type T for `key`, building it with make() the first time.
-// Thread-safe; references stay valid for the life of the process.
+// Returns the calling thread's cached object of type T for `key`, building it with
+// make() the first time. Each thread has its own cache, so replicas running on
+// threads of one process never execute the same primitive object at once (a
+// oneDNN primitive's scratchpad is not safe for concurrent execution).
 template <class T>
 T& cached(const std::string& key, const std::function<T()>& make) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, std::unique_ptr<T>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
+  thread_local std::unordered_map<std::string, std::unique_ptr<T>> cache;
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, std::make_unique<T>(make())).first;
   return *it->second;

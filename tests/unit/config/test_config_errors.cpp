@@ -199,12 +199,31 @@ TEST_CASE("non-objects and empty layer lists and bad shapes are rejected", "[con
              Contains("model.input_shape[1]: must be a positive integer, got 0"));
 }
 
+TEST_CASE("strategy options: replicas only for mirrored, nccl needs CUDA", "[config][errors]") {
+  json job = minimal_job();
+  job["strategy"] = {{"type", "multi_worker_mirrored"}, {"replicas", 2}};
+  CHECK_THAT(config_error(job), Contains("strategy.replicas: only the mirrored strategy"));
+  job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "cpu:1", "cpu:2"}}};
+  CHECK(parse_job_config(job.dump(), "job.json").strategy.replicas == 3);
+  job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "tpu:1"}}};
+  CHECK_THAT(config_error(job), Contains("strategy.devices[1]: 'tpu:1' is not a device"));
+  job["strategy"] = {{"type", "multi_worker_mirrored"}, {"communication", "nccl"}};
+  CHECK_THAT(config_error(job), Contains("strategy.communication: 'nccl' needs the CUDA build"));
+  job["strategy"] = {{"type", "multi_worker_mirrored"}, {"communication", "ring"}, {"bytes_per_pack", 0}};
+  CHECK(parse_job_config(job.dump(), "job.json").strategy.bytes_per_pack == 0);
+  job["data"]["shard_policy"] = "files";
+  CHECK_THAT(config_error(job), Contains("did you mean 'file'?"));
+  job["data"]["shard_policy"] = "off";
+  job["train"]["gradient_accumulation_steps"] = 0;
+  CHECK_THAT(config_error(job), Contains("train.gradient_accumulation_steps"));
+}
+
 TEST_CASE("a strategy that is known but not built says what is available", "[config][errors]") {
   json job = minimal_job();
-  job["strategy"] = {{"type", "mirrored"}};
+  job["strategy"] = {{"type", "parameter_server"}};
   CHECK_THAT(config_error(job),
-             Contains("job.json: strategy.type: 'mirrored' is not available in this version of "
-                      "dtrain; available: one_device"));
+             Contains("job.json: strategy.type: 'parameter_server' is not available in this version of "
+                      "dtrain; available: one_device, mirrored, multi_worker_mirrored"));
   job["strategy"] = {{"type", "mirored"}};
   CHECK_THAT(config_error(job),
              Contains("unknown strategy type 'mirored'; did you mean 'mirrored'?"));

@@ -1,0 +1,47 @@
+// Communicator: the backend-neutral collective interface of dtrain.
+//
+// One Communicator is one member (rank) of a group of size() ranks. Every call is
+// collective: all ranks of the group make the same calls in the same order with
+// the same counts. Implementations: Gloo over TCP for host buffers
+// (gloo_communicator.h) and shared memory for replicas on threads of one process
+// (local_communicator.h). Every call has a deadline: a lost peer surfaces as
+// dtrain::PeerLost, a deadline that passed as dtrain::TimeoutError. After such an
+// error the communicator is unusable; every later call throws again.
+// No backend header appears here.
+#pragma once
+
+#include <cstddef>
+
+#include "tensor/tensor.h"
+
+namespace dtrain::comm {
+
+enum class ReduceOp { kSum, kMean };
+
+const char* reduce_op_name(ReduceOp op);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data[0..count) becomes the element-wise reduction over all ranks (in place).
+  virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  // data[0..count) on every rank becomes root's data[0..count).
+  virtual void broadcast(float* data, size_t count, int root) = 0;
+  // out[r*count .. (r+1)*count) = rank r's in[0..count); out holds size()*count.
+  virtual void all_gather(const float* in, size_t count, float* out) = 0;
+  // in holds size()*count_per_rank; out[0..count_per_rank) = the reduction over all
+  // ranks of in[rank()*count_per_rank .. (rank()+1)*count_per_rank).
+  virtual void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) = 0;
+  // Returns once every rank has entered the barrier.
+  virtual void barrier() = 0;
+
+  // Tensor conveniences (CPU tensors only) calling the above.
+  void all_reduce(Tensor& t, ReduceOp op);
+  void broadcast(Tensor& t, int root);
+};
+
+}  // namespace dtrain::comm

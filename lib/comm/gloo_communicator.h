@@ -1,0 +1,52 @@
+// The Gloo communicator: collectives between the tasks of a job over TCP, for
+// host (CPU) buffers.
+//
+// Gloo is the engine (ring all-reduce, broadcast, all-gather, barrier); dtrain's
+// own rendezvous store is how the ranks find each other: each rank publishes its
+// TCP addresses under `prefix` in the chief's store and reads the others'
+// (Gloo's connectFullMesh through an adapter). The store is used only while the
+// communicator is constructed. Every collective runs under the Gloo context's
+// deadline (timeout_seconds); a peer that died is dtrain::PeerLost, a deadline
+// that passed is dtrain::TimeoutError, both naming the communicator and the rank.
+// After either error the communicator is unusable (Gloo's pairs are left in an
+// unknown state); every later call throws the same error again.
+//
+// Gloo and Asio headers stay out of this header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace dtrain::rendezvous {
+class StoreClient;
+}
+
+namespace dtrain::comm {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // Namespace of this communicator's keys in the job's store, e.g. "comm/grads/".
+  // Every communicator of a job needs its own prefix (keys are never reused).
+  std::string prefix = "comm/default/";
+  // The address Gloo's TCP device binds to and publishes to the other ranks: this
+  // task's host as the others reach it ("127.0.0.1" for a local simulation).
+  std::string hostname = "127.0.0.1";
+  // Deadline of connecting and of every collective, in seconds.
+  double timeout_seconds = 60.0;
+};
+
+// Joins the communicator: binds a Gloo TCP device on options.hostname, exchanges
+// addresses with the other options.size - 1 ranks through `store` and connects to
+// each of them. Collective: every rank calls it with the same prefix and size.
+// Throws TimeoutError if some rank does not join within timeout_seconds (naming
+// which), ConfigError for a hostname Gloo cannot bind, PeerLost if a connection
+// fails. As a side effect, SIGPIPE is ignored process-wide if it was at its
+// default (Gloo writes with writev, which would otherwise kill the process when a
+// peer has gone; ignored, the write fails and becomes PeerLost).
+std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::StoreClient& store,
+                                                     const GlooOptions& options);
+
+}  // namespace dtrain::comm

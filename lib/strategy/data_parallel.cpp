@@ -1,0 +1,184 @@
+// Implementation of data_parallel.h.
+#include "strategy/data_parallel.h"
+
+#include <algorithm>
+
+#include "comm/local_communicator.h"
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "core/timer.h"
+#include "kernels/ops.h"
+
+namespace dtrain::strategy {
+namespace {
+
+// Rows [begin, begin + count) of a batch.
+data::Batch slice(const data::Batch& b, int64_t begin, int64_t count) {
+  data::Batch out;
+  out.images = b.images.slice_rows(begin, count);
+  out.labels.assign(b.labels.begin() + begin, b.labels.begin() + begin + count);
+  out.index = b.index;
+  return out;
+}
+
+// The non-trainable state (batch-norm moving statistics) of a model.
+std::vector<nn::Param*> state_params(const nn::Sequential& model) {
+  std::vector<nn::Param*> out;
+  for (nn::Param* p : model.params())
+    if (!p->trainable()) out.push_back(p);
+  return out;
+}
+
+void add_stats(nn::LossStats& into, const nn::LossStats& s) {
+  into.loss_sum += s.loss_sum;
+  into.correct += s.correct;
+  into.count += s.count;
+}
+
+}  // namespace
+
+DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const StrategyContext& context)
+    : name_(job.strategy.type),
+      seed_(job.train.seed),
+      accumulation_(job.train.gradient_accumulation_steps),
+      batch_per_replica_(job.train.batch_size_per_replica),
+      workers_(name_ == "multi_worker_mirrored" ? context.workers : nullptr),
+      loss_(nn::make_loss(job.loss)),
+      threads_(std::max(1, context.threads)) {
+  const int n = name_ == "mirrored" ? static_cast<int>(job.strategy.replicas) : 1;
+  std::vector<std::unique_ptr<comm::Communicator>> local;
+  if (n > 1) local = comm::make_local_group(n);
+  replicas_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Replica& r = replicas_[i];
+    // Same seed: every replica starts from the same parameters.
+    r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
+    r.optimizer = optim::make_optimizer(job.optimizer);
+    r.trainable = r.model->trainable_params();
+    for (const auto& layer : r.model->layers()) {
+      std::vector<nn::Param*> ps;
+      for (nn::Param* p : layer->params())
+        if (p->trainable()) ps.push_back(p);
+      r.layer_params.push_back(ps);
+    }
+    if (accumulation_ > 1)
+      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape());
+    if (n > 1) r.local = std::move(local[i]);
+  }
+  if (workers_) {
+    // The chief's parameters are the starting point of every worker.
+    for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
+  }
+  for (Replica& r : replicas_)
+    if (comm::Communicator* group = group_of(r))
+      r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack);
+  if (n > 1) {
+    threads_each_ = std::max(1, threads_ / n);
+    pool_ = std::make_unique<ReplicaPool>(n, threads_each_);
+  }
+}
+
+DataParallelStrategy::~DataParallelStrategy() = default;
+
+int DataParallelStrategy::num_replicas_in_sync() const {
+  return local_replicas() * (workers_ ? workers_->size() : 1);
+}
+
+comm::Communicator* DataParallelStrategy::group_of(Replica& r) {
+  if (workers_) return workers_;
+  return r.local.get();
+}
+
+void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches,
+                                        int64_t step) {
+  r.stats = {};
+  r.comm_wait = 0.0;
+  // Different replicas draw different dropout masks.
+  const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
+  const nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
+  const int64_t k = static_cast<int64_t>(micro_batches.size());
+  for (int64_t i = 0; i < k; ++i) {
+    const data::Batch& task_batch = micro_batches[i];
+    const int64_t rows = task_batch.size() / local_replicas();
+    DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
+    const data::Batch mine = slice(task_batch, rows * index, rows);
+    const Tensor output = r.model->forward(mine.images, ctx);
+    if (!r.grad_output.defined() || r.grad_output.shape() != output.shape()) r.grad_output = Tensor(output.shape());
+    // The gradient of the mean loss over this replica's K micro-batches; the
+    // all-reduce (mean over replicas) makes it the mean over the global batch.
+    loss_->compute(output, mine.labels, r.stats, &r.grad_output, 1.0f / static_cast<float>(rows * k));
+    const bool last = i == k - 1;
+    if (!last) {
+      r.model->backward(r.grad_output);
+      for (size_t j = 0; j < r.trainable.size(); ++j) kernels::axpy(1.0f, r.trainable[j]->grad, r.accumulated[j]);
+      continue;
+    }
+    if (r.reducer) r.reducer->begin_step();
+    r.model->backward(r.grad_output, [&](size_t layer) {
+      for (nn::Param* p : r.layer_params[layer]) {
+        if (k > 1) {
+          const size_t j = std::find(r.trainable.begin(), r.trainable.end(), p) - r.trainable.begin();
+          kernels::axpy(1.0f, r.accumulated[j], p->grad);
+          r.accumulated[j].zero();
+        }
+        if (r.reducer) r.reducer->param_ready(p);
+      }
+    });
+    if (r.reducer) r.comm_wait = r.reducer->finish_step();
+  }
+  r.optimizer->apply(r.trainable, step);
+}
+
+void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batches, int64_t step,
+                                      nn::LossStats& stats) {
+  DT_CHECK(!micro_batches.empty(), "a step needs at least one micro-batch");
+  Stopwatch timer;
+  if (pool_) {
+    kernels::set_num_threads(threads_each_);
+    pool_->run([&](int i) { replica_step(replicas_[i], i, micro_batches, step); });
+    kernels::set_num_threads(threads_);
+  } else {
+    replica_step(replicas_[0], 0, micro_batches, step);
+  }
+  nn::LossStats local;
+  double wait = 0.0;
+  for (const Replica& r : replicas_) {
+    add_stats(local, r.stats);
+    wait = std::max(wait, r.comm_wait);
+  }
+  if (workers_) {
+    // Report the loss and accuracy of the global batch, as TF does.
+    float s[3] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
+                  static_cast<float>(local.count)};
+    workers_->all_reduce(s, 3, comm::ReduceOp::kSum);
+    local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
+  }
+  add_stats(stats, local);
+  timings_.steps += 1;
+  timings_.comm_wait_seconds += wait;
+  timings_.step_seconds += timer.seconds();
+}
+
+void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {
+  const nn::StepContext ctx{false, seed_, 0};
+  const Tensor output = replicas_[0].model->forward(batch.images, ctx);
+  loss_->compute(output, batch.labels, stats, nullptr, 0.0f);
+}
+
+void DataParallelStrategy::sync_state() {
+  const size_t n = replicas_.size();
+  std::vector<std::vector<nn::Param*>> states;
+  for (const Replica& r : replicas_) states.push_back(state_params(*r.model));
+  for (size_t j = 0; j < states[0].size(); ++j) {
+    // Mean over the local replicas (in replica order: deterministic), then over workers.
+    Tensor& mine = states[0][j]->value;
+    for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value, mine);
+    if (n > 1)
+      for (int64_t e = 0; e < mine.numel(); ++e) mine.data()[e] /= static_cast<float>(n);
+    if (workers_) workers_->all_reduce(mine, comm::ReduceOp::kMean);
+    for (size_t i = 1; i < n; ++i) states[i][j]->value.copy_from(mine);
+  }
+}
+
+}  // namespace dtrain::strategy

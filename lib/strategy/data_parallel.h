@@ -1,0 +1,66 @@
+// DataParallelStrategy: synchronous data parallelism, the one code path behind
+// one_device (1 replica), mirrored (N replicas on threads of this process,
+// gradients averaged in shared memory) and multi_worker_mirrored (one replica per
+// task, gradients averaged over Gloo). The chief's initial parameters are
+// broadcast; every replica applies the same averaged update, so all stay identical.
+//
+// A step with gradient accumulation K runs K micro-batches: the first K-1 only
+// accumulate gradients locally; the last one's backward starts the bucketed
+// all-reduce (one per update, overlapping with backward), then the optimizer runs.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "strategy/gradient_reducer.h"
+#include "strategy/replica_pool.h"
+#include "strategy/strategy.h"
+
+namespace dtrain::strategy {
+
+class DataParallelStrategy : public Strategy {
+ public:
+  DataParallelStrategy(const config::JobConfig& job, const StrategyContext& context);
+  ~DataParallelStrategy() override;
+
+  std::string name() const override { return name_; }
+  int num_replicas_in_sync() const override;
+  int local_replicas() const override { return static_cast<int>(replicas_.size()); }
+  void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats) override;
+  void eval_step(const data::Batch& batch, nn::LossStats& stats) override;
+  void sync_state() override;
+  nn::Sequential& model() override { return *replicas_[0].model; }
+  optim::Optimizer& optimizer() override { return *replicas_[0].optimizer; }
+  StepTimings timings() const override { return timings_; }
+
+ private:
+  struct Replica {
+    std::unique_ptr<nn::Sequential> model;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::vector<nn::Param*> trainable;
+    std::vector<std::vector<nn::Param*>> layer_params;  // trainable params of each layer
+    std::vector<Tensor> accumulated;                     // gradient sums over micro-batches (K > 1)
+    Tensor grad_output;
+    std::unique_ptr<comm::Communicator> local;  // mirrored: this replica's member of the local group
+    std::unique_ptr<GradientReducer> reducer;   // absent for a single replica with no workers
+    nn::LossStats stats;
+    double comm_wait = 0.0;
+  };
+
+  void replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches, int64_t step);
+  comm::Communicator* group_of(Replica& r);
+
+  std::string name_;
+  uint64_t seed_;
+  int64_t accumulation_;
+  int64_t batch_per_replica_;
+  comm::Communicator* workers_;
+  std::unique_ptr<nn::Loss> loss_;
+  std::vector<Replica> replicas_;
+  std::unique_ptr<ReplicaPool> pool_;
+  int threads_ = 1;
+  int threads_each_ = 1;
+  StepTimings timings_;
+};
+
+}  // namespace dtrain::strategy

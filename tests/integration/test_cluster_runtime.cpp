@@ -1,0 +1,399 @@
+// The cluster runtime with real processes: several `dtrain run` tasks of one job on
+// free 127.0.0.1 ports, each given its TF_CONFIG and DTRAIN_JOB_SECRET the way a user
+// or a cluster manager would (no `dtrain launch` in between). Covers the rendezvous
+// (late chief, a chief + worker + ps cluster), the agreement check, the job secret
+// (wrong, missing, from a file), a task that never comes, kill -9 of a worker and of
+// the chief (the survivor exits 4 within the bound, naming the lost task), the
+// TF_CONFIG checks of `dtrain validate`, and junk sent to the chief's port. Every
+// child runs under a deadline (start_dtrain.h) and is killed when its test ends.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "integration/job_files.h"
+#include "integration/start_dtrain.h"
+
+namespace dtrain::integration {
+namespace {
+
+using Catch::Matchers::Contains;
+using namespace std::chrono_literals;
+
+constexpr const char* kSecret = "cluster-runtime-test-secret";
+constexpr const char* kJoinedLine = "tasks joined and agree";
+constexpr double kDeadline = 30.0;  // for any child that should end by itself soon
+
+// An owned socket descriptor.
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// A TCP socket bound to 127.0.0.1:`port` (0: any free port).
+std::unique_ptr<Socket> bound_socket(int port = 0) {
+  auto s = std::make_unique<Socket>(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(s->fd() >= 0);
+  const sockaddr_in a = loopback(port);
+  if (::bind(s->fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
+    FAIL("bind 127.0.0.1:" << port << ": " << std::strerror(errno));
+  return s;
+}
+
+int port_of(const Socket& s) {
+  sockaddr_in a{};
+  socklen_t size = sizeof a;
+  REQUIRE(::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&a), &size) == 0);
+  return ntohs(a.sin_port);
+}
+
+// `n` different free ports: all bound at once (so they differ), then released. A
+// port could be taken by someone else before dtrain binds it; fine for tests.
+std::vector<int> free_ports(int n) {
+  std::vector<std::unique_ptr<Socket>> held;
+  std::vector<int> ports;
+  for (int i = 0; i < n; ++i) {
+    held.push_back(bound_socket());
+    ports.push_back(port_of(*held.back()));
+  }
+  return ports;
+}
+
+// A client connection to 127.0.0.1:`port`, or nullptr when nothing accepts there.
+std::unique_ptr<Socket> try_connect(int port) {
+  auto s = std::make_unique<Socket>(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(s->fd() >= 0);
+  const sockaddr_in a = loopback(port);
+  if (::connect(s->fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return nullptr;
+  return s;
+}
+
+// Whether the peer closes `s` within `seconds` (reads and discards what it sends).
+bool peer_closes(const Socket& s, double seconds) {
+  const auto deadline = Child::Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Child::Clock::now() < deadline) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::recv(s.fd(), buffer, sizeof buffer, 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+  return false;
+}
+
+void send_all(const Socket& s, const std::string& bytes) {
+  REQUIRE(::send(s.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+}
+
+// A cluster of tasks on free localhost ports, e.g. {{"worker", 2}} or
+// {{"chief", 1}, {"worker", 1}, {"ps", 1}}.
+class LocalCluster {
+ public:
+  explicit LocalCluster(const std::map<std::string, int>& counts) {
+    int total = 0;
+    for (const auto& [type, n] : counts) total += n;
+    const std::vector<int> ports = free_ports(total);
+    size_t next = 0;
+    spec_ = nlohmann::json::object();
+    for (const auto& [type, n] : counts)
+      for (int i = 0; i < n; ++i) spec_[type].push_back("127.0.0.1:" + std::to_string(ports[next++]));
+  }
+
+  std::string address(const std::string& type, int index) const { return spec_.at(type).at(index); }
+  // TF_CONFIG for one task; `index` is any JSON (a string index is a test case).
+  std::string tf_config(const std::string& type, const nlohmann::json& index) const {
+    return nlohmann::json{{"cluster", spec_}, {"task", {{"type", type}, {"index", index}}}}.dump();
+  }
+
+ private:
+  nlohmann::json spec_;
+};
+
+// `dtrain run` (or another command) on the tiny synthetic job with short deadlines.
+std::vector<std::string> job_args(const std::string& command, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {command, "--config", shipped_config_path("tiny_synthetic.json"),
+                                   "--set", "runtime.rendezvous_timeout=5"};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  return args;
+}
+
+// The environment of a task: its TF_CONFIG and the job secret, none of the variables
+// `dtrain launch` sets (in case the tests themselves run under one), then `extra`.
+StartSpec task_env(const std::string& tf_config, const std::vector<std::string>& extra = {}) {
+  StartSpec spec;
+  spec.env = {"TF_CONFIG=" + tf_config, std::string("DTRAIN_JOB_SECRET=") + kSecret,
+              "DTRAIN_JOB_ID", "DTRAIN_LAUNCHED", "DTRAIN_INJECT", "DTRAIN_LISTEN_FD"};
+  spec.env.insert(spec.env.end(), extra.begin(), extra.end());
+  return spec;
+}
+
+// Starts `dtrain run` as task type:index of `cluster`.
+std::unique_ptr<Child> start_task(const LocalCluster& cluster, const std::string& type, int index,
+                                  const std::vector<std::string>& sets = {},
+                                  const std::vector<std::string>& extra_env = {}) {
+  return start_dtrain(job_args("run", sets), task_env(cluster.tf_config(type, index), extra_env));
+}
+
+// Checks a task's failure: its exit code, an error line (in a cluster it has the
+// task's prefix, "[worker:1] dtrain: error: ...") and the words it must hold.
+void check_failed(const RunOutput& r, int exit_code, const std::vector<std::string>& needles) {
+  INFO(describe(r));
+  CHECK(r.exit_code == exit_code);
+  CHECK_THAT(r.err, Contains("dtrain: error: "));
+  for (const std::string& needle : needles) CHECK_THAT(r.err, Contains(needle));
+}
+
+void check_succeeded(const RunOutput& r, int tasks) {
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("rendezvous: all " + std::to_string(tasks) + " " + kJoinedLine));
+}
+
+// The params_sha256 of a "Done: ..." line, or "" when there is none.
+std::string params_sha256(const std::string& out) {
+  const std::string key = "params_sha256 ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? "" : out.substr(at + key.size(), 64);
+}
+
+double seconds_between(Child::Clock::time_point a, Child::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Waits until each child has printed the joined line; FAILs (with its output) if one
+// has not within `seconds`.
+void wait_until_joined(const std::vector<Child*>& children, double seconds) {
+  for (Child* c : children)
+    if (!c->wait_for_err(kJoinedLine, seconds))
+      FAIL("no '" << kJoinedLine << "' from " << c->command() << "\n--- stderr ---\n" << c->err());
+}
+
+}  // namespace
+
+TEST_CASE("cluster: two workers join although the chief starts last, and train the same model", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto worker1 = start_task(cluster, "worker", 1);
+  std::this_thread::sleep_for(1500ms);  // worker:1 keeps retrying the chief's port meanwhile
+  auto chief = start_task(cluster, "worker", 0);
+  const RunOutput r0 = chief->finish(kDeadline);
+  const RunOutput r1 = worker1->finish(kDeadline);
+  check_succeeded(r0, 2);
+  check_succeeded(r1, 2);
+  INFO(describe(r0) << "\n" << describe(r1));
+  REQUIRE(params_sha256(r0.out).size() == 64);
+  CHECK(params_sha256(r0.out) == params_sha256(r1.out));
+}
+
+TEST_CASE("cluster: a chief, a worker and a ps task (TF_CONFIG style) all end with 0", "[cluster]") {
+  const LocalCluster cluster({{"chief", 1}, {"worker", 1}, {"ps", 1}});
+  auto ps = start_task(cluster, "ps", 0);
+  auto worker = start_task(cluster, "worker", 0);
+  auto chief = start_task(cluster, "chief", 0);
+  const RunOutput rc = chief->finish(kDeadline);
+  const RunOutput rw = worker->finish(kDeadline);
+  const RunOutput rp = ps->finish(kDeadline);
+  for (const RunOutput* r : {&rc, &rw, &rp}) check_succeeded(*r, 3);
+  INFO(describe(rc) << "\n" << describe(rw) << "\n" << describe(rp));
+  CHECK_THAT(rc.out, Contains("Done:"));
+  CHECK_THAT(rw.out, Contains("Done:"));
+  CHECK_THAT(rp.err, Contains("ps:0 has no work"));
+  CHECK(params_sha256(rp.out).empty());  // the ps task trains nothing
+}
+
+TEST_CASE("cluster: tasks whose job configs differ both stop with exit code 2", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto chief = start_task(cluster, "worker", 0);
+  auto worker1 = start_task(cluster, "worker", 1, {"train.epochs=2"});
+  const RunOutput r0 = chief->finish(10.0);
+  const RunOutput r1 = worker1->finish(10.0);
+  check_failed(r0, 2, {"the tasks of this job disagree", "config_sha256", "worker:1"});
+  check_failed(r1, 2, {"the tasks of this job disagree", "config_sha256", "worker:0"});
+}
+
+TEST_CASE("cluster: a task with the wrong secret is refused; the chief times out naming it", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto chief = start_task(cluster, "worker", 0, {"runtime.rendezvous_timeout=3"});
+  auto intruder = start_task(cluster, "worker", 1, {"runtime.rendezvous_timeout=3"},
+                             {"DTRAIN_JOB_SECRET=not-the-job-secret"});
+  const RunOutput r1 = intruder->finish(15.0);
+  const RunOutput r0 = chief->finish(15.0);
+  check_failed(r1, 2, {"secret"});
+  check_failed(r0, 5, {"have not joined", "worker:1 at " + cluster.address("worker", 1)});
+  INFO(describe(r0));
+  CHECK_THAT(r0.err, Contains("dropped the connection"));
+}
+
+TEST_CASE("cluster: without a job secret a task stops at once and says how to set one", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto task = start_task(cluster, "worker", 0, {}, {"DTRAIN_JOB_SECRET"});
+  const RunOutput r = task->finish(10.0);
+  check_failed(r, 2, {"DTRAIN_JOB_SECRET", "runtime.secret_file"});
+  CHECK(r.seconds < 5.0);
+}
+
+TEST_CASE("cluster: runtime.secret_file gives the tasks their secret", "[cluster]") {
+  const TempDir tmp;
+  const std::string secret_file = tmp.write("job.secret", "secret-from-a-file\n");
+  const std::string empty_file = tmp.write("empty.secret", "");
+  const LocalCluster cluster({{"worker", 2}});
+  const std::vector<std::string> sets = {"runtime.secret_file=" + secret_file};
+  auto chief = start_task(cluster, "worker", 0, sets, {"DTRAIN_JOB_SECRET"});
+  auto worker1 = start_task(cluster, "worker", 1, sets, {"DTRAIN_JOB_SECRET"});
+  check_succeeded(chief->finish(kDeadline), 2);
+  check_succeeded(worker1->finish(kDeadline), 2);
+
+  auto empty = start_task(cluster, "worker", 0, {"runtime.secret_file=" + empty_file}, {"DTRAIN_JOB_SECRET"});
+  check_failed(empty->finish(10.0), 2, {"runtime.secret_file", "empty"});
+}
+
+TEST_CASE("cluster: a task that never starts makes the chief time out with exit code 5", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto chief = start_task(cluster, "worker", 0, {"runtime.rendezvous_timeout=3"});
+  const RunOutput r = chief->finish(15.0);
+  check_failed(r, 5, {"worker:1 at " + cluster.address("worker", 1), "runtime.rendezvous_timeout"});
+  WARN("the chief gave up on the missing worker:1 after " << r.seconds << " s (rendezvous_timeout 3 s)");
+  CHECK(r.seconds >= 3.0);
+  CHECK(r.seconds < 5.0);  // the timeout, not the next 5 s report, ends the wait
+}
+
+TEST_CASE("cluster: kill -9 of a worker makes the chief exit 4 in time, naming it", "[cluster][kill]") {
+  const LocalCluster cluster({{"worker", 2}});
+  const std::vector<std::string> sets = {"train.epochs=100000"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  wait_until_joined({chief.get(), worker1.get()}, 15.0);
+  std::this_thread::sleep_for(500ms);  // a few steps, so the heartbeats carry one
+  const auto killed_at = Child::Clock::now();
+  worker1->send(SIGKILL);
+  worker1->finish(5.0, SIGKILL);
+  const RunOutput r0 = chief->finish(20.0);
+  const double detection = seconds_between(killed_at, chief->end_time());
+  WARN("worker:1 killed; the chief exited " << detection << " s later with code " << r0.exit_code);
+  check_failed(r0, 4, {"worker:1", cluster.address("worker", 1), "was lost after step"});
+  CHECK(detection < 15.0);
+}
+
+TEST_CASE("cluster: kill -9 of the chief makes the worker exit 4 in time, naming it", "[cluster][kill]") {
+  const LocalCluster cluster({{"worker", 2}});
+  const std::vector<std::string> sets = {"train.epochs=100000"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  wait_until_joined({chief.get(), worker1.get()}, 15.0);
+  std::this_thread::sleep_for(500ms);
+  const auto killed_at = Child::Clock::now();
+  chief->send(SIGKILL);
+  chief->finish(5.0, SIGKILL);
+  const RunOutput r1 = worker1->finish(20.0);
+  const double detection = seconds_between(killed_at, worker1->end_time());
+  WARN("the chief killed; worker:1 exited " << detection << " s later with code " << r1.exit_code);
+  check_failed(r1, 4, {"the chief worker:0 at " + cluster.address("worker", 0), "was lost", "step"});
+  CHECK(detection < 15.0);
+}
+
+TEST_CASE("cluster: dtrain validate checks TF_CONFIG and this task's port", "[cluster][validate]") {
+  const LocalCluster cluster({{"worker", 2}});
+  const std::string a0 = cluster.address("worker", 0), a1 = cluster.address("worker", 1);
+  auto validate = [](const std::string& tf_config, const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> args = job_args("validate", {});
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return start_dtrain(args, task_env(tf_config))->finish(kDeadline);
+  };
+  auto tf_config = [](const nlohmann::json& cluster_json, const nlohmann::json& task) {
+    return nlohmann::json{{"cluster", cluster_json}, {"task", task}}.dump();
+  };
+
+  SECTION("a good TF_CONFIG") {
+    const RunOutput r = validate(cluster.tf_config("worker", 1));
+    INFO(describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("worker:1 at " + a1 + ", listening there works"));
+  }
+  SECTION("a string index") {
+    check_failed(validate(cluster.tf_config("worker", "1")), 2, {"TF_CONFIG.task.index", "without quotes"});
+  }
+  SECTION("TF1's worker_hosts") {
+    const auto text = tf_config({{"worker_hosts", {a0, a1}}}, {{"type", "worker"}, {"index", 0}});
+    check_failed(validate(text), 2, {"TF_CONFIG.cluster.worker_hosts", "did you mean 'worker'"});
+  }
+  SECTION("one address for two tasks") {
+    const auto text = tf_config({{"worker", {a0, a0}}}, {{"type", "worker"}, {"index", 0}});
+    check_failed(validate(text), 2, {"TF_CONFIG.cluster.worker[1]", a0});
+  }
+  SECTION("an index outside the list") {
+    check_failed(validate(cluster.tf_config("worker", 2)), 2, {"TF_CONFIG.task.index", "worker:2"});
+  }
+  SECTION("--task outside the list") {
+    check_failed(validate(cluster.tf_config("worker", 0), {"--task", "worker:7"}), 2, {"--task", "worker:7"});
+  }
+  SECTION("this task's port is in use") {
+    const auto listener = bound_socket();
+    REQUIRE(::listen(listener->fd(), 4) == 0);
+    const std::string taken = "127.0.0.1:" + std::to_string(port_of(*listener));
+    const auto text = tf_config({{"worker", {taken, a1}}}, {{"type", "worker"}, {"index", 0}});
+    check_failed(validate(text), 2, {taken, "already in use"});
+  }
+}
+
+TEST_CASE("cluster: junk sent to the chief's port is dropped and the job goes on", "[cluster]") {
+  const LocalCluster cluster({{"worker", 2}});
+  const int chief_port = std::stoi(cluster.address("worker", 0).substr(10));
+  const std::vector<std::string> sets = {"train.epochs=300"};  // trains about a second
+  auto chief = start_task(cluster, "worker", 0, sets);
+
+  std::unique_ptr<Socket> junk;
+  const auto give_up = Child::Clock::now() + 10s;
+  while (!(junk = try_connect(chief_port)) && Child::Clock::now() < give_up && !chief->ended())
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(junk);
+  // While the job is joining: a small frame whose payload is not a message.
+  send_all(*junk, std::string("\0\0\0\x08", 4) + "garbage!");
+  CHECK(peer_closes(*junk, 5.0));
+
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  wait_until_joined({chief.get(), worker1.get()}, 15.0);
+  // While it trains: a length prefix far over the frame limit.
+  const auto oversized = try_connect(chief_port);
+  REQUIRE(oversized);
+  send_all(*oversized, "\x7f\xff\xff\xff");
+  CHECK(peer_closes(*oversized, 5.0));
+
+  const RunOutput r0 = chief->finish(kDeadline);
+  const RunOutput r1 = worker1->finish(kDeadline);
+  check_succeeded(r0, 2);
+  check_succeeded(r1, 2);
+  INFO(describe(r0));
+  CHECK_THAT(r0.err, Contains("dropped the connection"));
+  CHECK_THAT(r0.err, Contains("malformed frame"));
+  CHECK_THAT(r0.err, Contains("sent a frame of 2147483647 bytes"));
+}
+
+}  // namespace dtrain::integration
