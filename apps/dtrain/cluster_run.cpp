@@ -48,6 +48,7 @@ int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cl
   rendezvous::SessionOptions options;
   options.listen_fd = listen_fd_from_environment();
   rendezvous::ClusterSession session(cluster, job, options);
+  run.write_metrics = session.is_chief();
   try {
     if (session.rank() < 0) {
       log::info(task, " has no work under strategy ", job.strategy.type,

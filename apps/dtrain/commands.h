@@ -56,6 +56,18 @@ int validate_command(const ValidateOptions& options);
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
                    trainer::RunOptions run);
 int bench_train_command(const BenchTrainOptions& options);
+
+struct BenchAllReduceOptions {
+  int workers = 0;                     // --workers N: launch N local tasks (0: this is one of them)
+  std::string sizes = "4K:64M";        // --sizes
+  int iterations = 20;                 // timed all-reduces per size
+  int warmup = 5;
+  bool json = false;
+  std::string config;                  // the job the tasks agree on ("" = a minimal built-in one)
+  std::vector<std::string> overrides;  // --set, passed on
+  int threads = 0;                     // --threads (the launcher passes it; all-reduce uses Gloo's own threads)
+};
+int bench_allreduce_command(const BenchAllReduceOptions& options);
 int version_command();
 
 }  // namespace dtrain::app

@@ -82,6 +82,17 @@ int main(int argc, char** argv) {
   bench_train->add_option("--warmup", bench.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
   bench_train->add_option("--batch", bench.batch, "Batch size (default: the config's)")->check(CLI::PositiveNumber);
   bench_train->add_flag("--json", bench.json, "Print one JSON object");
+  dtrain::app::BenchAllReduceOptions allreduce;
+  CLI::App* bench_allreduce = bench_cmd->add_subcommand(
+      "allreduce", "All-reduce bandwidth (nccl-tests style) of N local workers over Gloo");
+  bench_allreduce->add_option("--workers", allreduce.workers, "Local worker processes (at least 2)");
+  bench_allreduce->add_option("--sizes", allreduce.sizes, "Sizes: MIN:MAX (powers of two) or a list, e.g. 4K:64M");
+  bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(CLI::PositiveNumber);
+  bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);
+  bench_allreduce->add_flag("--json", allreduce.json, "One JSON object per size");
+  bench_allreduce->add_option("--config,-c", allreduce.config, "Job config the tasks agree on (default: built in)");
+  bench_allreduce->add_option("--set", allreduce.overrides, "Override a config value (repeatable)");
+  bench_allreduce->add_option("--threads", allreduce.threads, "Compute threads per task (unused by the all-reduce)");
 
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
@@ -102,6 +113,7 @@ int main(int argc, char** argv) {
     if (launch_cmd->parsed()) return dtrain::app::launch_command(launch);
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench);
+    if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce);
     if (version_cmd->parsed()) return dtrain::app::version_command();
   } catch (const dtrain::Error& e) {
     return print_error(e.what(), e.exit_code());

@@ -339,10 +339,12 @@ LaunchReport Launcher::run() {
 
     SpawnSpec spec;
     spec.program = options_.program;
-    spec.argv = {program_name, "run", "--config", options_.config};
+    spec.argv = {program_name};
+    spec.argv.insert(spec.argv.end(), options_.command.begin(), options_.command.end());
+    spec.argv.insert(spec.argv.end(), {"--config", options_.config});
     for (const std::string& o : options_.overrides) spec.argv.insert(spec.argv.end(), {"--set", o});
     const std::string summary = str(summaries.path(), "/", file_name(p.task), ".json");
-    spec.argv.insert(spec.argv.end(), {"--summary", summary});
+    if (options_.task_summaries) spec.argv.insert(spec.argv.end(), {"--summary", summary});
     if (threads > 0) spec.argv.insert(spec.argv.end(), {"--threads", std::to_string(threads)});
     spec.env = env;
     spec.env.push_back("TF_CONFIG=" + tf_config_json(plan.spec, p.task));

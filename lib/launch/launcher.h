@@ -28,8 +28,12 @@ struct LaunchOptions {
   ClusterRequest cluster;               // --workers/--ps/--chief/--evaluator
   std::vector<std::string> injections;  // --inject kill:worker:1@step=20
   double grace_period = 5.0;            // seconds, for each of the two stopping stages
-  // What each task runs; argv[1..] are "run --config ...". Tests use a stand-in.
+  // What each task runs: program, then `command` (the subcommand and its own
+  // options), then --config FILE, the --set values, --summary and --threads.
+  // Tests use a stand-in program; `dtrain bench allreduce` its own command.
   std::string program = "/proc/self/exe";
+  std::vector<std::string> command = {"run"};
+  bool task_summaries = true;  // pass --summary (only `run` writes one)
   int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
   int stderr_fd = 2;  // where their stderr lines and the launcher's messages go
 };

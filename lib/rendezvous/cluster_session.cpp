@@ -46,7 +46,7 @@ ClusterSession::ClusterSession(const config::ClusterConfig& cluster, const confi
       credentials_(load_credentials(job, cluster.spec)),
       heartbeat_interval_(job.runtime.heartbeat_interval),
       rendezvous_timeout_(job.runtime.rendezvous_timeout) {
-  Stopwatch timer;
+  Stopwatch& timer = started_;
   const config::TaskId chief = cluster_.spec.chief();
   const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
   if (is_chief()) {
@@ -119,7 +119,8 @@ void ClusterSession::wait_for_all_tasks() {
   const auto tasks = cluster_.spec.all_tasks();
   store_->set("join/" + cluster_.task.str(), "1");
   const auto keys = keys_for("join/", tasks);
-  Stopwatch waited;
+  // The deadline counts from the session's start (connecting to the chief included).
+  Stopwatch& waited = started_;
   // Waits of at most 5 s (then say who is missing), none past rendezvous_timeout.
   const auto next_wait = [&] { return std::clamp(rendezvous_timeout_ - waited.seconds(), 0.0, 5.0); };
   while (!store_->wait(keys, next_wait())) {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "config/job_config.h"
+#include "core/timer.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 
@@ -75,6 +76,7 @@ class ClusterSession {
   std::unique_ptr<StoreClient> store_;    // requests
   std::unique_ptr<StoreClient> control_;  // heartbeats (the heartbeat thread's)
   double join_seconds_ = 0.0;
+  Stopwatch started_;  // when the session began joining
   bool finished_ = false;
 
   std::atomic<int64_t> step_{-1};

@@ -68,7 +68,13 @@ struct StoreClient::Impl {
     while (true) {
       const auto left = deadline - Clock::now();
       ec = connect_once(endpoints, std::min<Clock::duration>(left, std::chrono::seconds(2)));
-      if (!ec) break;
+      // On loopback, a connect to a port in the ephemeral range with no listener
+      // can "succeed" by connecting the socket to itself (TCP simultaneous open).
+      if (!ec) {
+        std::error_code e1, e2;
+        if (socket.local_endpoint(e1) != socket.remote_endpoint(e2) || e1 || e2) break;
+        ec = asio::error::connection_refused;
+      }
       std::error_code ignored;
       socket.close(ignored);
       if (Clock::now() >= deadline)

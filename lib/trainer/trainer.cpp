@@ -62,7 +62,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
                           " accumulation step(s) is more than the ", train_pipeline.samples_per_epoch(),
                           " training samples this task sees per epoch; use a smaller batch"));
 
-  MetricsLog metrics(job.output.dir);
+  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string());
   Progress progress(stdout_is_terminal());
   int64_t global_step = 0;
   double train_seconds = 0.0;

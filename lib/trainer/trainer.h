@@ -17,6 +17,8 @@ struct RunOptions {
   std::function<void(int64_t steps_done)> on_step;
   // multi_worker_mirrored: the job's training tasks as a group (from the cluster runtime).
   comm::Communicator* workers = nullptr;
+  // Write output.dir/metrics.jsonl: in a cluster only the chief does (as in TF).
+  bool write_metrics = true;
 };
 
 struct RunSummary {

@@ -152,15 +152,18 @@ bool Child::ended() {
   return true;
 }
 
-bool Child::wait_for_err(const std::string& needle, double seconds) {
+bool Child::wait_for(int fd, const std::string& needle, double seconds) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (;;) {
-    if (err().find(needle) != std::string::npos) return true;
-    if (ended()) return err().find(needle) != std::string::npos;
+    if (read_all(fd).find(needle) != std::string::npos) return true;
+    if (ended()) return read_all(fd).find(needle) != std::string::npos;
     if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
+
+bool Child::wait_for_out(const std::string& needle, double seconds) { return wait_for(out_fd_, needle, seconds); }
+bool Child::wait_for_err(const std::string& needle, double seconds) { return wait_for(err_fd_, needle, seconds); }
 
 void Child::send(int signal) {
   if (!reaped_) ::kill(pid_, signal);

@@ -49,8 +49,9 @@ class Child {
 
   // True once the child has ended (it is reaped then; its status kept for finish()).
   bool ended();
-  // Waits until stderr holds `needle` (true), or the child ends or `seconds` pass
-  // without it (false). Never FAILs: the caller decides what a miss means.
+  // Wait until stdout (stderr) holds `needle` (true), or the child ends or `seconds`
+  // pass without it (false). Never FAIL: the caller decides what a miss means.
+  bool wait_for_out(const std::string& needle, double seconds);
   bool wait_for_err(const std::string& needle, double seconds);
   // Sends `signal` to the child itself (not to a reaped pid).
   void send(int signal);
@@ -64,6 +65,7 @@ class Child {
 
  private:
   void kill_group_and_reap();
+  bool wait_for(int fd, const std::string& needle, double seconds);
 
   std::string command_;
   pid_t pid_ = -1;

@@ -3,9 +3,10 @@
 // or a cluster manager would (no `dtrain launch` in between). Covers the rendezvous
 // (late chief, a chief + worker + ps cluster), the agreement check, the job secret
 // (wrong, missing, from a file), a task that never comes, kill -9 of a worker and of
-// the chief (the survivor exits 4 within the bound, naming the lost task), the
-// TF_CONFIG checks of `dtrain validate`, and junk sent to the chief's port. Every
-// child runs under a deadline (start_dtrain.h) and is killed when its test ends.
+// the chief (the survivor exits 4 within the bound, naming the lost task), a hung task
+// (SIGSTOP: found by the heartbeat timeout), the TF_CONFIG checks of `dtrain
+// validate`, and junk sent to the chief's port. Every child runs under a deadline
+// (start_dtrain.h) and is killed when its test ends.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -126,6 +127,10 @@ class LocalCluster {
   }
 
   std::string address(const std::string& type, int index) const { return spec_.at(type).at(index); }
+  int port(const std::string& type, int index) const {
+    const std::string a = address(type, index);
+    return std::stoi(a.substr(a.rfind(':') + 1));
+  }
   // TF_CONFIG for one task; `index` is any JSON (a string index is a test case).
   std::string tf_config(const std::string& type, const nlohmann::json& index) const {
     return nlohmann::json{{"cluster", spec_}, {"task", {{"type", type}, {"index", index}}}}.dump();
@@ -195,6 +200,16 @@ void wait_until_joined(const std::vector<Child*>& children, double seconds) {
   for (Child* c : children)
     if (!c->wait_for_err(kJoinedLine, seconds))
       FAIL("no '" << kJoinedLine << "' from " << c->command() << "\n--- stderr ---\n" << c->err());
+}
+
+// Waits until each child has joined and trained a few epochs (so its heartbeats have
+// carried a step); FAILs if one has not within `seconds`.
+void wait_until_training(const std::vector<Child*>& children, double seconds) {
+  wait_until_joined(children, seconds);
+  for (Child* c : children)
+    if (!c->wait_for_out("Epoch 3/", seconds))
+      FAIL("no 'Epoch 3/' from " << c->command() << "\n--- stdout ---\n" << c->out() << "\n--- stderr ---\n" << c->err());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
 }
 
 }  // namespace
@@ -290,8 +305,7 @@ TEST_CASE("cluster: kill -9 of a worker makes the chief exit 4 in time, naming i
   const std::vector<std::string> sets = {"train.epochs=100000"};
   auto chief = start_task(cluster, "worker", 0, sets);
   auto worker1 = start_task(cluster, "worker", 1, sets);
-  wait_until_joined({chief.get(), worker1.get()}, 15.0);
-  std::this_thread::sleep_for(500ms);  // a few steps, so the heartbeats carry one
+  wait_until_training({chief.get(), worker1.get()}, 15.0);
   const auto killed_at = Child::Clock::now();
   worker1->send(SIGKILL);
   worker1->finish(5.0, SIGKILL);
@@ -307,8 +321,7 @@ TEST_CASE("cluster: kill -9 of the chief makes the worker exit 4 in time, naming
   const std::vector<std::string> sets = {"train.epochs=100000"};
   auto chief = start_task(cluster, "worker", 0, sets);
   auto worker1 = start_task(cluster, "worker", 1, sets);
-  wait_until_joined({chief.get(), worker1.get()}, 15.0);
-  std::this_thread::sleep_for(500ms);
+  wait_until_training({chief.get(), worker1.get()}, 15.0);
   const auto killed_at = Child::Clock::now();
   chief->send(SIGKILL);
   chief->finish(5.0, SIGKILL);
@@ -317,6 +330,24 @@ TEST_CASE("cluster: kill -9 of the chief makes the worker exit 4 in time, naming
   WARN("the chief killed; worker:1 exited " << detection << " s later with code " << r1.exit_code);
   check_failed(r1, 4, {"the chief worker:0 at " + cluster.address("worker", 0), "was lost", "step"});
   CHECK(detection < 15.0);
+}
+
+TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heartbeat_timeout", "[cluster][kill]") {
+  const LocalCluster cluster({{"worker", 2}});
+  const std::vector<std::string> sets = {"train.epochs=100000", "runtime.heartbeat_timeout=2"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  wait_until_training({chief.get(), worker1.get()}, 15.0);
+  const auto stopped_at = Child::Clock::now();
+  worker1->send(SIGSTOP);  // its connections stay open: only the missing heartbeats tell
+  const RunOutput r0 = chief->finish(20.0);
+  const double detection = seconds_between(stopped_at, chief->end_time());
+  WARN("worker:1 stopped; the chief exited " << detection << " s later with code " << r0.exit_code);
+  check_failed(r0, 4, {"worker:1", cluster.address("worker", 1), "no heartbeat for 2 s"});
+  CHECK(detection >= 1.5);  // not before the heartbeat timeout (give or take one sweep)
+  CHECK(detection < 6.0);
+  worker1->send(SIGKILL);
+  worker1->finish(5.0, SIGKILL);
 }
 
 TEST_CASE("cluster: dtrain validate checks TF_CONFIG and this task's port", "[cluster][validate]") {
@@ -365,7 +396,7 @@ TEST_CASE("cluster: dtrain validate checks TF_CONFIG and this task's port", "[cl
 
 TEST_CASE("cluster: junk sent to the chief's port is dropped and the job goes on", "[cluster]") {
   const LocalCluster cluster({{"worker", 2}});
-  const int chief_port = std::stoi(cluster.address("worker", 0).substr(10));
+  const int chief_port = cluster.port("worker", 0);
   const std::vector<std::string> sets = {"train.epochs=300"};  // trains about a second
   auto chief = start_task(cluster, "worker", 0, sets);
 

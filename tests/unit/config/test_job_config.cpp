@@ -30,13 +30,14 @@ TEST_CASE("the shipped CNN config parses", "[config]") {
   CHECK(c.loss.type == "sparse_categorical_crossentropy");
   CHECK(c.loss.from_logits);
   CHECK(c.optimizer.type == "adam");
-  CHECK(c.optimizer.learning_rate.type == "constant");
+  CHECK(c.optimizer.learning_rate.type == "cosine");
   CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
+  CHECK(c.optimizer.learning_rate.decay_steps == 12 * 938);  // every step of the 12 epochs
   CHECK(c.data.train.format == "idx");
   CHECK_THAT(c.data.train.images, Contains("train-images-idx3-ubyte.gz"));
   CHECK(c.data.has_test);
   CHECK_THAT(c.data.test.labels, Contains("t10k-labels-idx1-ubyte.gz"));
-  CHECK(c.train.epochs == 5);
+  CHECK(c.train.epochs == 12);
   CHECK(c.train.batch_size_per_replica == 64);
   CHECK(c.output.dir == "runs/fashion_mnist_cnn");
 }

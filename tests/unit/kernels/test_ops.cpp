@@ -173,6 +173,58 @@ TEST_CASE("max pooling forward picks maxima and backward routes gradients to the
   require_close(dx, want_dx);
 }
 
+TEST_CASE("max pooling with padding, overlapping windows and ties matches a reference loop") {
+  // (n, h, w, c, kh, kw, sh, sw, pad top, left, bottom, right): Keras "same" 3x3/2,
+  // overlapping 3x3/1 (backward accumulates), asymmetric, and a 17x17 window (more
+  // than 256 taps). Inputs come in coarse steps so windows hold tied maxima.
+  struct Case { int64_t n, h, w, c, kh, kw, sh, sw, pt, pl, pb, pr; };
+  const Case cases[] = {{2, 7, 7, 3, 3, 3, 2, 2, 1, 1, 1, 1}, {3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1},
+                        {1, 6, 5, 17, 3, 2, 2, 1, 0, 1, 1, 0}, {2, 18, 18, 2, 17, 17, 1, 1, 0, 0, 0, 0},
+                        {1, 4, 4, 5, 2, 2, 1, 1, 0, 0, 1, 1}};
+  const int saved_threads = kernels::num_threads();
+  uint64_t seed = 80;
+  for (const Case& k : cases) {
+    kernels::Pool2DParams p;
+    p.kernel[0] = k.kh, p.kernel[1] = k.kw, p.stride[0] = k.sh, p.stride[1] = k.sw;
+    p.pad_before[0] = k.pt, p.pad_before[1] = k.pl, p.pad_after[0] = k.pb, p.pad_after[1] = k.pr;
+    const int64_t oh = (k.h + k.pt + k.pb - k.kh) / k.sh + 1, ow = (k.w + k.pl + k.pr - k.kw) / k.sw + 1;
+    Tensor x = random_tensor({k.n, k.h, k.w, k.c}, ++seed);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = std::round(x.data()[i] * 3.0f);
+    const Tensor dy = random_tensor({k.n, oh, ow, k.c}, ++seed);
+    Tensor want_y({k.n, oh, ow, k.c}), want_dx({k.n, k.h, k.w, k.c});
+    for (int64_t b = 0; b < k.n; ++b)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox)
+          for (int64_t c = 0; c < k.c; ++c) {
+            int64_t best = -1;  // padding is -inf: only real positions compete
+            for (int64_t ky = 0; ky < k.kh; ++ky)
+              for (int64_t kx = 0; kx < k.kw; ++kx) {
+                const int64_t iy = oy * k.sh - k.pt + ky, ix = ox * k.sw - k.pl + kx;
+                if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+                const int64_t xi = ((b * k.h + iy) * k.w + ix) * k.c + c;
+                if (best < 0 || x.data()[xi] > x.data()[best]) best = xi;  // ties: first in window
+              }
+            const int64_t yi = ((b * oh + oy) * ow + ox) * k.c + c;
+            want_y.data()[yi] = x.data()[best];
+            want_dx.data()[best] += dy.data()[yi];
+          }
+    // One thread and several (more threads than samples splits the channels).
+    for (int threads : {1, 4}) {
+      kernels::set_num_threads(threads);
+      Tensor y({k.n, oh, ow, k.c}), y_infer({k.n, oh, ow, k.c}), dx({k.n, k.h, k.w, k.c});
+      dx.fill(7.0f);  // backward must overwrite, not add to, what dx held
+      kernels::Workspace ws;
+      kernels::pool2d_forward(x, p, y, &ws);
+      kernels::pool2d_forward(x, p, y_infer, nullptr);
+      kernels::pool2d_backward(dy, p, &ws, dx);
+      require_close(y, want_y, 0, 0);
+      require_close(y_infer, want_y, 0, 0);
+      require_close(dx, want_dx, 1e-6, 1e-6);
+    }
+  }
+  kernels::set_num_threads(saved_threads);
+}
+
 TEST_CASE("average pooling with same padding excludes the padding from the count") {
   // 3x3 input, 2x2 window, stride 2, same padding: output 2x2, bottom/right padded by 1.
   Tensor x({1, 3, 3, 1});

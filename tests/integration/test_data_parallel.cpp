@@ -1,0 +1,138 @@
+// Synchronous data parallelism, end to end: the same global batch gives the same
+// loss trajectory however it is split (1 worker at 128, 2 workers at 64, 4 at 32,
+// mirrored replicas, gradient accumulation), workers end with identical
+// parameters, and `dtrain bench allreduce` reports correct results.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+
+using namespace dtrain::integration;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kSteps = 20;
+
+// The shipped MLP (no dropout) on 4096 samples, 20 steps, a loss record every step.
+json equivalence_job(const TempDir& dir, const std::string& strategy, int batch_per_replica) {
+  json job = small_mlp_job(4096, 256);
+  job["strategy"] = {{"type", strategy}};
+  job["train"]["batch_size_per_replica"] = batch_per_replica;
+  job["train"]["steps_per_epoch"] = kSteps;
+  job["train"]["log_every_steps"] = 1;
+  job["output"] = {{"dir", dir.file("out")}};
+  return job;
+}
+
+// The loss of each step, from the chief's (or the single task's) metrics.jsonl.
+std::vector<double> step_losses(const TempDir& dir) {
+  std::vector<double> losses;
+  for (const json& record : read_json_lines(dir.file("out/metrics.jsonl")))
+    if (record["kind"] == "step") losses.push_back(record["loss"].get<double>());
+  REQUIRE(losses.size() == kSteps);
+  return losses;
+}
+
+void require_same_trajectory(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+  for (int i = 0; i < kSteps; ++i) {
+    INFO(what << ", step " << i + 1 << ": " << a[i] << " vs " << b[i]);
+    REQUIRE(std::fabs(a[i] - b[i]) <= 1e-4 * std::fabs(a[i]));
+  }
+}
+
+// Runs the job on one process (`run`) and returns its step losses.
+std::vector<double> run_single(const json& job, const TempDir& dir) {
+  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(job), "--threads", "1"}, {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  return step_losses(dir);
+}
+
+// Runs the job as `workers` local tasks with `dtrain launch`; returns the chief's
+// step losses and checks that every worker ended with the same parameters.
+std::vector<double> run_workers(const json& job, int workers, const TempDir& dir) {
+  const std::string summary = dir.file("launch.json");
+  const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", dir.write_job(job),
+                                  "--threads", "1", "--summary", summary},
+                                 {180.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const json launch = read_json_file(summary);
+  std::string hash;
+  for (const auto& [task, s] : launch["tasks"].items()) {
+    REQUIRE(s.is_object());
+    CHECK(s["world_size"] == workers);
+    if (hash.empty()) hash = s["params_sha256"];
+    CHECK(s["params_sha256"] == hash);
+  }
+  return step_losses(dir);
+}
+
+}  // namespace
+
+TEST_CASE("1 worker at batch 128, 2 at 64 and 4 at 32 follow the same loss trajectory") {
+  TempDir one, two, four;
+  const auto base = run_single(equivalence_job(one, "one_device", 128), one);
+  const auto two_workers = run_workers(equivalence_job(two, "multi_worker_mirrored", 64), 2, two);
+  require_same_trajectory(base, two_workers, "2 workers");
+  const auto four_workers = run_workers(equivalence_job(four, "multi_worker_mirrored", 32), 4, four);
+  require_same_trajectory(base, four_workers, "4 workers");
+  CHECK(base.back() < base.front());  // it does learn
+}
+
+TEST_CASE("gradient accumulation of 2 micro-batches of 64 matches one step at 128") {
+  TempDir big, accumulated;
+  const auto base = run_single(equivalence_job(big, "one_device", 128), big);
+  json job = equivalence_job(accumulated, "one_device", 64);
+  job["train"]["gradient_accumulation_steps"] = 2;
+  require_same_trajectory(base, run_single(job, accumulated), "accumulation K=2");
+}
+
+TEST_CASE("mirrored replicas in one process match one device at the same global batch") {
+  TempDir single, mirrored;
+  const auto base = run_single(equivalence_job(single, "one_device", 128), single);
+  json job = equivalence_job(mirrored, "mirrored", 64);
+  job["strategy"]["devices"] = {"cpu:0", "cpu:1"};
+  require_same_trajectory(base, run_single(job, mirrored), "mirrored x2");
+}
+
+TEST_CASE("accumulation across 2 workers: one all-reduce per update still matches") {
+  TempDir single, workers;
+  const auto base = run_single(equivalence_job(single, "one_device", 128), single);
+  json job = equivalence_job(workers, "multi_worker_mirrored", 32);
+  job["train"]["gradient_accumulation_steps"] = 2;
+  require_same_trajectory(base, run_workers(job, 2, workers), "2 workers x K=2");
+}
+
+TEST_CASE("multi_worker_mirrored without a cluster is a clear config error") {
+  TempDir dir;
+  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(equivalence_job(dir, "multi_worker_mirrored", 64))});
+  check_error(r, 2, {"multi_worker_mirrored needs a cluster", "dtrain launch"});
+}
+
+TEST_CASE("bench allreduce prints correct nccl-tests style JSON for every size") {
+  const RunOutput r = run_dtrain({"bench", "allreduce", "--workers", "2", "--sizes", "4K:64K", "--iterations", "3",
+                                  "--json"},
+                                 {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  std::vector<size_t> sizes;
+  size_t start = 0;
+  while (start < r.out.size()) {
+    size_t end = r.out.find('\n', start);
+    if (end == std::string::npos) end = r.out.size();
+    const std::string line = r.out.substr(start, end - start);
+    start = end + 1;
+    const size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    const json j = json::parse(line.substr(brace));
+    for (const char* key : {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "correct"}) REQUIRE(j.contains(key));
+    CHECK(j["correct"] == true);
+    CHECK(j["busbw_gbps"].get<double>() > 0.0);
+    sizes.push_back(j["bytes"].get<size_t>());
+  }
+  CHECK(sizes == std::vector<size_t>{4096, 8192, 16384, 32768, 65536});
+}
