@@ -83,8 +83,9 @@ struct WeightsLayout {
       : reorder(picked != hwio) {
     if (!reorder) return;
     chosen = memory(picked, engine());
-    convert = to_picked ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), hwio, engine(), picked))
-                        : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), picked, engine(), hwio));
+    const memory::desc& from = to_picked ? hwio : picked;
+    const memory::desc& to = to_picked ? picked : hwio;
+    convert = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
   }
 
   // The weights to hand the primitive: w itself, or w reordered into `chosen`.

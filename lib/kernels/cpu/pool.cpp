@@ -1,12 +1,13 @@
 // Pooling over NHWC: max pooling on own loops, average pooling on oneDNN.
 //
-// Why own loops for max pooling: for the CNN's (64,26,26,32) -> (64,13,13,32)
-// pool, oneDNN 2.6's pooling_max forward_training with its workspace took ~3.9 ms
-// forward and ~2.9 ms backward on one thread (jit:avx2, ~40% of the whole CNN
-// step), and forward_inference ~0.95 ms; a plain NHWC loop that keeps the argmax
-// took ~0.14 ms forward and ~0.19 ms backward. The loops keep oneDNN's/Keras'
-// semantics: padding counts as -inf (it is never the maximum), and ties go to the
-// first maximum in window order (row by row), so results are deterministic.
+// Why own loops for max pooling (measured, one thread, AVX2 EPYC): for the CNN's
+// (64,26,26,32) -> (64,13,13,32) 2x2 pool, oneDNN 2.6's pooling_max (jit:avx2)
+// with its workspace took 3.9-5.0 ms forward and 2.9-3.7 ms backward, ~40% of the
+// whole CNN step, and 0.95 ms forward_inference; these loops take ~0.43 ms
+// forward (0.25 ms without the argmax, so inference uses them too) and ~0.41 ms
+// backward. They keep oneDNN's/Keras' semantics: padding counts as -inf (it is
+// never the maximum), and ties go to the first maximum in window order (row by
+// row), so results are deterministic.
 //
 // Average pooling (which excludes the padding from the count, as Keras does)
 // stays on oneDNN's pooling primitive; it needs no workspace.
@@ -39,7 +40,8 @@ PoolGeom pool_geom(const Tensor& x, const Tensor& y, const Pool2DParams& p) {
   DT_CHECK_EQ(x.dim(3), y.dim(3));
   PoolGeom g{x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.dim(1), y.dim(2),
              p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.pad_before[0], p.pad_before[1]};
-  DT_CHECK(g.kh > 0 && g.kw > 0 && g.sh > 0 && g.sw > 0, "pool window and stride must be positive");
+  DT_CHECK(g.kh > 0 && g.kw > 0 && g.sh > 0 && g.sw > 0,
+           "pool window and stride must be positive");
   // Padding smaller than the window keeps every window at least one real element
   // wide, so each output has a maximum and an argmax.
   DT_CHECK(p.pad_before[0] < g.kh && p.pad_after[0] < g.kh && p.pad_before[1] < g.kw &&
@@ -113,7 +115,8 @@ void max_pool_forward_row(const PoolGeom& g, const float* x, float* y, Idx* arg,
 template <class Idx, bool kArgmax>
 void max_pool_forward(const PoolGeom& g, const float* x, float* y, Idx* arg) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < g.n * g.oh; ++row) max_pool_forward_row<Idx, kArgmax>(g, x, y, arg, row);
+  for (int64_t row = 0; row < g.n * g.oh; ++row)
+    max_pool_forward_row<Idx, kArgmax>(g, x, y, arg, row);
 }
 
 // dxp[ch] (=, or += when kAdd) dy[ch] for the channels whose argmax is tap k, and
@@ -193,7 +196,7 @@ struct AvgPoolPlan {
   dnnl::pooling_backward backward;
 };
 
-// x (N, H, W, C) -> y (N, OH, OW, C); the training variant also builds the backward.
+// x (N, H, W, C) -> y (N, OH, OW, C), forward and backward.
 AvgPoolPlan& avg_pool_plan(const Shape& x, const Shape& y, const Pool2DParams& p) {
   const std::string key = str("avg_pool:", shape_str(x), shape_str(y), p.kernel[0], ",",
                               p.kernel[1], ",", p.stride[0], ",", p.stride[1], ",", p.pad_before[0],
@@ -226,7 +229,8 @@ void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace
   const PoolGeom g = pool_geom(x, y, p);
   if (p.kind == PoolKind::kAverage) {
     auto& plan = avg_pool_plan(x.shape(), y.shape(), p);
-    execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.src, x)}, {DNNL_ARG_DST, as_memory(plan.dst, y)}});
+    execute(plan.forward,
+            {{DNNL_ARG_SRC, as_memory(plan.src, x)}, {DNNL_ARG_DST, as_memory(plan.dst, y)}});
     return;
   }
   if (!ws) {
@@ -246,7 +250,8 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
   if (p.kind == PoolKind::kAverage) {
     auto& plan = avg_pool_plan(dx.shape(), dy.shape(), p);
     execute(plan.backward,
-            {{DNNL_ARG_DIFF_DST, as_memory(plan.dst, dy)}, {DNNL_ARG_DIFF_SRC, as_memory(plan.src, dx)}});
+            {{DNNL_ARG_DIFF_DST, as_memory(plan.dst, dy)},
+             {DNNL_ARG_DIFF_SRC, as_memory(plan.src, dx)}});
     return;
   }
   DT_CHECK(ws != nullptr, "pool2d_backward needs the training forward's workspace");
