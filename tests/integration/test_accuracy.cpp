@@ -1,6 +1,6 @@
 // The accuracy the shipped configs promise, measured by running them unchanged to
 // the end through the dtrain binary (label `slow`: the MLP takes about half a
-// minute, the CNN several minutes on 2 cores). Each run happens in a temporary
+// minute, the CNN a few minutes on 2 cores, as does the 2-worker CNN). Each run happens in a temporary
 // working directory, so the configs' relative output.dir lands there, and writes a
 // --summary; the test prints the test accuracy and training throughput (WARN, so
 // the figures show in the log even when the test passes) and checks the accuracy.
@@ -40,6 +40,30 @@ TEST_CASE("the shipped MLP config reaches test accuracy >= 0.88", "[slow]") {
 
 TEST_CASE("the shipped CNN config reaches test accuracy >= 0.91", "[slow]") {
   check_shipped_accuracy("fashion_mnist_cnn.json", 0.91, 840.0);
+}
+
+TEST_CASE("two workers with multi_worker_mirrored reach >= 0.91 with identical parameters", "[slow]") {
+  TempDir tmp;
+  const std::string summary_path = tmp.file("launch.json");
+  RunSpec spec;
+  spec.deadline_seconds = 900.0;
+  spec.cwd = tmp.path();
+  const RunOutput r = run_dtrain({"launch", "--workers", "2", "--config",
+                                  shipped_config_path("fashion_mnist_cnn_multiworker.json"), "--summary", summary_path},
+                                 spec);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json launch = read_json_file(summary_path);
+  const nlohmann::json& chief = launch["tasks"]["worker:0"];
+  const nlohmann::json& worker = launch["tasks"]["worker:1"];
+  REQUIRE(chief.is_object());
+  REQUIRE(worker.is_object());
+  WARN("multi-worker CNN: test_accuracy " << chief["test_accuracy"] << ", world_size " << chief["world_size"]
+       << ", " << chief["train_samples_per_sec"] << " train samples/s, comm_wait_share "
+       << chief["comm_wait_share"] << ", params_sha256 " << chief["params_sha256"]);
+  CHECK(chief["world_size"] == 2);
+  CHECK(chief["test_accuracy"].get<double>() >= 0.91);
+  CHECK(worker["params_sha256"] == chief["params_sha256"]);
 }
 
 }  // namespace dtrain::integration

@@ -49,7 +49,8 @@ TEST_CASE("the shipped MLP config parses", "[config]") {
   CHECK(c.model.layers[1].units == 256);
   CHECK(c.model.layers[2].units == 128);
   CHECK(c.data.shuffle_buffer == 60000);
-  CHECK(c.train.epochs == 10);
+  CHECK(c.train.epochs == 15);
+  CHECK(c.optimizer.learning_rate.decay_steps == 15 * 469);  // every step of the 15 epochs
   CHECK(c.train.batch_size_per_replica == 128);
   CHECK(c.normalized_json.find("\"batch_size_per_replica\":128") != std::string::npos);
 }
