@@ -51,11 +51,15 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
   export DTRAIN_JOB_SECRET=bench-secret
   local pids=()
   for i in 0 1; do
+    # No `timeout` wrapper: the kill below must hit dtrain itself, not a wrapper.
     TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-      timeout 120 "$dtrain" run --config "$job" --set train.epochs=100000 --set data.train.count=4096 \
+      "$dtrain" run --config "$job" --set train.epochs=100000 --set data.train.count=4096 \
       >"$out/detect$i.log" 2>&1 &
     pids+=($!)
   done
+  # A watchdog, so the benchmark never hangs if a survivor fails to notice.
+  ( sleep 60; kill -9 "${pids[@]}" 2>/dev/null ) &
+  local watchdog=$!
   sleep 2
   local kill_index=$victim survivor=$((1 - victim))
   local t0 t1 code=0
@@ -64,6 +68,7 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
   wait "${pids[$survivor]}" || code=$?
   t1=$(date +%s.%N)
   wait "${pids[$kill_index]}" 2>/dev/null || true
+  kill "$watchdog" 2>/dev/null || true
   local name="worker:$kill_index"
   [ "$kill_index" = 0 ] && name="worker:0 (the chief)"
   printf '  kill -9 %-22s survivor exited with code %d after %.3f s\n' "$name" "$code" "$(echo "$t1 - $t0" | bc)"

@@ -41,8 +41,9 @@ int listen_fd_from_environment() {
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
                    trainer::RunOptions run) {
   const std::string task = cluster.task.str();
-  // Under `dtrain launch` the launcher prefixes every line itself.
-  if (!std::getenv("DTRAIN_LAUNCHED")) log::set_prefix("[" + task + "] ");
+  // Log lines name the task ("[worker:1] dtrain: ..."); `dtrain launch` does not
+  // add its own prefix to lines that already carry it.
+  log::set_prefix("[" + task + "] ");
   const int64_t kill_step = injected_kill_step();
 
   rendezvous::SessionOptions options;
