@@ -70,4 +70,17 @@ struct BenchAllReduceOptions {
 int bench_allreduce_command(const BenchAllReduceOptions& options);
 int version_command();
 
+// `dtrain ckpt inspect DIR` (ckpt_command.cpp): DIR is one checkpoint or a directory of them.
+struct CkptInspectOptions {
+  std::string dir;
+};
+int ckpt_inspect_command(const CkptInspectOptions& options);
+
+// `dtrain ckpt export DIR --to FILE`: the model parameters as one safetensors file.
+struct CkptExportOptions {
+  std::string dir;
+  std::string to;  // --to FILE
+};
+int ckpt_export_command(const CkptExportOptions& options);
+
 }  // namespace dtrain::app

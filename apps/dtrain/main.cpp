@@ -94,6 +94,18 @@ int main(int argc, char** argv) {
   bench_allreduce->add_option("--set", allreduce.overrides, "Override a config value (repeatable)");
   bench_allreduce->add_option("--threads", allreduce.threads, "Compute threads per task (unused by the all-reduce)");
 
+  CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints: inspect them, export the weights");
+  ckpt_cmd->require_subcommand(1);
+  dtrain::app::CkptInspectOptions ckpt_inspect;
+  CLI::App* ckpt_inspect_cmd = ckpt_cmd->add_subcommand(
+      "inspect", "Print a checkpoint's manifest and tensors (DIR: one checkpoint, or a directory of them)");
+  ckpt_inspect_cmd->add_option("DIR", ckpt_inspect.dir, "Checkpoint, or checkpoint directory")->required();
+  dtrain::app::CkptExportOptions ckpt_export;
+  CLI::App* ckpt_export_cmd = ckpt_cmd->add_subcommand(
+      "export", "Write a checkpoint's model weights (Keras-style names) to one safetensors file");
+  ckpt_export_cmd->add_option("DIR", ckpt_export.dir, "Checkpoint, or checkpoint directory (newest good)")->required();
+  ckpt_export_cmd->add_option("--to", ckpt_export.to, "Output .safetensors file")->required();
+
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
   try {
@@ -114,6 +126,8 @@ int main(int argc, char** argv) {
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench);
     if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce);
+    if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
+    if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
     if (version_cmd->parsed()) return dtrain::app::version_command();
   } catch (const dtrain::Error& e) {
     return print_error(e.what(), e.exit_code());

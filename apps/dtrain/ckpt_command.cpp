@@ -1,0 +1,130 @@
+// `dtrain ckpt inspect DIR` and `dtrain ckpt export DIR --to FILE`: read checkpoints
+// written by lib/checkpoint. DIR is one checkpoint (it holds manifest.json) or a
+// checkpoint directory holding several, whose newest good one is used.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/durable_file.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+
+namespace dtrain::app {
+namespace {
+namespace fs = std::filesystem;
+using checkpoint::CheckpointStore;
+
+bool is_single_checkpoint(const std::string& dir) {
+  return fs::exists(fs::path(dir) / checkpoint::kManifestFile) || fs::exists(fs::path(dir) / checkpoint::kDoneFile);
+}
+
+// The checkpoint DIR names. With `list`, prints every checkpoint of a store and its status.
+std::string resolve_checkpoint(const std::string& dir, bool list) {
+  if (!fs::is_directory(dir)) throw IoError(str("no such checkpoint directory: ", dir));
+  if (is_single_checkpoint(dir)) return dir;
+  const CheckpointStore store(dir);
+  if (list) {
+    const auto entries = store.list();
+    std::printf("checkpoints in %s: %zu\n", dir.c_str(), entries.size());
+    for (const auto& e : entries)
+      std::printf("  %s  step %-8lld %s\n", fs::path(e.path).filename().c_str(), static_cast<long long>(e.step),
+                  e.good() ? "good" : ("BAD: " + e.problem).c_str());
+  }
+  std::vector<std::string> skipped;
+  const auto latest = store.latest_good(&skipped);
+  if (!list)
+    for (const std::string& s : skipped) std::fprintf(stderr, "dtrain: warning: %s\n", s.c_str());
+  if (!latest) throw IoError(str("no good checkpoint in ", dir));
+  if (list) std::printf("latest good: %s\n\n", fs::path(*latest).filename().c_str());
+  return *latest;
+}
+
+void print_tensor_table(const std::string& title, const checkpoint::SafetensorsFile& file) {
+  size_t width = 4;
+  int64_t total = 0;
+  for (const auto& t : file.tensors) {
+    width = std::max(width, t.name.size());
+    total += t.tensor.numel();
+  }
+  std::printf("%s: %zu tensors, %lld values\n", title.c_str(), file.tensors.size(), static_cast<long long>(total));
+  if (file.tensors.empty()) return;
+  const int w = static_cast<int>(width);
+  std::printf("  %-*s  %-16s %10s %13s %13s %13s\n", w, "name", "shape", "count", "mean", "min", "max");
+  for (const auto& t : file.tensors) {
+    const float* p = t.tensor.data();
+    const int64_t n = t.tensor.numel();
+    double sum = 0;
+    float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += p[i];
+      lo = std::min(lo, p[i]);
+      hi = std::max(hi, p[i]);
+    }
+    if (n == 0) {
+      std::printf("  %-*s  %-16s %10lld %13s %13s %13s\n", w, t.name.c_str(), shape_str(t.shape).c_str(), 0LL, "-", "-", "-");
+    } else {
+      std::printf("  %-*s  %-16s %10lld %13.6g %13.6g %13.6g\n", w, t.name.c_str(), shape_str(t.shape).c_str(),
+                  static_cast<long long>(n), sum / static_cast<double>(n), lo, hi);
+    }
+  }
+}
+
+}  // namespace
+
+int ckpt_inspect_command(const CkptInspectOptions& options) {
+  const std::string path = resolve_checkpoint(options.dir, /*list=*/true);
+  const checkpoint::LoadedCheckpoint c = CheckpointStore::load(path);
+  const checkpoint::Manifest& m = c.manifest;
+  std::printf("checkpoint %s\n", path.c_str());
+  std::printf("  step            %lld\n", static_cast<long long>(m.step));
+  std::printf("  epoch           %lld\n", static_cast<long long>(m.epoch));
+  std::printf("  samples_seen    %lld\n", static_cast<long long>(m.samples_seen));
+  std::printf("  world_size      %d\n", m.world_size);
+  std::printf("  config_sha256   %s\n", m.config_sha256.c_str());
+  std::printf("  dtrain_version  %s\n", m.dtrain_version.c_str());
+  std::printf("  rng             %s\n", m.rng_json.c_str());
+  std::printf("  files:\n");
+  for (const auto& [name, d] : m.files)
+    std::printf("    %-22s %10llu bytes  sha256 %s\n", name.c_str(), static_cast<unsigned long long>(d.bytes),
+                d.sha256.c_str());
+  std::printf("\n");
+  print_tensor_table(checkpoint::kModelFile, c.model);
+  std::printf("\n");
+  print_tensor_table(checkpoint::kOptimizerFile, c.optimizer);
+  return 0;
+}
+
+int ckpt_export_command(const CkptExportOptions& options) {
+  if (options.to.empty()) throw ConfigError("ckpt export needs --to FILE");
+  const std::string path = resolve_checkpoint(options.dir, /*list=*/false);
+  const checkpoint::LoadedCheckpoint c = CheckpointStore::load(path);
+  std::vector<checkpoint::TensorRef> refs;
+  int64_t values = 0;
+  for (const auto& t : c.model.tensors) {
+    refs.push_back({t.name, t.shape, t.tensor.data()});
+    values += t.tensor.numel();
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "dtrain"},
+                                                       {"dtrain_step", std::to_string(c.manifest.step)},
+                                                       {"dtrain_version", c.manifest.dtrain_version},
+                                                       {"dtrain_config_sha256", c.manifest.config_sha256}};
+  // Written next to the target and renamed, so an existing FILE is never left half-written.
+  const std::string tmp = options.to + ".tmp-" + random_hex(4);
+  try {
+    checkpoint::write_safetensors(tmp, refs, metadata);
+    fs::rename(tmp, options.to);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  std::printf("wrote %s: %zu tensors, %lld values, from %s (step %lld)\n", options.to.c_str(), refs.size(),
+              static_cast<long long>(values), path.c_str(), static_cast<long long>(c.manifest.step));
+  return 0;
+}
+
+}  // namespace dtrain::app

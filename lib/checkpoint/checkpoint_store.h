@@ -1,0 +1,87 @@
+// CheckpointStore: a directory of checkpoints, each saved atomically.
+//
+//   <dir>/ckpt-00000100/  model.safetensors  optimizer.safetensors  manifest.json  DONE
+//
+// save() writes into <dir>/.tmp-ckpt-<step>-<random>/, fsyncs every file and the
+// directory, renames it to ckpt-<step 8 digits>, fsyncs <dir>, and only then writes
+// DONE (holding manifest.json's SHA-256). A crash at any moment therefore leaves
+// the earlier checkpoints untouched, and a half-saved one has no DONE. After a
+// save the newest `keep` checkpoints with DONE remain (the others, leftover temp
+// directories and incomplete older checkpoints are removed).
+//
+// A checkpoint is "good" when it has DONE, its manifest matches DONE's hash and
+// every file matches the manifest's size and SHA-256.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "nn/layer.h"
+
+namespace dtrain::checkpoint {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kDoneFile = "DONE";
+
+// Views of params' values (host float32), named as the params are.
+std::vector<TensorRef> tensor_refs(const std::vector<nn::Param*>& params);
+
+// A checkpoint read back by load().
+struct LoadedCheckpoint {
+  std::string path;
+  Manifest manifest;
+  SafetensorsFile model;
+  SafetensorsFile optimizer;
+};
+
+// One ckpt-* directory as list() sees it.
+struct CheckpointEntry {
+  std::string path;
+  int64_t step = 0;
+  std::string problem;  // "" when good
+  bool good() const { return problem.empty(); }
+};
+
+class CheckpointStore {
+ public:
+  // `dir` is created on the first save. keep >= 1.
+  explicit CheckpointStore(std::string dir, int keep = 3);
+
+  const std::string& dir() const { return dir_; }
+
+  // Saves one checkpoint (manifest.files and an empty dtrain_version are filled in)
+  // and prunes. Returns the checkpoint's path. Throws IoError on failure, leaving
+  // the earlier checkpoints intact.
+  std::string save(const Manifest& manifest, const std::vector<TensorRef>& model,
+                   const std::vector<TensorRef>& optimizer);
+
+  // Every ckpt-* directory, oldest first, each verified (SHA-256 of every file).
+  std::vector<CheckpointEntry> list() const;
+
+  // The newest good checkpoint, or nullopt. Each newer one skipped is reported
+  // with the reason: appended to `skipped` when given, else through log::warn.
+  std::optional<std::string> latest_good(std::vector<std::string>* skipped = nullptr) const;
+
+  // Why the checkpoint at `path` is not good, or "" if it is.
+  static std::string verify(const std::string& path);
+
+  // Verifies and reads a checkpoint. IoError naming the file when it is not good.
+  static LoadedCheckpoint load(const std::string& path);
+
+  // "ckpt-00000100" for step 100.
+  static std::string dir_name(int64_t step);
+
+ private:
+  void prune(const std::string& just_saved) const;
+
+  std::string dir_;
+  int keep_;
+};
+
+}  // namespace dtrain::checkpoint

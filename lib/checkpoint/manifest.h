@@ -1,0 +1,32 @@
+// The manifest of one checkpoint (manifest.json): where training stood, what the
+// job was, and a SHA-256 and size per file so a corrupt checkpoint is detected.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace dtrain::checkpoint {
+
+struct FileDigest {
+  std::string sha256;  // lower-case hex
+  uint64_t bytes = 0;
+};
+
+struct Manifest {
+  int64_t step = 0;          // global steps completed
+  int64_t epoch = 0;         // epoch the next step belongs to
+  int64_t samples_seen = 0;  // position in the (global) data stream
+  int world_size = 1;
+  std::string config_sha256;  // hash of the job's agreement_json
+  std::string rng_json = "{}";  // a JSON object of RNG / seed state, defined by the caller
+  std::string dtrain_version;   // filled in by save() when empty
+  std::map<std::string, FileDigest> files;  // filled in by save()
+};
+
+// manifest.json text (pretty-printed, keys sorted). rng_json must be a JSON object.
+std::string manifest_to_json(const Manifest& manifest);
+// Parses manifest.json text; IoError naming `source` and the bad field.
+Manifest manifest_from_json(const std::string& text, const std::string& source);
+
+}  // namespace dtrain::checkpoint

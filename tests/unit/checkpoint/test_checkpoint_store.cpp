@@ -1,0 +1,200 @@
+// CheckpointStore: save/load round trip, keep-N pruning, and that incomplete,
+// corrupt and leftover temporary checkpoints are skipped for the previous good one.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/manifest.h"
+#include "core/error.h"
+#include "unit/checkpoint/temp_dir.h"
+
+using namespace dtrain;
+using namespace dtrain::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct State {
+  std::vector<float> kernel, bias, m;
+  explicit State(float seed) : kernel(6), bias(3), m(6) {
+    for (size_t i = 0; i < kernel.size(); ++i) kernel[i] = seed + 0.25f * static_cast<float>(i);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = -seed - static_cast<float>(i);
+    for (size_t i = 0; i < m.size(); ++i) m[i] = seed * 1e-3f * static_cast<float>(i);
+  }
+  std::vector<TensorRef> model() const { return {{"dense/kernel", {2, 3}, kernel.data()}, {"dense/bias", {3}, bias.data()}}; }
+  std::vector<TensorRef> optimizer() const { return {{"dense/kernel/m", {2, 3}, m.data()}}; }
+};
+
+Manifest manifest(int64_t step) {
+  Manifest m;
+  m.step = step;
+  m.epoch = step / 10;
+  m.samples_seen = step * 32;
+  m.world_size = 2;
+  m.config_sha256 = "abc123";
+  m.rng_json = R"({"seed":42,"shuffle_epoch":3})";
+  return m;
+}
+
+std::string save_step(CheckpointStore& store, int64_t step) {
+  const State s(static_cast<float>(step));
+  return store.save(manifest(step), s.model(), s.optimizer());
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void flip_byte(const std::string& path, size_t from_end) {
+  std::string bytes = test::slurp(path);
+  bytes[bytes.size() - 1 - from_end] ^= 0x01;
+  test::spit(path, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("a saved checkpoint loads back exactly, with its manifest") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  const std::string path = save_step(store, 120);
+  CHECK(fs::path(path).filename() == "ckpt-00000120");
+  CHECK(names_in(path) == std::vector<std::string>{"DONE", "manifest.json", "model.safetensors", "optimizer.safetensors"});
+  CHECK(CheckpointStore::verify(path).empty());
+
+  const LoadedCheckpoint c = CheckpointStore::load(path);
+  CHECK(c.manifest.step == 120);
+  CHECK(c.manifest.epoch == 12);
+  CHECK(c.manifest.samples_seen == 120 * 32);
+  CHECK(c.manifest.world_size == 2);
+  CHECK(c.manifest.config_sha256 == "abc123");
+  CHECK(c.manifest.rng_json == R"({"seed":42,"shuffle_epoch":3})");
+  CHECK(c.manifest.dtrain_version == DTRAIN_VERSION);
+  REQUIRE(c.manifest.files.count("model.safetensors") == 1);
+  CHECK(c.manifest.files.at("model.safetensors").bytes == fs::file_size(fs::path(path) / "model.safetensors"));
+
+  const State s(120.0f);
+  const Tensor* k = c.model.find("dense/kernel");
+  REQUIRE(k != nullptr);
+  CHECK(k->shape() == Shape{2, 3});
+  CHECK(std::memcmp(k->data(), s.kernel.data(), 6 * sizeof(float)) == 0);
+  REQUIRE(c.optimizer.find("dense/kernel/m") != nullptr);
+  CHECK(std::memcmp(c.optimizer.find("dense/kernel/m")->data(), s.m.data(), 6 * sizeof(float)) == 0);
+  CHECK(c.model.metadata.at("dtrain_step") == "120");
+}
+
+TEST_CASE("saving 5 checkpoints with keep 3 leaves the newest 3, the newest is latest_good") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  for (int64_t step : {10, 20, 30, 40, 50}) save_step(store, step);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000030", "ckpt-00000040", "ckpt-00000050"});
+  std::vector<std::string> skipped;
+  const auto latest = store.latest_good(&skipped);
+  REQUIRE(latest.has_value());
+  CHECK(fs::path(*latest).filename() == "ckpt-00000050");
+  CHECK(skipped.empty());
+  const auto all = store.list();
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].step == 30);
+  CHECK(all[2].good());
+}
+
+TEST_CASE("a checkpoint without DONE is skipped") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  save_step(store, 10);
+  const std::string newer = save_step(store, 20);
+  fs::remove(fs::path(newer) / "DONE");  // as if the process died between rename and DONE
+  std::vector<std::string> skipped;
+  const auto latest = store.latest_good(&skipped);
+  REQUIRE(latest.has_value());
+  CHECK(fs::path(*latest).filename() == "ckpt-00000010");
+  REQUIRE(skipped.size() == 1);
+  CHECK_THAT(skipped[0], Catch::Contains("ckpt-00000020") && Catch::Contains("no DONE"));
+  CHECK_THROWS_AS(CheckpointStore::load(newer), IoError);
+
+  // The next save replaces nothing good and cleans up the incomplete one.
+  save_step(store, 30);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
+}
+
+TEST_CASE("a corrupted file is skipped with a warning naming it, and the previous one is used") {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "manifest.json"}) {
+    DYNAMIC_SECTION(file) {
+      test::TempDir dir;
+      CheckpointStore store(dir.path.string(), 3);
+      save_step(store, 10);
+      const std::string newer = save_step(store, 20);
+      flip_byte((fs::path(newer) / file).string(), 2);
+      std::vector<std::string> skipped;
+      const auto latest = store.latest_good(&skipped);
+      REQUIRE(latest.has_value());
+      CHECK(fs::path(*latest).filename() == "ckpt-00000010");
+      REQUIRE(skipped.size() == 1);
+      CHECK_THAT(skipped[0], Catch::Contains("ckpt-00000020") && Catch::Contains(file) && Catch::Contains("corrupt"));
+      CHECK_THROWS_WITH(CheckpointStore::load(newer), Catch::Contains(file));
+    }
+  }
+}
+
+TEST_CASE("a truncated file is reported as truncated") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  const std::string path = save_step(store, 10);
+  const fs::path model = fs::path(path) / "model.safetensors";
+  fs::resize_file(model, fs::file_size(model) - 4);
+  CHECK_THAT(CheckpointStore::verify(path), Catch::Contains("model.safetensors") && Catch::Contains("truncated"));
+  CHECK_FALSE(store.latest_good(nullptr).has_value());
+}
+
+TEST_CASE("a leftover temporary directory is ignored, then cleaned up by the next save") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  save_step(store, 10);
+  // A save of step 20 that crashed before its rename: complete-looking files, even DONE.
+  const fs::path tmp = dir.path / ".tmp-ckpt-00000020-deadbeef";
+  fs::create_directories(tmp);
+  fs::copy(dir.path / "ckpt-00000010", tmp, fs::copy_options::recursive);
+  std::vector<std::string> skipped;
+  const auto latest = store.latest_good(&skipped);
+  REQUIRE(latest.has_value());
+  CHECK(fs::path(*latest).filename() == "ckpt-00000010");
+  CHECK(skipped.empty());
+  CHECK(store.list().size() == 1);
+
+  save_step(store, 30);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
+}
+
+TEST_CASE("an empty or missing store has no latest checkpoint") {
+  test::TempDir dir;
+  CHECK_FALSE(CheckpointStore((dir.path / "nothing").string()).latest_good().has_value());
+  CHECK(CheckpointStore((dir.path / "nothing").string()).list().empty());
+  CHECK_THROWS_AS(CheckpointStore(dir.path.string(), 0), ConfigError);
+}
+
+TEST_CASE("re-saving a step replaces that checkpoint") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path.string(), 3);
+  save_step(store, 10);
+  State s(99.0f);
+  const std::string path = store.save(manifest(10), s.model(), s.optimizer());
+  const LoadedCheckpoint c = CheckpointStore::load(path);
+  CHECK(c.model.find("dense/kernel")->data()[0] == 99.0f);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010"});
+}
+
+TEST_CASE("manifest JSON round trip and errors") {
+  Manifest m = manifest(5);
+  m.dtrain_version = "0.1.0";
+  m.files["model.safetensors"] = {"00ff", 12};
+  const Manifest back = manifest_from_json(manifest_to_json(m), "m.json");
+  CHECK(back.step == 5);
+  CHECK(back.files.at("model.safetensors").bytes == 12);
+  CHECK(back.files.at("model.safetensors").sha256 == "00ff");
+  CHECK_THROWS_WITH(manifest_from_json("{}", "m.json"), Catch::Contains("m.json") && Catch::Contains("format"));
+  CHECK_THROWS_AS(manifest_from_json("not json", "m.json"), IoError);
+}

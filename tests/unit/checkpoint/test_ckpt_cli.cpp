@@ -1,0 +1,70 @@
+// `dtrain ckpt inspect` and `dtrain ckpt export` on a store written by CheckpointStore.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sys/wait.h>
+
+#include "checkpoint/checkpoint_store.h"
+#include "core/strings.h"
+#include "unit/checkpoint/temp_dir.h"
+
+using namespace dtrain;
+using namespace dtrain::checkpoint;
+namespace fs = std::filesystem;
+
+#ifdef DTRAIN_BINARY
+namespace {
+
+// Runs a shell command; returns its exit code and stdout+stderr in `output`.
+int run(const std::string& command, std::string& output) {
+  output.clear();
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("dtrain ckpt inspect and export") {
+  test::TempDir dir;
+  CheckpointStore store(dir.file("ckpts"), 3);
+  const std::vector<float> kernel = {1, 2, 3, 4, 5, 6}, bias = {-1, 0, 1}, m = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  Manifest man;
+  man.world_size = 2;
+  man.config_sha256 = "feedbeef";
+  for (int64_t step : {100, 200}) {
+    man.step = step;
+    store.save(man, {{"dense/kernel", {2, 3}, kernel.data()}, {"dense/bias", {3}, bias.data()}},
+               {{"dense/kernel/m", {2, 3}, m.data()}});
+  }
+  std::string out;
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt inspect ", dir.file("ckpts")), out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("ckpt-00000100  step 100      good"));
+  CHECK_THAT(out, Catch::Contains("latest good: ckpt-00000200"));
+  CHECK_THAT(out, Catch::Contains("step            200"));
+  CHECK_THAT(out, Catch::Contains("config_sha256   feedbeef"));
+  CHECK_THAT(out, Catch::Contains("dense/kernel"));
+  CHECK_THAT(out, Catch::Contains("(2, 3)"));
+  CHECK_THAT(out, Catch::Contains("3.5"));  // the kernel's mean
+  CHECK_THAT(out, Catch::Contains("dense/kernel/m"));
+
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt export ", dir.file("ckpts"), " --to ", dir.file("w.safetensors")), out) == 0);
+  const SafetensorsFile w = read_safetensors(dir.file("w.safetensors"));
+  REQUIRE(w.tensors.size() == 2);
+  CHECK(w.tensors[0].name == "dense/kernel");
+  CHECK(std::memcmp(w.tensors[0].tensor.data(), kernel.data(), 6 * sizeof(float)) == 0);
+  CHECK(w.metadata.at("dtrain_step") == "200");
+
+  // Nothing good: exit code 3 (data) and a message.
+  fs::remove(fs::path(dir.file("ckpts")) / "ckpt-00000100" / "DONE");
+  fs::remove(fs::path(dir.file("ckpts")) / "ckpt-00000200" / "DONE");
+  CHECK(run(str(DTRAIN_BINARY, " ckpt export ", dir.file("ckpts"), " --to ", dir.file("x.safetensors")), out) == 3);
+  CHECK_THAT(out, Catch::Contains("no good checkpoint") && Catch::Contains("no DONE"));
+}
+#endif
