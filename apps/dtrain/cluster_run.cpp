@@ -18,7 +18,13 @@
 namespace dtrain::app {
 namespace {
 
-// The step at which DTRAIN_INJECT asks this task to kill itself, or -1.
+int listen_fd_from_environment() {
+  const char* fd = std::getenv("DTRAIN_LISTEN_FD");
+  return fd && *fd ? std::atoi(fd) : -1;
+}
+
+}  // namespace
+
 int64_t injected_kill_step() {
   const char* inject = std::getenv("DTRAIN_INJECT");
   if (!inject || !*inject) return -1;
@@ -30,13 +36,6 @@ int64_t injected_kill_step() {
     throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N with N > 0"));
   return step;
 }
-
-int listen_fd_from_environment() {
-  const char* fd = std::getenv("DTRAIN_LISTEN_FD");
-  return fd && *fd ? std::atoi(fd) : -1;
-}
-
-}  // namespace
 
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
                    trainer::RunOptions run) {

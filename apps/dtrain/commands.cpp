@@ -2,6 +2,7 @@
 // applied) and hand it to the trainer.
 #include "commands.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -79,11 +80,16 @@ int launch_command(const LaunchOptions& options) {
 }
 
 int run_command(const RunOptions& options) {
-  const config::JobConfig job = load_job(options.job);
+  const config::JobConfig job =
+      load_job(options.job, options.resume ? std::vector<std::string>{"checkpoint.resume=auto"} : std::vector<std::string>{});
   const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
   trainer::RunOptions run;
   run.summary_path = options.summary;
   if (!cluster.single_process()) return run_in_cluster(job, cluster, run);
+  if (const int64_t kill_step = injected_kill_step(); kill_step > 0)
+    run.on_step = [kill_step](int64_t step) {
+      if (step == kill_step) std::raise(SIGKILL);
+    };
   trainer::run_training(job, run);
   return 0;
 }

@@ -21,6 +21,7 @@ struct RunOptions {
   JobOptions job;
   std::string summary;  // --summary FILE
   std::string task;     // --task TYPE:INDEX ("" = from TF_CONFIG or the job file)
+  bool resume = false;  // --resume: checkpoint.resume=auto
 };
 
 struct ValidateOptions {
@@ -51,6 +52,10 @@ struct LaunchOptions {
 int run_command(const RunOptions& options);
 int launch_command(const LaunchOptions& options);
 int validate_command(const ValidateOptions& options);
+
+// The step at which DTRAIN_INJECT=kill@step=N asks this process to SIGKILL
+// itself (fault injection for tests and demos), or -1 (cluster_run.cpp).
+int64_t injected_kill_step();
 
 // `run` for one task of a multi-task job (cluster_run.cpp).
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,

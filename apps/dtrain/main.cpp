@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   add_job_options(run_cmd, run.job);
   run_cmd->add_option("--summary", run.summary, "Write a JSON summary of the run to FILE");
   run_cmd->add_option("--task", run.task, "This task, TYPE:INDEX (default: TF_CONFIG's task, else the config's)");
+  run_cmd->add_flag("--resume", run.resume, "Continue from the newest good checkpoint (checkpoint.resume=auto)");
 
   dtrain::app::LaunchOptions launch;
   CLI::App* launch_cmd = app.add_subcommand(

@@ -414,12 +414,25 @@ OutputSpec read_output(const Context& ctx, const Json& value) {
   return output;
 }
 
+CheckpointSpec read_checkpoint(const Context& ctx, const Json& value) {
+  CheckpointSpec ck;
+  ObjectReader r(ctx, value, ck.path, "the checkpoint section");
+  r.expect_keys({"dir", "every_steps", "every_epochs", "keep", "resume"});
+  if (const Json* dir = r.find("dir")) ck.dir = read_string(ctx, *dir, r.path_of("dir"), true);
+  ck.every_steps = r.get_int("every_steps", ck.every_steps, 0);
+  ck.every_epochs = r.get_int("every_epochs", ck.every_epochs, 0);
+  ck.keep = r.get_int("keep", ck.keep, 1);
+  ck.resume = r.get_choice("resume", ck.resume, {"never", "auto"}, "resume mode");
+  r.finish();
+  return ck;
+}
+
 JobConfig read_job(const Context& ctx, const Json& root) {
   JobConfig config;
   config.source = ctx.source;
   ObjectReader r(ctx, root, "", "the job");
   r.expect_keys({"strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output",
-                 "cluster", "task", "rpc_layer"});
+                 "checkpoint", "cluster", "task", "rpc_layer"});
   if (const Json* v = r.find("strategy")) config.strategy = read_strategy(ctx, *v);
   config.model = read_model(ctx, r.require("model"));
   config.loss = read_loss(ctx, r.require("loss"));
@@ -428,6 +441,7 @@ JobConfig read_job(const Context& ctx, const Json& root) {
   config.train = read_train(ctx, r.require("train"));
   if (const Json* v = r.find("runtime")) config.runtime = read_runtime(ctx, *v);
   if (const Json* v = r.find("output")) config.output = read_output(ctx, *v);
+  if (const Json* v = r.find("checkpoint")) config.checkpoint = read_checkpoint(ctx, *v);
   read_cluster_keys(r, &config.cluster, &config.task);
   r.finish();
   return config;

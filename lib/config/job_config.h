@@ -133,6 +133,16 @@ struct RuntimeSpec {
   std::string job_id;                // names the job in the handshake ("" = derived from the config)
 };
 
+// Checkpoints (safetensors + manifest), saved by the chief.
+struct CheckpointSpec {
+  std::string path = "checkpoint";
+  std::string dir;          // "" = <output.dir>/checkpoints (no checkpoints without either)
+  int64_t every_steps = 0;  // save after every N training steps (0 = not by steps)
+  int64_t every_epochs = 0; // save after every N epochs (0 = not by epochs)
+  int64_t keep = 3;         // newest complete checkpoints kept
+  std::string resume = "never";  // never | auto (resume from the newest good checkpoint if any)
+};
+
 struct OutputSpec {
   std::string path = "output";
   std::string dir;  // "" = no files written
@@ -148,6 +158,7 @@ struct JobConfig {
   TrainSpec train;
   RuntimeSpec runtime;
   OutputSpec output;
+  CheckpointSpec checkpoint;
   // The file's `cluster` and `task` keys (TF_CONFIG's shape); empty / unset when absent.
   ClusterSpec cluster;
   std::optional<TaskId> task;

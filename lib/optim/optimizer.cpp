@@ -109,6 +109,10 @@ class Sgd : public Optimizer {
     return out;
   }
 
+  void create_state(const std::vector<nn::Param*>& params) override {
+    if (spec_.momentum != 0.0) ensure_slots(velocity_, params, "momentum");
+  }
+
  private:
   std::vector<nn::Param> velocity_;
 };
@@ -137,6 +141,11 @@ class Adam : public Optimizer {
         adam_update(w + i, g + i, m + i, v + i, count, coeffs);
       });
     }
+  }
+
+  void create_state(const std::vector<nn::Param*>& params) override {
+    ensure_slots(m_, params, "m");
+    ensure_slots(v_, params, "v");
   }
 
   std::vector<nn::Param*> state() override {

@@ -23,6 +23,9 @@ class Optimizer {
   double learning_rate(int64_t step) const;
   // Optimizer state tensors (slots), named like "dense/kernel/m", in a fixed order.
   virtual std::vector<nn::Param*> state() { return {}; }
+  // Creates the state slots for `params` now (apply() otherwise does it on its
+  // first call), so a checkpoint's state can be loaded into them.
+  virtual void create_state(const std::vector<nn::Param*>& params) {}
 
  protected:
   explicit Optimizer(const config::OptimizerSpec& spec) : spec_(spec) {}

@@ -166,6 +166,31 @@ void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& st
   loss_->compute(output, batch.labels, stats, nullptr, 0.0f);
 }
 
+namespace {
+
+void copy_named(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what) {
+  for (nn::Param* p : into) {
+    const Tensor* t = lookup(p->name);
+    if (!t)
+      throw ConfigError(str("the checkpoint's ", what, " has no tensor '", p->name,
+                            "': it was written for another model or optimizer"));
+    if (t->shape() != p->value.shape())
+      throw ConfigError(str("the checkpoint's ", what, " tensor '", p->name, "' has shape ", shape_str(t->shape()),
+                            " but the model needs ", shape_str(p->value.shape())));
+    p->value.copy_from(*t);
+  }
+}
+
+}  // namespace
+
+void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {
+  for (Replica& r : replicas_) {
+    copy_named(r.model->params(), model, "model");
+    r.optimizer->create_state(r.trainable);
+    copy_named(r.optimizer->state(), optimizer, "optimizer state");
+  }
+}
+
 void DataParallelStrategy::sync_state() {
   const size_t n = replicas_.size();
   std::vector<std::vector<nn::Param*>> states;

@@ -29,6 +29,7 @@ class DataParallelStrategy : public Strategy {
   void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats) override;
   void eval_step(const data::Batch& batch, nn::LossStats& stats) override;
   void sync_state() override;
+  void load_state(const TensorLookup& model, const TensorLookup& optimizer) override;
   nn::Sequential& model() override { return *replicas_[0].model; }
   optim::Optimizer& optimizer() override { return *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }

@@ -9,6 +9,7 @@
 // on every replica.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,13 @@ class Strategy {
   // Averages non-trainable state (batch-norm moving statistics) over all replicas,
   // so every replica holds identical parameters (before evaluation and at the end).
   virtual void sync_state() = 0;
+
+  // Finds a tensor by its param name ("dense/kernel", "dense/kernel/m"), or nullptr.
+  using TensorLookup = std::function<const Tensor*(const std::string& name)>;
+  // Copies a checkpoint's parameters and optimizer state into every replica
+  // (creating the optimizer's slots first). A missing tensor or a shape that
+  // differs is a ConfigError naming it: the checkpoint is of another model.
+  virtual void load_state(const TensorLookup& model, const TensorLookup& optimizer) = 0;
 
   // Replica 0's model and optimizer (every replica holds the same parameters).
   virtual nn::Sequential& model() = 0;

@@ -25,11 +25,11 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& dir) {
+MetricsLog::MetricsLog(const std::string& dir, bool append) {
   if (dir.empty()) return;
   make_dirs(dir, "output.dir");
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
-  file_ = std::fopen(path_.c_str(), "w");
+  file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   if (!file_) throw IoError(str("output.dir: cannot write '", path_, "': ", std::strerror(errno)));
 }
 

@@ -13,8 +13,9 @@ namespace dtrain::trainer {
 
 class MetricsLog {
  public:
-  // Opens dir/metrics.jsonl for writing (truncating); dir "" = no log. Creates dir.
-  explicit MetricsLog(const std::string& dir);
+  // Opens dir/metrics.jsonl for writing (truncating, or appending when a run
+  // resumes); dir "" = no log. Creates dir.
+  explicit MetricsLog(const std::string& dir, bool append = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "strategy/strategy.h"
+#include "trainer/checkpointing.h"
 #include "trainer/job_setup.h"
 #include "trainer/progress.h"
 #include "trainer/records.h"
@@ -62,18 +63,31 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
                           " accumulation step(s) is more than the ", train_pipeline.samples_per_epoch(),
                           " training samples this task sees per epoch; use a smaller batch"));
 
-  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string());
+  // Samples of one update across the job.
+  const int64_t global_batch = job.train.batch_size_per_replica * strategy->num_replicas_in_sync() * accumulation;
+  Checkpointer checkpointer(job, *strategy, options.workers);
+  const ResumePoint start = checkpointer.resume(global_batch, steps_per_epoch);
+
+  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed);
   Progress progress(stdout_is_terminal());
-  int64_t global_step = 0;
+  int64_t global_step = start.global_step;
   double train_seconds = 0.0;
   int64_t train_samples = 0;
-  for (int64_t epoch = 0; epoch < job.train.epochs; ++epoch) {
+  for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time;
     nn::LossStats epoch_stats, window_stats;
     Stopwatch window_time;
     train_pipeline.start_epoch(epoch);
     std::vector<data::Batch> micro_batches(static_cast<size_t>(accumulation));
     int64_t step_in_epoch = 0;
+    if (epoch == start.epoch && start.step_in_epoch > 0) {
+      // Resuming mid-epoch: the epoch's order is a function of (seed, epoch), so
+      // skipping the batches already trained on continues exactly where it stopped.
+      data::Batch skipped;
+      for (int64_t i = 0; i < start.step_in_epoch * accumulation; ++i)
+        DT_CHECK(train_pipeline.next(skipped), "the pipeline ran out of batches while resuming");
+      step_in_epoch = start.step_in_epoch;
+    }
     while (step_in_epoch < steps_per_epoch) {
       for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
       nn::LossStats step_stats;
@@ -89,6 +103,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
       ++step_in_epoch;
       ++global_step;
       if (options.on_step) options.on_step(global_step);
+      checkpointer.after_step(global_step, epoch, step_in_epoch, global_batch);
       const double elapsed = epoch_time.seconds();
       progress.step(epoch + 1, job.train.epochs, step_in_epoch, steps_per_epoch, mean_loss(epoch_stats),
                     accuracy(epoch_stats), epoch_stats.count / std::max(elapsed, 1e-9));
@@ -123,6 +138,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
     }
     progress.epoch_done(report);
     metrics.epoch(report, global_step);
+    checkpointer.after_epoch(global_step, epoch + 1, global_batch);
     summary.train_loss = report.loss;
     summary.train_accuracy = report.accuracy;
   }

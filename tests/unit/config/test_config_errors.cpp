@@ -218,6 +218,22 @@ TEST_CASE("strategy options: replicas only for mirrored, nccl needs CUDA", "[con
   CHECK_THAT(config_error(job), Contains("train.gradient_accumulation_steps"));
 }
 
+TEST_CASE("the checkpoint section: defaults, ranges and the resume modes", "[config][errors]") {
+  json job = minimal_job();
+  CHECK(parse_job_config(job.dump(), "job.json").checkpoint.resume == "never");
+  job["checkpoint"] = {{"every_steps", 100}, {"keep", 2}, {"resume", "auto"}, {"dir", "ck"}};
+  const JobConfig c = parse_job_config(job.dump(), "job.json");
+  CHECK(c.checkpoint.every_steps == 100);
+  CHECK(c.checkpoint.keep == 2);
+  CHECK(c.checkpoint.dir == "ck");
+  job["checkpoint"] = {{"keep", 0}};
+  CHECK_THAT(config_error(job), Contains("checkpoint.keep"));
+  job["checkpoint"] = {{"resume", "always"}};
+  CHECK_THAT(config_error(job), Contains("checkpoint.resume") && Contains("auto"));
+  job["checkpoint"] = {{"every_step", 5}};
+  CHECK_THAT(config_error(job), Contains("did you mean 'every_steps'?"));
+}
+
 TEST_CASE("a strategy that is known but not built says what is available", "[config][errors]") {
   json job = minimal_job();
   job["strategy"] = {{"type", "parameter_server"}};

@@ -1,0 +1,125 @@
+// Implementation of checkpointing.h.
+#include "trainer/checkpointing.h"
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_store.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+
+namespace dtrain::trainer {
+namespace {
+
+// The chief's parameter hash, sent to every worker as raw bytes in floats (a
+// broadcast copies bytes; nothing is computed on them), compared with their own.
+void check_same_parameters(comm::Communicator& workers, const std::string& hash, int64_t step) {
+  float bits[8];
+  static_assert(sizeof bits == 32);
+  std::string raw(32, '\0');
+  for (int i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(hash.substr(2 * i, 2), nullptr, 16));
+  std::memcpy(bits, raw.data(), 32);
+  workers.broadcast(bits, 8, 0);
+  if (std::memcmp(bits, raw.data(), 32) != 0)
+    throw RuntimeError(str("at the checkpoint after step ", step, " this worker's parameters (", hash.substr(0, 16),
+                           "...) differ from the chief's: the replicas diverged"));
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const config::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers)
+    : job_(job), strategy_(strategy), workers_(workers) {
+  writer_ = !workers_ || workers_->rank() == 0;
+  if (!job.checkpoint.dir.empty())
+    dir_ = job.checkpoint.dir;
+  else if (!job.output.dir.empty())
+    dir_ = (std::filesystem::path(job.output.dir) / "checkpoints").string();
+  const bool asked = job.checkpoint.every_steps > 0 || job.checkpoint.every_epochs > 0 ||
+                     job.checkpoint.resume == "auto";
+  if (asked && dir_.empty())
+    throw ConfigError("checkpoint: saving or resuming needs checkpoint.dir or output.dir");
+  if (!asked) dir_.clear();
+}
+
+Checkpointer::~Checkpointer() = default;
+
+ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) {
+  ResumePoint point;
+  if (!enabled() || job_.checkpoint.resume != "auto") return point;
+  checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
+  const auto path = store.latest_good();
+  if (!path) {
+    log::info("checkpoint: nothing to resume from in ", dir_, "; starting from the beginning");
+    return point;
+  }
+  const checkpoint::LoadedCheckpoint ckpt = checkpoint::CheckpointStore::load(*path);
+  strategy_.load_state([&](const std::string& n) { return ckpt.model.find(n); },
+                       [&](const std::string& n) { return ckpt.optimizer.find(n); });
+  const nlohmann::json rng = nlohmann::json::parse(ckpt.manifest.rng_json);
+  const int64_t saved_batch = rng.value("global_batch", global_batch);
+  const int64_t saved_step_in_epoch = rng.value("step_in_epoch", int64_t{0});
+  point.resumed = true;
+  point.global_step = ckpt.manifest.step;
+  point.epoch = ckpt.manifest.epoch;
+  // The position in the epoch is kept in samples, so another number of replicas
+  // continues where the data stream stood.
+  point.step_in_epoch = saved_step_in_epoch * saved_batch / global_batch;
+  if (point.step_in_epoch * global_batch != saved_step_in_epoch * saved_batch)
+    log::warn("checkpoint: the global batch changed from ", saved_batch, " to ", global_batch, "; ",
+              saved_step_in_epoch * saved_batch - point.step_in_epoch * global_batch,
+              " samples of the current epoch are skipped");
+  if (point.step_in_epoch >= steps_per_epoch) {
+    point.step_in_epoch = 0;
+    point.epoch += 1;
+  }
+  if (ckpt.manifest.config_sha256 != sha256_hex(job_.agreement_json))
+    log::info("checkpoint: the job config differs from the one that wrote ", *path,
+              " (e.g. more epochs, or --resume itself); continuing with this config");
+  log::info("checkpoint: resumed from ", *path, " at step ", point.global_step, " (epoch ", point.epoch + 1,
+            ", step ", point.step_in_epoch, " of it), written by ", ckpt.manifest.world_size, " replica(s)");
+  last_saved_step_ = point.global_step;
+  return point;
+}
+
+void Checkpointer::after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
+  if (!enabled() || job_.checkpoint.every_steps <= 0) return;
+  if (global_step % job_.checkpoint.every_steps == 0) save(global_step, epoch, step_in_epoch, global_batch);
+}
+
+void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch) {
+  if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
+  if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);
+}
+
+void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
+  if (global_step == last_saved_step_) return;
+  last_saved_step_ = global_step;
+  strategy_.sync_state();  // replicas' batch-norm statistics agree before they are written
+  nn::Sequential& model = strategy_.model();
+  const std::string hash = model.params_sha256();
+  if (writer_) {
+    checkpoint::Manifest m;
+    m.step = global_step;
+    m.epoch = epoch;
+    m.samples_seen = global_step * global_batch;
+    m.world_size = strategy_.num_replicas_in_sync();
+    m.config_sha256 = sha256_hex(job_.agreement_json);
+    m.rng_json = nlohmann::json{{"seed", job_.train.seed},
+                                {"epoch", epoch},
+                                {"step_in_epoch", step_in_epoch},
+                                {"global_batch", global_batch},
+                                {"params_sha256", hash},
+                                {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}}
+                     .dump();
+    checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
+    const std::string path = store.save(m, checkpoint::tensor_refs(model.params()),
+                                        checkpoint::tensor_refs(strategy_.optimizer().state()));
+    log::info("checkpoint: saved ", path, " (step ", global_step, ")");
+  }
+  if (workers_) check_same_parameters(*workers_, hash, global_step);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,58 @@
+// Checkpointing for the training loop: periodic saves by the chief (the others
+// check that their parameters hash the same), and resuming from the newest good
+// checkpoint (private to lib/trainer).
+//
+// What makes a resume exact: initial values, each epoch's shuffle and every
+// dropout mask are pure functions of (train.seed, epoch, step), so parameters,
+// optimizer state and the position (epoch, steps done in it) are all the state
+// there is. Resuming with another number of replicas keeps the global sample
+// position: steps done in the epoch are recomputed from samples seen.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "config/job_config.h"
+#include "strategy/strategy.h"
+
+namespace dtrain::trainer {
+
+// Where training continues.
+struct ResumePoint {
+  int64_t global_step = 0;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  bool resumed = false;
+};
+
+class Checkpointer {
+ public:
+  // workers: the training tasks' group (multi-worker) or nullptr; only its rank 0 writes.
+  Checkpointer(const config::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers);
+  ~Checkpointer();
+
+  bool enabled() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+
+  // With checkpoint.resume "auto" (or --resume): loads the newest good checkpoint
+  // into the strategy and returns where to continue; otherwise the start.
+  ResumePoint resume(int64_t global_batch, int64_t steps_per_epoch);
+
+  // After a step (global_step steps done, step_in_epoch of them in `epoch`) and
+  // after an epoch: saves when checkpoint.every_steps / every_epochs say so.
+  void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
+  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch);
+
+ private:
+  void save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
+
+  const config::JobConfig& job_;
+  strategy::Strategy& strategy_;
+  comm::Communicator* workers_;
+  bool writer_ = true;
+  std::string dir_;
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace dtrain::trainer
