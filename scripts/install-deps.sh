@@ -10,6 +10,7 @@ packages=(
   libgloo-dev
   dataset-fashion-mnist
   zlib1g-dev libssl-dev
+  python3-numpy
 )
 
 missing=()

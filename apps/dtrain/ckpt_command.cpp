@@ -1,10 +1,11 @@
-// `dtrain ckpt inspect DIR` and `dtrain ckpt export DIR --to FILE`: read checkpoints
+// `dtrain ckpt inspect DIR [--json]` and `dtrain ckpt export DIR --to FILE`: read checkpoints
 // written by lib/checkpoint. DIR is one checkpoint (it holds manifest.json) or a
 // checkpoint directory holding several, whose newest good one is used.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/durable_file.h"
@@ -22,11 +23,17 @@ bool is_single_checkpoint(const std::string& dir) {
   return fs::exists(fs::path(dir) / checkpoint::kManifestFile) || fs::exists(fs::path(dir) / checkpoint::kDoneFile);
 }
 
-// The checkpoint DIR names. With `list`, prints every checkpoint of a store and its status.
-std::string resolve_checkpoint(const std::string& dir, bool list) {
+// The checkpoint DIR names. With `list`, prints every checkpoint of a store and its
+// status; with `entries` too, stores them there instead of printing them.
+std::string resolve_checkpoint(const std::string& dir, bool list,
+                               std::vector<checkpoint::CheckpointEntry>* entries_out = nullptr) {
   if (!fs::is_directory(dir)) throw IoError(str("no such checkpoint directory: ", dir));
   if (is_single_checkpoint(dir)) return dir;
   const CheckpointStore store(dir);
+  if (list && entries_out) {
+    *entries_out = store.list();
+    list = false;
+  }
   if (list) {
     const auto entries = store.list();
     std::printf("checkpoints in %s: %zu\n", dir.c_str(), entries.size());
@@ -43,6 +50,40 @@ std::string resolve_checkpoint(const std::string& dir, bool list) {
   return *latest;
 }
 
+struct TensorStats {
+  int64_t count = 0;
+  double sum = 0;
+  float min = std::numeric_limits<float>::infinity(), max = -std::numeric_limits<float>::infinity();
+};
+
+TensorStats tensor_stats(const Tensor& t) {
+  TensorStats s;
+  const float* p = t.data();
+  s.count = t.numel();
+  for (int64_t i = 0; i < s.count; ++i) {
+    s.sum += p[i];
+    s.min = std::min(s.min, p[i]);
+    s.max = std::max(s.max, p[i]);
+  }
+  return s;
+}
+
+// [{name, shape, count, sum, min, max}] in file order; min and max are null when empty.
+nlohmann::ordered_json tensors_json(const checkpoint::SafetensorsFile& file) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& t : file.tensors) {
+    const TensorStats s = tensor_stats(t.tensor);
+    const nlohmann::ordered_json none;
+    out.push_back({{"name", t.name},
+                   {"shape", t.shape},
+                   {"count", s.count},
+                   {"sum", s.sum},
+                   {"min", s.count ? nlohmann::ordered_json(static_cast<double>(s.min)) : none},
+                   {"max", s.count ? nlohmann::ordered_json(static_cast<double>(s.max)) : none}});
+  }
+  return out;
+}
+
 void print_tensor_table(const std::string& title, const checkpoint::SafetensorsFile& file) {
   size_t width = 4;
   int64_t total = 0;
@@ -55,15 +96,10 @@ void print_tensor_table(const std::string& title, const checkpoint::SafetensorsF
   const int w = static_cast<int>(width);
   std::printf("  %-*s  %-16s %10s %13s %13s %13s\n", w, "name", "shape", "count", "mean", "min", "max");
   for (const auto& t : file.tensors) {
-    const float* p = t.tensor.data();
-    const int64_t n = t.tensor.numel();
-    double sum = 0;
-    float lo = std::numeric_limits<float>::infinity(), hi = -lo;
-    for (int64_t i = 0; i < n; ++i) {
-      sum += p[i];
-      lo = std::min(lo, p[i]);
-      hi = std::max(hi, p[i]);
-    }
+    const TensorStats stats = tensor_stats(t.tensor);
+    const int64_t n = stats.count;
+    const double sum = stats.sum;
+    const float lo = stats.min, hi = stats.max;
     if (n == 0) {
       std::printf("  %-*s  %-16s %10lld %13s %13s %13s\n", w, t.name.c_str(), shape_str(t.shape).c_str(), 0LL, "-", "-", "-");
     } else {
@@ -76,9 +112,31 @@ void print_tensor_table(const std::string& title, const checkpoint::SafetensorsF
 }  // namespace
 
 int ckpt_inspect_command(const CkptInspectOptions& options) {
-  const std::string path = resolve_checkpoint(options.dir, /*list=*/true);
+  std::vector<checkpoint::CheckpointEntry> entries;
+  const std::string path = resolve_checkpoint(options.dir, /*list=*/true, options.json ? &entries : nullptr);
   const checkpoint::LoadedCheckpoint c = CheckpointStore::load(path);
   const checkpoint::Manifest& m = c.manifest;
+  if (options.json) {
+    using ordered_json = nlohmann::ordered_json;
+    ordered_json list = ordered_json::array();
+    for (const auto& e : entries)
+      list.push_back({{"path", e.path}, {"step", e.step}, {"good", e.good()}, {"problem", e.problem}});
+    ordered_json files = ordered_json::object();
+    for (const auto& [name, d] : m.files) files[name] = {{"bytes", d.bytes}, {"sha256", d.sha256}};
+    const ordered_json j = {{"path", path},
+                            {"checkpoints", list},
+                            {"step", m.step},
+                            {"epoch", m.epoch},
+                            {"samples_seen", m.samples_seen},
+                            {"world_size", m.world_size},
+                            {"config_sha256", m.config_sha256},
+                            {"dtrain_version", m.dtrain_version},
+                            {"files", files},
+                            {"model", tensors_json(c.model)},
+                            {"optimizer", tensors_json(c.optimizer)}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   std::printf("checkpoint %s\n", path.c_str());
   std::printf("  step            %lld\n", static_cast<long long>(m.step));
   std::printf("  epoch           %lld\n", static_cast<long long>(m.epoch));

@@ -1,12 +1,15 @@
 // `dtrain run` as one task of a multi-task job: resolve the cluster (TF_CONFIG
 // rules), join it through the chief's rendezvous store, train with heartbeats and
-// health checks after every step, and pass the final barrier. Also the test hook
-// DTRAIN_INJECT=kill@step=N, which makes this task SIGKILL itself at step N (what
-// `dtrain launch --inject` uses to show failure handling).
+// health checks after every step, and pass the final barrier. Also the test hooks
+// DTRAIN_INJECT=kill@step=N and kill@ckpt_byte=N, which make this task SIGKILL
+// itself at step N or in the middle of writing a checkpoint (what `dtrain launch
+// --inject` uses to show failure handling and crash-safe saves).
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <string>
 
+#include "checkpoint/durable_file.h"
 #include "comm/gloo_communicator.h"
 #include "commands.h"
 #include "core/error.h"
@@ -25,16 +28,34 @@ int listen_fd_from_environment() {
 
 }  // namespace
 
-int64_t injected_kill_step() {
+InjectedFault injected_fault() {
+  InjectedFault fault;
   const char* inject = std::getenv("DTRAIN_INJECT");
-  if (!inject || !*inject) return -1;
+  if (!inject || !*inject) return fault;
   const std::string text = inject;
-  const std::string prefix = "kill@step=";
-  char* end = nullptr;
-  const long long step = text.rfind(prefix, 0) == 0 ? std::strtoll(text.c_str() + prefix.size(), &end, 10) : -1;
-  if (step <= 0 || !end || *end != '\0')
-    throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N with N > 0"));
-  return step;
+  for (auto [prefix, target] : {std::pair{"kill@step=", &fault.kill_step},
+                                std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte}}) {
+    const std::string p = prefix;
+    if (text.rfind(p, 0) != 0) continue;
+    const std::string digits = text.substr(p.size());
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(digits.c_str(), &end, 10);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && errno == 0 &&
+        *end == '\0' && n > 0) {
+      *target = n;
+      return fault;
+    }
+  }
+  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N or kill@ckpt_byte=N with N > 0"));
+}
+
+int64_t arm_injected_fault() {
+  const InjectedFault fault = injected_fault();
+  if (fault.kill_ckpt_byte > 0)
+    checkpoint::set_write_hook(static_cast<uint64_t>(fault.kill_ckpt_byte),
+                               [](uint64_t) { std::raise(SIGKILL); });  // mid-save, for tests and demos
+  return fault.kill_step;
 }
 
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
@@ -43,7 +64,7 @@ int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cl
   // Log lines name the task ("[worker:1] dtrain: ..."); `dtrain launch` does not
   // add its own prefix to lines that already carry it.
   log::set_prefix("[" + task + "] ");
-  const int64_t kill_step = injected_kill_step();
+  const int64_t kill_step = arm_injected_fault();
 
   rendezvous::SessionOptions options;
   options.listen_fd = listen_fd_from_environment();
@@ -77,6 +98,8 @@ int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cl
     session.finish();
   } catch (const PeerLost&) {
     throw;  // the chief already knows; nothing to report
+  } catch (const Preempted&) {
+    throw;  // every task agreed to stop after the same step: not a failure of the job
   } catch (const Error& e) {
     session.fail(str(task, ": ", e.what()));
     throw;

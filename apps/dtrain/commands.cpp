@@ -26,7 +26,8 @@ config::JobConfig load_job(const JobOptions& options, std::vector<std::string> e
 }
 
 // The launch summary: {"exit_codes": {task: code, or -signal}, "tasks": {task: its
-// run summary or null}, "results": {task: details}, and the job's figures.
+// run summary or null}, "results": {task: details}, and the job's figures (those of
+// the last start; "restarts" and "attempts" list every start).
 void write_launch_summary(const launch::LaunchReport& report, const std::string& path) {
   nlohmann::json codes = nlohmann::json::object();
   nlohmann::json tasks = nlohmann::json::object();
@@ -47,6 +48,13 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
                      {"injection", t.injection},
                      {"log", t.log_path}};
   }
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const launch::AttemptReport& a : report.attempts)
+    attempts.push_back(
+        {{"job_id", a.job_id},
+         {"first_failure", a.first_failure.empty() ? nlohmann::json() : nlohmann::json(a.first_failure)},
+         {"exit_code", a.exit_code},
+         {"wall_seconds", a.wall_seconds}});
   const nlohmann::json j = {
       {"exit_code", report.exit_code},
       {"job_id", report.job_id},
@@ -56,6 +64,8 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
                                  ? nlohmann::json()
                                  : nlohmann::json(report.cluster_up_seconds)},
       {"wall_seconds", report.wall_seconds},
+      {"restarts", report.restarts},
+      {"attempts", attempts},
       {"exit_codes", codes},
       {"tasks", tasks},
       {"results", results}};
@@ -64,7 +74,19 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
   if (!out) throw IoError(str("cannot write the launch summary ", path));
 }
 
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+void on_sigterm(int) { g_stop_requested = 1; }
+
 }  // namespace
+
+std::function<bool()> stop_on_sigterm() {
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  return [] { return g_stop_requested != 0; };
+}
 
 int launch_command(const LaunchOptions& options) {
   launch::LaunchOptions launch;
@@ -74,7 +96,7 @@ int launch_command(const LaunchOptions& options) {
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.grace_period = options.grace_period;
-  const launch::LaunchReport report = launch::launch_cluster(launch);
+  const launch::LaunchReport report = launch::launch_with_restarts(launch, options.max_restarts);
   if (!options.summary.empty()) write_launch_summary(report, options.summary);
   return report.exit_code;
 }
@@ -85,8 +107,9 @@ int run_command(const RunOptions& options) {
   const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
   trainer::RunOptions run;
   run.summary_path = options.summary;
+  run.stop_requested = stop_on_sigterm();
   if (!cluster.single_process()) return run_in_cluster(job, cluster, run);
-  if (const int64_t kill_step = injected_kill_step(); kill_step > 0)
+  if (const int64_t kill_step = arm_injected_fault(); kill_step > 0)
     run.on_step = [kill_step](int64_t step) {
       if (step == kill_step) std::raise(SIGKILL);
     };

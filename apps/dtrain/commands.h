@@ -2,6 +2,7 @@
 // main.cpp pays CLI11's compile time). Each function returns the exit code.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,15 +48,30 @@ struct LaunchOptions {
   bool evaluator = false;               // --evaluator
   std::vector<std::string> injections;  // --inject kill:worker:1@step=20 (repeatable)
   double grace_period = 5.0;            // --grace-period SECONDS
+  int max_restarts = 0;                 // --max-restarts N: restart a failed job from its checkpoint
 };
 
 int run_command(const RunOptions& options);
 int launch_command(const LaunchOptions& options);
 int validate_command(const ValidateOptions& options);
 
-// The step at which DTRAIN_INJECT=kill@step=N asks this process to SIGKILL
-// itself (fault injection for tests and demos), or -1 (cluster_run.cpp).
-int64_t injected_kill_step();
+// DTRAIN_INJECT, the fault `dtrain launch --inject` hands a task (tests and demos;
+// cluster_run.cpp): kill@step=N (SIGKILL at step N) or kill@ckpt_byte=N (SIGKILL
+// once N bytes of checkpoint files have been written by this process, counted over
+// every file of every save, so N can land inside the second checkpoint). -1: none.
+// ConfigError for any other value.
+struct InjectedFault {
+  int64_t kill_step = -1;
+  int64_t kill_ckpt_byte = -1;
+};
+InjectedFault injected_fault();
+// Parses DTRAIN_INJECT, arms a kill@ckpt_byte fault (lib/checkpoint's write hook)
+// and returns the kill@step step, or -1.
+int64_t arm_injected_fault();
+
+// Installs a SIGTERM handler and returns the trainer's stop_requested poll: the
+// job finishes its step, saves a checkpoint and exits with code 6 (preemption).
+std::function<bool()> stop_on_sigterm();
 
 // `run` for one task of a multi-task job (cluster_run.cpp).
 int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
@@ -78,6 +94,7 @@ int version_command();
 // `dtrain ckpt inspect DIR` (ckpt_command.cpp): DIR is one checkpoint or a directory of them.
 struct CkptInspectOptions {
   std::string dir;
+  bool json = false;  // --json: one JSON object (manifest, per-tensor count/sum/min/max)
 };
 int ckpt_inspect_command(const CkptInspectOptions& options);
 

@@ -60,12 +60,17 @@ int main(int argc, char** argv) {
   launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
   launch_cmd->add_option("--inject", launch.injections,
                          "Fault injection, e.g. kill:worker:1@step=20 (SIGKILL that task at that "
-                         "step; repeatable)")
+                         "step) or kill:worker:0@ckpt_byte=N (SIGKILL it once it has written N bytes "
+                         "of checkpoint files); repeatable")
       ->take_all()
       ->allow_extra_args(false);
   launch_cmd->add_option("--grace-period", launch.grace_period,
                          "Seconds the other tasks get to stop by themselves after one fails, and "
                          "again between SIGTERM and SIGKILL (default 5)")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--max-restarts", launch.max_restarts,
+                         "When a task fails, start the whole job again from the newest checkpoint "
+                         "(checkpoint.resume=auto), up to N times (default 0)")
       ->check(CLI::NonNegativeNumber);
 
   dtrain::app::ValidateOptions validate;
@@ -101,6 +106,7 @@ int main(int argc, char** argv) {
   CLI::App* ckpt_inspect_cmd = ckpt_cmd->add_subcommand(
       "inspect", "Print a checkpoint's manifest and tensors (DIR: one checkpoint, or a directory of them)");
   ckpt_inspect_cmd->add_option("DIR", ckpt_inspect.dir, "Checkpoint, or checkpoint directory")->required();
+  ckpt_inspect_cmd->add_flag("--json", ckpt_inspect.json, "Print one JSON object: manifest and per-tensor statistics");
   dtrain::app::CkptExportOptions ckpt_export;
   CLI::App* ckpt_export_cmd = ckpt_cmd->add_subcommand(
       "export", "Write a checkpoint's model weights (Keras-style names) to one safetensors file");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/sha256.h"
@@ -34,6 +35,19 @@ class DurableFile {
   uint64_t bytes_ = 0;
   Sha256 sha_;
 };
+
+// A test hook for crash-during-save tests: once DurableFile writes (every file, every
+// save, counted process-wide) reach `at_byte` bytes in total, the write stops at
+// exactly that byte and `hook(at_byte)` runs; it fires once and is then removed.
+// lib/ only calls the hook: what it does (the dtrain app's DTRAIN_INJECT=
+// kill@ckpt_byte=N raises SIGKILL) is the caller's business. If the hook returns,
+// the write carries on. An empty hook removes the one installed. Not for
+// production use: it adds a branch to every write, nothing else.
+using WriteHook = std::function<void(uint64_t bytes_written_so_far)>;
+void set_write_hook(uint64_t at_byte, WriteHook hook);
+
+// Bytes DurableFile has written in this process so far (all files).
+uint64_t total_bytes_written();
 
 // Writes `text` to `path` durably; returns its SHA-256.
 std::string write_file_durably(const std::string& path, const std::string& text);

@@ -350,7 +350,7 @@ DataSpec read_data(const Context& ctx, const Json& value) {
 TrainSpec read_train(const Context& ctx, const Json& value) {
   TrainSpec train;
   ObjectReader r(ctx, value, train.path, "the train section");
-  r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps", "gradient_accumulation_steps",
+  r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps", "gradient_accumulation_steps", "deterministic",
                  "eval_batch_size"});
   train.epochs = r.get_int("epochs", train.epochs, 1);
   train.batch_size_per_replica =
@@ -361,6 +361,7 @@ TrainSpec read_train(const Context& ctx, const Json& value) {
   train.eval_batch_size = r.get_int("eval_batch_size", train.eval_batch_size, 0);
   train.gradient_accumulation_steps =
       r.get_int("gradient_accumulation_steps", train.gradient_accumulation_steps, 1);
+  train.deterministic = r.get_bool("deterministic", train.deterministic);
   r.finish();
   return train;
 }
@@ -457,6 +458,11 @@ std::string agreement_json(Json root) {
     runtime->erase("threads");
     runtime->erase("secret_file");  // each machine may keep the secret elsewhere
     if (runtime->empty()) root.erase(runtime);
+  }
+  const auto checkpoint = root.find("checkpoint");
+  if (checkpoint != root.end() && checkpoint->is_object()) {
+    checkpoint->erase("resume");  // a resumed run is the same job
+    if (checkpoint->empty()) root.erase(checkpoint);
   }
   return root.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

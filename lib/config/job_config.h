@@ -110,6 +110,9 @@ struct TrainSpec {
   int64_t log_every_steps = 100;   // metrics.jsonl step records (0 = epoch records only)
   int64_t eval_batch_size = 0;     // 0 = batch_size_per_replica
   int64_t gradient_accumulation_steps = 1;  // micro-batches per update (one all-reduce each)
+  // Accepted for TF users (tf.config.experimental.enable_op_determinism): dtrain's
+  // CPU path is always deterministic for a given seed and thread count.
+  bool deterministic = true;
 };
 
 struct StrategySpec {

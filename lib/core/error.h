@@ -18,6 +18,7 @@ enum class ExitCode : int {
   kData = 3,         // a data or file problem: missing, unreadable, truncated, corrupt
   kPeerLost = 4,     // another task of the job died or became unreachable
   kTimeout = 5,      // a deadline passed: rendezvous, a barrier, a store request
+  kPreempted = 6,    // stopped by SIGTERM after finishing the step and saving a checkpoint
   kInterrupted = 130 // stopped by SIGINT
 };
 
@@ -55,6 +56,14 @@ class TimeoutError : public Error {
  public:
   explicit TimeoutError(const std::string& message) : Error(message) {}
   ExitCode exit_code() const override { return ExitCode::kTimeout; }
+};
+
+// The job was asked to stop (SIGTERM, preemption): the current step finished and
+// a checkpoint was saved; `--resume` continues from it.
+class Preempted : public Error {
+ public:
+  explicit Preempted(const std::string& message) : Error(message) {}
+  ExitCode exit_code() const override { return ExitCode::kPreempted; }
 };
 
 // An internal invariant failed (DT_CHECK). Always a dtrain bug or an unexpected state.

@@ -41,10 +41,10 @@ struct ClusterPlan {
 ClusterPlan plan_cluster(const config::JobConfig& job, const ClusterRequest& request,
                          const char* tf_config);
 
-// One --inject value: kill:TYPE:INDEX@step=N.
+// One --inject value: kill:TYPE:INDEX@step=N or kill:TYPE:INDEX@ckpt_byte=N.
 struct Injection {
   config::TaskId task;
-  std::string value;  // what the task gets as DTRAIN_INJECT: "kill@step=N"
+  std::string value;  // what the task gets as DTRAIN_INJECT: "kill@step=N" or "kill@ckpt_byte=N"
 };
 
 // Parses --inject values; throws ConfigError for bad syntax, a task that is not in

@@ -1,6 +1,9 @@
 // Implementation of launcher.h: the setup (job, cluster, ports, environment, logs,
 // a temporary directory for the tasks' summaries) and the watch loop.
 //
+// launch_with_restarts() runs one Launcher per start of the job, all with one
+// SignalPipe, so that a signal that arrives between two starts is not lost.
+//
 // The loop is one poll() over the signal self-pipe and every task's two pipes, with
 // a timeout of at most kTick so exits and deadlines are checked even when nothing is
 // written. The stopping sequence is a small state machine: kRunning (no deadline: a
@@ -124,16 +127,20 @@ std::string read_whole(const std::string& path) {
   return s.str();
 }
 
+void note(int fd, const std::string& message) {
+  write_all(fd, str("dtrain: launch: ", message, "\n"));
+}
+
+// One start of the job: `restart` 0 for the first, else the restart it is.
 class Launcher {
  public:
-  explicit Launcher(const LaunchOptions& options) : options_(options) {}
+  Launcher(const LaunchOptions& options, SignalPipe& signals, int restart)
+      : options_(options), signals_(signals), restart_(restart) {}
   LaunchReport run();
 
  private:
-  void note(const std::string& message) {
-    write_all(options_.stderr_fd, str("dtrain: launch: ", message, "\n"));
-  }
-  void watch(SignalPipe& signals);
+  void note(const std::string& message) { launch::note(options_.stderr_fd, message); }
+  void watch();
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
@@ -142,6 +149,8 @@ class Launcher {
   size_t running() const;
 
   const LaunchOptions& options_;
+  SignalPipe& signals_;
+  const int restart_;
   std::vector<std::unique_ptr<Task>> tasks_;
   std::string agree_line_;  // what every task logs once the rendezvous agrees
   size_t agreed_ = 0;
@@ -231,7 +240,7 @@ void Launcher::check_exits() {
   }
 }
 
-void Launcher::watch(SignalPipe& signals) {
+void Launcher::watch() {
   bool draining = false;
   Clock::time_point drain_deadline;
   for (;;) {
@@ -241,7 +250,7 @@ void Launcher::watch(SignalPipe& signals) {
       draining = true;
       drain_deadline = after(kPipeDrain);
     }
-    std::vector<pollfd> fds = {{signals.fd(), POLLIN, 0}};
+    std::vector<pollfd> fds = {{signals_.fd(), POLLIN, 0}};
     std::vector<std::pair<Task*, int>> owners;
     for (auto& t : tasks_)
       for (int s = 0; s < 2; ++s)
@@ -274,7 +283,7 @@ void Launcher::watch(SignalPipe& signals) {
     if (::poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR)
       throw RuntimeError(str("poll: ", std::strerror(errno)));
     if (fds[0].revents != 0)
-      for (int s : signals.take()) on_signal(s);
+      for (int s : signals_.take()) on_signal(s);
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents != 0) read_pipe(*owners[i - 1].first, owners[i - 1].second);
   }
@@ -307,7 +316,6 @@ LaunchReport Launcher::run() {
     throw IoError(str("cannot create the log directory ", log_dir.string(), ": ", ec.message()));
 
   const TempDir summaries;
-  SignalPipe signals;  // before the first fork: no SIGCHLD or SIGINT may be lost
   report_.job_id = "launch-" + random_hex(8);
   agree_line_ = str("rendezvous: all ", plan.tasks.size(), " tasks joined and agree");
   const char* secret = std::getenv("DTRAIN_JOB_SECRET");
@@ -338,7 +346,8 @@ LaunchReport Launcher::run() {
     for (const Injection& i : injections)
       if (i.task == p.task) t->report.injection = i.value;
     t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path,
-                                             options_.stdout_fd, options_.stderr_fd);
+                                             options_.stdout_fd, options_.stderr_fd,
+                                             /*append=*/restart_ > 0);
 
     SpawnSpec spec;
     spec.program = options_.program;
@@ -365,7 +374,7 @@ LaunchReport Launcher::run() {
     tasks_.push_back(std::move(t));
   }
 
-  watch(signals);
+  watch();
   report_.wall_seconds = since(start_);
   for (const auto& t : tasks_) {
     t->report.summary_json =
@@ -384,11 +393,77 @@ LaunchReport Launcher::run() {
     write_all(options_.stderr_fd, format_exit_table(report_));
   else
     note(str("all ", tasks_.size(), " tasks finished in ", format_seconds(report_.wall_seconds)));
+  report_.attempts = {{report_.job_id, report_.first_failure, report_.exit_code,
+                       report_.wall_seconds}};
   return report_;
+}
+
+const TaskReport* first_failure(const LaunchReport& report) {
+  for (const TaskReport& t : report.tasks)
+    if (t.task.str() == report.first_failure) return &t;
+  return nullptr;
+}
+
+// Why a restart cannot help the failed start `report`, "" when it may.
+std::string restart_refusal(const LaunchReport& report) {
+  if (report.interrupted_by != 0)
+    return str("the launcher got ", signal_name(report.interrupted_by));
+  const TaskReport* first = first_failure(report);
+  if (!first) return "no task failed by itself";  // e.g. the launcher gave up on a task
+  if (first->stopped) return str(first->task.str(), " was stopped by the launcher");
+  if (first->status.signal == 0 && first->status.code == to_int(ExitCode::kConfig))
+    return str(first->task.str(), " ended with a usage or config error (exit code 2)");
+  return "";
+}
+
+// "worker:1 was killed by signal 9 (SIGKILL) at 12.3 s"
+std::string failure_text(const TaskReport& task) {
+  char at[32];
+  std::snprintf(at, sizeof at, "%.1f", task.exit_seconds);
+  return str(task.task.str(), task.status.signal ? " was killed by " : " failed with ",
+             task.status.str(), " at ", at, " s");
 }
 
 }  // namespace
 
-LaunchReport launch_cluster(const LaunchOptions& options) { return Launcher(options).run(); }
+LaunchReport launch_cluster(const LaunchOptions& options) {
+  SignalPipe signals;  // before the first fork: no SIGCHLD or SIGINT may be lost
+  return Launcher(options, signals, 0).run();
+}
+
+LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts) {
+  if (max_restarts < 0) throw ConfigError("--max-restarts cannot be negative");
+  const Clock::time_point start = Clock::now();
+  SignalPipe signals;
+  LaunchOptions attempt = options;
+  std::vector<AttemptReport> attempts;
+  for (int restart = 0;; ++restart) {
+    LaunchReport report = Launcher(attempt, signals, restart).run();
+    attempts.push_back(report.attempts.back());
+    std::string refusal;
+    if (report.exit_code != 0) {
+      refusal = restart_refusal(report);
+      for (int s : signals.take())  // one that came after the tasks ended
+        if (s != SIGCHLD && refusal.empty()) refusal = str("the launcher got ", signal_name(s));
+      if (refusal.empty() && restart == max_restarts)
+        refusal = str("no restarts left (--max-restarts ", max_restarts, ")");
+    }
+    if (report.exit_code == 0 || !refusal.empty()) {
+      if (max_restarts > 0 && !refusal.empty()) note(options.stderr_fd, "not restarting: " + refusal);
+      report.restarts = restart;
+      report.attempts = std::move(attempts);
+      report.wall_seconds = since(start);
+      return report;
+    }
+    write_all(options.stderr_fd,
+              str("dtrain launch: ", failure_text(*first_failure(report)),
+                  "; restarting the job from the newest checkpoint (restart ", restart + 1,
+                  " of ", max_restarts, ")\n"));
+    if (restart == 0) {
+      attempt.overrides.push_back("checkpoint.resume=auto");
+      attempt.injections.clear();  // the fault was for the first start only
+    }
+  }
+}
 
 }  // namespace dtrain::launch

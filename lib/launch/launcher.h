@@ -10,6 +10,11 @@
 // then sends SIGTERM to every remaining process group and SIGKILL one grace period
 // later; SIGINT, SIGTERM or SIGHUP to the launcher stop the tasks the same way at
 // once (a second one kills them). It returns only after every task has been reaped.
+//
+// launch_with_restarts() wraps that in a loop: when a task fails by itself (not a
+// config error, not a launcher that was told to stop), the whole job is started again
+// on fresh ports with checkpoint.resume=auto, so it continues from the newest good
+// checkpoint, up to --max-restarts times.
 #pragma once
 
 #include <string>
@@ -52,6 +57,14 @@ struct TaskReport {
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log
 };
 
+// One start of the whole job; launch_with_restarts() may start it several times.
+struct AttemptReport {
+  std::string job_id;         // that start's DTRAIN_JOB_ID
+  std::string first_failure;  // "worker:1", "" when no task failed
+  int exit_code = 0;
+  double wall_seconds = 0.0;
+};
+
 struct LaunchReport {
   int exit_code = 0;               // 0, else the first failure's code (128 + signal for a signal)
   std::string job_id;              // DTRAIN_JOB_ID of the tasks
@@ -60,6 +73,9 @@ struct LaunchReport {
   double cluster_up_seconds = -1;  // until every task passed the agreement (-1: never)
   double wall_seconds = 0.0;
   std::vector<TaskReport> tasks;  // in the cluster's order (chief, workers, ps, evaluator)
+  // Everything above is the last start's, but wall_seconds, which covers every start.
+  int restarts = 0;                     // how many times the job was started again
+  std::vector<AttemptReport> attempts;  // every start of the job, the last one last
 };
 
 // Runs the job's cluster to the end. Throws ConfigError/IoError for problems found
@@ -67,6 +83,15 @@ struct LaunchReport {
 // bad --inject); task failures are in the report, and the table of exit codes has
 // been printed to options.stderr_fd.
 LaunchReport launch_cluster(const LaunchOptions& options);
+
+// launch_cluster(), then, while the job failed and a restart may help, up to
+// `max_restarts` more starts of the whole job with "checkpoint.resume=auto" added to
+// the overrides and no --inject faults (they belong to the first start). A restart
+// may help unless the first failure exited with code 2 (a usage or config error) or
+// the launcher got SIGINT/SIGTERM/SIGHUP. Each restart is announced on
+// options.stderr_fd with the failure that caused it. The exit code is the last
+// start's. Throws like launch_cluster() (also for a negative `max_restarts`).
+LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts);
 
 // What a task's end means: "peer lost: another task failed", "killed by the injected
 // fault kill@step=3", "stopped by the launcher", ...

@@ -60,9 +60,11 @@ bool write_all(int fd, std::string_view bytes) {
   return true;
 }
 
-TaskOutput::TaskOutput(std::string prefix, const std::string& log_path, int out_fd, int err_fd)
+TaskOutput::TaskOutput(std::string prefix, const std::string& log_path, int out_fd, int err_fd,
+                       bool append)
     : prefix_(std::move(prefix)), log_path_(log_path), out_fd_(out_fd), err_fd_(err_fd) {
-  log_fd_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  log_fd_ = ::open(log_path.c_str(),
+                   O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd_ < 0)
     throw IoError(str("cannot write the task log ", log_path, ": ", std::strerror(errno),
                       "; set output.dir to a writable directory"));

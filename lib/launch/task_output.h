@@ -36,10 +36,12 @@ bool write_all(int fd, std::string_view bytes);
 
 class TaskOutput {
  public:
-  // `prefix` e.g. "[worker:1] "; `log_path` is created or truncated. Lines of the
-  // task's stdout go to `out_fd`, of its stderr to `err_fd`. Throws IoError naming
-  // the file when it cannot be opened.
-  TaskOutput(std::string prefix, const std::string& log_path, int out_fd = 1, int err_fd = 2);
+  // `prefix` e.g. "[worker:1] "; `log_path` is created, and truncated unless `append`
+  // (a restarted job keeps the earlier starts' logs). Lines of the task's stdout go to
+  // `out_fd`, of its stderr to `err_fd`. Throws IoError naming the file when it cannot
+  // be opened.
+  TaskOutput(std::string prefix, const std::string& log_path, int out_fd = 1, int err_fd = 2,
+             bool append = false);
   ~TaskOutput();
   TaskOutput(const TaskOutput&) = delete;
   TaskOutput& operator=(const TaskOutput&) = delete;

@@ -147,12 +147,15 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     add_stats(local, r.stats);
     wait = std::max(wait, r.comm_wait);
   }
+  stop_agreed_ = stop_requested_;
   if (workers_) {
-    // Report the loss and accuracy of the global batch, as TF does.
-    float s[3] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
-                  static_cast<float>(local.count)};
-    workers_->all_reduce(s, 3, comm::ReduceOp::kSum);
+    // Report the loss and accuracy of the global batch, as TF does; the stop
+    // flag rides along, so every task learns that one of them was asked to stop.
+    float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
+                  static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
+    workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
     local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
+    stop_agreed_ = s[3] > 0.0f;
   }
   add_stats(stats, local);
   timings_.steps += 1;

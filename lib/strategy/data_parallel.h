@@ -29,6 +29,8 @@ class DataParallelStrategy : public Strategy {
   void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats) override;
   void eval_step(const data::Batch& batch, nn::LossStats& stats) override;
   void sync_state() override;
+  void request_stop() override { stop_requested_ = true; }
+  bool stop_agreed() const override { return stop_agreed_; }
   void load_state(const TensorLookup& model, const TensorLookup& optimizer) override;
   nn::Sequential& model() override { return *replicas_[0].model; }
   optim::Optimizer& optimizer() override { return *replicas_[0].optimizer; }
@@ -62,6 +64,8 @@ class DataParallelStrategy : public Strategy {
   int threads_ = 1;
   int threads_each_ = 1;
   StepTimings timings_;
+  bool stop_requested_ = false;
+  bool stop_agreed_ = false;
 };
 
 }  // namespace dtrain::strategy

@@ -50,6 +50,12 @@ class Strategy {
   // of this task. Adds the loss/accuracy of every replica of the job to stats.
   virtual void train_step(const std::vector<data::Batch>& micro_batches, int64_t step,
                           nn::LossStats& stats) = 0;
+  // Stopping together: a task asks with request_stop() before a step; after the
+  // step, stop_agreed() is true on every task if any task asked (the flag travels
+  // with the step's loss all-reduce, so all stop after the same step).
+  virtual void request_stop() = 0;
+  virtual bool stop_agreed() const = 0;
+
   // Forward pass in inference mode on replica 0; adds loss/accuracy to stats.
   virtual void eval_step(const data::Batch& batch, nn::LossStats& stats) = 0;
   // Averages non-trainable state (batch-norm moving statistics) over all replicas,

@@ -41,6 +41,7 @@ Checkpointer::Checkpointer(const config::JobConfig& job, strategy::Strategy& str
                      job.checkpoint.resume == "auto";
   if (asked && dir_.empty())
     throw ConfigError("checkpoint: saving or resuming needs checkpoint.dir or output.dir");
+  fallback_dir_ = dir_;
   if (!asked) dir_.clear();
 }
 
@@ -92,6 +93,14 @@ void Checkpointer::after_step(int64_t global_step, int64_t epoch, int64_t step_i
 void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch) {
   if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
   if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);
+}
+
+std::string Checkpointer::save_now(int64_t global_step, int64_t epoch, int64_t step_in_epoch,
+                                   int64_t global_batch) {
+  if (fallback_dir_.empty()) return "";
+  dir_ = fallback_dir_;
+  save(global_step, epoch, step_in_epoch, global_batch);
+  return (std::filesystem::path(dir_) / checkpoint::CheckpointStore::dir_name(global_step)).string();
 }
 
 void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {

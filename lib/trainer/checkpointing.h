@@ -43,6 +43,9 @@ class Checkpointer {
   // after an epoch: saves when checkpoint.every_steps / every_epochs say so.
   void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
   void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch);
+  // Saves now (preemption), wherever a checkpoint directory can be derived even if
+  // periodic saving is off. Returns the checkpoint's directory, or "" if none.
+  std::string save_now(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
 
  private:
   void save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
@@ -52,6 +55,7 @@ class Checkpointer {
   comm::Communicator* workers_;
   bool writer_ = true;
   std::string dir_;
+  std::string fallback_dir_;  // where a preemption save goes when periodic saving is off
   int64_t last_saved_step_ = -1;
 };
 

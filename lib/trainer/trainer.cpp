@@ -91,6 +91,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
     while (step_in_epoch < steps_per_epoch) {
       for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
       nn::LossStats step_stats;
+      if (options.stop_requested && options.stop_requested()) strategy->request_stop();
       strategy->train_step(micro_batches, global_step, step_stats);
       if (!std::isfinite(step_stats.loss_sum))
         throw RuntimeError(str("the loss became ", step_stats.loss_sum, " at step ", global_step + 1,
@@ -104,6 +105,12 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
       ++global_step;
       if (options.on_step) options.on_step(global_step);
       checkpointer.after_step(global_step, epoch, step_in_epoch, global_batch);
+      if (strategy->stop_agreed()) {
+        const std::string saved = checkpointer.save_now(global_step, epoch, step_in_epoch, global_batch);
+        throw Preempted(str("stopped by SIGTERM after step ", global_step,
+                            saved.empty() ? std::string("; no checkpoint saved (set checkpoint.dir or output.dir)")
+                                          : str("; checkpoint ", saved, " saved: resume with --resume")));
+      }
       const double elapsed = epoch_time.seconds();
       progress.step(epoch + 1, job.train.epochs, step_in_epoch, steps_per_epoch, mean_loss(epoch_stats),
                     accuracy(epoch_stats), epoch_stats.count / std::max(elapsed, 1e-9));

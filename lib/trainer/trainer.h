@@ -17,6 +17,9 @@ struct RunOptions {
   std::function<void(int64_t steps_done)> on_step;
   // multi_worker_mirrored: the job's training tasks as a group (from the cluster runtime).
   comm::Communicator* workers = nullptr;
+  // Polled before every step: true once the process was asked to stop (SIGTERM).
+  // The job then stops after the step, saves a checkpoint and throws Preempted.
+  std::function<bool()> stop_requested;
   // Write output.dir/metrics.jsonl: in a cluster only the chief does (as in TF).
   bool write_metrics = true;
 };

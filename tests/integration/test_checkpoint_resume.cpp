@@ -100,3 +100,31 @@ TEST_CASE("a corrupt newest checkpoint is reported and the previous good one is 
   CHECK_THAT(r.err, Catch::Contains("ckpt-00000030") && Catch::Contains("resumed from") &&
                         Catch::Contains("ckpt-00000020"));
 }
+
+TEST_CASE("SIGTERM finishes the step, saves a checkpoint and exits 6, and --resume continues from it") {
+  TempDir dir;
+  json job = small_mlp_job(4096, 256);
+  job["train"]["epochs"] = 1000;  // far more than the test waits for
+  job["output"] = {{"dir", dir.file("out")}};
+  const std::string config = dir.write_job(job);
+  const std::string log = dir.file("run.log");
+  // A shell starts dtrain, lets it train for 2 s and sends SIGTERM to it.
+  const RunOutput r = run_program(
+      "/bin/sh", {"-c", std::string("\"") + DTRAIN_BINARY + "\" run --config " + config +
+                            " --threads 1 >" + log + " 2>&1 & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo exit=$?"},
+      {60.0, ""});
+  INFO(describe(r) << read_file(log));
+  REQUIRE(r.out.find("exit=6") != std::string::npos);
+  const std::string text = read_file(log);
+  CHECK_THAT(text, Catch::Contains("stopped by SIGTERM after step") && Catch::Contains("resume with --resume"));
+  bool saved = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("out/checkpoints")))
+    saved = saved || std::filesystem::exists(entry.path() / "DONE");
+  CHECK(saved);
+  job["train"]["epochs"] = 1;
+  const RunOutput resumed =
+      run_dtrain({"run", "--config", dir.write_job(job, "short.json"), "--threads", "1", "--resume"}, {120.0, ""});
+  INFO(describe(resumed));
+  CHECK(resumed.exit_code == 0);
+  CHECK_THAT(resumed.err, Catch::Contains("resumed from"));
+}

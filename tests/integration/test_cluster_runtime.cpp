@@ -254,7 +254,7 @@ TEST_CASE("cluster: tasks whose job configs differ both stop with exit code 2", 
   check_failed(r1, 2, {"the tasks of this job disagree", "config_sha256", "worker:0"});
 }
 
-TEST_CASE("cluster: a task with the wrong secret is refused; the chief times out naming it", "[cluster]") {
+TEST_CASE("cluster: a task with the wrong secret is refused, the chief times out naming it", "[cluster]") {
   const LocalCluster cluster({{"worker", 2}});
   auto chief = start_task(cluster, "worker", 0, {"runtime.rendezvous_timeout=3"});
   auto intruder = start_task(cluster, "worker", 1, {"runtime.rendezvous_timeout=3"},

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include "checkpoint/checkpoint_store.h"
@@ -53,6 +54,27 @@ TEST_CASE("dtrain ckpt inspect and export") {
   CHECK_THAT(out, Catch::Contains("(2, 3)"));
   CHECK_THAT(out, Catch::Contains("3.5"));  // the kernel's mean
   CHECK_THAT(out, Catch::Contains("dense/kernel/m"));
+
+  // --json: the same as one JSON object (nothing else is printed).
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt inspect --json ", dir.file("ckpts")), out) == 0);
+  const nlohmann::json j = nlohmann::json::parse(out);
+  CHECK(fs::path(j["path"].get<std::string>()).filename() == "ckpt-00000200");
+  CHECK(j["step"] == 200);
+  CHECK(j["world_size"] == 2);
+  CHECK(j["config_sha256"] == "feedbeef");
+  REQUIRE(j["checkpoints"].size() == 2);
+  CHECK(j["checkpoints"][0]["good"] == true);
+  CHECK(j["files"].contains("model.safetensors"));
+  REQUIRE(j["model"].size() == 2);
+  CHECK(j["model"][0]["name"] == "dense/kernel");
+  CHECK(j["model"][0]["shape"] == nlohmann::json::array({2, 3}));
+  CHECK(j["model"][0]["count"] == 6);
+  CHECK(j["model"][0]["sum"] == 21.0);
+  CHECK(j["model"][0]["min"] == 1.0);
+  CHECK(j["model"][0]["max"] == 6.0);
+  CHECK(j["model"][1]["sum"] == 0.0);
+  REQUIRE(j["optimizer"].size() == 1);
+  CHECK(j["optimizer"][0]["sum"] == 3.0);
 
   REQUIRE(run(str(DTRAIN_BINARY, " ckpt export ", dir.file("ckpts"), " --to ", dir.file("w.safetensors")), out) == 0);
   const SafetensorsFile w = read_safetensors(dir.file("w.safetensors"));

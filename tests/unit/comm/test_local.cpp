@@ -175,7 +175,7 @@ TEST_CASE("local group: a member that never arrives is a TimeoutError for the ot
   }
 }
 
-TEST_CASE("local group: a destroyed member is PeerLost for the others; mismatched calls are caught") {
+TEST_CASE("local group: a destroyed member is PeerLost for the others, mismatched calls are caught") {
   {
     auto group = make_local_group(2, 10.0);
     group[1].reset();

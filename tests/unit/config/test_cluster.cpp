@@ -151,7 +151,7 @@ TEST_CASE("the task comes from --task, else TF_CONFIG, else the file", "[config]
   CHECK(d.task == TaskId{"worker", 1});
 }
 
-TEST_CASE("the same cluster in the file and TF_CONFIG is fine; different is an error",
+TEST_CASE("the same cluster in the file and TF_CONFIG is fine, different is an error",
           "[config][cluster]") {
   const json job = job_with_cluster(R"({"worker": ["Host1:02222", "host2:2222"], "ps": []})");
   // Equal after normalising (host case, leading zeros, empty lists).

@@ -14,7 +14,7 @@ TEST_CASE("a new tensor is zero-filled, aligned and counts its elements") {
   for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(t.data()[i] == 0.0f);
 }
 
-TEST_CASE("copies and reshapes share storage; clone does not") {
+TEST_CASE("copies and reshapes share storage, clone does not") {
   Tensor a({2, 3});
   Tensor b = a.reshaped({6});
   b.data()[4] = 7.0f;

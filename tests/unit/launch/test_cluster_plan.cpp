@@ -166,6 +166,9 @@ TEST_CASE("parsing --inject values", "[unit]") {
   CHECK(ok[0].task.str() == "worker:1");
   CHECK(ok[0].value == "kill@step=20");
   CHECK(ok[1].value == "kill@step=0");
+  const auto bytes = parse_injections({"kill:worker:0@ckpt_byte=0012345"}, spec);
+  REQUIRE(bytes.size() == 1);
+  CHECK(bytes[0].value == "kill@ckpt_byte=12345");
 
   CHECK_THROWS_WITH(
       parse_injections({"kill:worker:2@step=3"}, spec),
@@ -174,7 +177,8 @@ TEST_CASE("parsing --inject values", "[unit]") {
                     Contains("chief:0 is not a task"));
   for (const char* bad : {"stop:worker:1@step=3", "kill:worker@step=3", "kill:worker:x@step=3",
                           "kill:worker:1", "kill:worker:1@3", "kill:worker:1@step=",
-                          "kill:worker:1@step=-1", "kill:worker:1@epoch=2", ""}) {
+                          "kill:worker:1@step=-1", "kill:worker:1@epoch=2", "kill:worker:1@ckpt_byte=",
+                          "kill:worker:1@ckpt_byte=1e6", "kill:worker:1@=5", ""}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_injections({bad}, spec), ConfigError);
     CHECK_THROWS_WITH(parse_injections({bad}, spec),

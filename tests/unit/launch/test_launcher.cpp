@@ -26,7 +26,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // FAKE_MODE: ok (write a summary, exit 0), wait (sleep), stubborn (ignore SIGTERM
-// and sleep); FAKE_FAIL_TASK exits 3 at once; DTRAIN_INJECT kills the task itself.
+// and sleep); FAKE_FAIL_TASK exits FAKE_FAIL_CODE (3) at once, in a restarted job
+// (--set checkpoint.resume=auto) only with FAKE_FAIL_AGAIN; DTRAIN_INJECT kills the
+// task itself.
 const char* const kFakeRun = R"SH(#!/bin/sh
 summary=""
 args="$*"
@@ -39,7 +41,8 @@ if [ -n "$DTRAIN_LISTEN_FD" ] && [ -e /proc/self/fd/$DTRAIN_LISTEN_FD ]; then ec
 echo "dtrain: rendezvous: all $FAKE_TASKS tasks joined and agree" >&2
 printf 'partial'; sleep 0.05; printf ' line\n'
 case "$DTRAIN_INJECT" in kill@*) kill -9 $$ ;; esac
-[ "$task" = "$FAKE_FAIL_TASK" ] && { echo "dtrain: error: failing on purpose" >&2; exit 3; }
+case "$args" in *checkpoint.resume=auto*) [ -z "$FAKE_FAIL_AGAIN" ] && FAKE_FAIL_TASK="" ;; esac
+[ "$task" = "$FAKE_FAIL_TASK" ] && { echo "dtrain: error: failing on purpose" >&2; exit ${FAKE_FAIL_CODE:-3}; }
 case "$FAKE_MODE" in
   ok) echo "{\"task\": \"$task\"}" > "$summary"; exit 0 ;;
   wait) sleep 30 ;;
@@ -73,6 +76,8 @@ struct Fixture {
     ::unsetenv("DTRAIN_JOB_SECRET");
     ::unsetenv("TF_CONFIG");
     ::unsetenv("FAKE_FAIL_TASK");
+    ::unsetenv("FAKE_FAIL_CODE");
+    ::unsetenv("FAKE_FAIL_AGAIN");
   }
   ~Fixture() {
     ::close(out_fd);
@@ -257,4 +262,83 @@ TEST_CASE("problems found before any task starts are ConfigErrors", "[unit]") {
   o = f.options(0, "ok");
   CHECK_THROWS_WITH(launch_cluster(o), Contains("--workers N"));
   CHECK(f.out().empty());
+}
+
+TEST_CASE("a failed job is started again with checkpoint.resume=auto and without the fault",
+          "[unit]") {
+  Fixture f;
+  set_tasks(2);
+  LaunchOptions o = f.options(2, "ok");
+  o.injections = {"kill:worker:1@step=3"};
+  const LaunchReport r = launch_with_restarts(o, 2);
+  INFO(f.out() << f.err());
+  CHECK(r.exit_code == 0);
+  CHECK(r.restarts == 1);
+  REQUIRE(r.attempts.size() == 2);
+  CHECK(r.attempts[0].first_failure == "worker:1");
+  CHECK(r.attempts[0].exit_code == 128 + SIGKILL);
+  CHECK(r.attempts[1].exit_code == 0);
+  CHECK(r.attempts[1].first_failure.empty());
+  CHECK(r.attempts[0].job_id != r.attempts[1].job_id);
+  CHECK(r.job_id == r.attempts[1].job_id);
+  CHECK(r.tasks[1].injection.empty());
+  CHECK_THAT(f.err(), Contains("dtrain launch: worker:1 was killed by signal 9 (SIGKILL) at ") &&
+                          Contains(" s; restarting the job from the newest checkpoint (restart 1 of 2)"));
+  CHECK_THAT(f.out(), Contains("args run --config " + o.config + " --set checkpoint.resume=auto"));
+  // The logs hold both starts.
+  const std::string log = Fixture::read(f.dir + "/out/logs/worker-1.log");
+  CHECK_THAT(log, Contains("INJECT=kill@step=3") && Contains("INJECT=none"));
+}
+
+TEST_CASE("a job that keeps failing is restarted max_restarts times, then gives up", "[unit]") {
+  Fixture f;
+  set_tasks(2);
+  ::setenv("FAKE_FAIL_TASK", "worker:0", 1);
+  ::setenv("FAKE_FAIL_AGAIN", "1", 1);
+  const LaunchReport r = launch_with_restarts(f.options(2, "ok"), 2);
+  INFO(f.out() << f.err());
+  CHECK(r.exit_code == 3);
+  CHECK(r.restarts == 2);
+  CHECK(r.attempts.size() == 3);
+  CHECK_THAT(f.err(), Contains("worker:0 failed with exit code 3 at ") &&
+                          Contains("(restart 1 of 2)") && Contains("(restart 2 of 2)") &&
+                          Contains("not restarting: no restarts left (--max-restarts 2)"));
+}
+
+TEST_CASE("a config error, SIGINT and max_restarts 0 are not restarted", "[unit]") {
+  Fixture f;
+  set_tasks(2);
+  SECTION("exit code 2") {
+    ::setenv("FAKE_FAIL_TASK", "worker:1", 1);
+    ::setenv("FAKE_FAIL_CODE", "2", 1);
+    const LaunchReport r = launch_with_restarts(f.options(2, "ok"), 3);
+    INFO(f.out() << f.err());
+    CHECK(r.exit_code == 2);
+    CHECK(r.restarts == 0);
+    CHECK(r.attempts.size() == 1);
+    CHECK_THAT(f.err(), Contains("not restarting: worker:1 ended with a usage or config error"));
+    CHECK_THAT(f.err(), !Contains("restarting the job"));
+  }
+  SECTION("SIGINT") {
+    std::jthread interrupter([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      ::kill(::getpid(), SIGINT);
+    });
+    const LaunchReport r = launch_with_restarts(f.options(2, "wait"), 3);
+    interrupter.join();
+    INFO(f.out() << f.err());
+    CHECK(r.exit_code == 130);
+    CHECK(r.restarts == 0);
+    CHECK_THAT(f.err(), Contains("not restarting: the launcher got SIGINT"));
+  }
+  SECTION("max_restarts 0") {
+    ::setenv("FAKE_FAIL_TASK", "worker:1", 1);
+    const LaunchReport r = launch_with_restarts(f.options(2, "ok"), 0);
+    INFO(f.out() << f.err());
+    CHECK(r.exit_code == 3);
+    CHECK(r.restarts == 0);
+    CHECK(r.attempts.size() == 1);
+    CHECK_THAT(f.err(), !Contains("restart"));
+  }
+  CHECK_THROWS_AS(launch_with_restarts(f.options(2, "ok"), -1), ConfigError);
 }
