@@ -24,6 +24,8 @@ std::string code_meaning(int code) {
       return "peer lost (another task failed)";
     case 5:
       return "timeout";
+    case 6:
+      return "preempted (SIGTERM): stopped after saving a checkpoint";
     case 127:
       return "could not be started";
     case 130:
