@@ -5,7 +5,10 @@
 // itself at step N or in the middle of writing a checkpoint (what `dtrain launch
 // --inject` uses to show failure handling and crash-safe saves).
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <string>
 
@@ -69,6 +72,18 @@ int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cl
   rendezvous::SessionOptions options;
   options.listen_fd = listen_fd_from_environment();
   rendezvous::ClusterSession session(cluster, job, options);
+  // Watchdog: normally the main thread notices a failed job at its next step and
+  // exits with PeerLost. If it is stuck where it cannot look (inside a collective
+  // with a stalled peer, whose own deadline is longer), end the process anyway a
+  // little later, with the same message and exit code.
+  session.on_failure([task](const std::string& why) {
+    std::thread([task, why] {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::fprintf(stderr, "[%s] %s%s\n", task.c_str(), kErrorPrefix, why.c_str());
+      std::fflush(stderr);
+      std::_Exit(to_int(ExitCode::kPeerLost));
+    }).detach();
+  });
   run.write_metrics = session.is_chief();
   try {
     if (session.rank() < 0) {

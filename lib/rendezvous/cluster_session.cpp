@@ -211,11 +211,17 @@ void ClusterSession::heartbeat_loop() {
     lock.lock();
     if (failure) {
       if (!failure_) failure_ = *failure;
+      if (on_failure_) on_failure_(*failure_);
       return;
     }
     stop_cv_.wait_for(lock, std::chrono::duration<double>(heartbeat_interval_),
                       [this] { return stop_ || step_pending_; });
   }
+}
+
+void ClusterSession::on_failure(std::function<void(const std::string&)> callback) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  on_failure_ = std::move(callback);
 }
 
 void ClusterSession::check_health() {

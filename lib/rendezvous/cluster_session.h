@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,10 @@ class ClusterSession {
   void report_step(int64_t step);
   // Throws PeerLost if another task was lost or the chief cannot be reached.
   void check_health();
+  // Called once, from the heartbeat thread, when the job is found to have failed
+  // (the same message check_health() throws). The app uses it as a watchdog for a
+  // main thread that is blocked where it cannot check (inside a collective).
+  void on_failure(std::function<void(const std::string&)> callback);
   // Tells the chief this task is failing (the job fails with it).
   void fail(const std::string& message);
   // The final barrier: waits (as long as every task stays alive) until every task
@@ -88,6 +93,7 @@ class ClusterSession {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::optional<std::string> failure_;  // guarded by mutex_
+  std::function<void(const std::string&)> on_failure_;  // guarded by mutex_
 };
 
 }  // namespace dtrain::rendezvous

@@ -350,6 +350,26 @@ TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heart
   worker1->finish(5.0, SIGKILL);
 }
 
+TEST_CASE("cluster: a worker hung inside a Gloo all-reduce is still reported within the bound", "[cluster][kill]") {
+  // multi_worker_mirrored: the survivor's main thread is blocked in an all-reduce
+  // (whose own deadline is 30 s), so only the heartbeat watchdog can end it in time.
+  const LocalCluster cluster({{"worker", 2}});
+  const std::vector<std::string> sets = {"train.epochs=100000", "strategy.type=multi_worker_mirrored",
+                                         "runtime.heartbeat_timeout=2"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  wait_until_training({chief.get(), worker1.get()}, 15.0);
+  const auto stopped_at = Child::Clock::now();
+  worker1->send(SIGSTOP);
+  const RunOutput r0 = chief->finish(25.0);
+  const double detection = seconds_between(stopped_at, chief->end_time());
+  WARN("worker:1 stopped inside training; the chief exited " << detection << " s later with code " << r0.exit_code);
+  check_failed(r0, 4, {"worker:1", cluster.address("worker", 1), "no heartbeat for 2 s"});
+  CHECK(detection < 8.0);  // heartbeat timeout + watchdog grace, far below Gloo's 30 s
+  worker1->send(SIGKILL);
+  worker1->finish(5.0, SIGKILL);
+}
+
 TEST_CASE("cluster: dtrain validate checks TF_CONFIG and this task's port", "[cluster][validate]") {
   const LocalCluster cluster({{"worker", 2}});
   const std::string a0 = cluster.address("worker", 0), a1 = cluster.address("worker", 1);
