@@ -124,4 +124,14 @@ std::string idx_bytes(const std::vector<uint32_t>& sizes, size_t payload_bytes, 
   return bytes;
 }
 
+nlohmann::json resumable_job(const TempDir& dir, int workers) {
+  nlohmann::json job = small_mlp_job(4096, 256);
+  job["strategy"] = {{"type", "multi_worker_mirrored"}};
+  job["train"]["batch_size_per_replica"] = 128 / workers;
+  job["train"]["epochs"] = 3;
+  job["output"] = {{"dir", dir.file("out")}};
+  job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_steps", 10}};
+  return job;
+}
+
 }  // namespace dtrain::integration

@@ -46,6 +46,11 @@ nlohmann::json small_mlp_job(int64_t train_take = 2000, int64_t test_take = 500)
 // The same for the shipped CNN config.
 nlohmann::json small_cnn_job(int64_t train_take = 640, int64_t test_take = 200);
 
+// A multi_worker_mirrored MLP job on 4096 samples for checkpoint tests: 3 epochs
+// of 32 steps at a global batch of 128 (128 / workers per replica), a checkpoint
+// every 10 steps into dir/ckpt, output in dir/out.
+nlohmann::json resumable_job(const TempDir& dir, int workers);
+
 // The whole file as bytes.
 std::string read_file(const std::string& path);
 // One JSON value from a file.

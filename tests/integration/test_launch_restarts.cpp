@@ -13,18 +13,6 @@ using nlohmann::json;
 
 namespace {
 
-// As in test_checkpoint_resume.cpp: the MLP on 4096 samples, 3 epochs of 32 steps at
-// a global batch of 128, a checkpoint every 10 steps into dir/ckpt.
-json resumable_job(const TempDir& dir, int workers) {
-  json job = small_mlp_job(4096, 256);
-  job["strategy"] = {{"type", "multi_worker_mirrored"}};
-  job["train"]["batch_size_per_replica"] = 128 / workers;
-  job["train"]["epochs"] = 3;
-  job["output"] = {{"dir", dir.file("out")}};
-  job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_steps", 10}};
-  return job;
-}
-
 RunOutput launch(const std::string& config, const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"launch", "--workers", "2", "--config", config, "--threads", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
