@@ -11,6 +11,7 @@
 #include "config/job_config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "kernels/ops.h"
 #include "launch/launcher.h"
 #include "rendezvous/store_server.h"
 #include "trainer/trainer.h"
@@ -142,14 +143,43 @@ int bench_train_command(const BenchTrainOptions& options) {
   const trainer::BenchResult r = trainer::bench_train(job, bench);
   if (options.json) {
     const nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
-                              {"threads", r.threads},         {"steps", r.steps},
+                              {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},
                               {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
-                options.job.config.c_str(), static_cast<long long>(r.batch_size), r.threads,
+    std::printf("%s: %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
+                options.job.config.c_str(), r.device.c_str(), static_cast<long long>(r.batch_size), r.threads,
                 static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
   }
+  return 0;
+}
+
+int devices_command(bool json) {
+  const kernels::GpuReport report = kernels::list_gpus();
+  if (json) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const kernels::GpuInfo& g : report.gpus)
+      gpus.push_back({{"index", g.index},
+                      {"device", str("cuda:", g.index)},
+                      {"name", g.name},
+                      {"compute_capability", str(g.compute_major, ".", g.compute_minor)},
+                      {"multiprocessors", g.multiprocessors},
+                      {"total_bytes", g.total_bytes},
+                      {"free_bytes", g.free_bytes}});
+    nlohmann::json out = {{"cuda_backend", report.built_with_cuda}, {"gpus", gpus}};
+    if (report.gpus.empty()) out["why_none"] = report.why_none;
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  if (report.gpus.empty()) {
+    std::printf("No usable GPU: %s.\nJobs with \"device\": \"auto\" train on the CPU.\n", report.why_none.c_str());
+    return 0;
+  }
+  std::printf("%-8s %-32s %-8s %5s %12s %12s\n", "device", "name", "compute", "SMs", "memory", "free");
+  for (const kernels::GpuInfo& g : report.gpus)
+    std::printf("%-8s %-32s %-8s %5d %9.1f GiB %9.1f GiB\n", str("cuda:", g.index).c_str(), g.name.c_str(),
+                str(g.compute_major, ".", g.compute_minor).c_str(), g.multiprocessors,
+                static_cast<double>(g.total_bytes) / (1u << 30), static_cast<double>(g.free_bytes) / (1u << 30));
   return 0;
 }
 

@@ -89,6 +89,9 @@ struct BenchAllReduceOptions {
   int threads = 0;                     // --threads (the launcher passes it; all-reduce uses Gloo's own threads)
 };
 int bench_allreduce_command(const BenchAllReduceOptions& options);
+// Lists the usable GPUs (name, memory, compute capability), or says why there
+// are none (no CUDA backend, no driver, no device). Exit code 0 either way.
+int devices_command(bool json);
 int version_command();
 
 // `dtrain ckpt inspect DIR` (ckpt_command.cpp): DIR is one checkpoint or a directory of them.

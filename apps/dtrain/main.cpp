@@ -113,6 +113,10 @@ int main(int argc, char** argv) {
   ckpt_export_cmd->add_option("DIR", ckpt_export.dir, "Checkpoint, or checkpoint directory (newest good)")->required();
   ckpt_export_cmd->add_option("--to", ckpt_export.to, "Output .safetensors file")->required();
 
+  bool devices_json = false;
+  CLI::App* devices_cmd = app.add_subcommand("devices", "List the GPUs dtrain can use, or say why there are none");
+  devices_cmd->add_flag("--json", devices_json, "Print JSON");
+
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
   try {
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
     if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
+    if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);
     if (version_cmd->parsed()) return dtrain::app::version_command();
   } catch (const dtrain::Error& e) {
     return print_error(e.what(), e.exit_code());

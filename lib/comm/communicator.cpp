@@ -1,5 +1,6 @@
-// The Tensor conveniences of Communicator: checks that the tensor is a CPU tensor,
-// then calls the pointer-based collective.
+// The Tensor conveniences of Communicator: host tensors go to the pointer-based
+// collective directly; device tensors through a host copy (the host-memory
+// engines, Gloo and the local group, cannot read device memory).
 #include "comm/communicator.h"
 
 #include "core/check.h"
@@ -9,12 +10,14 @@
 namespace dtrain::comm {
 
 namespace {
-float* host_data(Tensor& t, const char* what) {
+// Runs `collective` on t's values in host memory, copying them back if t is on a device.
+template <class F>
+void on_host(Tensor& t, const char* what, F collective) {
   DT_CHECK(t.defined(), what, " of an undefined tensor");
-  if (!t.device().is_cpu())
-    throw ConfigError(str(what, " of a tensor on ", t.device().str(),
-                          ": this communicator handles host (cpu) tensors only"));
-  return t.data();
+  if (t.device().is_cpu()) return collective(t.data());
+  Tensor host = t.to_host();
+  collective(host.data());
+  t.copy_from(host);
 }
 }  // namespace
 
@@ -27,11 +30,11 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {
-  all_reduce(host_data(t, "all_reduce"), static_cast<size_t>(t.numel()), op);
+  on_host(t, "all_reduce", [&](float* p) { all_reduce(p, static_cast<size_t>(t.numel()), op); });
 }
 
 void Communicator::broadcast(Tensor& t, int root) {
-  broadcast(host_data(t, "broadcast"), static_cast<size_t>(t.numel()), root);
+  on_host(t, "broadcast", [&](float* p) { broadcast(p, static_cast<size_t>(t.numel()), root); });
 }
 
 }  // namespace dtrain::comm

@@ -428,12 +428,31 @@ CheckpointSpec read_checkpoint(const Context& ctx, const Json& value) {
   return ck;
 }
 
+// "auto", "cpu", "gpu", "cuda", or one of the last three with ":N" (N up to 4 digits).
+bool is_device_name(const std::string& d) {
+  if (d == "auto") return true;
+  for (const char* kind : {"cpu", "gpu", "cuda"}) {
+    const std::string k = kind;
+    if (d == k) return true;
+    if (d.rfind(k + ":", 0) != 0) continue;
+    const std::string digits = d.substr(k.size() + 1);
+    return !digits.empty() && digits.size() <= 4 &&
+           digits.find_first_not_of("0123456789") == std::string::npos;
+  }
+  return false;
+}
+
 JobConfig read_job(const Context& ctx, const Json& root) {
   JobConfig config;
   config.source = ctx.source;
   ObjectReader r(ctx, root, "", "the job");
-  r.expect_keys({"strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output",
+  r.expect_keys({"device", "strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output",
                  "checkpoint", "cluster", "task", "rpc_layer"});
+  config.device = r.get_string("device", config.device);
+  if (!is_device_name(config.device))
+    ctx.fail(r.path_of("device"), str("'", config.device,
+                                      "' is not a device; use \"auto\" (the GPU when one is usable), \"cpu\", "
+                                      "\"gpu\" or \"cuda:N\""));
   if (const Json* v = r.find("strategy")) config.strategy = read_strategy(ctx, *v);
   config.model = read_model(ctx, r.require("model"));
   config.loss = read_loss(ctx, r.require("loss"));
@@ -448,11 +467,12 @@ JobConfig read_job(const Context& ctx, const Json& root) {
   return config;
 }
 
-// normalized_json without what may differ between the tasks of one job: the task
-// and runtime.threads (an emptied runtime section goes too, so that a task with
+// normalized_json without what may differ between the tasks of one job: the task,
+// the device and runtime.threads (an emptied runtime section goes too, so that a task with
 // --set runtime.threads=4 agrees with one without a runtime section).
 std::string agreement_json(Json root) {
   root.erase("task");
+  root.erase("device");  // each machine trains on what it has (a GPU here, the CPU there)
   const auto runtime = root.find("runtime");
   if (runtime != root.end() && runtime->is_object()) {
     runtime->erase("threads");

@@ -153,6 +153,9 @@ struct OutputSpec {
 
 struct JobConfig {
   std::string source;  // file name, or "<string>"
+  // Where to train: "auto" (the GPU when one is usable, else the CPU), "cpu",
+  // "gpu" (= "cuda:0") or "cuda:N".
+  std::string device = "auto";
   StrategySpec strategy;
   ModelSpec model;
   LossSpec loss;
@@ -169,7 +172,7 @@ struct JobConfig {
   // the same job gives the same text (for hashes and the run summary).
   std::string normalized_json;
   // normalized_json without what may differ between the tasks of one job (`task`,
-  // `runtime.threads`, `runtime.secret_file`): the tasks compare its hash before training.
+  // `device`, `runtime.threads`, `runtime.secret_file`): the tasks compare its hash before training.
   std::string agreement_json;
 };
 

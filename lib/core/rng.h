@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace dtrain {
 
 // SplitMix64 finaliser: a good 64-bit mix of one word.
-inline uint64_t mix64(uint64_t x) {
+DT_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -20,12 +22,12 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 // A hash of several words, for counter-based randomness.
-inline uint64_t hash_u64(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
+DT_HOST_DEVICE inline uint64_t hash_u64(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
   return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
 }
 
 // The top 24 bits of a word as a float in [0, 1).
-inline float u64_to_unit_float(uint64_t x) { return static_cast<float>(x >> 40) * (1.0f / 16777216.0f); }
+DT_HOST_DEVICE inline float u64_to_unit_float(uint64_t x) { return static_cast<float>(x >> 40) * (1.0f / 16777216.0f); }
 
 class Rng {
  public:

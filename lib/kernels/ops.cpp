@@ -1,27 +1,35 @@
-// Device dispatch for ops.h: every op runs on the device of its first tensor, and
-// all its tensors must be on that device. Only the CPU backend is built today; a
-// CUDA tensor reaching here is a clear error instead of a crash.
+// Device dispatch for ops.h: every op runs on the device of its tensors, which
+// must all be on one device. CPU tensors go to cpu::; GPU tensors to cuda:: in
+// builds with the CUDA backend (DTRAIN_HAVE_CUDA), and are a clear error otherwise.
 #include "kernels/ops.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "kernels/cpu/cpu_ops.h"
+#if DTRAIN_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#define DT_GPU(call) cuda::call
+#else
+#define DT_GPU(call) throw InternalError("unreachable: no CUDA backend")
+#endif
 
 namespace dtrain::kernels {
 namespace {
 
-// Checks that every tensor is on `first`'s device and that the CPU backend serves it.
+// True when the op's tensors are on a GPU. Throws when they are on different
+// devices, or on a GPU in a build without the CUDA backend.
 template <class... Ts>
-void require_cpu(const Tensor& first, const Ts&... rest) {
+bool on_gpu(const Tensor& first, const Ts&... rest) {
   const Device device = first.device();
   ((void)(rest.device() == device ||
-          (throw InternalError(str("op mixes tensors on ", device.str(), " and ",
-                                   rest.device().str())),
-           false)),
+          (throw InternalError(str("op mixes tensors on ", device.str(), " and ", rest.device().str())), false)),
    ...);
-  if (!device.is_cpu())
-    throw ConfigError(str("device ", device.str(),
-                          " is not available: this dtrain was built without the CUDA backend"));
+  if (device.is_cpu()) return false;
+#if !DTRAIN_HAVE_CUDA
+  throw ConfigError(str("device ", device.str(), " is not available: this dtrain was built without the CUDA backend"));
+#endif
+  return true;
 }
 
 }  // namespace
@@ -30,80 +38,154 @@ void set_num_threads(int threads) { cpu::set_num_threads(threads); }
 int num_threads() { return cpu::num_threads(); }
 
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
-  require_cpu(x, w, y);
-  cpu::dense_forward(x, w, b, act, y);
+  if (on_gpu(x, w, y)) DT_GPU(dense_forward(x, w, b, act, y));
+  else cpu::dense_forward(x, w, b, act, y);
 }
 void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
-  require_cpu(dy, w, dx);
-  cpu::dense_backward_data(dy, w, dx);
+  if (on_gpu(dy, w, dx)) DT_GPU(dense_backward_data(dy, w, dx));
+  else cpu::dense_backward_data(dy, w, dx);
 }
 void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
-  require_cpu(x, dy, dw);
-  cpu::dense_backward_weights(x, dy, dw, db);
+  if (on_gpu(x, dy, dw)) DT_GPU(dense_backward_weights(x, dy, dw, db));
+  else cpu::dense_backward_weights(x, dy, dw, db);
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2DParams& p,
-                    Activation act, Tensor& y) {
-  require_cpu(x, w, y);
-  cpu::conv2d_forward(x, w, b, p, act, y);
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2DParams& p, Activation act,
+                    Tensor& y) {
+  if (on_gpu(x, w, y)) DT_GPU(conv2d_forward(x, w, b, p, act, y));
+  else cpu::conv2d_forward(x, w, b, p, act, y);
 }
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx) {
-  require_cpu(dy, w, dx);
-  cpu::conv2d_backward_data(dy, w, p, dx);
+  if (on_gpu(dy, w, dx)) DT_GPU(conv2d_backward_data(dy, w, p, dx));
+  else cpu::conv2d_backward_data(dy, w, p, dx);
 }
-void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw,
-                             Tensor* db) {
-  require_cpu(x, dy, dw);
-  cpu::conv2d_backward_weights(x, dy, p, dw, db);
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw, Tensor* db) {
+  if (on_gpu(x, dy, dw)) DT_GPU(conv2d_backward_weights(x, dy, p, dw, db));
+  else cpu::conv2d_backward_weights(x, dy, p, dw, db);
 }
 
 void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace* ws) {
-  require_cpu(x, y);
-  cpu::pool2d_forward(x, p, y, ws);
+  if (on_gpu(x, y)) DT_GPU(pool2d_forward(x, p, y, ws));
+  else cpu::pool2d_forward(x, p, y, ws);
 }
 void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* ws, Tensor& dx) {
-  require_cpu(dy, dx);
-  cpu::pool2d_backward(dy, p, ws, dx);
+  if (on_gpu(dy, dx)) DT_GPU(pool2d_backward(dy, p, ws, dx));
+  else cpu::pool2d_backward(dy, p, ws, dx);
 }
 
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
-  require_cpu(x, y);
-  cpu::activation_forward(act, x, y);
+  if (on_gpu(x, y)) DT_GPU(activation_forward(act, x, y));
+  else cpu::activation_forward(act, x, y);
 }
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  require_cpu(y, dy, dx);
-  cpu::activation_backward(act, y, dy, dx);
+  if (on_gpu(y, dy, dx)) DT_GPU(activation_backward(act, y, dy, dx));
+  else cpu::activation_backward(act, y, dy, dx);
 }
 
-void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 float epsilon, Tensor& y, Tensor& mean, Tensor& variance) {
-  require_cpu(x, gamma, beta, y, mean, variance);
-  cpu::batch_norm_forward_training(x, gamma, beta, epsilon, y, mean, variance);
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y,
+                                 Tensor& mean, Tensor& variance) {
+  if (on_gpu(x, gamma, beta, y, mean, variance))
+    DT_GPU(batch_norm_forward_training(x, gamma, beta, epsilon, y, mean, variance));
+  else cpu::batch_norm_forward_training(x, gamma, beta, epsilon, y, mean, variance);
 }
-void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& mean, const Tensor& variance, float epsilon,
-                                  Tensor& y) {
-  require_cpu(x, gamma, beta, mean, variance, y);
-  cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y);
+void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                  const Tensor& variance, float epsilon, Tensor& y) {
+  if (on_gpu(x, gamma, beta, mean, variance, y))
+    DT_GPU(batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y));
+  else cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y);
 }
-void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                         const Tensor& mean, const Tensor& variance, float epsilon, Tensor& dx,
-                         Tensor& dgamma, Tensor& dbeta) {
-  require_cpu(x, dy, gamma, mean, variance, dx, dgamma, dbeta);
-  cpu::batch_norm_backward(x, dy, gamma, mean, variance, epsilon, dx, dgamma, dbeta);
+void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& variance, float epsilon, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  if (on_gpu(x, dy, gamma, mean, variance, dx, dgamma, dbeta))
+    DT_GPU(batch_norm_backward(x, dy, gamma, mean, variance, epsilon, dx, dgamma, dbeta));
+  else cpu::batch_norm_backward(x, dy, gamma, mean, variance, epsilon, dx, dgamma, dbeta);
 }
 
 void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask) {
-  require_cpu(x, y, mask);
-  cpu::dropout_forward(x, rate, seed, y, mask);
+  if (on_gpu(x, y, mask)) DT_GPU(dropout_forward(x, rate, seed, y, mask));
+  else cpu::dropout_forward(x, rate, seed, y, mask);
 }
 void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
-  require_cpu(a, b, out);
-  cpu::multiply(a, b, out);
+  if (on_gpu(a, b, out)) DT_GPU(multiply(a, b, out));
+  else cpu::multiply(a, b, out);
 }
 void axpy(float alpha, const Tensor& x, Tensor& y) {
-  require_cpu(x, y);
-  cpu::axpy(alpha, x, y);
+  if (on_gpu(x, y)) DT_GPU(axpy(alpha, x, y));
+  else cpu::axpy(alpha, x, y);
+}
+void divide(Tensor& x, float divisor) {
+  if (on_gpu(x)) DT_GPU(divide(x, divisor));
+  else cpu::divide(x, divisor);
+}
+void moving_average(Tensor& avg, const Tensor& x, float momentum) {
+  if (on_gpu(avg, x)) DT_GPU(moving_average(avg, x, momentum));
+  else cpu::moving_average(avg, x, momentum);
+}
+
+void class_loss(LossKind kind, const Tensor& output, const Tensor& labels, float grad_scale, Tensor& row_loss,
+                Tensor& row_hit, Tensor* grad) {
+  if (on_gpu(output, labels, row_loss, row_hit)) DT_GPU(class_loss(kind, output, labels, grad_scale, row_loss, row_hit, grad));
+  else cpu::class_loss(kind, output, labels, grad_scale, row_loss, row_hit, grad);
+}
+
+void sgd_update(Tensor& w, const Tensor& g, Tensor* velocity, const SgdCoeffs& k) {
+  if (on_gpu(w, g)) DT_GPU(sgd_update(w, g, velocity, k));
+  else cpu::sgd_update(w, g, velocity, k);
+}
+void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k) {
+  if (on_gpu(w, g, m, v)) DT_GPU(adam_update(w, g, m, v, k));
+  else cpu::adam_update(w, g, m, v, k);
+}
+
+// ---- devices ----
+
+GpuReport list_gpus() {
+#if DTRAIN_HAVE_CUDA
+  return cuda::list_gpus();
+#else
+  GpuReport report;
+  report.why_none = "this dtrain was built without the CUDA backend (DTRAIN_CUDA=OFF, or no CUDA toolkit found)";
+  return report;
+#endif
+}
+
+Device select_device(const std::string& spec) {
+  if (spec != "auto") {
+    const Device device = Device::parse(spec);
+    if (device.is_cpu()) return Device::cpu();
+    const GpuReport report = list_gpus();
+    if (report.gpus.empty())
+      throw ConfigError(str("device: \"", spec, "\" asks for a GPU, but none is usable: ", report.why_none,
+                            "; set \"device\": \"cpu\" (or \"auto\") to train on the CPU"));
+    if (device.index >= static_cast<int>(report.gpus.size()))
+      throw ConfigError(str("device: \"", spec, "\" asks for GPU ", device.index, ", but this machine has ",
+                            report.gpus.size(), " (cuda:0 to cuda:", report.gpus.size() - 1, ")"));
+#if DTRAIN_HAVE_CUDA
+    cuda::activate(device.index);
+#endif
+    return device;
+  }
+  const GpuReport report = list_gpus();
+  if (report.gpus.empty()) return Device::cpu();
+#if DTRAIN_HAVE_CUDA
+  cuda::activate(0);
+#endif
+  return Device::cuda(0);
+}
+
+void synchronize(const Device& device) {
+  if (device.is_cpu()) return;
+#if DTRAIN_HAVE_CUDA
+  cuda::synchronize();
+#endif
+}
+
+void set_allow_tf32(bool allow) {
+#if DTRAIN_HAVE_CUDA
+  cuda::set_allow_tf32(allow);
+#else
+  (void)allow;
+#endif
 }
 
 }  // namespace dtrain::kernels

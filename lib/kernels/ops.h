@@ -1,12 +1,14 @@
 // The op functions every layer calls, whatever the device.
 //
 // Each function checks that its tensors are on one device and dispatches to that
-// device's backend (cpu:: on oneDNN and own loops today; cuda:: later). Shapes
+// device's backend: cpu:: (oneDNN and own loops) or cuda:: (cuBLASLt, cuDNN and
+// own kernels, in builds with the CUDA backend). Shapes
 // follow Keras' layouts: activations NHWC, Dense kernels (in, out), Conv2D kernels
 // (kh, kw, in, out). Outputs must be allocated by the caller with the right shape.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -15,9 +17,12 @@ namespace dtrain::kernels {
 
 enum class Activation { kLinear, kRelu, kSigmoid, kTanh, kSoftmax };
 
-// Opaque per-call state a forward op leaves for its backward (max-pooling argmax).
+// Opaque per-call state a forward op leaves for its backward: the CPU keeps the
+// max-pooling argmax in `bytes`; the GPU keeps the pooling input and output
+// (cuDNN) or the argmax (own kernels).
 struct Workspace {
   std::vector<uint8_t> bytes;
+  Tensor input, output, argmax;
 };
 
 // Sets the number of compute threads (OpenMP) for this process.
@@ -89,5 +94,55 @@ void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tens
 void multiply(const Tensor& a, const Tensor& b, Tensor& out);
 // y += alpha * x
 void axpy(float alpha, const Tensor& x, Tensor& y);
+// x /= divisor
+void divide(Tensor& x, float divisor);
+// avg = momentum * avg + (1 - momentum) * x     (batch-norm moving statistics)
+void moving_average(Tensor& avg, const Tensor& x, float momentum);
+
+// ---- Losses over class labels ----
+enum class LossKind { kCrossEntropyLogits, kCrossEntropyProbabilities, kMse };
+// output (N, C); labels (N) class indices held as floats; row_loss (N) and
+// row_hit (N, 1 where the row's argmax is its label) are written. grad (N, C) or
+// null: d(sum of row losses * grad_scale)/d(output). Targets of kMse are one-hot.
+void class_loss(LossKind kind, const Tensor& output, const Tensor& labels, float grad_scale,
+                Tensor& row_loss, Tensor& row_hit, Tensor* grad);
+
+// ---- Optimizer updates (element-wise over w, g and the slots; Keras' formulas) ----
+struct SgdCoeffs {
+  float lr = 0.0f, momentum = 0.0f;
+  bool nesterov = false;
+};
+// momentum 0: w -= lr * g. Else v = mu*v - lr*g; w += v (Nesterov: w += mu*v - lr*g).
+void sgd_update(Tensor& w, const Tensor& g, Tensor* velocity, const SgdCoeffs& k);
+struct AdamCoeffs {
+  float decay = 0.0f, b1 = 0.9f, b2 = 0.999f, alpha = 0.0f, eps = 1e-7f;
+};
+// w -= decay*w; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; w -= alpha * m / (sqrt(v) + eps)
+void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k);
+
+// ---- Devices ----
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  size_t total_bytes = 0, free_bytes = 0;
+};
+struct GpuReport {
+  bool built_with_cuda = false;
+  std::vector<GpuInfo> gpus;  // usable GPUs
+  std::string why_none;       // when gpus is empty: why (no CUDA backend, no driver, no device)
+};
+// What GPUs this process can use (cheap; safe to call without a GPU or driver).
+GpuReport list_gpus();
+// Resolves a job's "device" value ("auto": the GPU when one is usable, else the
+// CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
+// tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.
+Device select_device(const std::string& spec);
+// Waits until every op issued on `device` has finished (no-op on the CPU).
+void synchronize(const Device& device);
+// TF32 tensor-core math for float32 convolutions on GPUs that have it (PyTorch's
+// default: on for convolutions, off for matmuls). No effect on the CPU.
+void set_allow_tf32(bool allow);
 
 }  // namespace dtrain::kernels

@@ -41,6 +41,13 @@ void BatchNormalization::initialize(Rng& rng) {
   moving_variance_.value.fill(1.0f);
 }
 
+void BatchNormalization::move_extras(const Device& device) {
+  for (Tensor* t : {&batch_mean_, &batch_variance_, &dgamma_scratch_, &dbeta_scratch_}) *t = t->to(device);
+  // Without scale/center, gamma/beta are constants rather than params.
+  if (!scale_) gamma_.value = gamma_.value.to(device);
+  if (!center_) beta_.value = beta_.value.to(device);
+}
+
 Tensor BatchNormalization::forward(const Tensor& x, const StepContext& ctx) {
   Tensor& y = reuse(y_, x.dim(0), output_shape());
   if (!ctx.training) {
@@ -51,13 +58,8 @@ Tensor BatchNormalization::forward(const Tensor& x, const StepContext& ctx) {
   x_ = x;
   kernels::batch_norm_forward_training(x, gamma_.value, beta_.value, epsilon_, y, batch_mean_,
                                        batch_variance_);
-  const float m = momentum_;
-  float* mm = moving_mean_.value.data();
-  float* mv = moving_variance_.value.data();
-  for (int64_t c = 0; c < batch_mean_.numel(); ++c) {
-    mm[c] = m * mm[c] + (1.0f - m) * batch_mean_.data()[c];
-    mv[c] = m * mv[c] + (1.0f - m) * batch_variance_.data()[c];
-  }
+  kernels::moving_average(moving_mean_.value, batch_mean_, momentum_);
+  kernels::moving_average(moving_variance_.value, batch_variance_, momentum_);
   return y;
 }
 

@@ -17,10 +17,15 @@ Shape with_batch(int64_t n, const Shape& per_sample) {
   return s;
 }
 
-Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) {
+Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) const {
   Shape want = with_batch(n, per_sample);
-  if (!slot.defined() || slot.shape() != want) slot = Tensor(std::move(want));
+  if (!slot.defined() || slot.shape() != want || slot.device() != device_) slot = Tensor(std::move(want), device_);
   return slot;
+}
+
+void Layer::set_device(const Device& device) {
+  device_ = device;
+  move_extras(device);
 }
 
 Tensor Layer::before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy,

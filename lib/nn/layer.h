@@ -50,9 +50,17 @@ class Layer {
   // Sets initial values (Keras' defaults: glorot_uniform kernels, zero biases).
   virtual void initialize(Rng& rng) {}
 
+  // The device the layer computes on. Sequential::place moves the params; this
+  // moves what the layer keeps besides them and drops cached activations.
+  const Device& device() const { return device_; }
+  void set_device(const Device& device);
+
  protected:
-  // A tensor of shape (n, per_sample...) kept in `slot` and reused while n is unchanged.
-  static Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample);
+  // Moves the layer's own tensors that are not params (constants, statistics).
+  virtual void move_extras(const Device& device) {}
+  // A tensor of shape (n, per_sample...) on the layer's device, kept in `slot`
+  // and reused while n is unchanged.
+  Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample) const;
   // The gradient before an activation whose output was y: dy itself for linear,
   // else act'(.) * dy written into `slot`.
   Tensor before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy, Tensor& slot) const;
@@ -60,6 +68,7 @@ class Layer {
  private:
   std::string name_, type_;
   Shape input_shape_, output_shape_;
+  Device device_;
 };
 
 // Adds the batch dimension in front of a per-sample shape.

@@ -99,6 +99,9 @@ class BatchNormalization : public Layer {
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
 
+ protected:
+  void move_extras(const Device& device) override;
+
  private:
   float momentum_, epsilon_;
   bool center_, scale_;

@@ -3,13 +3,15 @@
 //
 // Integer labels serve all three (categorical targets are the labels' one-hot
 // form). The gradient is that of the mean over the batch, scaled by grad_scale
-// (1/N for a plain batch; the strategy may pass 1/global_batch).
+// (1/N for a plain batch; the strategy may pass 1/global_batch). The per-row
+// work is kernels::class_loss on the output's device.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "config/job_config.h"
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace dtrain::nn {
@@ -20,13 +22,31 @@ struct LossStats {
   int64_t count = 0;      // samples seen
 };
 
+// Per-row results of a loss, on the output's device, read later by add_stats()
+// (so a GPU step need not wait for them before its backward pass is issued).
+struct LossRows {
+  Tensor loss, hit;  // (N) each
+};
+
+// Labels (N values in [0, C)) as the float tensor kernels::class_loss takes, on `device`.
+Tensor labels_tensor(const std::vector<int32_t>& labels, const Device& device);
+
 class Loss {
  public:
-  virtual ~Loss() = default;
-  // output (N, C), labels N values in [0, C). Adds to stats; when grad is given,
-  // writes d(sum of losses * grad_scale)/d(output) into it (shape (N, C)).
-  virtual void compute(const Tensor& output, const std::vector<int32_t>& labels, LossStats& stats,
-                       Tensor* grad, float grad_scale) const = 0;
+  explicit Loss(kernels::LossKind kind) : kind_(kind) {}
+
+  // output (N, C), labels (N) from labels_tensor(). Writes per-row results into
+  // `rows`; when grad is given, d(sum of losses * grad_scale)/d(output) into it.
+  void compute(const Tensor& output, const Tensor& labels, Tensor* grad, float grad_scale, LossRows& rows) const;
+  // Adds the rows' loss sum, hits and count to stats (in row order; waits for the device).
+  static void add_stats(const LossRows& rows, LossStats& stats);
+
+  // Both steps at once, from host labels.
+  void compute(const Tensor& output, const std::vector<int32_t>& labels, LossStats& stats, Tensor* grad,
+               float grad_scale) const;
+
+ private:
+  kernels::LossKind kind_;
 };
 
 std::unique_ptr<Loss> make_loss(const config::LossSpec& spec);

@@ -30,6 +30,30 @@ Sequential::Sequential(const config::ModelSpec& spec, uint64_t seed)
   }
 }
 
+void Sequential::place(const Device& device, int optimizer_slots) {
+  const std::vector<Param*> all = params();
+  int64_t trainable = 0, state = 0;
+  for (const Param* p : all) (p->trainable() ? trainable : state) += TensorArena::padded(p->value.numel());
+  arena_ = std::make_unique<TensorArena>(device, trainable * (2 + optimizer_slots) + state);
+  // Values, then grads, in the same order, so both are flat ranges with one layout.
+  for (Param* p : all)
+    if (p->trainable()) {
+      Tensor v = arena_->take(p->value.shape());
+      v.copy_from(p->value);
+      p->value = v;
+    }
+  for (Param* p : all)
+    if (p->trainable()) p->grad = arena_->take(p->grad.shape());
+  for (Param* p : all)
+    if (!p->trainable()) {
+      Tensor v = arena_->take(p->value.shape());
+      v.copy_from(p->value);
+      p->value = v;
+    }
+  for (auto& layer : layers_) layer->set_device(device);
+  device_ = device;
+}
+
 const Shape& Sequential::output_shape() const { return layers_.back()->output_shape(); }
 
 Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
@@ -79,7 +103,8 @@ std::string Sequential::params_sha256() const {
   for (Param* p : params()) {
     h.update(p->name);
     h.update(shape_str(p->value.shape()));
-    h.update(p->value.data(), p->value.bytes());
+    const Tensor host = p->value.to_host();
+    h.update(host.data(), host.bytes());
   }
   return h.hex_digest();
 }

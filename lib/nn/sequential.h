@@ -8,6 +8,7 @@
 
 #include "config/job_config.h"
 #include "nn/layer.h"
+#include "tensor/arena.h"
 
 namespace dtrain::nn {
 
@@ -16,6 +17,15 @@ class Sequential {
   // Builds every layer, checking shapes (ConfigError on a mismatch), and
   // initialises parameters deterministically from `seed`.
   Sequential(const config::ModelSpec& spec, uint64_t seed);
+
+  // Moves every param into one arena on `device` (one allocation), laid out as
+  // [trainable values][their grads][non-trainable state][room for
+  // `optimizer_slots` slot tensors per trainable param, for the optimizer's
+  // create_state], and moves the layers' own tensors there. Values are kept.
+  void place(const Device& device, int optimizer_slots);
+  // The arena of place(), or nullptr before it.
+  TensorArena* arena() { return arena_.get(); }
+  const Device& device() const { return device_; }
 
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const;
@@ -43,6 +53,8 @@ class Sequential {
  private:
   Shape input_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  Device device_;
+  std::unique_ptr<TensorArena> arena_;
 };
 
 }  // namespace dtrain::nn

@@ -1,18 +1,15 @@
-// Implementation of optimizer.h: fused per-parameter update loops (own loops; oneDNN
-// has no optimizer primitives). Slots are created lazily on the first apply().
-//
-// The loops vectorise (this target is built with -fno-math-errno, so std::sqrt is
-// sqrtps) and are built twice, for AVX2 and for the baseline, the CPU picking one
-// when the program loads. Both give the same bits: the "avx2" target has no FMA
-// to contract with, and sqrt and division are exactly rounded.
+// Implementation of optimizer.h. The updates themselves are kernels (ops.h:
+// sgd_update, adam_update) on the params' device. When the params, their grads
+// and the slots each lie in one arena with the same layout (Sequential::place),
+// one update call covers all params as flat ranges; otherwise one call per param.
 #include "optim/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "kernels/ops.h"
 #include "optim/schedule.h"
 
 namespace dtrain::optim {
@@ -23,84 +20,76 @@ double Optimizer::learning_rate(int64_t step) const {
 
 namespace {
 
-// Makes one zero-filled slot per param, named "<param>/<suffix>".
-void ensure_slots(std::vector<nn::Param>& slots, const std::vector<nn::Param*>& params,
-                  const char* suffix) {
+// Makes one zero-filled slot per param, named "<param>/<suffix>", from the arena
+// when given, else on the param's device.
+void ensure_slots(std::vector<nn::Param>& slots, const std::vector<nn::Param*>& params, const char* suffix,
+                  TensorArena* arena = nullptr) {
   if (!slots.empty()) {
     DT_CHECK_EQ(slots.size(), params.size());
     return;
   }
-  for (const nn::Param* p : params) slots.push_back({p->name + "/" + suffix, Tensor(p->value.shape()), Tensor()});
-}
-
-// Runs fn(begin, count) over [0, n) in chunks, in parallel when n is large. The
-// updates are element-wise, so results do not depend on chunks or threads.
-template <class F>
-void for_chunks(int64_t n, F fn) {
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
-}
-
-// w -= lr * g
-[[gnu::target_clones("avx2", "default")]]
-void sgd_update(float* __restrict w, const float* __restrict g, int64_t n, float lr) {
-  for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-}
-
-// v = mu*v - lr*g; w += v, or with Nesterov w += mu*v - lr*g
-[[gnu::target_clones("avx2", "default")]]
-void momentum_update(float* __restrict w, const float* __restrict g, float* __restrict v,
-                     int64_t n, float lr, float mu, bool nesterov) {
-  for (int64_t i = 0; i < n; ++i) {
-    v[i] = mu * v[i] - lr * g[i];
-    w[i] += nesterov ? mu * v[i] - lr * g[i] : v[i];
+  for (const nn::Param* p : params) {
+    Tensor t = arena ? arena->take(p->value.shape()) : Tensor(p->value.shape(), p->value.device());
+    slots.push_back({p->name + "/" + suffix, t, Tensor()});
   }
 }
 
-// Adam(W): decoupled decay, moment updates, bias-corrected step (alpha carries the
-// bias correction).
-struct AdamCoeffs {
-  float decay, b1, b2, alpha, eps;
-};
-[[gnu::target_clones("avx2", "default")]]
-void adam_update(float* __restrict w, const float* __restrict g, float* __restrict m,
-                 float* __restrict v, int64_t n, AdamCoeffs k) {
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] -= k.decay * w[i];
-    m[i] = k.b1 * m[i] + (1.0f - k.b1) * g[i];
-    v[i] = k.b2 * v[i] + (1.0f - k.b2) * g[i] * g[i];
-    w[i] -= k.alpha * m[i] / (std::sqrt(v[i]) + k.eps);
+// True when every list holds its tensors in one storage, in order, at the same
+// offsets relative to its first tensor as the first list: then each list is one
+// flat range, element i of one matching element i of the others.
+bool same_flat_layout(const std::vector<std::vector<const Tensor*>>& lists) {
+  const auto& ref = lists[0];
+  for (const auto& list : lists) {
+    if (list.size() != ref.size() || list.empty()) return false;
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (!list[k]->shares_storage(*list[0])) return false;
+      if (list[k]->data() - list[0]->data() != ref[k]->data() - ref[0]->data()) return false;
+      if (k > 0 && ref[k]->data() <= ref[k - 1]->data()) return false;
+    }
   }
+  return true;
 }
+
+std::vector<const Tensor*> values_of(const std::vector<nn::Param*>& ps) {
+  std::vector<const Tensor*> out;
+  for (const nn::Param* p : ps) out.push_back(&p->value);
+  return out;
+}
+std::vector<const Tensor*> grads_of(const std::vector<nn::Param*>& ps) {
+  std::vector<const Tensor*> out;
+  for (const nn::Param* p : ps) out.push_back(&p->grad);
+  return out;
+}
+std::vector<const Tensor*> values_of(const std::vector<nn::Param>& ps) {
+  std::vector<const Tensor*> out;
+  for (const nn::Param& p : ps) out.push_back(&p.value);
+  return out;
+}
+
+// The flat range from the first to the last tensor of a list.
+Tensor flat(const std::vector<const Tensor*>& list) { return Tensor::span(*list.front(), *list.back()); }
 
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const config::OptimizerSpec& spec) : Optimizer(spec) {}
 
   void apply(const std::vector<nn::Param*>& params, int64_t step) override {
-    const float lr = static_cast<float>(learning_rate(step));
-    const float mu = static_cast<float>(spec_.momentum);
-    if (mu == 0.0f) {
-      for (nn::Param* p : params) {
-        float* w = p->value.data();
-        const float* g = p->grad.data();
-        for_chunks(p->value.numel(),
-                   [&](int64_t i, int64_t count) { sgd_update(w + i, g + i, count, lr); });
-      }
+    const bool momentum = spec_.momentum != 0.0;
+    if (momentum) ensure_slots(velocity_, params, "momentum");
+    kernels::SgdCoeffs k;
+    k.lr = static_cast<float>(learning_rate(step));
+    k.momentum = static_cast<float>(spec_.momentum);
+    k.nesterov = spec_.nesterov;
+    std::vector<std::vector<const Tensor*>> lists = {values_of(params), grads_of(params)};
+    if (momentum) lists.push_back(values_of(velocity_));
+    if (same_flat_layout(lists)) {
+      Tensor w = flat(lists[0]);
+      Tensor v = momentum ? flat(lists[2]) : Tensor();
+      kernels::sgd_update(w, flat(lists[1]), momentum ? &v : nullptr, k);
       return;
     }
-    ensure_slots(velocity_, params, "momentum");
-    const bool nesterov = spec_.nesterov;
-    for (size_t k = 0; k < params.size(); ++k) {
-      float* w = params[k]->value.data();
-      const float* g = params[k]->grad.data();
-      float* v = velocity_[k].value.data();
-      for_chunks(params[k]->value.numel(), [&](int64_t i, int64_t count) {
-        momentum_update(w + i, g + i, v + i, count, lr, mu, nesterov);
-      });
-    }
+    for (size_t i = 0; i < params.size(); ++i)
+      kernels::sgd_update(params[i]->value, params[i]->grad, momentum ? &velocity_[i].value : nullptr, k);
   }
 
   std::vector<nn::Param*> state() override {
@@ -109,8 +98,10 @@ class Sgd : public Optimizer {
     return out;
   }
 
-  void create_state(const std::vector<nn::Param*>& params) override {
-    if (spec_.momentum != 0.0) ensure_slots(velocity_, params, "momentum");
+  int slots_per_param() const override { return spec_.momentum != 0.0 ? 1 : 0; }
+
+  void create_state(const std::vector<nn::Param*>& params, TensorArena* arena) override {
+    if (spec_.momentum != 0.0) ensure_slots(velocity_, params, "momentum", arena);
   }
 
  private:
@@ -128,24 +119,28 @@ class Adam : public Optimizer {
     const double lr = learning_rate(step);
     const double b1 = spec_.beta_1, b2 = spec_.beta_2;
     const double t = static_cast<double>(step + 1);
-    const float alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
-    const float decay = decoupled_decay_ ? static_cast<float>(lr * spec_.weight_decay) : 0.0f;
-    const AdamCoeffs coeffs{decay, static_cast<float>(b1), static_cast<float>(b2), alpha,
-                            static_cast<float>(spec_.epsilon)};
-    for (size_t k = 0; k < params.size(); ++k) {
-      float* w = params[k]->value.data();
-      const float* g = params[k]->grad.data();
-      float* m = m_[k].value.data();
-      float* v = v_[k].value.data();
-      for_chunks(params[k]->value.numel(), [&](int64_t i, int64_t count) {
-        adam_update(w + i, g + i, m + i, v + i, count, coeffs);
-      });
+    kernels::AdamCoeffs k;
+    k.alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+    k.decay = decoupled_decay_ ? static_cast<float>(lr * spec_.weight_decay) : 0.0f;
+    k.b1 = static_cast<float>(b1);
+    k.b2 = static_cast<float>(b2);
+    k.eps = static_cast<float>(spec_.epsilon);
+    const std::vector<std::vector<const Tensor*>> lists = {values_of(params), grads_of(params), values_of(m_),
+                                                           values_of(v_)};
+    if (same_flat_layout(lists)) {
+      Tensor w = flat(lists[0]), m = flat(lists[2]), v = flat(lists[3]);
+      kernels::adam_update(w, flat(lists[1]), m, v, k);
+      return;
     }
+    for (size_t i = 0; i < params.size(); ++i)
+      kernels::adam_update(params[i]->value, params[i]->grad, m_[i].value, v_[i].value, k);
   }
 
-  void create_state(const std::vector<nn::Param*>& params) override {
-    ensure_slots(m_, params, "m");
-    ensure_slots(v_, params, "v");
+  int slots_per_param() const override { return 2; }
+
+  void create_state(const std::vector<nn::Param*>& params, TensorArena* arena) override {
+    ensure_slots(m_, params, "m", arena);
+    ensure_slots(v_, params, "v", arena);
   }
 
   std::vector<nn::Param*> state() override {

@@ -11,6 +11,7 @@
 
 #include "config/job_config.h"
 #include "nn/layer.h"
+#include "tensor/arena.h"
 
 namespace dtrain::optim {
 
@@ -23,9 +24,12 @@ class Optimizer {
   double learning_rate(int64_t step) const;
   // Optimizer state tensors (slots), named like "dense/kernel/m", in a fixed order.
   virtual std::vector<nn::Param*> state() { return {}; }
+  // State tensors per trainable param (sgd: 0 or 1, adam: 2), for sizing an arena.
+  virtual int slots_per_param() const { return 0; }
   // Creates the state slots for `params` now (apply() otherwise does it on its
-  // first call), so a checkpoint's state can be loaded into them.
-  virtual void create_state(const std::vector<nn::Param*>& params) {}
+  // first call, on the params' device), taking them from `arena` when given: with
+  // the params and grads in the same arena, one fused update covers all params.
+  virtual void create_state(const std::vector<nn::Param*>& params, TensorArena* arena = nullptr) {}
 
  protected:
   explicit Optimizer(const config::OptimizerSpec& spec) : spec_(spec) {}

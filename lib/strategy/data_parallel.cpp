@@ -45,8 +45,13 @@ DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const S
       batch_per_replica_(job.train.batch_size_per_replica),
       workers_(name_ == "multi_worker_mirrored" ? context.workers : nullptr),
       loss_(nn::make_loss(job.loss)),
+      device_(context.device),
       threads_(std::max(1, context.threads)) {
   const int n = name_ == "mirrored" ? static_cast<int>(job.strategy.replicas) : 1;
+  if (n > 1 && !device_.is_cpu())
+    throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
+                          " is not supported yet (several GPUs in one process need NCCL); use one_device, "
+                          "or multi_worker_mirrored with one GPU per task, or \"device\": \"cpu\""));
   std::vector<std::unique_ptr<comm::Communicator>> local;
   if (n > 1) local = comm::make_local_group(n);
   replicas_.resize(n);
@@ -55,7 +60,10 @@ DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const S
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     r.optimizer = optim::make_optimizer(job.optimizer);
+    // Params, grads and optimizer slots in one allocation on the device.
+    r.model->place(device_, r.optimizer->slots_per_param());
     r.trainable = r.model->trainable_params();
+    r.optimizer->create_state(r.trainable, r.model->arena());
     for (const auto& layer : r.model->layers()) {
       std::vector<nn::Param*> ps;
       for (nn::Param* p : layer->params())
@@ -63,7 +71,7 @@ DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const S
       r.layer_params.push_back(ps);
     }
     if (accumulation_ > 1)
-      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape());
+      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), device_);
     if (n > 1) r.local = std::move(local[i]);
   }
   if (workers_) {
@@ -98,16 +106,19 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
   const nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
   const int64_t k = static_cast<int64_t>(micro_batches.size());
+  r.rows.resize(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) {
     const data::Batch& task_batch = micro_batches[i];
     const int64_t rows = task_batch.size() / local_replicas();
     DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
     const data::Batch mine = slice(task_batch, rows * index, rows);
-    const Tensor output = r.model->forward(mine.images, ctx);
-    if (!r.grad_output.defined() || r.grad_output.shape() != output.shape()) r.grad_output = Tensor(output.shape());
+    const auto [images, labels] = on_device(mine);
+    const Tensor output = r.model->forward(images, ctx);
+    if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
+      r.grad_output = Tensor(output.shape(), device_);
     // The gradient of the mean loss over this replica's K micro-batches; the
     // all-reduce (mean over replicas) makes it the mean over the global batch.
-    loss_->compute(output, mine.labels, r.stats, &r.grad_output, 1.0f / static_cast<float>(rows * k));
+    loss_->compute(output, labels, &r.grad_output, 1.0f / static_cast<float>(rows * k), r.rows[i]);
     const bool last = i == k - 1;
     if (!last) {
       r.model->backward(r.grad_output);
@@ -130,8 +141,27 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   r.optimizer->apply(r.trainable, step);
 }
 
+std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
+  if (device_.is_cpu()) return {b.images, nn::labels_tensor(b.labels, device_)};
+  for (Staged& s : staged_)
+    if (s.source == b.images.data() && s.images.numel() == b.images.numel()) {
+      std::pair<Tensor, Tensor> out{s.images.reshaped(b.images.shape()), s.labels};
+      s = Staged{};
+      return out;
+    }
+  return {b.images.to(device_), nn::labels_tensor(b.labels, device_)};
+}
+
+void DataParallelStrategy::stage(const std::vector<data::Batch>& batches) {
+  staged_.clear();
+  for (const data::Batch& b : batches) {
+    // Tensor::to starts the copy on the copy stream and returns at once.
+    staged_.push_back({b.images.data(), b.images.to(device_), nn::labels_tensor(b.labels, device_)});
+  }
+}
+
 void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batches, int64_t step,
-                                      nn::LossStats& stats) {
+                                      nn::LossStats& stats, const std::vector<data::Batch>* upcoming) {
   DT_CHECK(!micro_batches.empty(), "a step needs at least one micro-batch");
   Stopwatch timer;
   if (pool_) {
@@ -141,9 +171,13 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   } else {
     replica_step(replicas_[0], 0, micro_batches, step);
   }
+  // The next step's batches travel to the device while this step computes; then
+  // reading the loss waits for this step to finish.
+  if (upcoming && !device_.is_cpu()) stage(*upcoming);
   nn::LossStats local;
   double wait = 0.0;
-  for (const Replica& r : replicas_) {
+  for (Replica& r : replicas_) {
+    for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
     add_stats(local, r.stats);
     wait = std::max(wait, r.comm_wait);
   }
@@ -165,8 +199,12 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
 
 void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {
   const nn::StepContext ctx{false, seed_, 0};
-  const Tensor output = replicas_[0].model->forward(batch.images, ctx);
-  loss_->compute(output, batch.labels, stats, nullptr, 0.0f);
+  staged_.clear();  // training batches staged but not used (a stop) must not match
+  const auto [images, labels] = on_device(batch);
+  const Tensor output = replicas_[0].model->forward(images, ctx);
+  nn::LossRows rows;
+  loss_->compute(output, labels, nullptr, 0.0f, rows);
+  nn::Loss::add_stats(rows, stats);
 }
 
 namespace {
@@ -202,8 +240,7 @@ void DataParallelStrategy::sync_state() {
     // Mean over the local replicas (in replica order: deterministic), then over workers.
     Tensor& mine = states[0][j]->value;
     for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value, mine);
-    if (n > 1)
-      for (int64_t e = 0; e < mine.numel(); ++e) mine.data()[e] /= static_cast<float>(n);
+    if (n > 1) kernels::divide(mine, static_cast<float>(n));
     if (workers_) workers_->all_reduce(mine, comm::ReduceOp::kMean);
     for (size_t i = 1; i < n; ++i) states[i][j]->value.copy_from(mine);
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "strategy/gradient_reducer.h"
@@ -26,7 +27,10 @@ class DataParallelStrategy : public Strategy {
   std::string name() const override { return name_; }
   int num_replicas_in_sync() const override;
   int local_replicas() const override { return static_cast<int>(replicas_.size()); }
-  void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats) override;
+  void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats,
+                  const std::vector<data::Batch>* upcoming) override;
+  bool wants_upcoming() const override { return !device_.is_cpu(); }
+  Device device() const override { return device_; }
   void eval_step(const data::Batch& batch, nn::LossStats& stats) override;
   void sync_state() override;
   void request_stop() override { stop_requested_ = true; }
@@ -44,6 +48,7 @@ class DataParallelStrategy : public Strategy {
     std::vector<std::vector<nn::Param*>> layer_params;  // trainable params of each layer
     std::vector<Tensor> accumulated;                     // gradient sums over micro-batches (K > 1)
     Tensor grad_output;
+    std::vector<nn::LossRows> rows;             // per micro-batch, read after the step is issued
     std::unique_ptr<comm::Communicator> local;  // mirrored: this replica's member of the local group
     std::unique_ptr<GradientReducer> reducer;   // absent for a single replica with no workers
     nn::LossStats stats;
@@ -52,6 +57,15 @@ class DataParallelStrategy : public Strategy {
 
   void replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches, int64_t step);
   comm::Communicator* group_of(Replica& r);
+  // A batch's images and labels on the device: the staged copies when `b` was
+  // staged, else copies started now.
+  std::pair<Tensor, Tensor> on_device(const data::Batch& b);
+  void stage(const std::vector<data::Batch>& batches);
+
+  struct Staged {
+    const float* source = nullptr;  // the host images it was copied from
+    Tensor images, labels;
+  };
 
   std::string name_;
   uint64_t seed_;
@@ -61,6 +75,8 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<nn::Loss> loss_;
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaPool> pool_;
+  Device device_;
+  std::vector<Staged> staged_;
   int threads_ = 1;
   int threads_each_ = 1;
   StepTimings timings_;

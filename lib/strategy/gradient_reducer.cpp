@@ -59,10 +59,11 @@ void GradientReducer::param_ready(const nn::Param* p) {
   DT_CHECK(it != bucket_of_.end(), "gradient of an unknown param ", p->name);
   Bucket& bucket = buckets_[it->second];
   if (++bucket.ready < bucket.params.size()) return;
-  // Pack on this thread (a memcpy), reduce on the communication thread.
+  // Pack on this thread (a memcpy, or a copy from the GPU that waits for the
+  // backward ops issued so far), reduce on the communication thread.
   float* dst = bucket.buffer.data();
   for (const nn::Param* q : bucket.params) {
-    std::memcpy(dst, q->grad.data(), q->grad.bytes());
+    q->grad.copy_to_host(dst);
     dst += q->grad.numel();
   }
   {
@@ -94,7 +95,9 @@ void GradientReducer::comm_loop() {
       comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
       const float* src = bucket.buffer.data();
       for (nn::Param* q : bucket.params) {
-        std::memcpy(q->grad.data(), src, q->grad.bytes());
+        // On a GPU the copy is issued on the compute stream, before the
+        // optimizer's update, which is issued after finish_step().
+        q->grad.copy_from_host(src);
         src += q->grad.numel();
       }
     } catch (...) {

@@ -28,6 +28,7 @@ struct StrategyContext {
   // multi_worker_mirrored: the group of the job's training tasks (chief + workers).
   comm::Communicator* workers = nullptr;
   int threads = 1;  // compute threads of this process (shared among local replicas)
+  Device device = Device::cpu();  // where the replicas compute (kernels::select_device)
 };
 
 // Where the step time went, summed since the start.
@@ -48,8 +49,13 @@ class Strategy {
 
   // One update (0-based `step`) from train.gradient_accumulation_steps micro-batches
   // of this task. Adds the loss/accuracy of every replica of the job to stats.
-  virtual void train_step(const std::vector<data::Batch>& micro_batches, int64_t step,
-                          nn::LossStats& stats) = 0;
+  // `upcoming`, when given, are the next step's micro-batches: a GPU strategy
+  // starts copying them to the device while this step computes.
+  virtual void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats,
+                          const std::vector<data::Batch>* upcoming = nullptr) = 0;
+  // Whether train_step makes use of `upcoming` (the trainer then reads ahead).
+  virtual bool wants_upcoming() const { return false; }
+  virtual Device device() const { return Device::cpu(); }
   // Stopping together: a task asks with request_stop() before a step; after the
   // step, stop_agreed() is true on every task if any task asked (the flag travels
   // with the step's loss all-reduce, so all stop after the same step).

@@ -103,6 +103,26 @@ std::string Checkpointer::save_now(int64_t global_step, int64_t epoch, int64_t s
   return (std::filesystem::path(dir_) / checkpoint::CheckpointStore::dir_name(global_step)).string();
 }
 
+namespace {
+
+// Params as host tensors for writing: the same tensors on the CPU, copies from a GPU.
+class HostParams {
+ public:
+  explicit HostParams(const std::vector<nn::Param*>& params) {
+    for (const nn::Param* p : params) copies_.push_back({p->name, p->value.to_host(), Tensor()});
+  }
+  std::vector<nn::Param*> pointers() {
+    std::vector<nn::Param*> out;
+    for (nn::Param& p : copies_) out.push_back(&p);
+    return out;
+  }
+
+ private:
+  std::vector<nn::Param> copies_;
+};
+
+}  // namespace
+
 void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
   if (global_step == last_saved_step_) return;
   last_saved_step_ = global_step;
@@ -124,8 +144,9 @@ void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoc
                                 {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}}
                      .dump();
     checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
-    const std::string path = store.save(m, checkpoint::tensor_refs(model.params()),
-                                        checkpoint::tensor_refs(strategy_.optimizer().state()));
+    HostParams model_host(model.params()), optimizer_host(strategy_.optimizer().state());
+    const std::string path = store.save(m, checkpoint::tensor_refs(model_host.pointers()),
+                                        checkpoint::tensor_refs(optimizer_host.pointers()));
     log::info("checkpoint: saved ", path, " (step ", global_step, ")");
   }
   if (workers_) check_same_parameters(*workers_, hash, global_step);

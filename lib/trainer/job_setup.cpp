@@ -1,6 +1,7 @@
 // Implementation of job_setup.h.
 #include "trainer/job_setup.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -21,6 +22,44 @@ int setup_threads(const config::JobConfig& job) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   kernels::set_num_threads(threads);
   return threads;
+}
+
+namespace {
+
+bool keeps_to_cpu(const config::JobConfig& job) {
+  return job.device == "auto" && job.strategy.type == "mirrored" && job.strategy.replicas > 1;
+}
+
+}  // namespace
+
+Device select_job_device(const config::JobConfig& job) {
+  if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) kernels::set_allow_tf32(std::string(tf32) != "0");
+  if (keeps_to_cpu(job)) return Device::cpu();
+  return kernels::select_device(job.device);
+}
+
+std::string describe_device(const Device& device) {
+  if (device.is_cpu()) return device.str();
+  for (const kernels::GpuInfo& g : kernels::list_gpus().gpus)
+    if (g.index == device.index) {
+      char memory[32];
+      std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(g.total_bytes) / (1u << 30));
+      return str(device.str(), " (", g.name, ", ", memory, ", sm_", g.compute_major, g.compute_minor, ")");
+    }
+  return device.str();
+}
+
+std::string check_job_device(const config::JobConfig& job) {
+  const kernels::GpuReport report = kernels::list_gpus();
+  if (keeps_to_cpu(job)) return "cpu:0 (mirrored with several replicas trains on the CPU)";
+  if (job.device == "auto") {
+    if (report.gpus.empty()) return str("cpu:0 (no GPU: ", report.why_none, ")");
+    return describe_device(Device::cuda(0));
+  }
+  const Device wanted = Device::parse(job.device);
+  if (wanted.is_cpu()) return "cpu:0";
+  if (static_cast<size_t>(wanted.index) >= report.gpus.size()) kernels::select_device(job.device);  // throws why
+  return describe_device(wanted);
 }
 
 void check_input_shape(const config::DataSourceSpec& spec, const Shape& sample_shape,

@@ -15,6 +15,16 @@ namespace dtrain::trainer {
 // runtime.threads, else OMP_NUM_THREADS, else all cores; applied to the compute backend.
 int setup_threads(const config::JobConfig& job);
 
+// The job's "device", resolved and made ready (kernels::select_device). "auto"
+// keeps a mirrored job with several replicas on the CPU (several GPUs in one
+// process need NCCL). DTRAIN_ALLOW_TF32=0 turns TF32 convolutions off.
+Device select_job_device(const config::JobConfig& job);
+// "cpu:0", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90)".
+std::string describe_device(const Device& device);
+// What select_job_device would pick, without making it ready (for validate);
+// throws the same ConfigError when a GPU is asked for and none is usable.
+std::string check_job_device(const config::JobConfig& job);
+
 // Loads a data source and checks it against the model: sample size equals the
 // model's input size, and every label is a valid class of the model's output.
 std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,

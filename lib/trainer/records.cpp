@@ -79,6 +79,7 @@ void write_summary(const std::string& path, const config::JobConfig& job, const 
   j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
   j["comm_wait_share"] = s.comm_wait_share;
   j["threads"] = s.threads;
+  j["device"] = s.device;
   j["strategy"] = strategy;
   j["params_sha256"] = s.params_sha256;
   j["config_sha256"] = sha256_hex(job.normalized_json);

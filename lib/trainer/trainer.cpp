@@ -38,11 +38,13 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
   summary.threads = setup_threads(job);
   const int num_workers = options.workers ? options.workers->size() : 1;
   const int worker_rank = options.workers ? options.workers->rank() : 0;
-  auto strategy = strategy::make_strategy(job, {options.workers, summary.threads});
+  const Device device = select_job_device(job);
+  summary.device = device.str();
+  auto strategy = strategy::make_strategy(job, {options.workers, summary.threads, device});
   nn::Sequential& model = strategy->model();
-  std::printf("Model: %lld params, strategy %s, %d threads\n%s",
+  std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), strategy->name().c_str(),
-              summary.threads, model.summary().c_str());
+              describe_device(device).c_str(), summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
   auto train_data = load_checked(task_source(job, worker_rank, num_workers), model);
@@ -79,6 +81,8 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
     Stopwatch window_time;
     train_pipeline.start_epoch(epoch);
     std::vector<data::Batch> micro_batches(static_cast<size_t>(accumulation));
+    std::vector<data::Batch> upcoming(static_cast<size_t>(accumulation));
+    bool have_upcoming = false;  // read one step ahead for a GPU, which copies it while computing
     int64_t step_in_epoch = 0;
     if (epoch == start.epoch && start.step_in_epoch > 0) {
       // Resuming mid-epoch: the epoch's order is a function of (seed, epoch), so
@@ -89,10 +93,19 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
       step_in_epoch = start.step_in_epoch;
     }
     while (step_in_epoch < steps_per_epoch) {
-      for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
+      if (have_upcoming) {
+        micro_batches.swap(upcoming);
+        have_upcoming = false;
+      } else {
+        for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
+      }
+      if (strategy->wants_upcoming() && step_in_epoch + 1 < steps_per_epoch) {
+        for (auto& b : upcoming) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
+        have_upcoming = true;
+      }
       nn::LossStats step_stats;
       if (options.stop_requested && options.stop_requested()) strategy->request_stop();
-      strategy->train_step(micro_batches, global_step, step_stats);
+      strategy->train_step(micro_batches, global_step, step_stats, have_upcoming ? &upcoming : nullptr);
       if (!std::isfinite(step_stats.loss_sum))
         throw RuntimeError(str("the loss became ", step_stats.loss_sum, " at step ", global_step + 1,
                                " (epoch ", epoch + 1, "); lower optimizer.learning_rate or check the data"));

@@ -38,6 +38,7 @@ struct RunSummary {
   int gradient_accumulation_steps = 1;
   double comm_wait_share = 0.0;  // share of step time spent waiting for gradient all-reduces
   int threads = 1;
+  std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
 };
 
@@ -62,6 +63,7 @@ struct BenchResult {
   int64_t batch_size = 0;
   int threads = 1;
   double comm_wait_share = 0.0;
+  std::string device = "cpu:0";
 };
 
 // Times training steps (data pipeline included) on the job's training data.

@@ -4,6 +4,7 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "kernels/ops.h"
 #include "nn/sequential.h"
 #include "strategy/strategy.h"
 #include "trainer/job_setup.h"
@@ -34,6 +35,7 @@ void validate_job(const config::JobConfig& job) {
   if (job.strategy.type != "multi_worker_mirrored") strategy::make_strategy(job, {nullptr, 1});
   std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", job.strategy.type.c_str(),
               job.loss.type.c_str(), job.optimizer.type.c_str());
+  std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
 }
@@ -43,7 +45,9 @@ BenchResult bench_train(const config::JobConfig& job, const BenchOptions& option
   result.threads = setup_threads(job);
   const int num_workers = workers ? workers->size() : 1;
   const int worker_rank = workers ? workers->rank() : 0;
-  auto strategy = strategy::make_strategy(job, {workers, result.threads});
+  const Device device = select_job_device(job);
+  result.device = device.str();
+  auto strategy = strategy::make_strategy(job, {workers, result.threads, device});
   auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model());
   data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers);
   po.drop_remainder = true;  // every timed step has the full batch
@@ -51,24 +55,30 @@ BenchResult bench_train(const config::JobConfig& job, const BenchOptions& option
 
   int64_t epoch = 0, step = 0;
   pipeline.start_epoch(epoch);
-  std::vector<data::Batch> micro_batches(static_cast<size_t>(job.train.gradient_accumulation_steps));
-  auto next_step = [&] {
-    for (auto& b : micro_batches)
+  const size_t k = static_cast<size_t>(job.train.gradient_accumulation_steps);
+  std::vector<data::Batch> micro_batches(k), upcoming(k);
+  auto read = [&](std::vector<data::Batch>& batches) {
+    for (auto& b : batches)
       while (!pipeline.next(b)) pipeline.start_epoch(++epoch);
   };
+  // The trainer's order: the next step's batches are read (and, on a GPU,
+  // copied) while this step computes.
+  read(upcoming);
   nn::LossStats stats;
-  for (int64_t i = 0; i < options.warmup_steps; ++i) {
-    next_step();
-    strategy->train_step(micro_batches, step++, stats);
-  }
+  auto one_step = [&] {
+    micro_batches.swap(upcoming);
+    read(upcoming);
+    strategy->train_step(micro_batches, step++, stats, strategy->wants_upcoming() ? &upcoming : nullptr);
+  };
+  for (int64_t i = 0; i < options.warmup_steps; ++i) one_step();
   const strategy::StepTimings before = strategy->timings();
   Stopwatch timer;
   int64_t samples = 0;
   for (int64_t i = 0; i < options.steps; ++i) {
-    next_step();
-    strategy->train_step(micro_batches, step++, stats);
+    one_step();
     for (const auto& b : micro_batches) samples += b.size();
   }
+  kernels::synchronize(device);
   result.seconds = timer.seconds();
   const strategy::StepTimings after = strategy->timings();
   const double step_seconds = after.step_seconds - before.step_seconds;

@@ -1,4 +1,5 @@
-// Own loops for what oneDNN has no primitive for: dropout masks, products, axpy.
+// Own loops for what oneDNN has no primitive for: dropout masks, products, axpy,
+// division and moving averages.
 // Each loop is data-parallel with OpenMP and writes each element once, so results
 // do not depend on the thread count.
 #include "core/check.h"
@@ -42,6 +43,20 @@ void axpy(float alpha, const Tensor& x, Tensor& y) {
   float* py = y.data();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+}
+
+void divide(Tensor& x, float divisor) {
+  const int64_t n = x.numel();
+  float* p = x.data();
+  for (int64_t i = 0; i < n; ++i) p[i] /= divisor;
+}
+
+void moving_average(Tensor& avg, const Tensor& x, float momentum) {
+  DT_CHECK_EQ(avg.numel(), x.numel());
+  const int64_t n = x.numel();
+  float* a = avg.data();
+  const float* px = x.data();
+  for (int64_t i = 0; i < n; ++i) a[i] = momentum * a[i] + (1.0f - momentum) * px[i];
 }
 
 }  // namespace dtrain::kernels::cpu

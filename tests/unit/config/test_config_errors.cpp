@@ -52,7 +52,7 @@ TEST_CASE("an unknown top-level key suggests the close one", "[config][errors]")
   const std::string e = config_error(job);
   CHECK_THAT(e, Contains("job.json: unknown top-level key 'runtim'; did you mean 'runtime'?"));
   CHECK_THAT(
-      e, Contains("valid keys: strategy, model, loss, optimizer, data, train, runtime, output"));
+      e, Contains("valid keys: device, strategy, model, loss, optimizer, data, train, runtime, output"));
 }
 
 TEST_CASE("a misspelt required section is reported as unknown rather than missing",

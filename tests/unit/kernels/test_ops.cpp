@@ -7,29 +7,15 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/ops.h"
+#include "unit/tensor_checks.h"
 
 using namespace dtrain;
 using kernels::Activation;
+using testing::random_tensor;
+using testing::require_close;
 
 namespace {
 
-Tensor random_tensor(Shape shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  Tensor t(std::move(shape));
-  Rng rng(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(rng.uniform(lo, hi));
-  return t;
-}
-
-void require_close(const Tensor& got, const Tensor& want, double atol = 1e-4, double rtol = 1e-4) {
-  REQUIRE(got.shape() == want.shape());
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = got.data()[i], w = want.data()[i];
-    if (std::fabs(g - w) > atol + rtol * std::fabs(w)) {
-      INFO("element " << i << ": got " << g << ", want " << w);
-      REQUIRE(std::fabs(g - w) <= atol + rtol * std::fabs(w));
-    }
-  }
-}
 
 // Reference convolution pieces over NHWC / HWIO, with explicit padding.
 struct ConvCase {
@@ -355,7 +341,8 @@ TEST_CASE("dropout keeps about 1-rate of the values, scales them, and repeats fo
   CHECK_FALSE(std::equal(y.data(), y.data() + y.numel(), y2.data()));
 }
 
-TEST_CASE("ops refuse tensors on a device this build has no backend for") {
-  // Tensors cannot even be allocated on CUDA in a CPU-only build.
-  REQUIRE_THROWS_AS(Tensor({2, 2}, Device::cuda(0)), InternalError);
+TEST_CASE("cuda tensors cannot be made before a GPU is selected") {
+  // No backend registered its memory for cuda: a clear ConfigError, not a crash.
+  REQUIRE_THROWS_WITH(Tensor({2, 2}, Device::cuda(0)), Catch::Contains("no backend serves cuda tensors"));
+  REQUIRE_THROWS_AS(Tensor({2, 2}, Device::cuda(0)), ConfigError);
 }

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/rng.h"
+#include "nn/sequential.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
@@ -88,4 +90,62 @@ TEST_CASE("learning-rate schedules: constant, step, cosine and warmup") {
   CHECK(optim::learning_rate_at(lr, 0) == Approx(0.025));
   CHECK(optim::learning_rate_at(lr, 3) == Approx(0.1));
   CHECK(optim::learning_rate_at(lr, 4) == Approx(0.1));
+}
+
+namespace {
+
+config::ModelSpec small_model() {
+  config::ModelSpec m;
+  m.input_shape = {5};
+  config::LayerSpec d1;
+  d1.path = "model.layers[0]";
+  d1.type = "Dense";
+  d1.units = 7;
+  d1.activation = "relu";
+  config::LayerSpec bn;
+  bn.path = "model.layers[1]";
+  bn.type = "BatchNormalization";
+  config::LayerSpec d2 = d1;
+  d2.path = "model.layers[2]";
+  d2.units = 3;
+  m.layers = {d1, bn, d2};
+  return m;
+}
+
+// The same pseudo-random gradient for step `step` in every model.
+void set_grads(nn::Sequential& model, int step) {
+  Rng rng(static_cast<uint64_t>(step) + 77);
+  for (nn::Param* p : model.trainable_params())
+    for (int64_t i = 0; i < p->grad.numel(); ++i) p->grad.data()[i] = static_cast<float>(rng.uniform(-1, 1));
+}
+
+}  // namespace
+
+TEST_CASE("one fused update over an arena gives the per-param updates bit for bit") {
+  for (const char* type : {"adamw", "sgd"}) {
+    CAPTURE(type);
+    auto s = spec(type, 0.05);
+    s.momentum = 0.9;
+    nn::Sequential placed(small_model(), 3), loose(small_model(), 3);
+    auto fused = optim::make_optimizer(s), plain = optim::make_optimizer(s);
+    placed.place(Device::cpu(), fused->slots_per_param());
+    fused->create_state(placed.trainable_params(), placed.arena());
+    // The arena was sized exactly: values, grads, state and slots fill it.
+    REQUIRE(placed.arena()->used() == placed.arena()->capacity());
+    // Values and grads of the trainable params are each one range with one layout.
+    const auto tp = placed.trainable_params();
+    REQUIRE(tp.front()->value.shares_storage(tp.back()->grad));
+    REQUIRE(tp.back()->value.data() - tp.front()->value.data() == tp.back()->grad.data() - tp.front()->grad.data());
+    for (int step = 0; step < 4; ++step) {
+      set_grads(placed, step);
+      set_grads(loose, step);
+      fused->apply(placed.trainable_params(), step);
+      plain->apply(loose.trainable_params(), step);
+    }
+    REQUIRE(placed.params_sha256() == loose.params_sha256());
+    const auto a = fused->state(), b = plain->state();
+    REQUIRE(a.size() == b.size());
+    for (size_t k = 0; k < a.size(); ++k)
+      for (int64_t i = 0; i < a[k]->value.numel(); ++i) REQUIRE(a[k]->value.data()[i] == b[k]->value.data()[i]);
+  }
 }

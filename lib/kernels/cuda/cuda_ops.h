@@ -1,0 +1,19 @@
+// The CUDA backend's op functions: ops.h's signatures (backend_ops.inc) in
+// dtrain::kernels::cuda, for tensors on a GPU, plus the device functions ops.cpp
+// forwards to. No CUDA header here: ops.cpp (host compiler) includes this file
+// in CUDA builds only.
+#pragma once
+
+#include "kernels/ops.h"
+
+namespace dtrain::kernels::cuda {
+
+GpuReport list_gpus();
+// Makes GPU `index` current for this process and registers its DeviceMemory.
+void activate(int index);
+void synchronize();
+void set_allow_tf32(bool allow);
+
+#include "kernels/backend_ops.inc"
+
+}  // namespace dtrain::kernels::cuda

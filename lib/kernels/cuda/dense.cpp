@@ -1,0 +1,151 @@
+// Dense on the GPU with cuBLASLt. Row-major (N, in) activations are column-major
+// (in, N) matrices to cuBLAS, and Keras' (in, out) kernel is a column-major
+// (out, in) matrix, so every product needs no copy:
+//   forward          Y^T (out, N)  = W^T (out, in) . X^T (in, N)          + bias/relu epilogue
+//   backward data    dX^T (in, N)  = (W^T)^T (in, out) . dY^T (out, N)
+//   backward weights dW^T (out, in) = dY^T (out, N) . (X^T)^T (N, in)
+// FP32 math (CUBLAS_COMPUTE_32F, PyTorch's default for matmuls). Each shape's
+// descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
+// Where no algorithm offers the fused epilogue, the bias and activation run as
+// an own kernel after a plain product.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/runtime.h"
+
+namespace dtrain::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's recommended size for Hopper
+
+struct MatmulKey {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  cublasLtEpilogue_t epilogue;
+  bool operator<(const MatmulKey& o) const {
+    return std::tie(trans_a, trans_b, m, n, k, epilogue) < std::tie(o.trans_a, o.trans_b, o.m, o.n, o.k, o.epilogue);
+  }
+};
+
+struct MatmulPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool found = false;
+};
+
+// Builds descriptors and asks the heuristic for the best algorithm; plan.found
+// is false when none supports this epilogue.
+MatmulPlan make_plan(const MatmulKey& key) {
+  MatmulPlan plan;
+  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
+                                                 sizeof key.epilogue));
+  // Stored shapes (before the transposes), column-major, leading dimension = rows.
+  const uint64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
+  const uint64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols, static_cast<int64_t>(a_rows)));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols, static_cast<int64_t>(b_rows)));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, key.m, key.n, key.m));
+  cublasLtMatmulPreference_t pref = nullptr;
+  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t max_ws = kWorkspaceBytes;
+  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                       sizeof max_ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(context().lt, plan.desc, plan.a, plan.b, plan.c,
+                                                               plan.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan.algo = result.algo;
+    plan.workspace = result.workspaceSize;
+    plan.found = true;
+  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    throw_cublas_error("cublasLtMatmulAlgoGetHeuristic", status, __FILE__, __LINE__);
+  }
+  return plan;
+}
+
+MatmulPlan& plan_for(const MatmulKey& key) {
+  static std::mutex mutex;
+  static std::map<MatmulKey, MatmulPlan> plans;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  return it->second;
+}
+
+// C (m, n) = op(A) . op(B), column-major; `bias` (m values) for the bias epilogues.
+// Returns false when no algorithm supports `epilogue` (nothing was computed).
+bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+            cublasLtEpilogue_t epilogue, const float* bias) {
+  MatmulPlan& plan = plan_for({trans_a, trans_b, m, n, k, epilogue});
+  if (!plan.found) {
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
+    throw RuntimeError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));
+  }
+  if (bias)
+    DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  const float alpha = 1.0f, beta = 0.0f;
+  Scratch workspace(std::max<size_t>(plan.workspace, 256));
+  DT_CUBLAS_CHECK(cublasLtMatmul(context().lt, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c, plan.c,
+                                 &plan.algo, workspace.get(), plan.workspace, context().compute));
+  return true;
+}
+
+}  // namespace
+
+void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
+  const int64_t n = x.dim(0), in = w.dim(0), out = w.dim(1);
+  DT_CHECK_EQ(x.numel(), n * in);
+  DT_CHECK_EQ(y.numel(), n * out);
+  DT_CHECK(act != Activation::kSoftmax, "dense_forward: apply softmax separately");
+  if (n == 0) return;
+  const float* bias = b ? b->data() : nullptr;
+  // relu and linear fuse into the product's epilogue; sigmoid and tanh follow it.
+  const bool fusable = act == Activation::kRelu || act == Activation::kLinear;
+  cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (act == Activation::kRelu) epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  if (!matmul(false, false, out, n, in, w.data(), x.data(), y.data(), epilogue, bias)) {
+    // No algorithm with that epilogue: a plain product, then bias and activation.
+    matmul(false, false, out, n, in, w.data(), x.data(), y.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+    launch(BiasActivationBody{y.data(), bias, out, act}, n * out);
+    return;
+  }
+  if (!fusable) launch(BiasActivationBody{y.data(), nullptr, out, act}, n * out);
+}
+
+void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
+  const int64_t n = dy.dim(0), in = w.dim(0), out = w.dim(1);
+  DT_CHECK_EQ(dy.numel(), n * out);
+  DT_CHECK_EQ(dx.numel(), n * in);
+  if (n == 0) return;
+  matmul(true, false, in, n, out, w.data(), dy.data(), dx.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+}
+
+void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+  const int64_t n = x.dim(0), in = dw.dim(0), out = dw.dim(1);
+  DT_CHECK_EQ(x.numel(), n * in);
+  DT_CHECK_EQ(dy.numel(), n * out);
+  if (n == 0) {
+    dw.zero();
+    if (db) db->zero();
+    return;
+  }
+  matmul(false, true, out, in, n, dy.data(), x.data(), dw.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+  if (db) column_sums(ElementValue{dy.data(), out}, n, out, 1.0f, db->data());
+}
+
+}  // namespace dtrain::kernels::cuda

@@ -1,0 +1,81 @@
+// The own CUDA kernels: one grid-stride kernel template runs a body of bodies.h
+// over [0, n) on the compute stream; the launchers of launchers.h instantiate it.
+#include <algorithm>
+
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/runtime.h"
+
+namespace dtrain::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class Body>
+__global__ void for_each_index(Body body, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) body(i);
+}
+
+template <class Body>
+void run(const Body& body, int64_t n, const char* name) {
+  if (n <= 0) return;
+  // Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
+  for_each_index<<<static_cast<unsigned>(blocks), kThreads, 0, context().compute>>>(body, n);
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw_cuda_error(name, status, __FILE__, __LINE__);
+}
+
+template <class Value>
+void column_sums_impl(const Value& value, int64_t rows, int64_t cols, float scale, float* out) {
+  if (cols <= 0) return;
+  const int64_t chunk_rows = column_chunk_rows(rows, cols);
+  const int64_t chunks = std::max<int64_t>(1, (rows + chunk_rows - 1) / chunk_rows);
+  Scratch partial(static_cast<size_t>(chunks * cols) * sizeof(float));
+  run(ColumnChunkSumBody<Value>{value, rows, cols, chunk_rows, partial.floats()}, chunks * cols,
+      "column_sums (pass 1)");
+  run(ColumnFinishBody{partial.floats(), chunks, cols, scale, out}, cols, "column_sums (pass 2)");
+}
+
+}  // namespace
+
+#define DT_DEFINE_LAUNCH(Body) \
+  void launch(const Body& body, int64_t n) { run(body, n, #Body); }
+
+DT_DEFINE_LAUNCH(FillBody)
+DT_DEFINE_LAUNCH(BiasActivationBody)
+DT_DEFINE_LAUNCH(ActivationForwardBody)
+DT_DEFINE_LAUNCH(ActivationBackwardBody)
+DT_DEFINE_LAUNCH(SoftmaxRowsBody)
+DT_DEFINE_LAUNCH(SoftmaxBackwardRowsBody)
+DT_DEFINE_LAUNCH(DropoutBody)
+DT_DEFINE_LAUNCH(MultiplyBody)
+DT_DEFINE_LAUNCH(AxpyBody)
+DT_DEFINE_LAUNCH(DivideBody)
+DT_DEFINE_LAUNCH(MovingAverageBody)
+DT_DEFINE_LAUNCH(ClassLossBody)
+DT_DEFINE_LAUNCH(SgdBody)
+DT_DEFINE_LAUNCH(AdamBody)
+DT_DEFINE_LAUNCH(BatchNormApplyBody)
+DT_DEFINE_LAUNCH(BatchNormBackwardBody)
+DT_DEFINE_LAUNCH(BatchNormGammaGradBody)
+DT_DEFINE_LAUNCH(PadBody)
+DT_DEFINE_LAUNCH(CropBody)
+DT_DEFINE_LAUNCH(HwioToOhwiBody)
+DT_DEFINE_LAUNCH(OhwiToHwioBody)
+DT_DEFINE_LAUNCH(PoolForwardBody)
+DT_DEFINE_LAUNCH(PoolBackwardBody)
+
+#undef DT_DEFINE_LAUNCH
+
+void column_sums(const ElementValue& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+void column_sums(const CenteredSquareValue& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+void column_sums(const CenteredProductValue& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+
+}  // namespace dtrain::kernels::cuda

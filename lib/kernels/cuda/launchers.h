@@ -1,0 +1,42 @@
+// Host-callable launchers of the own kernels in bodies.h (defined in
+// kernels.cu): each runs its body over [0, n) on the compute stream and checks
+// the launch. Shapes as in bodies.h. No CUDA header needed to call them.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/bodies.h"
+
+namespace dtrain::kernels::cuda {
+
+void launch(const FillBody& body, int64_t n);
+void launch(const BiasActivationBody& body, int64_t n);
+void launch(const ActivationForwardBody& body, int64_t n);
+void launch(const ActivationBackwardBody& body, int64_t n);
+void launch(const SoftmaxRowsBody& body, int64_t rows);
+void launch(const SoftmaxBackwardRowsBody& body, int64_t rows);
+void launch(const DropoutBody& body, int64_t n);
+void launch(const MultiplyBody& body, int64_t n);
+void launch(const AxpyBody& body, int64_t n);
+void launch(const DivideBody& body, int64_t n);
+void launch(const MovingAverageBody& body, int64_t n);
+void launch(const ClassLossBody& body, int64_t rows);
+void launch(const SgdBody& body, int64_t n);
+void launch(const AdamBody& body, int64_t n);
+void launch(const BatchNormApplyBody& body, int64_t n);
+void launch(const BatchNormBackwardBody& body, int64_t n);
+void launch(const BatchNormGammaGradBody& body, int64_t cols);
+void launch(const PadBody& body, int64_t n);
+void launch(const CropBody& body, int64_t n);
+void launch(const HwioToOhwiBody& body, int64_t n);
+void launch(const OhwiToHwioBody& body, int64_t n);
+void launch(const PoolForwardBody& body, int64_t n);
+void launch(const PoolBackwardBody& body, int64_t n);
+
+// out[c] = scale * sum over rows of value(r, c), for c in [0, cols): two passes
+// through a partial-sum scratch buffer.
+void column_sums(const ElementValue& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const CenteredSquareValue& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const CenteredProductValue& value, int64_t rows, int64_t cols, float scale, float* out);
+
+}  // namespace dtrain::kernels::cuda

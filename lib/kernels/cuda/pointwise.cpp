@@ -1,0 +1,117 @@
+// The CUDA ops that are own kernels only: activations, batch normalization,
+// dropout, element-wise arithmetic, class losses and optimizer updates. Each
+// checks shapes and launches bodies from bodies.h on the compute stream.
+#include "core/check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/runtime.h"
+
+namespace dtrain::kernels::cuda {
+
+void activation_forward(Activation act, const Tensor& x, Tensor& y) {
+  DT_CHECK_EQ(x.numel(), y.numel());
+  if (act == Activation::kSoftmax) {
+    const int64_t cols = x.dim(-1);
+    launch(SoftmaxRowsBody{x.data(), y.data(), cols}, x.numel() / cols);
+    return;
+  }
+  launch(ActivationForwardBody{x.data(), y.data(), act}, x.numel());
+}
+
+void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  DT_CHECK_EQ(y.numel(), dy.numel());
+  DT_CHECK_EQ(y.numel(), dx.numel());
+  if (act == Activation::kSoftmax) {
+    const int64_t cols = y.dim(-1);
+    launch(SoftmaxBackwardRowsBody{y.data(), dy.data(), dx.data(), cols}, y.numel() / cols);
+    return;
+  }
+  launch(ActivationBackwardBody{y.data(), dy.data(), dx.data(), act}, y.numel());
+}
+
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y,
+                                 Tensor& mean, Tensor& variance) {
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  DT_CHECK_EQ(mean.numel(), cols);
+  DT_CHECK_EQ(y.numel(), x.numel());
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  column_sums(ElementValue{x.data(), cols}, rows, cols, inv_rows, mean.data());
+  // Biased variance, as Keras normalises with it.
+  column_sums(CenteredSquareValue{x.data(), mean.data(), cols}, rows, cols, inv_rows, variance.data());
+  launch(BatchNormApplyBody{x.data(), y.data(), mean.data(), variance.data(), gamma.data(), beta.data(), epsilon, cols},
+         x.numel());
+}
+
+void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                  const Tensor& variance, float epsilon, Tensor& y) {
+  const int64_t cols = x.dim(-1);
+  DT_CHECK_EQ(mean.numel(), cols);
+  launch(BatchNormApplyBody{x.data(), y.data(), mean.data(), variance.data(), gamma.data(), beta.data(), epsilon, cols},
+         x.numel());
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& variance, float epsilon, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  DT_CHECK_EQ(dgamma.numel(), cols);
+  DT_CHECK_EQ(dbeta.numel(), cols);
+  Scratch dxc(static_cast<size_t>(cols) * sizeof(float));  // sum of dy * (x - mean) per channel
+  column_sums(ElementValue{dy.data(), cols}, rows, cols, 1.0f, dbeta.data());
+  column_sums(CenteredProductValue{dy.data(), x.data(), mean.data(), cols}, rows, cols, 1.0f, dxc.floats());
+  launch(BatchNormGammaGradBody{dxc.floats(), variance.data(), epsilon, dgamma.data()}, cols);
+  launch(BatchNormBackwardBody{x.data(), dy.data(), mean.data(), variance.data(), gamma.data(), dbeta.data(),
+                               dxc.floats(), epsilon, cols, rows, dx.data()},
+         x.numel());
+}
+
+void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask) {
+  DT_CHECK_EQ(x.numel(), y.numel());
+  DT_CHECK_EQ(x.numel(), mask.numel());
+  DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
+  launch(DropoutBody{x.data(), y.data(), mask.data(), rate, 1.0f / (1.0f - rate), seed}, x.numel());
+}
+
+void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
+  DT_CHECK_EQ(a.numel(), b.numel());
+  DT_CHECK_EQ(a.numel(), out.numel());
+  launch(MultiplyBody{a.data(), b.data(), out.data()}, a.numel());
+}
+
+void axpy(float alpha, const Tensor& x, Tensor& y) {
+  DT_CHECK_EQ(x.numel(), y.numel());
+  launch(AxpyBody{alpha, x.data(), y.data()}, x.numel());
+}
+
+void divide(Tensor& x, float divisor) { launch(DivideBody{x.data(), divisor}, x.numel()); }
+
+void moving_average(Tensor& avg, const Tensor& x, float momentum) {
+  DT_CHECK_EQ(avg.numel(), x.numel());
+  launch(MovingAverageBody{avg.data(), x.data(), momentum}, x.numel());
+}
+
+void class_loss(LossKind kind, const Tensor& output, const Tensor& labels, float grad_scale, Tensor& row_loss,
+                Tensor& row_hit, Tensor* grad) {
+  const int64_t rows = output.dim(0), cols = rows ? output.numel() / rows : 0;
+  DT_CHECK_EQ(labels.numel(), rows);
+  DT_CHECK_EQ(row_loss.numel(), rows);
+  DT_CHECK_EQ(row_hit.numel(), rows);
+  launch(ClassLossBody{kind, output.data(), labels.data(), cols, grad_scale, row_loss.data(), row_hit.data(),
+                       grad ? grad->data() : nullptr},
+         rows);
+}
+
+void sgd_update(Tensor& w, const Tensor& g, Tensor* velocity, const SgdCoeffs& k) {
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK(k.momentum == 0.0f || (velocity && velocity->numel() == w.numel()),
+           "sgd with momentum needs a velocity slot");
+  launch(SgdBody{w.data(), g.data(), k.momentum == 0.0f ? nullptr : velocity->data(), k}, w.numel());
+}
+
+void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k) {
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK_EQ(w.numel(), m.numel());
+  DT_CHECK_EQ(w.numel(), v.numel());
+  launch(AdamBody{w.data(), g.data(), m.data(), v.data(), k}, w.numel());
+}
+
+}  // namespace dtrain::kernels::cuda

@@ -1,0 +1,108 @@
+// Pooling on the GPU: cuDNN's pooling (max, and average excluding padding, as
+// Keras does) whenever its symmetric padding gives the layer's output size; own
+// kernels (bodies.h: PoolForwardBody, PoolBackwardBody) for the windows cuDNN
+// cannot express, Keras' "same" padding with one more row or column after.
+// cuDNN's backward needs the forward's input and output: the Workspace keeps
+// them (sharing storage, no copies).
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/runtime.h"
+
+namespace dtrain::kernels::cuda {
+namespace {
+
+struct PoolPlan {
+  bool use_cudnn = false;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+};
+
+Geometry geometry(const Shape& x, const Shape& y, const Pool2DParams& p) {
+  return {x[0], x[1], x[2], x[3], y[1], y[2], p.kernel[0], p.kernel[1], p.stride[0], p.stride[1],
+          p.pad_before[0], p.pad_before[1]};
+}
+
+PoolPlan make_plan(const Geometry& g, const Pool2DParams& p) {
+  PoolPlan plan;
+  if (p.pad_before[0] != p.pad_after[0] || p.pad_before[1] != p.pad_after[1]) return plan;
+  DT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&plan.pool));
+  DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.x));
+  DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.y));
+  const cudnnPoolingMode_t mode =
+      p.kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(plan.pool, mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.kh),
+                                             static_cast<int>(g.kw), static_cast<int>(g.pt), static_cast<int>(g.pl),
+                                             static_cast<int>(g.sh), static_cast<int>(g.sw)));
+  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(g.n),
+                                            static_cast<int>(g.c), static_cast<int>(g.h), static_cast<int>(g.w)));
+  int n = 0, c = 0, h = 0, w = 0;
+  DT_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(plan.pool, plan.x, &n, &c, &h, &w));
+  if (h != g.oh || w != g.ow) return PoolPlan{};  // cuDNN's window does not fit: own kernels
+  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(g.n),
+                                            static_cast<int>(g.c), static_cast<int>(g.oh), static_cast<int>(g.ow)));
+  plan.use_cudnn = true;
+  return plan;
+}
+
+PoolPlan& plan_for(const Geometry& g, const Pool2DParams& p) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, int64_t, int>,
+                  PoolPlan>
+      plans;
+  const auto key = std::make_tuple(g.n, g.h, g.w, g.c, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl,
+                                   p.pad_after[0], p.pad_after[1], static_cast<int>(p.kind));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(g, p)).first;
+  return it->second;
+}
+
+}  // namespace
+
+void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace* ws) {
+  if (x.dim(0) == 0) return;
+  const Geometry g = geometry(x.shape(), y.shape(), p);
+  PoolPlan& plan = plan_for(g, p);
+  const bool max = p.kind == PoolKind::kMax;
+  if (plan.use_cudnn) {
+    const float alpha = 1.0f, beta = 0.0f;
+    DT_CUDNN_CHECK(cudnnPoolingForward(context().cudnn, plan.pool, &alpha, plan.x, x.data(), &beta, plan.y, y.data()));
+    if (ws) {
+      ws->input = x;
+      ws->output = y;
+    }
+    return;
+  }
+  if (!max || !ws) {
+    Scratch unused(max ? y.bytes() : 256);
+    launch(PoolForwardBody{g, max, x.data(), y.data(), unused.floats()}, y.numel());
+    return;
+  }
+  if (!ws->argmax.defined() || ws->argmax.shape() != y.shape()) ws->argmax = Tensor(y.shape(), y.device());
+  launch(PoolForwardBody{g, true, x.data(), y.data(), ws->argmax.data()}, y.numel());
+}
+
+void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* ws, Tensor& dx) {
+  if (dx.dim(0) == 0) return;
+  const Geometry g = geometry(dx.shape(), dy.shape(), p);
+  PoolPlan& plan = plan_for(g, p);
+  const bool max = p.kind == PoolKind::kMax;
+  if (plan.use_cudnn) {
+    DT_CHECK(ws && ws->input.defined() && ws->output.defined(), "pool2d_backward needs the forward's workspace");
+    const float alpha = 1.0f, beta = 0.0f;
+    DT_CUDNN_CHECK(cudnnPoolingBackward(context().cudnn, plan.pool, &alpha, plan.y, ws->output.data(), plan.y,
+                                        dy.data(), plan.x, ws->input.data(), &beta, plan.x, dx.data()));
+    return;
+  }
+  DT_CHECK(!max || (ws && ws->argmax.defined()), "max pool2d_backward needs the forward's workspace");
+  launch(PoolBackwardBody{g, max, dy.data(), max ? ws->argmax.data() : nullptr, dx.data()}, dx.numel());
+}
+
+}  // namespace dtrain::kernels::cuda

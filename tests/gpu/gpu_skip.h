@@ -1,0 +1,26 @@
+// For the gpu-labelled tests: selects the GPU once, or prints DTRAIN-SKIPPED
+// (which ctest's SKIP_REGULAR_EXPRESSION turns into "skipped") and says why.
+#pragma once
+
+#include <iostream>
+
+#include "kernels/ops.h"
+
+namespace dtrain::testing {
+
+// True when a GPU is selected and usable; false (after printing the skip line) otherwise.
+inline bool gpu_or_skip() {
+  static const bool usable = [] {
+    const kernels::GpuReport report = kernels::list_gpus();
+    if (report.gpus.empty()) {
+      std::cout << "DTRAIN-SKIPPED: no usable GPU: " << report.why_none << std::endl;
+      return false;
+    }
+    kernels::select_device("gpu");
+    return true;
+  }();
+  if (!usable) std::cout << "DTRAIN-SKIPPED: no usable GPU" << std::endl;
+  return usable;
+}
+
+}  // namespace dtrain::testing

@@ -1,0 +1,237 @@
+// Every op of ops.h on the GPU against the CPU backend: one table of cases, each
+// run on both devices from the same inputs, outputs compared element by element
+// with |gpu - cpu| <= atol + rtol * |cpu|. Convolutions use FP32 math here
+// (TF32 off) so that the tolerance is a float32 one. Labelled gpu: skipped
+// (reported as skipped) on machines without a usable GPU.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "gpu/gpu_skip.h"
+#include "kernels/ops.h"
+#include "unit/tensor_checks.h"
+
+using namespace dtrain;
+using kernels::Activation;
+
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> inputs;
+  // Runs the op on the inputs' device (all inputs are on it); returns its outputs.
+  std::function<Tensors(Tensors&)> run;
+  double atol = 1e-4, rtol = 1e-4;
+  double lo = -1.0, hi = 1.0;  // input value range
+};
+
+
+Tensor on(const Tensor& like, const Shape& shape) { return Tensor(shape, like.device()); }
+
+std::vector<OpCase> dense_cases() {
+  std::vector<OpCase> out;
+  for (auto [n, in, units] : {std::tuple{1, 3, 2}, std::tuple{32, 784, 128}, std::tuple{130, 257, 10}})
+    for (Activation act : {Activation::kLinear, Activation::kRelu, Activation::kSigmoid, Activation::kTanh})
+      for (bool bias : {true, false})
+        out.push_back({"dense_forward " + std::to_string(n) + "x" + std::to_string(in) + "x" + std::to_string(units) +
+                           " act " + std::to_string(static_cast<int>(act)) + (bias ? " bias" : ""),
+                       {{n, in}, {in, units}, {units}},
+                       [=](Tensors& t) {
+                         Tensor y = on(t[0], {t[0].dim(0), t[1].dim(1)});
+                         kernels::dense_forward(t[0], t[1], bias ? &t[2] : nullptr, act, y);
+                         return Tensors{y};
+                       }});
+  for (auto [n, in, units] : {std::tuple{1, 3, 2}, std::tuple{64, 300, 70}})
+    out.push_back({"dense_backward " + std::to_string(n) + "x" + std::to_string(in) + "x" + std::to_string(units),
+                   {{n, in}, {in, units}, {n, units}},
+                   [](Tensors& t) {
+                     Tensor dx = on(t[0], t[0].shape()), dw = on(t[0], t[1].shape()), db = on(t[0], {t[1].dim(1)});
+                     kernels::dense_backward_data(t[2], t[1], dx);
+                     kernels::dense_backward_weights(t[0], t[2], dw, &db);
+                     return Tensors{dx, dw, db};
+                   }});
+  return out;
+}
+
+std::vector<OpCase> conv_cases() {
+  struct C {
+    int64_t n, h, w, c, k, f, stride;
+    bool same;
+  };
+  std::vector<OpCase> out;
+  for (const C& c : {C{2, 8, 8, 1, 3, 4, 1, false}, C{3, 28, 28, 1, 3, 32, 1, false}, C{2, 9, 9, 3, 3, 5, 1, true},
+                     C{2, 8, 8, 3, 3, 6, 2, true}, C{1, 7, 6, 2, 5, 3, 2, true}}) {
+    kernels::Conv2DParams p;
+    p.stride[0] = p.stride[1] = c.stride;
+    int64_t oh = (c.h - c.k) / c.stride + 1, ow = (c.w - c.k) / c.stride + 1;
+    if (c.same) {
+      oh = (c.h + c.stride - 1) / c.stride;
+      ow = (c.w + c.stride - 1) / c.stride;
+      const int64_t th = std::max<int64_t>((oh - 1) * c.stride + c.k - c.h, 0);
+      const int64_t tw = std::max<int64_t>((ow - 1) * c.stride + c.k - c.w, 0);
+      p.pad_before[0] = th / 2;
+      p.pad_after[0] = th - th / 2;
+      p.pad_before[1] = tw / 2;
+      p.pad_after[1] = tw - tw / 2;
+    }
+    const std::string name = "conv " + std::to_string(c.h) + "x" + std::to_string(c.w) + "x" + std::to_string(c.c) +
+                             " k" + std::to_string(c.k) + " f" + std::to_string(c.f) + " s" + std::to_string(c.stride) +
+                             (c.same ? " same" : " valid");
+    const Shape x{c.n, c.h, c.w, c.c}, w{c.k, c.k, c.c, c.f}, y{c.n, oh, ow, c.f};
+    out.push_back({name + " forward relu+bias", {x, w, {c.f}}, [=](Tensors& t) {
+                     Tensor out_y = on(t[0], y);
+                     kernels::conv2d_forward(t[0], t[1], &t[2], p, Activation::kRelu, out_y);
+                     return Tensors{out_y};
+                   }});
+    out.push_back({name + " backward", {x, w, y}, [=](Tensors& t) {
+                     Tensor dx = on(t[0], x), dw = on(t[0], w), db = on(t[0], {c.f});
+                     kernels::conv2d_backward_data(t[2], t[1], p, dx);
+                     kernels::conv2d_backward_weights(t[0], t[2], p, dw, &db);
+                     return Tensors{dx, dw, db};
+                   },
+                   1e-3, 1e-4});
+  }
+  return out;
+}
+
+std::vector<OpCase> pool_cases() {
+  struct C {
+    kernels::PoolKind kind;
+    int64_t h, w, k, s, pad_after;
+  };
+  std::vector<OpCase> out;
+  for (const C& c : {C{kernels::PoolKind::kMax, 26, 26, 2, 2, 0}, C{kernels::PoolKind::kMax, 7, 5, 2, 2, 1},
+                     C{kernels::PoolKind::kAverage, 8, 8, 2, 2, 0}, C{kernels::PoolKind::kAverage, 7, 7, 2, 2, 1},
+                     C{kernels::PoolKind::kAverage, 6, 6, 6, 1, 0}}) {
+    kernels::Pool2DParams p;
+    p.kind = c.kind;
+    p.kernel[0] = p.kernel[1] = c.k;
+    p.stride[0] = p.stride[1] = c.s;
+    p.pad_after[0] = p.pad_after[1] = c.pad_after;
+    const int64_t oh = (c.h + c.pad_after - c.k) / c.s + 1, ow = (c.w + c.pad_after - c.k) / c.s + 1;
+    const Shape x{3, c.h, c.w, 4}, y{3, oh, ow, 4};
+    out.push_back({"pool " + std::string(c.kind == kernels::PoolKind::kMax ? "max " : "avg ") + std::to_string(c.h) +
+                       "x" + std::to_string(c.w) + " k" + std::to_string(c.k) + " pad_after " +
+                       std::to_string(c.pad_after),
+                   {x, y},
+                   [=](Tensors& t) {
+                     Tensor out_y = on(t[0], y), dx = on(t[0], x);
+                     kernels::Workspace ws;
+                     kernels::pool2d_forward(t[0], p, out_y, &ws);
+                     kernels::pool2d_backward(t[1], p, &ws, dx);
+                     return Tensors{out_y, dx};
+                   }});
+  }
+  return out;
+}
+
+std::vector<OpCase> other_cases() {
+  std::vector<OpCase> out;
+  for (Activation act : {Activation::kRelu, Activation::kSigmoid, Activation::kTanh, Activation::kSoftmax})
+    out.push_back({"activation " + std::to_string(static_cast<int>(act)), {{33, 10}, {33, 10}}, [=](Tensors& t) {
+                     Tensor y = on(t[0], t[0].shape()), dx = on(t[0], t[0].shape());
+                     kernels::activation_forward(act, t[0], y);
+                     kernels::activation_backward(act, y, t[1], dx);
+                     return Tensors{y, dx};
+                   }});
+  for (const Shape& s : {Shape{64, 16}, Shape{8, 13, 13, 32}})
+    out.push_back({"batch_norm " + std::to_string(s.size()) + "-d", {s, {s.back()}, {s.back()}, s},
+                   [](Tensors& t) {
+                     const int64_t c = t[0].dim(-1);
+                     Tensor y = on(t[0], t[0].shape()), mean = on(t[0], {c}), var = on(t[0], {c});
+                     kernels::batch_norm_forward_training(t[0], t[1], t[2], 1e-3f, y, mean, var);
+                     Tensor yi = on(t[0], t[0].shape());
+                     kernels::batch_norm_forward_inference(t[0], t[1], t[2], mean, var, 1e-3f, yi);
+                     Tensor dx = on(t[0], t[0].shape()), dg = on(t[0], {c}), dbeta = on(t[0], {c});
+                     kernels::batch_norm_backward(t[0], t[3], t[1], mean, var, 1e-3f, dx, dg, dbeta);
+                     return Tensors{y, mean, var, yi, dx, dg, dbeta};
+                   },
+                   1e-3, 1e-3});
+  out.push_back({"dropout, multiply, axpy, divide, moving_average", {{7, 100}, {7, 100}}, [](Tensors& t) {
+                   Tensor y = on(t[0], t[0].shape()), mask = on(t[0], t[0].shape());
+                   kernels::dropout_forward(t[0], 0.4f, 1234, y, mask);
+                   Tensor prod = on(t[0], t[0].shape());
+                   kernels::multiply(y, t[1], prod);
+                   kernels::axpy(0.5f, t[1], prod);
+                   kernels::divide(prod, 3.0f);
+                   Tensor avg = t[1].clone();
+                   kernels::moving_average(avg, prod, 0.9f);
+                   return Tensors{y, mask, prod, avg};
+                 }});
+  for (kernels::LossKind kind : {kernels::LossKind::kCrossEntropyLogits, kernels::LossKind::kCrossEntropyProbabilities,
+                                 kernels::LossKind::kMse})
+    out.push_back({"class_loss " + std::to_string(static_cast<int>(kind)), {{50, 10}, {50}}, [=](Tensors& t) {
+                     // Labels 0..9 from the second input's values.
+                     Tensor labels_host = t[1].to_host();
+                     for (int64_t i = 0; i < 50; ++i) labels_host.data()[i] = static_cast<float>(i % 10);
+                     Tensor labels = labels_host.to(t[0].device());
+                     Tensor probs = on(t[0], t[0].shape());
+                     kernels::activation_forward(Activation::kSoftmax, t[0], probs);
+                     const Tensor& output = kind == kernels::LossKind::kCrossEntropyLogits ? t[0] : probs;
+                     Tensor loss = on(t[0], {50}), hit = on(t[0], {50}), grad = on(t[0], t[0].shape());
+                     kernels::class_loss(kind, output, labels, 0.02f, loss, hit, &grad);
+                     return Tensors{loss, hit, grad};
+                   }});
+  out.push_back({"sgd and adam updates", {{5000}, {5000}}, [](Tensors& t) {
+                   Tensor w = t[0].clone(), m = on(t[0], {5000}), v = on(t[0], {5000}), vel = on(t[0], {5000});
+                   kernels::AdamCoeffs a;
+                   a.alpha = 0.01f;
+                   a.decay = 0.004f;
+                   for (int i = 0; i < 3; ++i) kernels::adam_update(w, t[1], m, v, a);
+                   kernels::SgdCoeffs s;
+                   s.lr = 0.1f;
+                   s.momentum = 0.9f;
+                   kernels::sgd_update(w, t[1], &vel, s);
+                   return Tensors{w, m, v, vel};
+                 }});
+  return out;
+}
+
+void check_case(const OpCase& c) {
+  INFO("op case: " << c.name);
+  Tensors cpu_in, gpu_in;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    cpu_in.push_back(testing::random_tensor(c.inputs[i], 100 + i, c.lo, c.hi));
+    gpu_in.push_back(cpu_in.back().to(Device::cuda(0)));
+  }
+  const Tensors want = c.run(cpu_in);
+  const Tensors got_device = c.run(gpu_in);
+  REQUIRE(want.size() == got_device.size());
+  for (size_t o = 0; o < want.size(); ++o) {
+    INFO("output " << o << " (got: gpu, want: cpu)");
+    REQUIRE(got_device[o].device() == Device::cuda(0));
+    REQUIRE(got_device[o].shape() == want[o].shape());
+    testing::require_close(got_device[o], want[o], c.atol, c.rtol);
+  }
+}
+
+void check_all(const std::vector<OpCase>& cases) {
+  if (!testing::gpu_or_skip()) return;
+  kernels::set_allow_tf32(false);
+  for (const OpCase& c : cases) check_case(c);
+}
+
+}  // namespace
+
+TEST_CASE("gpu ops: dense (cuBLASLt with epilogues) matches the CPU") { check_all(dense_cases()); }
+TEST_CASE("gpu ops: convolution (cuDNN, asymmetric padding) matches the CPU") { check_all(conv_cases()); }
+TEST_CASE("gpu ops: pooling (cuDNN and own kernels) matches the CPU") { check_all(pool_cases()); }
+TEST_CASE("gpu ops: activations, batch norm, element-wise, losses and updates match the CPU") {
+  check_all(other_cases());
+}
+
+TEST_CASE("gpu tensors: copies to and from the device keep every value") {
+  if (!testing::gpu_or_skip()) return;
+  const Tensor host = testing::random_tensor({1000, 3}, 7, -5, 5);
+  const Tensor device = host.to(Device::cuda(0));
+  Tensor back = device.clone().to_host();
+  for (int64_t i = 0; i < host.numel(); ++i) REQUIRE(back.data()[i] == host.data()[i]);
+  Tensor filled({10}, Device::cuda(0));
+  filled.fill(2.5f);
+  REQUIRE(filled.to_host().data()[9] == 2.5f);
+}

@@ -1,0 +1,219 @@
+// The bodies of the own CUDA kernels (kernels/cuda/bodies.h), run on the host
+// over every index exactly as the GPU's grid-stride loop runs them, checked
+// against the CPU backend (oneDNN and own loops). This checks the kernels'
+// indexing and formulas on every machine; tests/gpu checks the real launches.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cuda/bodies.h"
+#include "kernels/ops.h"
+#include "unit/tensor_checks.h"
+
+using namespace dtrain;
+using namespace dtrain::kernels::cuda;
+using kernels::Activation;
+using testing::random_tensor;
+using testing::require_close;
+
+namespace {
+
+// What launch(body, n) does on the GPU: body(i) for every i in [0, n).
+template <class Body>
+void run_on_host(const Body& body, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+
+// The two passes of column_sums on the host, with the GPU's chunking.
+template <class Value>
+void host_column_sums(const Value& value, int64_t rows, int64_t cols, float scale, float* out) {
+  const int64_t chunk_rows = column_chunk_rows(rows, cols);
+  const int64_t chunks = std::max<int64_t>(1, (rows + chunk_rows - 1) / chunk_rows);
+  std::vector<float> partial(static_cast<size_t>(chunks * cols));
+  run_on_host(ColumnChunkSumBody<Value>{value, rows, cols, chunk_rows, partial.data()}, chunks * cols);
+  run_on_host(ColumnFinishBody{partial.data(), chunks, cols, scale, out}, cols);
+}
+
+}  // namespace
+
+TEST_CASE("kernel bodies: point-wise activations match the CPU backend") {
+  for (Activation act : {Activation::kRelu, Activation::kSigmoid, Activation::kTanh, Activation::kLinear}) {
+    CAPTURE(static_cast<int>(act));
+    const Tensor x = random_tensor({7, 13}, 1, -3, 3), dy = random_tensor({7, 13}, 2);
+    Tensor want_y({7, 13}), got_y({7, 13}), want_dx({7, 13}), got_dx({7, 13});
+    kernels::activation_forward(act, x, want_y);
+    run_on_host(ActivationForwardBody{x.data(), got_y.data(), act}, x.numel());
+    require_close(got_y, want_y);
+    kernels::activation_backward(act, want_y, dy, want_dx);
+    run_on_host(ActivationBackwardBody{want_y.data(), dy.data(), got_dx.data(), act}, x.numel());
+    require_close(got_dx, want_dx);
+  }
+}
+
+TEST_CASE("kernel bodies: softmax rows and their gradient match the CPU backend") {
+  const Tensor x = random_tensor({5, 11}, 3, -4, 4), dy = random_tensor({5, 11}, 4);
+  Tensor want_y({5, 11}), got_y({5, 11}), want_dx({5, 11}), got_dx({5, 11});
+  kernels::activation_forward(Activation::kSoftmax, x, want_y);
+  run_on_host(SoftmaxRowsBody{x.data(), got_y.data(), 11}, 5);
+  require_close(got_y, want_y);
+  kernels::activation_backward(Activation::kSoftmax, want_y, dy, want_dx);
+  run_on_host(SoftmaxBackwardRowsBody{want_y.data(), dy.data(), got_dx.data(), 11}, 5);
+  require_close(got_dx, want_dx);
+}
+
+TEST_CASE("kernel bodies: bias plus activation is the dense layer's epilogue") {
+  // dense_forward with bias and relu on the CPU == plain product, then the body.
+  const Tensor x = random_tensor({6, 9}, 5), w = random_tensor({9, 4}, 6), b = random_tensor({4}, 7);
+  Tensor want({6, 4}), got({6, 4});
+  kernels::dense_forward(x, w, &b, Activation::kRelu, want);
+  kernels::dense_forward(x, w, nullptr, Activation::kLinear, got);
+  run_on_host(BiasActivationBody{got.data(), b.data(), 4, Activation::kRelu}, got.numel());
+  require_close(got, want);
+}
+
+TEST_CASE("kernel bodies: column sums give the CPU's bias gradient for any chunking") {
+  for (int64_t rows : {1, 17, 1000, 70000}) {
+    CAPTURE(rows);
+    const int64_t cols = rows > 1000 ? 3 : 37;
+    const Tensor x = random_tensor({rows, 5}, 8), dy = random_tensor({rows, cols}, 9);
+    Tensor dw({5, cols}), want({cols}), got({cols});
+    kernels::dense_backward_weights(x, dy, dw, &want);
+    host_column_sums(ElementValue{dy.data(), cols}, rows, cols, 1.0f, got.data());
+    require_close(got, want, 1e-3, 1e-4);
+  }
+}
+
+TEST_CASE("kernel bodies: batch normalization forward and backward match the CPU backend") {
+  for (const Shape& shape : {Shape{64, 6}, Shape{4, 5, 5, 3}}) {
+    const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+    const Tensor x = random_tensor(shape, 10, -2, 3), dy = random_tensor(shape, 11);
+    const Tensor gamma = random_tensor({cols}, 12, 0.5, 1.5), beta = random_tensor({cols}, 13);
+    const float eps = 1e-3f;
+    Tensor want_y(shape), mean({cols}), var({cols});
+    kernels::batch_norm_forward_training(x, gamma, beta, eps, want_y, mean, var);
+
+    Tensor got_mean({cols}), got_var({cols}), got_y(shape);
+    host_column_sums(ElementValue{x.data(), cols}, rows, cols, 1.0f / rows, got_mean.data());
+    host_column_sums(CenteredSquareValue{x.data(), got_mean.data(), cols}, rows, cols, 1.0f / rows, got_var.data());
+    require_close(got_mean, mean);
+    require_close(got_var, var);
+    run_on_host(BatchNormApplyBody{x.data(), got_y.data(), mean.data(), var.data(), gamma.data(), beta.data(), eps,
+                                   cols},
+                x.numel());
+    require_close(got_y, want_y, 1e-4, 1e-4);
+
+    Tensor want_dx(shape), want_dgamma({cols}), want_dbeta({cols});
+    kernels::batch_norm_backward(x, dy, gamma, mean, var, eps, want_dx, want_dgamma, want_dbeta);
+    Tensor dbeta({cols}), dxc({cols}), dgamma({cols}), dx(shape);
+    host_column_sums(ElementValue{dy.data(), cols}, rows, cols, 1.0f, dbeta.data());
+    host_column_sums(CenteredProductValue{dy.data(), x.data(), mean.data(), cols}, rows, cols, 1.0f, dxc.data());
+    run_on_host(BatchNormGammaGradBody{dxc.data(), var.data(), eps, dgamma.data()}, cols);
+    run_on_host(BatchNormBackwardBody{x.data(), dy.data(), mean.data(), var.data(), gamma.data(), dbeta.data(),
+                                      dxc.data(), eps, cols, rows, dx.data()},
+                x.numel());
+    require_close(dbeta, want_dbeta, 1e-4, 1e-4);
+    require_close(dgamma, want_dgamma, 1e-4, 1e-4);
+    require_close(dx, want_dx, 1e-4, 1e-3);
+  }
+}
+
+TEST_CASE("kernel bodies: dropout draws the CPU backend's mask exactly") {
+  const Tensor x = random_tensor({3, 50}, 14);
+  Tensor want_y({3, 50}), want_mask({3, 50}), got_y({3, 50}), got_mask({3, 50});
+  kernels::dropout_forward(x, 0.3f, 99, want_y, want_mask);
+  run_on_host(DropoutBody{x.data(), got_y.data(), got_mask.data(), 0.3f, 1.0f / 0.7f, 99}, x.numel());
+  require_close(got_mask, want_mask, 0, 0);
+  require_close(got_y, want_y, 0, 0);
+}
+
+TEST_CASE("kernel bodies: adam and sgd steps are the CPU updates bit for bit") {
+  const Tensor g = random_tensor({1000}, 15);
+  Tensor w1 = random_tensor({1000}, 16), m1({1000}), v1({1000});
+  Tensor w2 = w1.clone(), m2({1000}), v2({1000});
+  kernels::AdamCoeffs k;
+  k.alpha = 0.01f;
+  k.decay = 0.001f;
+  for (int step = 0; step < 3; ++step) {
+    kernels::adam_update(w1, g, m1, v1, k);
+    run_on_host(AdamBody{w2.data(), g.data(), m2.data(), v2.data(), k}, w2.numel());
+  }
+  require_close(w2, w1, 0, 0);
+  require_close(v2, v1, 0, 0);
+  kernels::SgdCoeffs s;
+  s.lr = 0.1f;
+  s.momentum = 0.9f;
+  s.nesterov = true;
+  Tensor vel1({1000}), vel2({1000});
+  kernels::sgd_update(w1, g, &vel1, s);
+  run_on_host(SgdBody{w2.data(), g.data(), vel2.data(), s}, w2.numel());
+  require_close(w2, w1, 0, 0);
+}
+
+TEST_CASE("kernel bodies: explicit padding turns an asymmetric convolution into an unpadded one") {
+  // Keras "same" with stride 2 on an even input pads 0 before and 1 after.
+  kernels::Conv2DParams same;
+  same.stride[0] = same.stride[1] = 2;
+  same.pad_after[0] = same.pad_after[1] = 1;
+  const Tensor x = random_tensor({2, 8, 8, 3}, 17), w = random_tensor({3, 3, 3, 4}, 18);
+  Tensor want({2, 4, 4, 4});
+  kernels::conv2d_forward(x, w, nullptr, same, Activation::kLinear, want);
+
+  Tensor padded({2, 9, 9, 3}), got({2, 4, 4, 4});
+  run_on_host(PadBody{x.data(), padded.data(), 8, 8, 3, 9, 9, 0, 0}, padded.numel());
+  kernels::Conv2DParams none;
+  none.stride[0] = none.stride[1] = 2;
+  kernels::conv2d_forward(padded, w, nullptr, none, Activation::kLinear, got);
+  require_close(got, want);
+
+  // And the gradient: the padded input's gradient, cropped, is dx.
+  const Tensor dy = random_tensor({2, 4, 4, 4}, 19);
+  Tensor want_dx({2, 8, 8, 3}), padded_dx({2, 9, 9, 3}), got_dx({2, 8, 8, 3});
+  kernels::conv2d_backward_data(dy, w, same, want_dx);
+  kernels::conv2d_backward_data(dy, w, none, padded_dx);
+  run_on_host(CropBody{padded_dx.data(), got_dx.data(), 8, 8, 3, 9, 9, 0, 0}, got_dx.numel());
+  require_close(got_dx, want_dx);
+}
+
+TEST_CASE("kernel bodies: the filter layout round trip and its element mapping") {
+  const Tensor hwio = random_tensor({3, 2, 5, 4}, 20);  // (KH, KW, C, F)
+  Tensor ohwi({4, 3, 2, 5}), back({3, 2, 5, 4});
+  run_on_host(HwioToOhwiBody{hwio.data(), ohwi.data(), 3 * 2 * 5, 4}, hwio.numel());
+  run_on_host(OhwiToHwioBody{ohwi.data(), back.data(), 3 * 2 * 5, 4}, hwio.numel());
+  require_close(back, hwio, 0, 0);
+  // (kh=2, kw=1, c=3, f=1) in Keras' layout is (f=1, kh=2, kw=1, c=3) in cuDNN's.
+  const int64_t src = ((2 * 2 + 1) * 5 + 3) * 4 + 1, dst = ((1 * 3 + 2) * 2 + 1) * 5 + 3;
+  REQUIRE(ohwi.data()[dst] == hwio.data()[src]);
+}
+
+TEST_CASE("kernel bodies: own pooling matches the CPU backend, asymmetric windows included") {
+  struct Case {
+    kernels::PoolKind kind;
+    int64_t h, w, k, s, pad_after;
+  };
+  for (const Case& c : {Case{kernels::PoolKind::kMax, 6, 6, 2, 2, 0}, Case{kernels::PoolKind::kMax, 7, 5, 2, 2, 1},
+                        Case{kernels::PoolKind::kMax, 7, 7, 3, 2, 0}, Case{kernels::PoolKind::kAverage, 7, 5, 2, 2, 1},
+                        Case{kernels::PoolKind::kAverage, 6, 6, 3, 1, 0}}) {
+    CAPTURE(static_cast<int>(c.kind), c.h, c.w, c.k, c.s, c.pad_after);
+    kernels::Pool2DParams p;
+    p.kind = c.kind;
+    p.kernel[0] = p.kernel[1] = c.k;
+    p.stride[0] = p.stride[1] = c.s;
+    p.pad_after[0] = p.pad_after[1] = c.pad_after;
+    const int64_t oh = (c.h + c.pad_after - c.k) / c.s + 1, ow = (c.w + c.pad_after - c.k) / c.s + 1;
+    const Tensor x = random_tensor({2, c.h, c.w, 3}, 21), dy = random_tensor({2, oh, ow, 3}, 22);
+    Tensor want_y({2, oh, ow, 3}), want_dx({2, c.h, c.w, 3});
+    kernels::Workspace ws;
+    kernels::pool2d_forward(x, p, want_y, &ws);
+    kernels::pool2d_backward(dy, p, &ws, want_dx);
+
+    const bool max = c.kind == kernels::PoolKind::kMax;
+    const Geometry g{2, c.h, c.w, 3, oh, ow, c.k, c.k, c.s, c.s, 0, 0};
+    Tensor y({2, oh, ow, 3}), arg({2, oh, ow, 3}), dx({2, c.h, c.w, 3});
+    run_on_host(PoolForwardBody{g, max, x.data(), y.data(), arg.data()}, y.numel());
+    run_on_host(PoolBackwardBody{g, max, dy.data(), arg.data(), dx.data()}, dx.numel());
+    require_close(y, want_y);
+    require_close(dx, want_dx);
+  }
+}

@@ -1,0 +1,33 @@
+// Test helpers for tensors: reproducible random inputs, and an element-wise
+// comparison |got - want| <= atol + rtol * |want| that names the first element
+// outside it. Tensors on a GPU are compared through host copies.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/rng.h"
+#include "tensor/tensor.h"
+
+namespace dtrain::testing {
+
+inline Tensor random_tensor(Shape shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  Tensor t(std::move(shape));
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(rng.uniform(lo, hi));
+  return t;
+}
+
+inline void require_close(const Tensor& got_any, const Tensor& want_any, double atol = 1e-4, double rtol = 1e-4) {
+  const Tensor got = got_any.to_host(), want = want_any.to_host();
+  REQUIRE(got.numel() == want.numel());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = got.data()[i], w = want.data()[i];
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      INFO("element " << i << ": got " << g << ", want " << w);
+      REQUIRE(std::fabs(g - w) <= atol + rtol * std::fabs(w));
+    }
+  }
+}
+
+}  // namespace dtrain::testing
