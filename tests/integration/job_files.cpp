@@ -3,6 +3,8 @@
 // the test machine, not of dtrain, and the message says which file.
 #include "integration/job_files.h"
 
+#include <cstdlib>
+
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
@@ -61,7 +63,9 @@ std::string TempDir::write_job(const nlohmann::json& job, const std::string& nam
 }
 
 std::string shipped_config_path(const std::string& file_name) {
-  return std::string(DTRAIN_SOURCE_DIR) + "/configs/" + file_name;
+  // DTRAIN_TEST_SOURCE_DIR: the repository when the tests run away from their build tree.
+  const char* root = std::getenv("DTRAIN_TEST_SOURCE_DIR");
+  return std::string(root && *root ? root : DTRAIN_SOURCE_DIR) + "/configs/" + file_name;
 }
 
 nlohmann::json shipped_config(const std::string& file_name) {

@@ -9,6 +9,8 @@
 // its test.
 #include "integration/run_dtrain.h"
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -211,7 +213,10 @@ RunOutput run_program(const std::string& program, const std::vector<std::string>
 }
 
 RunOutput run_dtrain(const std::vector<std::string>& args, const RunSpec& spec) {
-  return run_program(DTRAIN_BINARY, args, spec);
+  // DTRAIN_TEST_BINARY: the binary when the tests run away from their build tree
+  // (scripts/test-gpu.sh on a GPU machine, from a bundle).
+  const char* binary = std::getenv("DTRAIN_TEST_BINARY");
+  return run_program(binary && *binary ? binary : DTRAIN_BINARY, args, spec);
 }
 
 void check_error(const RunOutput& r, int exit_code, const std::vector<std::string>& needles) {

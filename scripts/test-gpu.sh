@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the gpu-labelled tests on a machine with a GPU: every op on the GPU
+# against the CPU (tests/gpu/test_gpu_ops.cpp) and training on the GPU
+# (tests/gpu/test_gpu_training.cpp). Here a skipped test is a failure: the
+# point of this script is that they ran.
+#
+# From a build tree (the machine has dtrain's build dependencies): builds with
+# -DDTRAIN_CUDA=ON and runs `ctest -L gpu`. From a bundle (.gpu/, made by
+# scripts/gpu-bundle.sh on a build machine): runs the bundled test binaries.
+# Usage: scripts/test-gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -d .gpu/bin ]; then
+  source scripts/gpu-env.sh
+  "$DTRAIN_TEST_BINARY" devices || exit 1
+  status=0
+  for t in test_gpu_ops test_gpu_training; do
+    echo "== $t"
+    "$dtrain_gpu_test_dir/$t" --durations yes 2>&1 | tee "/tmp/$t.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    if grep -q DTRAIN-SKIPPED "/tmp/$t.log"; then
+      echo "test-gpu.sh: $t was skipped: no usable GPU" >&2
+      status=1
+    fi
+  done
+  exit "$status"
+fi
+
+bash scripts/build.sh -DDTRAIN_CUDA=ON || exit 1
+./build/dtrain devices || exit 1
+cd build
+ctest -L gpu --output-on-failure 2>&1 | tee /tmp/dtrain-ctest-gpu.log
+status=${PIPESTATUS[0]}
+if grep -q "(Skipped)" /tmp/dtrain-ctest-gpu.log; then
+  echo "test-gpu.sh: gpu tests were skipped: no usable GPU" >&2
+  exit 1
+fi
+exit "$status"
