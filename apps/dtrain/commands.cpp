@@ -155,7 +155,7 @@ int bench_train_command(const BenchTrainOptions& options) {
 }
 
 int devices_command(bool json) {
-  const kernels::GpuReport report = kernels::list_gpus();
+  const kernels::GpuReport report = kernels::list_gpus(/*free_memory=*/true);
   if (json) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const kernels::GpuInfo& g : report.gpus)

@@ -139,10 +139,11 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
 
 // ---- devices ----
 
-GpuReport list_gpus() {
+GpuReport list_gpus(bool free_memory) {
 #if DTRAIN_HAVE_CUDA
-  return cuda::list_gpus();
+  return cuda::list_gpus(free_memory);
 #else
+  (void)free_memory;
   GpuReport report;
   report.why_none = "this dtrain was built without the CUDA backend (DTRAIN_CUDA=OFF, or no CUDA toolkit found)";
   return report;

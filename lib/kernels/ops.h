@@ -126,15 +126,17 @@ struct GpuInfo {
   std::string name;
   int compute_major = 0, compute_minor = 0;
   int multiprocessors = 0;
-  size_t total_bytes = 0, free_bytes = 0;
+  size_t total_bytes = 0, free_bytes = 0;  // free_bytes: 0 unless asked for
 };
 struct GpuReport {
   bool built_with_cuda = false;
   std::vector<GpuInfo> gpus;  // usable GPUs
   std::string why_none;       // when gpus is empty: why (no CUDA backend, no driver, no device)
 };
-// What GPUs this process can use (cheap; safe to call without a GPU or driver).
-GpuReport list_gpus();
+// What GPUs this process can use; safe to call without a GPU or driver.
+// free_memory: also each GPU's free memory (creates a context on every GPU, so
+// only `dtrain devices` asks for it).
+GpuReport list_gpus(bool free_memory = false);
 // Resolves a job's "device" value ("auto": the GPU when one is usable, else the
 // CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
 // tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.

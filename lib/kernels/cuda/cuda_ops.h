@@ -8,7 +8,7 @@
 
 namespace dtrain::kernels::cuda {
 
-GpuReport list_gpus();
+GpuReport list_gpus(bool free_memory);
 // Makes GPU `index` current for this process and registers its DeviceMemory.
 void activate(int index);
 void synchronize();

@@ -74,16 +74,23 @@ class CachingAllocator {
     return p;
   }
 
-  void deallocate(void* p, size_t bytes) {
+  // Never throws (it runs in tensors' destructors): when CUDA is already shut
+  // down at process exit, the block is simply dropped.
+  void deallocate(void* p, size_t bytes) noexcept {
     if (!p) return;
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    cudaEvent_t event = take_event();
+    cudaEvent_t event = nullptr;
+    if (!events_.empty()) {
+      event = events_.back();
+      events_.pop_back();
+    } else if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
     if (cudaEventRecord(event, g_context.compute) != cudaSuccess) {
-      // Recording can only fail when the context is going away: keep the block.
       (void)cudaGetLastError();
       events_.push_back(event);
-      free_[size].push_back(p);
       return;
     }
     pending_.push_back({p, size, event});
@@ -128,17 +135,6 @@ class CachingAllocator {
         reserved_ -= size;
       }
     free_.clear();
-  }
-
-  cudaEvent_t take_event() {
-    if (!events_.empty()) {
-      cudaEvent_t e = events_.back();
-      events_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    DT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return e;
   }
 
   std::mutex mutex_;
@@ -271,7 +267,7 @@ void device_free(void* p, size_t bytes) { allocator().deallocate(p, bytes); }
 Scratch::Scratch(size_t bytes) : p_(device_alloc(bytes)), bytes_(bytes) {}
 Scratch::~Scratch() { device_free(p_, bytes_); }
 
-GpuReport list_gpus() {
+GpuReport list_gpus(bool free_memory) {
   GpuReport report;
   report.built_with_cuda = true;
   int count = 0;
@@ -298,13 +294,13 @@ GpuReport list_gpus() {
     info.compute_minor = prop.minor;
     info.multiprocessors = prop.multiProcessorCount;
     info.total_bytes = prop.totalGlobalMem;
-    int current = 0;
+    // Free memory needs a context on the device (hundreds of MiB each): only
+    // when asked (dtrain devices), never while choosing a device to train on.
     size_t free_bytes = 0, total = 0;
-    if (cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(i) == cudaSuccess &&
-        cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
+    if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
       info.free_bytes = free_bytes;
     (void)cudaGetLastError();
-    if (g_context.device >= 0) cudaSetDevice(g_context.device);
+    if (free_memory && g_context.device >= 0) cudaSetDevice(g_context.device);
     report.gpus.push_back(info);
   }
   if (report.gpus.empty()) report.why_none = "no CUDA device could be queried";
