@@ -10,7 +10,9 @@
 // an own kernel after a plain product.
 #include <map>
 #include <mutex>
+#include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -28,10 +30,18 @@ struct MatmulKey {
   bool trans_a, trans_b;
   int64_t m, n, k;
   cublasLtEpilogue_t epilogue;
-  bool operator<(const MatmulKey& o) const {
-    return std::tie(trans_a, trans_b, m, n, k, epilogue) < std::tie(o.trans_a, o.trans_b, o.m, o.n, o.k, o.epilogue);
-  }
+  uint32_t align_a, align_b, align_c;  // pointer alignments (bytes, up to 256): the heuristic must respect them
+  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, epilogue, align_a, align_b, align_c); }
+  bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
+
+// The largest power of two up to 256 that divides the address.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 4 && a % align != 0) align /= 2;
+  return align;
+}
 
 struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -63,6 +73,13 @@ MatmulPlan make_plan(const MatmulKey& key) {
   const size_t max_ws = kWorkspaceBytes;
   DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                                        sizeof max_ws));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attribute, value] : aligns)
+    DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(context().lt, plan.desc, plan.a, plan.b, plan.c,
@@ -91,7 +108,7 @@ MatmulPlan& plan_for(const MatmulKey& key) {
 // Returns false when no algorithm supports `epilogue` (nothing was computed).
 bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
             cublasLtEpilogue_t epilogue, const float* bias) {
-  MatmulPlan& plan = plan_for({trans_a, trans_b, m, n, k, epilogue});
+  MatmulPlan& plan = plan_for({trans_a, trans_b, m, n, k, epilogue, alignment(a), alignment(b), alignment(c)});
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     throw RuntimeError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));

@@ -73,12 +73,18 @@ void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace
   const bool max = p.kind == PoolKind::kMax;
   if (plan.use_cudnn) {
     const float alpha = 1.0f, beta = 0.0f;
-    DT_CUDNN_CHECK(cudnnPoolingForward(context().cudnn, plan.pool, &alpha, plan.x, x.data(), &beta, plan.y, y.data()));
-    if (ws) {
-      ws->input = x;
-      ws->output = y;
+    const cudnnStatus_t status =
+        cudnnPoolingForward(context().cudnn, plan.pool, &alpha, plan.x, x.data(), &beta, plan.y, y.data());
+    if (status == CUDNN_STATUS_SUCCESS) {
+      if (ws) {
+        ws->input = x;
+        ws->output = y;
+      }
+      return;
     }
-    return;
+    // cuDNN may refuse some windows (very large global pooling): own kernels from now on.
+    if (status != CUDNN_STATUS_NOT_SUPPORTED) throw_cudnn_error("cudnnPoolingForward", status, __FILE__, __LINE__);
+    plan.use_cudnn = false;
   }
   if (!max || !ws) {
     Scratch unused(max ? y.bytes() : 256);
@@ -94,8 +100,8 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
   const Geometry g = geometry(dx.shape(), dy.shape(), p);
   PoolPlan& plan = plan_for(g, p);
   const bool max = p.kind == PoolKind::kMax;
-  if (plan.use_cudnn) {
-    DT_CHECK(ws && ws->input.defined() && ws->output.defined(), "pool2d_backward needs the forward's workspace");
+  if (plan.use_cudnn && ws && ws->input.defined()) {
+    DT_CHECK(ws->output.defined(), "pool2d_backward needs the forward's workspace");
     const float alpha = 1.0f, beta = 0.0f;
     DT_CUDNN_CHECK(cudnnPoolingBackward(context().cudnn, plan.pool, &alpha, plan.y, ws->output.data(), plan.y,
                                         dy.data(), plan.x, ws->input.data(), &beta, plan.x, dx.data()));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -39,11 +40,23 @@ namespace {
 Context g_context;
 std::mutex g_activate_mutex;
 
+// Makes the active GPU current on the calling thread (each thread starts on
+// device 0; a communication thread copying gradients must not touch GPU 0's
+// context when the job uses another GPU).
+void bind_thread() {
+  thread_local int bound = -1;
+  if (bound == g_context.device || g_context.device < 0) return;
+  DT_CUDA_CHECK(cudaSetDevice(g_context.device));
+  bound = g_context.device;
+}
+
 // ---- caching allocator ----
 
 // Blocks are rounded up (512 B for small ones, 2 MiB for large ones) and kept by
-// size. A freed block waits for an event recorded on the compute stream at free
-// time; it is handed out again only once that event has completed.
+// size. Freeing records an event on the compute stream; the block may be handed
+// out again at once, because every op runs on the compute stream in issue order
+// (a new user's ops come after the old user's). The one other writer, an upload
+// on the copy stream, first waits for that event (take_guard).
 class CachingAllocator {
  public:
   static size_t round(size_t bytes) {
@@ -54,18 +67,26 @@ class CachingAllocator {
   void* allocate(size_t bytes) {
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    collect_completed(false);
-    if (void* p = take_free(size)) return p;
-    // Nothing idle of that size yet: wait for every freed block, then try again,
-    // before asking CUDA for more memory.
-    if (!pending_.empty()) {
-      collect_completed(true);
-      if (void* p = take_free(size)) return p;
+    std::vector<Free>& list = free_[size];
+    if (!list.empty()) {
+      const Free f = list.back();
+      list.pop_back();
+      if (f.event) {
+        if (cudaEventQuery(f.event) == cudaSuccess) {
+          events_.push_back(f.event);
+        } else {
+          (void)cudaGetLastError();
+          guards_[f.p] = f.event;
+        }
+      }
+      return f.p;
     }
     void* p = nullptr;
     cudaError_t status = cudaMalloc(&p, size);
     if (status == cudaErrorMemoryAllocation) {
+      // Give the cached blocks back to CUDA (once the GPU is done with them) and retry.
       (void)cudaGetLastError();
+      cudaDeviceSynchronize();
       release_free_blocks();
       status = cudaMalloc(&p, size);
     }
@@ -80,6 +101,11 @@ class CachingAllocator {
     if (!p) return;
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
+    auto guard = guards_.find(p);
+    if (guard != guards_.end()) {
+      events_.push_back(guard->second);
+      guards_.erase(guard);
+    }
     cudaEvent_t event = nullptr;
     if (!events_.empty()) {
       event = events_.back();
@@ -93,54 +119,42 @@ class CachingAllocator {
       events_.push_back(event);
       return;
     }
-    pending_.push_back({p, size, event});
+    free_[size].push_back({p, event});
+  }
+
+  // Makes `stream` wait until the previous user of block p (handed out by
+  // allocate) is done with it, when that was not known to be the case yet.
+  void guard(void* p, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = guards_.find(p);
+    if (it == guards_.end()) return;
+    DT_CUDA_CHECK(cudaStreamWaitEvent(stream, it->second, 0));
+    events_.push_back(it->second);
+    guards_.erase(it);
   }
 
   size_t reserved() const { return reserved_; }
 
  private:
-  struct Pending {
+  struct Free {
     void* p;
-    size_t size;
-    cudaEvent_t event;
+    cudaEvent_t event;  // recorded on the compute stream when the block was freed
   };
-
-  void* take_free(size_t size) {
-    auto it = free_.find(size);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    return p;
-  }
-
-  void collect_completed(bool wait) {
-    std::vector<Pending> still;
-    for (const Pending& b : pending_) {
-      const cudaError_t status = wait ? cudaEventSynchronize(b.event) : cudaEventQuery(b.event);
-      if (status == cudaSuccess) {
-        free_[b.size].push_back(b.p);
-        events_.push_back(b.event);
-      } else {
-        if (status != cudaErrorNotReady) (void)cudaGetLastError();
-        still.push_back(b);
-      }
-    }
-    pending_.swap(still);
-  }
 
   void release_free_blocks() {
     for (auto& [size, blocks] : free_)
-      for (void* p : blocks) {
-        cudaFree(p);
+      for (const Free& f : blocks) {
+        cudaFree(f.p);
+        if (f.event) events_.push_back(f.event);
         reserved_ -= size;
       }
     free_.clear();
   }
 
   std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
-  std::vector<Pending> pending_;
-  std::vector<cudaEvent_t> events_;
+  std::map<size_t, std::vector<Free>> free_;
+  std::unordered_map<void*, cudaEvent_t> guards_;  // blocks handed out before their free event completed
+  std::vector<cudaEvent_t> events_;                 // idle events for reuse
   size_t reserved_ = 0;
 };
 
@@ -149,32 +163,35 @@ CachingAllocator& allocator() {
   return *a;
 }
 
-// ---- uploads through pinned memory ----
+// ---- host-to-device copies through pinned memory ----
 
-// A ring of pinned host buffers for Tensor::to(gpu): the host data is copied into
-// one, then to the device on the copy stream; the buffer is reused once its copy
-// has completed.
+// A ring of pinned host buffers: host data is copied into one, then to the
+// device asynchronously, so the caller's memory is free at once and the host
+// never waits for the copy. A buffer is reused once its copy has completed.
 class Uploader {
  public:
-  void upload(void* dst, const void* src, size_t bytes) {
+  // Into a new tensor: on the copy stream; the compute stream waits for it.
+  void upload_new(void* dst, const void* src, size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Slot& s = slots_[next_];
-    next_ = (next_ + 1) % kSlots;
-    if (!s.copied) DT_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
-    // Why: the slot's pinned buffer may still be the source of its previous copy.
-    DT_CUDA_CHECK(cudaEventSynchronize(s.copied));
-    if (s.capacity < bytes) {
-      if (s.pinned) DT_CUDA_CHECK(cudaFreeHost(s.pinned));
-      s.pinned = nullptr;
-      DT_CUDA_CHECK(cudaHostAlloc(&s.pinned, bytes, cudaHostAllocDefault));
-      s.capacity = bytes;
-    }
-    std::memcpy(s.pinned, src, bytes);
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, s.pinned, bytes, cudaMemcpyHostToDevice, g_context.copy));
-    DT_CUDA_CHECK(cudaEventRecord(s.copied, g_context.copy));
-    // Why: ops issued from now on read dst; they must wait for the copy, while
+    void* pinned = stage(src, bytes);
+    // Why: dst may have been freed by ops still queued on the compute stream.
+    allocator().guard(dst, g_context.copy);
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, g_context.copy));
+    DT_CUDA_CHECK(cudaEventRecord(slot().copied, g_context.copy));
+    // Why: ops issued from now on read dst and must wait for the copy, while
     // the ops already issued (this step's) run on undisturbed.
-    DT_CUDA_CHECK(cudaStreamWaitEvent(g_context.compute, s.copied, 0));
+    DT_CUDA_CHECK(cudaStreamWaitEvent(g_context.compute, slot().copied, 0));
+    advance();
+  }
+
+  // Into an existing tensor: on the compute stream, after the ops issued so far
+  // (which may still read dst).
+  void upload_ordered(void* dst, const void* src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* pinned = stage(src, bytes);
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, g_context.compute));
+    DT_CUDA_CHECK(cudaEventRecord(slot().copied, g_context.compute));
+    advance();
   }
 
  private:
@@ -184,6 +201,27 @@ class Uploader {
     size_t capacity = 0;
     cudaEvent_t copied = nullptr;
   };
+
+  Slot& slot() { return slots_[next_]; }
+  void advance() { next_ = (next_ + 1) % kSlots; }
+
+  // Copies src into the current slot's pinned buffer and returns it.
+  void* stage(const void* src, size_t bytes) {
+    Slot& s = slot();
+    if (!s.copied) DT_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    // Why: the slot's pinned buffer may still be the source of its previous copy.
+    DT_CUDA_CHECK(cudaEventSynchronize(s.copied));
+    if (s.capacity < bytes) {
+      if (s.pinned) DT_CUDA_CHECK(cudaFreeHost(s.pinned));
+      s.pinned = nullptr;
+      s.capacity = 0;
+      DT_CUDA_CHECK(cudaHostAlloc(&s.pinned, bytes, cudaHostAllocDefault));
+      s.capacity = bytes;
+    }
+    std::memcpy(s.pinned, src, bytes);
+    return s.pinned;
+  }
+
   std::mutex mutex_;
   Slot slots_[kSlots];
   int next_ = 0;
@@ -198,6 +236,7 @@ class CudaMemory : public DeviceMemory {
  public:
   void* allocate(const Device& device, size_t bytes, bool zero) override {
     check_device(device);
+    bind_thread();
     void* p = allocator().allocate(bytes);
     if (zero) DT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_context.compute));
     return p;
@@ -207,6 +246,7 @@ class CudaMemory : public DeviceMemory {
 
   void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device,
             size_t bytes) override {
+    bind_thread();
     if (dst_device.is_cpu()) {
       // To the host: ordered after every op issued so far; returns when the bytes
       // are there (cudaMemcpyAsync to pageable memory completes before returning,
@@ -216,19 +256,22 @@ class CudaMemory : public DeviceMemory {
       return;
     }
     check_device(dst_device);
-    const cudaMemcpyKind kind = src_device.is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
-    // Into an existing tensor: on the compute stream, after the ops that may
-    // still read dst. Pageable host sources are staged by the driver before this returns.
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_context.compute));
+    if (src_device.is_cpu()) {
+      uploader().upload_ordered(dst, src, bytes);
+      return;
+    }
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_context.compute));
   }
 
   void upload_new(const Device& device, void* dst, const void* src, size_t bytes) override {
     check_device(device);
-    uploader().upload(dst, src, bytes);
+    bind_thread();
+    uploader().upload_new(dst, src, bytes);
   }
 
   void fill(const Device& device, float* p, int64_t count, float value) override {
     check_device(device);
+    bind_thread();
     if (value == 0.0f) {
       DT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(count) * sizeof(float), g_context.compute));
       return;
@@ -258,6 +301,7 @@ std::string why_no_gpu(cudaError_t status) {
 
 Context& context() {
   if (g_context.device < 0) throw InternalError("a CUDA op ran before a GPU was selected");
+  bind_thread();
   return g_context;
 }
 

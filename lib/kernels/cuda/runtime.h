@@ -8,9 +8,10 @@
 // them with an event: a batch for the next step is copied while this step computes.
 //
 // Memory: freed blocks go back to the caching allocator with an event recorded
-// on the compute stream, and are handed out again only once that event has
-// completed, so a reused block is idle on the GPU whichever stream writes it next.
-// After warm-up (the first step's shapes), training allocates nothing from CUDA.
+// on the compute stream. They are handed out again at once (the compute
+// stream's order protects them); an upload on the copy stream into such a block
+// first waits for that event. After warm-up (the first step's shapes), training
+// allocates nothing from CUDA and the host never waits for the GPU mid-step.
 #pragma once
 
 #include <cublasLt.h>
