@@ -142,7 +142,6 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
 }
 
 std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
-  if (device_.is_cpu()) return {b.images, nn::labels_tensor(b.labels, device_)};
   for (Staged& s : staged_)
     if (s.source == b.images.data() && s.images.numel() == b.images.numel()) {
       std::pair<Tensor, Tensor> out{s.images.reshaped(b.images.shape()), s.labels};
@@ -155,7 +154,8 @@ std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) 
 void DataParallelStrategy::stage(const std::vector<data::Batch>& batches) {
   staged_.clear();
   for (const data::Batch& b : batches) {
-    // Tensor::to starts the copy on the copy stream and returns at once.
+    // Tensor::to starts the copy on the copy stream and returns at once (on the
+    // CPU it returns the same tensor).
     staged_.push_back({b.images.data(), b.images.to(device_), nn::labels_tensor(b.labels, device_)});
   }
 }
@@ -173,7 +173,8 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   }
   // The next step's batches travel to the device while this step computes; then
   // reading the loss waits for this step to finish.
-  if (upcoming && !device_.is_cpu()) stage(*upcoming);
+  // (Only with one local replica: mirrored replicas look up batches from several threads.)
+  if (upcoming && replicas_.size() == 1) stage(*upcoming);
   nn::LossStats local;
   double wait = 0.0;
   for (Replica& r : replicas_) {
