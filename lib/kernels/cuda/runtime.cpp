@@ -56,7 +56,7 @@ void bind_thread() {
 // size. Freeing records an event on the compute stream; the block may be handed
 // out again at once, because every op runs on the compute stream in issue order
 // (a new user's ops come after the old user's). The one other writer, an upload
-// on the copy stream, first waits for that event (take_guard).
+// on the copy stream, first waits for that event (guard()).
 class CachingAllocator {
  public:
   static size_t round(size_t bytes) {
