@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU training throughput of dtrain against PyTorch eager, on one GPU.
+# GPU training throughput of dtrain against PyTorch eager, on one GPU, and a
+# per-layer profile of dtrain's steps.
 #
 # For each (model, batch) below, runs `dtrain bench train` and
 # bench/torch_gpu_reference.py (the same model in PyTorch eager; see its
@@ -76,6 +77,15 @@ for c in "${cases[@]}"; do
   dm=$(printf "%s\n" "${d_rates[@]}" | median)
   tm=$(printf "%s\n" "${t_rates[@]}" | median)
   printf "%-8s %6s %14.0f %14.0f %7.2fx\n" "$model" "$batch" "$dm" "$tm" "$(echo "$dm $tm" | awk '{print $1/$2}')"
+done
+echo
+echo "Where dtrain's step time goes (dtrain bench train --profile: per layer, the GPU waited for around each):"
+for c in "mlp configs/fashion_mnist_mlp.json 1024" "cnn configs/fashion_mnist_cnn.json 256" \
+         "mlp4096 configs/bench_mlp_4096.json 1024" "cnn32 configs/bench_cnn_32.json 256"; do
+  read -r model config batch <<<"$c"
+  echo "== $model, batch $batch"
+  "$dtrain" bench train --config "$config" --set "train.batch_size_per_replica=$batch" --set device=gpu \
+    --steps 5 --warmup 10 --profile 20 2>/dev/null | sed -n '/^Profile/,$p'
 done
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown);" \
      "PyTorch $("$python" -c 'import torch; print(torch.__version__)');" \

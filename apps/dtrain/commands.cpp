@@ -2,6 +2,7 @@
 // applied) and hand it to the trainer.
 #include "commands.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -133,6 +134,25 @@ int validate_command(const ValidateOptions& options) {
   return 0;
 }
 
+namespace {
+
+// The per-layer table of `bench train --profile`: milliseconds per step and share.
+void print_profile(const trainer::BenchResult& r) {
+  double layers_ms = 0.0;
+  for (const auto& l : r.profile) layers_ms += l.forward_ms + l.backward_ms;
+  const double step = std::max(r.profile_step_ms, 1e-9);
+  std::printf("\nProfile (ms per step, the device waited for around each layer):\n");
+  std::printf("%-28s %-24s %10s %10s %7s\n", "layer", "type", "forward", "backward", "share");
+  for (const auto& l : r.profile)
+    std::printf("%-28s %-24s %10.3f %10.3f %6.1f%%\n", l.name.c_str(), l.type.c_str(), l.forward_ms, l.backward_ms,
+                100.0 * (l.forward_ms + l.backward_ms) / step);
+  std::printf("%-28s %-24s %21.3f %6.1f%%\n", "(loss, update, data, other)", "",
+              std::max(0.0, step - layers_ms), 100.0 * std::max(0.0, step - layers_ms) / step);
+  std::printf("%-28s %-24s %21.3f\n", "step", "", step);
+}
+
+}  // namespace
+
 int bench_train_command(const BenchTrainOptions& options) {
   std::vector<std::string> extra;
   if (options.batch > 0) extra.push_back(str("train.batch_size_per_replica=", options.batch));
@@ -140,17 +160,25 @@ int bench_train_command(const BenchTrainOptions& options) {
   trainer::BenchOptions bench;
   bench.steps = options.steps;
   bench.warmup_steps = options.warmup;
+  bench.profile_steps = options.profile;
   const trainer::BenchResult r = trainer::bench_train(job, bench);
   if (options.json) {
-    const nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
-                              {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},
-                              {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec}};
+    nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
+                        {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},
+                        {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec}};
+    if (!r.profile.empty()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const auto& l : r.profile)
+        layers.push_back({{"layer", l.name}, {"type", l.type}, {"forward_ms", l.forward_ms}, {"backward_ms", l.backward_ms}});
+      j["profile"] = {{"step_ms", r.profile_step_ms}, {"layers", layers}};
+    }
     std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("%s: %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
-                options.job.config.c_str(), r.device.c_str(), static_cast<long long>(r.batch_size), r.threads,
-                static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
+    return 0;
   }
+  std::printf("%s: %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
+              options.job.config.c_str(), r.device.c_str(), static_cast<long long>(r.batch_size), r.threads,
+              static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
+  if (!r.profile.empty()) print_profile(r);
   return 0;
 }
 

@@ -35,6 +35,7 @@ struct BenchTrainOptions {
   long long steps = 100;
   long long warmup = 10;
   long long batch = 0;  // 0 = the config's batch_size_per_replica
+  long long profile = 0;  // > 0: this many extra steps with per-layer timing
   bool json = false;
 };
 

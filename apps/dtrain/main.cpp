@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   bench_train->add_option("--steps", bench.steps, "Timed steps")->check(CLI::PositiveNumber);
   bench_train->add_option("--warmup", bench.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
   bench_train->add_option("--batch", bench.batch, "Batch size (default: the config's)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--profile", bench.profile,
+                          "After the timed steps, N more with per-layer forward/backward times")
+      ->check(CLI::PositiveNumber);
   bench_train->add_flag("--json", bench.json, "Print one JSON object");
   dtrain::app::BenchAllReduceOptions allreduce;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(

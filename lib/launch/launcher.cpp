@@ -360,6 +360,9 @@ LaunchReport Launcher::run() {
     if (threads > 0) spec.argv.insert(spec.argv.end(), {"--threads", std::to_string(threads)});
     spec.env = env;
     spec.env.push_back("TF_CONFIG=" + tf_config_json(plan.spec, p.task));
+    // torchrun's name for "the how-manieth task on this machine": a task whose
+    // device is "auto" or "gpu" takes GPU LOCAL_RANK % (GPUs here).
+    spec.env.push_back(str("LOCAL_RANK=", tasks_.size()));
     if (!t->report.injection.empty()) spec.env.push_back("DTRAIN_INJECT=" + t->report.injection);
     if (p.task == plan.spec.chief()) {
       spec.inherit_fd = p.port.socket.get();

@@ -34,8 +34,24 @@ bool keeps_to_cpu(const config::JobConfig& job) {
 
 Device select_job_device(const config::JobConfig& job) {
   if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) kernels::set_allow_tf32(std::string(tf32) != "0");
-  if (keeps_to_cpu(job)) return Device::cpu();
-  return kernels::select_device(job.device);
+  if (keeps_to_cpu(job)) {
+    if (!kernels::list_gpus().gpus.empty())
+      log::info("device auto: mirrored with ", job.strategy.replicas,
+                " replicas trains on the CPU (several GPUs in one process need NCCL, not built yet)");
+    return Device::cpu();
+  }
+  return kernels::select_device(local_gpu(job.device, std::getenv("LOCAL_RANK")));
+}
+
+std::string local_gpu(const std::string& device, const char* local_rank) {
+  if (device != "auto" && device != "gpu" && device != "cuda") return device;
+  if (!local_rank || !*local_rank) return device;
+  char* end = nullptr;
+  const long rank = std::strtol(local_rank, &end, 10);
+  if (*end != '\0' || rank < 0) return device;
+  const size_t gpus = kernels::list_gpus().gpus.size();
+  if (gpus == 0) return device;  // "auto" trains on the CPU, "gpu" fails with the reason
+  return str("cuda:", static_cast<size_t>(rank) % gpus);
 }
 
 std::string describe_device(const Device& device) {

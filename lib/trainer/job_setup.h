@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "config/job_config.h"
 #include "data/dataset.h"
@@ -19,6 +20,11 @@ int setup_threads(const config::JobConfig& job);
 // keeps a mirrored job with several replicas on the CPU (several GPUs in one
 // process need NCCL). DTRAIN_ALLOW_TF32=0 turns TF32 convolutions off.
 Device select_job_device(const config::JobConfig& job);
+// A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
+// GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):
+// "cuda:<LOCAL_RANK % GPUs>", so local tasks spread over the GPUs. Otherwise
+// `device` unchanged.
+std::string local_gpu(const std::string& device, const char* local_rank);
 // "cpu:0", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90)".
 std::string describe_device(const Device& device);
 // What select_job_device would pick, without making it ready (for validate);

@@ -54,6 +54,13 @@ void validate_job(const config::JobConfig& job);
 struct BenchOptions {
   int64_t steps = 100;        // timed steps
   int64_t warmup_steps = 10;  // untimed steps first (primitive creation, caches)
+  int64_t profile_steps = 0;  // > 0: after the timed steps, this many more with per-layer timing
+};
+
+// Where a step's time goes, per layer (from profiled steps, averaged per step).
+struct LayerProfile {
+  std::string name, type;
+  double forward_ms = 0.0, backward_ms = 0.0;
 };
 
 struct BenchResult {
@@ -64,6 +71,9 @@ struct BenchResult {
   int threads = 1;
   double comm_wait_share = 0.0;
   std::string device = "cpu:0";
+  std::vector<LayerProfile> profile;  // with profile_steps > 0
+  double profile_step_ms = 0.0;       // mean step time of the profiled steps (loss, update, data and the
+                                      // waits around each layer included)
 };
 
 // Times training steps (data pipeline included) on the job's training data.

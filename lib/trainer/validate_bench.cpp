@@ -80,6 +80,21 @@ BenchResult bench_train(const config::JobConfig& job, const BenchOptions& option
   }
   kernels::synchronize(device);
   result.seconds = timer.seconds();
+  if (options.profile_steps > 0) {
+    // Separate steps, so the waits around each layer do not slow the timed ones.
+    nn::Sequential& model = strategy->model();
+    model.set_profiling(true);
+    Stopwatch profiled;
+    for (int64_t i = 0; i < options.profile_steps; ++i) one_step();
+    kernels::synchronize(device);
+    result.profile_step_ms = profiled.seconds() * 1000.0 / options.profile_steps;
+    const auto& times = model.layer_times();
+    for (size_t i = 0; i < times.size(); ++i)
+      result.profile.push_back({model.layers()[i]->name(), model.layers()[i]->type(),
+                                times[i].forward_seconds * 1000.0 / options.profile_steps,
+                                times[i].backward_seconds * 1000.0 / options.profile_steps});
+    model.set_profiling(false);
+  }
   const strategy::StepTimings after = strategy->timings();
   const double step_seconds = after.step_seconds - before.step_seconds;
   result.comm_wait_share = step_seconds > 0 ? (after.comm_wait_seconds - before.comm_wait_seconds) / step_seconds : 0.0;

@@ -56,3 +56,32 @@ TEST_CASE("dtrain validate accepts the shipped configs and says what it checked"
 }
 
 }  // namespace dtrain::integration
+
+namespace dtrain::integration {
+
+TEST_CASE("bench train --profile times every layer, within the step time", "[integration]") {
+  TempDir dir;
+  nlohmann::json job = small_cnn_job(256, 64);
+  const RunOutput r = run_dtrain({"bench", "train", "--config", dir.write_job(job), "--steps", "3", "--warmup", "1",
+                                  "--profile", "3", "--threads", "1", "--json"});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& profile = j.at("profile");
+  const double step_ms = profile.at("step_ms").get<double>();
+  CHECK(step_ms > 0.0);
+  std::vector<std::string> types;
+  double layers_ms = 0.0;
+  for (const auto& l : profile.at("layers")) {
+    types.push_back(l.at("type").get<std::string>());
+    CHECK(l.at("forward_ms").get<double>() >= 0.0);
+    CHECK(l.at("backward_ms").get<double>() >= 0.0);
+    layers_ms += l.at("forward_ms").get<double>() + l.at("backward_ms").get<double>();
+  }
+  // One entry per layer of the model, in order, and the layers fit inside the step.
+  CHECK(types == std::vector<std::string>{"Conv2D", "MaxPooling2D", "Flatten", "Dense", "Dropout", "Dense"});
+  CHECK(profile.at("layers")[0].at("forward_ms").get<double>() > 0.0);
+  CHECK(layers_ms <= step_ms);
+}
+
+}  // namespace dtrain::integration
