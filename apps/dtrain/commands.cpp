@@ -212,7 +212,7 @@ int devices_command(bool json) {
 }
 
 int version_command() {
-  std::printf("dtrain %s\n", DTRAIN_VERSION);
+  std::printf("dtrain %s\nbackends: %s\n", DTRAIN_VERSION, kernels::backends_description().c_str());
   return 0;
 }
 

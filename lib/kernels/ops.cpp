@@ -174,6 +174,16 @@ Device select_device(const std::string& spec) {
   return Device::cuda(0);
 }
 
+std::string backends_description() {
+  std::string out = "cpu (" + cpu::library_version() + ")";
+#if DTRAIN_HAVE_CUDA
+  out += ", cuda (" + cuda::library_versions() + ")";
+#else
+  out += ", cuda: not built";
+#endif
+  return out;
+}
+
 void synchronize(const Device& device) {
   if (device.is_cpu()) return;
 #if DTRAIN_HAVE_CUDA

@@ -141,6 +141,9 @@ GpuReport list_gpus(bool free_memory = false);
 // CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
 // tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.
 Device select_device(const std::string& spec);
+// The backends of this build and their libraries' versions, e.g.
+// "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
+std::string backends_description();
 // Waits until every op issued on `device` has finished (no-op on the CPU).
 void synchronize(const Device& device);
 // TF32 tensor-core math for float32 convolutions on GPUs that have it (PyTorch's

@@ -21,18 +21,24 @@ void Loss::compute(const Tensor& output, const Tensor& labels, Tensor* grad, flo
   const int64_t n = output.dim(0);
   DT_CHECK_EQ(labels.numel(), n);
   if (grad) DT_CHECK(grad->shape() == output.shape(), "loss grad shape");
-  for (Tensor* t : {&rows.loss, &rows.hit})
-    if (!t->defined() || t->numel() != n || t->device() != output.device()) *t = Tensor({n}, output.device());
+  if (!rows.both.defined() || rows.both.numel() != 2 * n || rows.both.device() != output.device()) {
+    rows.both = Tensor({2 * n}, output.device());
+    rows.loss = rows.both.flat_slice(0, n);
+    rows.hit = rows.both.flat_slice(n, n);
+  }
   kernels::class_loss(kind_, output, labels, grad_scale, rows.loss, rows.hit, grad);
 }
 
 void Loss::add_stats(const LossRows& rows, LossStats& stats) {
-  const Tensor loss = rows.loss.to_host(), hit = rows.hit.to_host();
-  for (int64_t i = 0; i < loss.numel(); ++i) {
-    stats.loss_sum += loss.data()[i];
-    stats.correct += hit.data()[i] > 0.5f;
+  const Tensor both = rows.both.to_host();  // one copy (and on a GPU one wait) for both halves
+  const int64_t n = both.numel() / 2;
+  const float* loss = both.data();
+  const float* hit = both.data() + n;
+  for (int64_t i = 0; i < n; ++i) {
+    stats.loss_sum += loss[i];
+    stats.correct += hit[i] > 0.5f;
   }
-  stats.count += loss.numel();
+  stats.count += n;
 }
 
 void Loss::compute(const Tensor& output, const std::vector<int32_t>& labels, LossStats& stats, Tensor* grad,

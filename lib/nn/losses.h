@@ -25,7 +25,8 @@ struct LossStats {
 // Per-row results of a loss, on the output's device, read later by add_stats()
 // (so a GPU step need not wait for them before its backward pass is issued).
 struct LossRows {
-  Tensor loss, hit;  // (N) each
+  Tensor both;       // (2N): one allocation, so reading them back is one copy
+  Tensor loss, hit;  // (N) each: the two halves of `both`
 };
 
 // Labels (N values in [0, C)) as the float tensor kernels::class_loss takes, on `device`.

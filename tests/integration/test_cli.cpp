@@ -22,6 +22,10 @@ TEST_CASE("dtrain version and dtrain --version print the version", "[integration
     CHECK_THAT(r.out, Catch::Matchers::StartsWith(expected));
     CHECK(r.err.empty());
   }
+  // `version` also names the backends this build has and their libraries.
+  const RunOutput r = run_dtrain({"version"});
+  CHECK_THAT(r.out, Catch::Matchers::Contains("backends: cpu (oneDNN "));
+  CHECK_THAT(r.out, Catch::Matchers::Contains("cuda (CUDA runtime ") || Catch::Matchers::Contains("cuda: not built"));
 }
 
 TEST_CASE("dtrain --help exits 0 and lists the subcommands", "[integration]") {

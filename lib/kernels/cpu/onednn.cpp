@@ -1,6 +1,8 @@
 // Implementation of onednn.h, and thread-count control for the CPU backend.
 #include "kernels/cpu/onednn.h"
 
+#include "core/strings.h"
+
 #include <omp.h>
 #include <xmmintrin.h>
 #include <pmmintrin.h>
@@ -65,5 +67,10 @@ void set_num_threads(int threads) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+std::string library_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return str("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+}
 
 }  // namespace dtrain::kernels::cpu

@@ -4,6 +4,8 @@
 // in CUDA builds only.
 #pragma once
 
+#include <string>
+
 #include "kernels/ops.h"
 
 namespace dtrain::kernels::cuda {
@@ -13,6 +15,7 @@ GpuReport list_gpus(bool free_memory);
 void activate(int index);
 void synchronize();
 void set_allow_tf32(bool allow);
+std::string library_versions();  // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0"
 
 #include "kernels/backend_ops.inc"
 

@@ -374,4 +374,11 @@ void synchronize() {
 
 void set_allow_tf32(bool allow) { g_context.allow_tf32 = allow; }
 
+std::string library_versions() {
+  // The runtime and cuDNN as compiled against, cuBLASLt as loaded; none needs a driver or GPU.
+  const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  return str("CUDA runtime ", CUDART_VERSION / 1000, ".", (CUDART_VERSION % 1000) / 10, ", cuBLASLt ", lt / 10000, ".",
+             (lt / 100) % 100, ".", lt % 100, ", cuDNN ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL);
+}
+
 }  // namespace dtrain::kernels::cuda
