@@ -17,7 +17,8 @@ if [ -d .gpu/bin ]; then
   status=0
   for t in test_gpu_ops test_gpu_training; do
     echo "== $t"
-    "$dtrain_gpu_test_dir/$t" --durations yes 2>&1 | tee "/tmp/$t.log"
+    # The same limits as ctest's TIMEOUT for these tests: a hung GPU call fails, never blocks.
+    timeout 900 "$dtrain_gpu_test_dir/$t" --durations yes 2>&1 | tee "/tmp/$t.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if grep -q DTRAIN-SKIPPED "/tmp/$t.log"; then
       echo "test-gpu.sh: $t was skipped: no usable GPU" >&2
