@@ -11,9 +11,11 @@ What it measures
       cnn      configs/fashion_mnist_cnn.json: Conv2d 1->32 3x3 relu, MaxPool 2,
                Flatten, Linear 5408->64 relu, Dropout 0.25, Linear 64->10
       mlp4096  configs/bench_mlp_4096.json: Linear 4096->4096 relu x3, Linear 4096->10
-      cnn32    configs/bench_cnn_32.json: six Conv 3x3 (64, 64, 128/2, 128, 256/2,
-               256, no bias) each with BatchNorm and ReLU, global average pooling,
-               Linear 256->10                                 (32x32x3 inputs)
+      resnet32 configs/bench_resnet_32.json: a ResNet-18-style network for
+               32x32x3 inputs: Conv 3x3 64 + BatchNorm + ReLU, then six basic
+               blocks (64, 64, 128/2, 128, 256/2, 256; each Conv-BN-ReLU-Conv-BN
+               plus the input, or a strided 1x1 Conv + BN where the shape
+               changes, then ReLU), global average pooling, Linear 256->10
 
     Loss: CrossEntropyLoss on logits. Optimizer: torch.optim.Adam (its default
     implementation on CUDA, foreach), lr as in the configs.
@@ -37,7 +39,7 @@ How it matches dtrain's bench, and where it favours PyTorch
 Output: one JSON line with dtrain's keys (config, batch_size, steps, seconds,
 samples_per_sec, device) plus "framework": "pytorch" and "torch_version".
 
-Usage: python3 bench/torch_gpu_reference.py --model cnn32 --batch 256 --steps 100
+Usage: python3 bench/torch_gpu_reference.py --model resnet32 --batch 256 --steps 100
 """
 import argparse
 import json
@@ -47,7 +49,34 @@ import torch
 from torch import nn
 
 CONFIGS = {"mlp": "configs/fashion_mnist_mlp.json", "cnn": "configs/fashion_mnist_cnn.json",
-           "mlp4096": "configs/bench_mlp_4096.json", "cnn32": "configs/bench_cnn_32.json"}
+           "mlp4096": "configs/bench_mlp_4096.json", "resnet32": "configs/bench_resnet_32.json"}
+
+
+def conv3x3(cin, cout, stride):
+    """Keras' 3x3 "same" conv: on an even input, stride 2 pads 0 before and 1 after."""
+    if stride == 1:
+        return nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+    return nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(cin, cout, 3, stride=stride, bias=False))
+
+
+def batch_norm(c):
+    """Keras' BatchNormalization defaults: epsilon 1e-3, momentum 0.99 (PyTorch's 0.01)."""
+    return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
+
+
+class BasicBlock(nn.Module):
+    """relu(conv-bn-relu-conv-bn(x) + shortcut(x)), as dtrain's Residual layer."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.main = nn.Sequential(conv3x3(cin, cout, stride), batch_norm(cout), nn.ReLU(),
+                                  conv3x3(cout, cout, 1), batch_norm(cout))
+        self.shortcut = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), batch_norm(cout))
+
+    def forward(self, x):
+        return torch.relu(self.main(x) + self.shortcut(x))
 
 
 def build(model):
@@ -67,13 +96,10 @@ def build(model):
             layers += [nn.Linear(width, 4096), nn.ReLU()]
         net = nn.Sequential(*layers, nn.Linear(4096, 10))
         return net, (4096,), 1e-4
-    if model == "cnn32":
-        layers, cin = [], 3
+    if model == "resnet32":
+        layers, cin = [conv3x3(3, 64, 1), batch_norm(64), nn.ReLU()], 64
         for cout, stride in [(64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1)]:
-            # Keras "same" with stride 2 on an even input pads 0 before and 1 after.
-            pad = nn.ZeroPad2d((0, 1, 0, 1)) if stride == 2 else nn.Identity()
-            layers += [pad, nn.Conv2d(cin, cout, 3, stride=stride, padding=1 if stride == 1 else 0, bias=False),
-                       nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01), nn.ReLU()]
+            layers.append(BasicBlock(cin, cout, stride))
             cin = cout
         net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
         return net, (3, 32, 32), 1e-3

@@ -11,7 +11,7 @@
 #   mlp     configs/fashion_mnist_mlp.json   batch 128, 256, 1024
 #   cnn     configs/fashion_mnist_cnn.json   batch 128, 256, 1024
 #   mlp4096 configs/bench_mlp_4096.json      batch 256, 1024
-#   cnn32   configs/bench_cnn_32.json        batch 128, 256
+#   resnet32 configs/bench_resnet_32.json    batch 128, 256
 #
 # Usage: scripts/bench-gpu.sh [--dtrain PATH] [--repeats R] [--out FILE] [--quick]
 #   --dtrain PATH  the dtrain binary (default build/dtrain, or $DTRAIN_TEST_BINARY)
@@ -53,14 +53,14 @@ cases=(
   "cnn configs/fashion_mnist_cnn.json 1024 100"
   "mlp4096 configs/bench_mlp_4096.json 256 100"
   "mlp4096 configs/bench_mlp_4096.json 1024 50"
-  "cnn32 configs/bench_cnn_32.json 128 100"
-  "cnn32 configs/bench_cnn_32.json 256 60"
+  "resnet32 configs/bench_resnet_32.json 128 100"
+  "resnet32 configs/bench_resnet_32.json 256 60"
 )
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 rate() { sed -n 's/.*"samples_per_sec":[ ]*\([0-9.e+]*\).*/\1/p' | tail -1; }
 
-printf "%-8s %6s %14s %14s %8s\n" model batch "dtrain (s/s)" "pytorch (s/s)" ratio
+printf "%-9s %6s %14s %14s %8s\n" model batch "dtrain (s/s)" "pytorch (s/s)" ratio
 for c in "${cases[@]}"; do
   read -r model config batch steps <<<"$c"
   steps=$(( steps / scale > 5 ? steps / scale : 5 ))
@@ -76,12 +76,12 @@ for c in "${cases[@]}"; do
   done
   dm=$(printf "%s\n" "${d_rates[@]}" | median)
   tm=$(printf "%s\n" "${t_rates[@]}" | median)
-  printf "%-8s %6s %14.0f %14.0f %7.2fx\n" "$model" "$batch" "$dm" "$tm" "$(echo "$dm $tm" | awk '{print $1/$2}')"
+  printf "%-9s %6s %14.0f %14.0f %7.2fx\n" "$model" "$batch" "$dm" "$tm" "$(echo "$dm $tm" | awk '{print $1/$2}')"
 done
 echo
 echo "Where dtrain's step time goes (dtrain bench train --profile: per layer, the GPU waited for around each):"
 for c in "mlp configs/fashion_mnist_mlp.json 1024" "cnn configs/fashion_mnist_cnn.json 256" \
-         "mlp4096 configs/bench_mlp_4096.json 1024" "cnn32 configs/bench_cnn_32.json 256"; do
+         "mlp4096 configs/bench_mlp_4096.json 1024" "resnet32 configs/bench_resnet_32.json 256"; do
   read -r model config batch <<<"$c"
   echo "== $model, batch $batch"
   "$dtrain" bench train --config "$config" --set "train.batch_size_per_replica=$batch" --set device=gpu \

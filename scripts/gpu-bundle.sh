@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh -DDTRAIN_CUDA=ON
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
-cp build/dtrain build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_training .gpu/bin/
+cp build/dtrain build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_layers \
+  build/tests/gpu/test_gpu_training .gpu/bin/
 strip .gpu/bin/*
 ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |

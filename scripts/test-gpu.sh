@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the gpu-labelled tests on a machine with a GPU: every op on the GPU
-# against the CPU (tests/gpu/test_gpu_ops.cpp) and training on the GPU
-# (tests/gpu/test_gpu_training.cpp). Here a skipped test is a failure: the
+# against the CPU (tests/gpu/test_gpu_ops.cpp), a ResNet-style model's outputs
+# and gradients against the CPU (test_gpu_layers.cpp) and training on the GPU
+# (test_gpu_training.cpp). Here a skipped test is a failure: the
 # point of this script is that they ran.
 #
 # From a build tree (the machine has dtrain's build dependencies): builds with
@@ -15,7 +16,7 @@ if [ -d .gpu/bin ]; then
   source scripts/gpu-env.sh
   "$DTRAIN_TEST_BINARY" devices || exit 1
   status=0
-  for t in test_gpu_ops test_gpu_training; do
+  for t in test_gpu_ops test_gpu_layers test_gpu_training; do
     echo "== $t"
     # The same limits as ctest's TIMEOUT for these tests: a hung GPU call fails, never blocks.
     timeout 900 "$dtrain_gpu_test_dir/$t" --durations yes 2>&1 | tee "/tmp/$t.log"

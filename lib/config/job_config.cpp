@@ -34,7 +34,7 @@ using KeyTable = std::vector<std::pair<std::string, Names>>;
 
 const Names kLayerTypes = {
     "Dense",   "Conv2D",  "MaxPooling2D",       "AveragePooling2D", "GlobalAveragePooling2D",
-    "Flatten", "Dropout", "BatchNormalization", "Activation"};
+    "Flatten", "Dropout", "BatchNormalization", "Activation", "Residual"};
 const Names kActivations = {"relu", "sigmoid", "tanh", "softmax", "linear"};
 const Names kPaddings = {"valid", "same"};
 const Names kLosses = {"sparse_categorical_crossentropy", "categorical_crossentropy", "mse"};
@@ -57,6 +57,7 @@ const KeyTable kLayerKeys = {
     {"Dropout", {"rate"}},
     {"BatchNormalization", {"momentum", "epsilon", "center", "scale", "axis"}},
     {"Activation", {"activation"}},
+    {"Residual", {"layers", "shortcut", "activation"}},
 };
 const KeyTable kOptimizerKeys = {
     {"sgd", {"momentum", "nesterov"}},
@@ -145,6 +146,37 @@ void read_batch_norm(ObjectReader& r, LayerSpec& layer) {
   }
 }
 
+LayerSpec read_layer(const Context& ctx, const Json& value, const std::string& path);
+
+// Reads an array of layer objects at `path`. An empty array fails with
+// `if_empty`, or is allowed when that is null (a Residual's identity shortcut).
+std::vector<LayerSpec> read_layer_list(const Context& ctx, const Json& value, const std::string& path,
+                                       const char* if_empty) {
+  if (!value.is_array())
+    ctx.fail(path, str("expected an array of layer objects, got ", describe(value)));
+  if (value.empty() && if_empty) ctx.fail(path, if_empty);
+  std::vector<LayerSpec> layers;
+  for (size_t i = 0; i < value.size(); ++i) layers.push_back(read_layer(ctx, value[i], index_path(path, i)));
+  return layers;
+}
+
+// Fails when an explicit layer name is used twice, anywhere in the model
+// (Residual blocks included); `names` maps each name to its layer's path.
+void check_unique_names(const Context& ctx, const std::vector<LayerSpec>& layers,
+                        std::map<std::string, std::string>& names) {
+  for (const LayerSpec& layer : layers) {
+    if (!layer.name.empty()) {
+      const auto [it, added] = names.emplace(layer.name, layer.path);
+      if (!added)
+        ctx.fail(child_path(layer.path, "name"),
+                 str("the name '", layer.name, "' is already used by ", it->second,
+                     "; layer names must be unique"));
+    }
+    check_unique_names(ctx, layer.layers, names);
+    check_unique_names(ctx, layer.shortcut, names);
+  }
+}
+
 LayerSpec read_layer(const Context& ctx, const Json& value, const std::string& path) {
   if (!value.is_object())
     ctx.fail(path, str("expected a layer object such as {\"type\": \"Dense\", \"units\": 10}, got ",
@@ -180,6 +212,13 @@ LayerSpec read_layer(const Context& ctx, const Json& value, const std::string& p
     layer.activation = read_activation(
         ctx, r.require("activation", str(" (one of ", join(kActivations, ", "), ")")),
         r.path_of("activation"));
+  } else if (type == "Residual") {
+    layer.layers = read_layer_list(ctx, r.require("layers", " (the block's layers, an array of layer objects)"),
+                                   r.path_of("layers"),
+                                   "a Residual block needs at least one layer, got an empty array");
+    if (const Json* shortcut = r.find("shortcut"))
+      layer.shortcut = read_layer_list(ctx, *shortcut, r.path_of("shortcut"), /*if_empty=*/nullptr);
+    get_activation(r, layer);
   }  // GlobalAveragePooling2D and Flatten take no other keys.
   r.finish();
   return layer;
@@ -190,23 +229,10 @@ ModelSpec read_model(const Context& ctx, const Json& value) {
   ObjectReader r(ctx, value, model.path, "the model section");
   r.expect_keys({"input_shape", "layers"});
   model.input_shape = read_shape(ctx, r.require("input_shape"), r.path_of("input_shape"));
-  const Json& layers = r.require("layers", " (an array of layer objects)");
-  const std::string layers_path = r.path_of("layers");
-  if (!layers.is_array())
-    ctx.fail(layers_path, str("expected an array of layer objects, got ", describe(layers)));
-  if (layers.empty())
-    ctx.fail(layers_path, "the model needs at least one layer, got an empty array");
+  model.layers = read_layer_list(ctx, r.require("layers", " (an array of layer objects)"), r.path_of("layers"),
+                                 "the model needs at least one layer, got an empty array");
   std::map<std::string, std::string> names;  // explicit name -> path of its layer
-  for (size_t i = 0; i < layers.size(); ++i) {
-    model.layers.push_back(read_layer(ctx, layers[i], index_path(layers_path, i)));
-    const LayerSpec& layer = model.layers.back();
-    if (layer.name.empty()) continue;
-    const auto [it, added] = names.emplace(layer.name, layer.path);
-    if (!added)
-      ctx.fail(child_path(layer.path, "name"),
-               str("the name '", layer.name, "' is already used by ", it->second,
-                   "; layer names must be unique"));
-  }
+  check_unique_names(ctx, model.layers, names);
   r.finish();
   return model;
 }

@@ -22,7 +22,7 @@ struct LayerSpec {
   std::string path;      // "model.layers[3]"
   std::string type;      // Dense, Conv2D, MaxPooling2D, AveragePooling2D,
                          // GlobalAveragePooling2D, Flatten, Dropout,
-                         // BatchNormalization, Activation
+                         // BatchNormalization, Activation, Residual
   std::string name;      // Keras-style name; "" = auto (dense, dense_1, ...)
   std::string activation = "linear";  // relu, sigmoid, tanh, softmax, linear
   bool use_bias = true;
@@ -37,6 +37,8 @@ struct LayerSpec {
   double epsilon = 1e-3;              // BatchNormalization
   bool center = true;                 // BatchNormalization
   bool scale = true;                  // BatchNormalization
+  // Residual: y = activation(layers(x) + shortcut(x)); an empty shortcut is the identity.
+  std::vector<LayerSpec> layers, shortcut;
 };
 
 struct ModelSpec {

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/strings.h"
 #include "nn/layers.h"
 
@@ -54,6 +55,35 @@ void plan_window(const config::LayerSpec& spec, const std::string& name, const S
   }
 }
 
+std::unique_ptr<Layer> make_residual(const config::LayerSpec& spec, const Shape& input,
+                                     const std::string& name, uint64_t layer_index,
+                                     std::map<std::string, int>& name_counts) {
+  // branch_id keeps the children's dropout streams apart from every other layer's.
+  auto build = [&](const std::vector<config::LayerSpec>& specs, uint64_t branch_id) {
+    Residual::Branch branch;
+    Shape shape = input;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const config::LayerSpec& child = specs[i];
+      const std::string child_name = child.name.empty() ? auto_layer_name(child.type, name_counts) : child.name;
+      branch.push_back(make_layer(child, shape, child_name, hash_u64(layer_index, branch_id, i), name_counts));
+      shape = branch.back()->output_shape();
+    }
+    return branch;
+  };
+  Residual::Branch layers = build(spec.layers, 0x6d61696eull /* "main" */);
+  Residual::Branch shortcut = build(spec.shortcut, 0x73686f72ull /* "shor" */);
+  const Shape& main_out = layers.back()->output_shape();
+  const Shape& shortcut_out = shortcut.empty() ? input : shortcut.back()->output_shape();
+  if (main_out != shortcut_out)
+    throw ConfigError(str(where(spec, name), ": its layers end in ", shape_str(main_out), " but its shortcut ",
+                          shortcut.empty() ? "(the identity) passes on " : "ends in ", shape_str(shortcut_out),
+                          "; the two are added, so they must match: give the block a \"shortcut\" that "
+                          "changes the shape the same way, e.g. [{\"type\": \"Conv2D\", \"filters\": ",
+                          main_out.empty() ? 0 : main_out.back(), ", \"kernel_size\": 1, \"strides\": ...}]"));
+  return std::make_unique<Residual>(name, input, std::move(layers), std::move(shortcut),
+                                    parse_activation(spec.activation, spec.path + ".activation"));
+}
+
 }  // namespace
 
 kernels::Activation parse_activation(const std::string& name, const std::string& where_) {
@@ -86,8 +116,10 @@ std::string auto_layer_name(const std::string& type, std::map<std::string, int>&
 }
 
 std::unique_ptr<Layer> make_layer(const config::LayerSpec& spec, const Shape& input,
-                                  const std::string& name, uint64_t layer_index) {
+                                  const std::string& name, uint64_t layer_index,
+                                  std::map<std::string, int>& name_counts) {
   const std::string& t = spec.type;
+  if (t == "Residual") return make_residual(spec, input, name, layer_index, name_counts);
   if (t == "Dense") {
     if (input.size() != 1)
       throw ConfigError(str(where(spec, name), ": expects a flat input (features,), got ",

@@ -21,7 +21,10 @@ kernels::Activation parse_activation(const std::string& name, const std::string&
 // `counts` tracks how many of each base name were handed out.
 std::string auto_layer_name(const std::string& type, std::map<std::string, int>& counts);
 
+// Builds the layer `name` at model position `layer_index` (dropout masks derive
+// from it). A Residual block names its own layers from `name_counts` as well.
 std::unique_ptr<Layer> make_layer(const config::LayerSpec& spec, const Shape& input,
-                                  const std::string& name, uint64_t layer_index);
+                                  const std::string& name, uint64_t layer_index,
+                                  std::map<std::string, int>& name_counts);
 
 }  // namespace dtrain::nn

@@ -2,6 +2,9 @@
 // which checks the spec against the input shape; the constructors assume valid shapes.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "kernels/ops.h"
 #include "nn/layer.h"
 
@@ -107,6 +110,28 @@ class BatchNormalization : public Layer {
   bool center_, scale_;
   Param gamma_, beta_, moving_mean_, moving_variance_;
   Tensor batch_mean_, batch_variance_, x_, y_, dx_, dgamma_scratch_, dbeta_scratch_;
+};
+
+// y = act(layers(x) + shortcut(x)): a ResNet block. Each branch is a stack of
+// layers run in order; an empty shortcut is the identity. Both branches end in
+// the block's output shape (make_layer checks).
+class Residual : public Layer {
+ public:
+  using Branch = std::vector<std::unique_ptr<Layer>>;
+  Residual(const std::string& name, const Shape& input, Branch layers, Branch shortcut, Activation act);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  // The branches' params: the main branch's layers first, then the shortcut's.
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+
+ protected:
+  void move_extras(const Device& device) override;
+
+ private:
+  Activation act_;
+  Branch layers_, shortcut_;
+  Tensor sum_, y_, dsum_, dx_;
 };
 
 }  // namespace dtrain::nn

@@ -21,7 +21,7 @@ Sequential::Sequential(const config::ModelSpec& spec, uint64_t seed)
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const auto& ls = spec.layers[i];
     const std::string name = ls.name.empty() ? auto_layer_name(ls.type, name_counts) : ls.name;
-    layers_.push_back(make_layer(ls, shape, name, i));
+    layers_.push_back(make_layer(ls, shape, name, i, name_counts));
     shape = layers_.back()->output_shape();
   }
   // Each layer draws its initial values from its own stream, so changing one layer

@@ -50,6 +50,16 @@ bool is_sha256_hex(const nlohmann::json& value) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A job on 512 synthetic samples of 4 classes, batch 32, Adam at 0.01.
+nlohmann::json synthetic_job(const std::vector<int64_t>& shape, const nlohmann::json& layers, int epochs) {
+  return {{"model", {{"input_shape", shape}, {"layers", layers}}},
+          {"loss", {{"type", "sparse_categorical_crossentropy"}, {"from_logits", true}}},
+          {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
+          {"data",
+           {{"train", {{"format", "synthetic"}, {"shape", shape}, {"classes", 4}, {"count", 512}, {"seed", 3}}}}},
+          {"train", {{"epochs", epochs}, {"batch_size_per_replica", 32}, {"seed", 1}}}};
+}
+
 }  // namespace
 
 TEST_CASE("a short MLP run writes a complete summary and metrics.jsonl", "[integration]") {
@@ -161,25 +171,57 @@ TEST_CASE("bench train --json prints one JSON object with samples_per_sec > 0", 
 
 TEST_CASE("a synthetic-data job trains", "[integration]") {
   TempDir tmp;
-  const nlohmann::json job = {
-      {"model",
-       {{"input_shape", {8, 8, 1}},
-        {"layers",
-         {{{"type", "Flatten"}},
-          {{"type", "Dense"}, {"units", 32}, {"activation", "relu"}},
-          {{"type", "Dense"}, {"units", 4}}}}}},
-      {"loss", {{"type", "sparse_categorical_crossentropy"}, {"from_logits", true}}},
-      {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
-      {"data",
-       {{"train",
-         {{"format", "synthetic"}, {"shape", {8, 8, 1}}, {"classes", 4}, {"count", 512}, {"seed", 3}}}}},
-      {"train", {{"epochs", 3}, {"batch_size_per_replica", 32}, {"seed", 1}}}};
+  const nlohmann::json job = synthetic_job({8, 8, 1},
+                                           {{{"type", "Flatten"}},
+                                            {{"type", "Dense"}, {"units", 32}, {"activation", "relu"}},
+                                            {{"type", "Dense"}, {"units", 4}}},
+                                           3);
   const Trained t = train(tmp, job, {"--threads", "1"}, "synthetic");
   INFO("summary: " << t.summary.dump(2));
   CHECK(t.summary["epochs"] == 3);
   CHECK(t.summary["steps"] == 3 * ceil_div(512, 32));
   CHECK(t.summary["test_accuracy"].is_null());  // no test set
   CHECK(t.summary["train_accuracy"].get<double>() > 0.5);  // 4 well-separated classes; chance is 0.25
+}
+
+TEST_CASE("a ResNet-style model trains and resumes from a checkpoint with the uninterrupted run's parameters",
+          "[integration]") {
+  TempDir tmp;
+  const nlohmann::json conv = {{"type", "Conv2D"}, {"filters", 8}, {"kernel_size", 3}, {"padding", "same"}};
+  nlohmann::json down_conv = conv;
+  down_conv["filters"] = 16;
+  down_conv["strides"] = 2;
+  nlohmann::json projection = down_conv;
+  projection["kernel_size"] = 1;
+  const nlohmann::json bn = {{"type", "BatchNormalization"}};
+  const nlohmann::json relu = {{"type", "Activation"}, {"activation", "relu"}};
+  nlohmann::json conv16 = conv;
+  conv16["filters"] = 16;
+  nlohmann::json job =
+      synthetic_job({8, 8, 3},
+                    {conv,
+                     {{"type", "Residual"}, {"layers", {conv, bn, relu, conv, bn}}, {"activation", "relu"}},
+                     {{"type", "Residual"},
+                      {"layers", {down_conv, bn, relu, conv16, bn}},
+                      {"shortcut", {projection, bn}},
+                      {"activation", "relu"}},
+                     {{"type", "GlobalAveragePooling2D"}},
+                     {{"type", "Dense"}, {"units", 4}}},
+                    2);
+  const Trained whole = train(tmp, job, {"--threads", "1"}, "whole");
+  INFO("summary: " << whole.summary.dump(2));
+  CHECK(whole.summary["train_accuracy"].get<double>() > 0.5);  // chance is 0.25
+
+  // One epoch with a checkpoint at its end, then --resume for the second.
+  const std::string ckpt = tmp.file("ckpt");
+  job["checkpoint"] = {{"dir", ckpt}, {"every_epochs", 1}};
+  job["train"]["epochs"] = 1;
+  train(tmp, job, {"--threads", "1"}, "first");
+  job["train"]["epochs"] = 2;
+  const Trained resumed = train(tmp, job, {"--threads", "1", "--resume"}, "resumed");
+  CHECK_THAT(resumed.run.err, Catch::Matchers::Contains("resumed from"));
+  // Every param of the blocks (BN moving statistics in the shortcut too) went through the checkpoint.
+  CHECK(resumed.summary["params_sha256"] == whole.summary["params_sha256"]);
 }
 
 }  // namespace dtrain::integration

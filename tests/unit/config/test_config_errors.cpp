@@ -317,5 +317,23 @@ TEST_CASE("an unreadable file is an IoError naming the file and the reason", "[c
   REQUIRE_THROWS_WITH(load_job_config(DTRAIN_SOURCE_DIR "/configs"), Contains("Is a directory"));
 }
 
+TEST_CASE("residual blocks check their layers at nested JSON paths", "[config][errors]") {
+  CHECK_THAT(config_error(with_layers(R"([{"type": "Residual"}])")),
+             Contains("model.layers[0]: a Residual layer needs 'layers'"));
+  CHECK_THAT(config_error(with_layers(R"([{"type": "Residual", "layers": []}])")),
+             Contains("model.layers[0].layers: a Residual block needs at least one layer, got an empty array"));
+  CHECK_THAT(config_error(with_layers(R"([{"type": "Residual", "layers": [{"type": "Dense"}]}])")),
+             Contains("model.layers[0].layers[0]: a Dense layer needs 'units'"));
+  CHECK_THAT(
+      config_error(with_layers(R"([{"type": "Residual", "layers": [{"type": "Flatten"}], "shortcut": {}}])")),
+      Contains("model.layers[0].shortcut: expected an array of layer objects, got {"));
+  CHECK_THAT(config_error(with_layers(R"([{"type": "Dense", "units": 2, "shortcut": []}])")),
+             Contains("'shortcut' belongs to Residual layers"));
+  // Names are unique across the whole model, blocks included.
+  CHECK_THAT(config_error(with_layers(R"([{"type": "Dense", "units": 4, "name": "fc"},
+      {"type": "Residual", "layers": [{"type": "Dense", "units": 4, "name": "fc"}]}])")),
+             Contains("model.layers[1].layers[0].name: the name 'fc' is already used by model.layers[0]"));
+}
+
 }  // namespace
 }  // namespace dtrain::config::test

@@ -288,5 +288,20 @@ TEST_CASE("normalized_json ignores key order and whitespace", "[config]") {
   CHECK(ca.normalized_json.rfind("{\"data\":", 0) == 0);  // keys sorted
 }
 
+TEST_CASE("the ResNet benchmark config nests its blocks' layers with their JSON paths", "[config]") {
+  const JobConfig c = load_job_config(kConfigs + "bench_resnet_32.json");
+  REQUIRE(c.model.layers.size() == 11);
+  const LayerSpec& down = c.model.layers[5];
+  CHECK(down.type == "Residual");
+  CHECK(down.activation == "relu");
+  REQUIRE(down.layers.size() == 5);
+  CHECK(down.layers[0].path == "model.layers[5].layers[0]");
+  CHECK(down.layers[0].strides[0] == 2);
+  REQUIRE(down.shortcut.size() == 2);
+  CHECK(down.shortcut[0].path == "model.layers[5].shortcut[0]");
+  CHECK(down.shortcut[0].kernel_size[0] == 1);
+  CHECK(c.model.layers[3].shortcut.empty());  // the identity
+}
+
 }  // namespace
 }  // namespace dtrain::config::test

@@ -201,3 +201,86 @@ TEST_CASE("batch normalization updates moving statistics in training and uses th
   const Tensor y = model.forward(x, {false, 0, 0});
   CHECK(y.data()[0] == Approx((0 - 2.25) / std::sqrt(6.125 + 1e-3)).epsilon(1e-4));
 }
+
+namespace {
+
+LayerSpec residual(int index, std::vector<LayerSpec> layers, std::vector<LayerSpec> shortcut,
+                   const std::string& act) {
+  LayerSpec s = layer("Residual", index);
+  s.layers = std::move(layers);
+  s.shortcut = std::move(shortcut);
+  s.activation = act;
+  return s;
+}
+
+LayerSpec activation(const std::string& act, int index) {
+  LayerSpec s = layer("Activation", index);
+  s.activation = act;
+  return s;
+}
+
+// conv -> identity block (conv, bn, tanh, conv) -> downsampling block whose
+// shortcut is a strided 1x1 conv and batch norm -> pooling -> dense.
+config::ModelSpec small_resnet(const std::string& block_activation, double dropout_rate) {
+  LayerSpec drop = layer("Dropout", 2);
+  drop.rate = dropout_rate;
+  const LayerSpec identity_block =
+      residual(1, {conv(4, 3, 0, "same"), layer("BatchNormalization", 1), activation("tanh", 2), drop,
+                   conv(4, 3, 3, "same")},
+               {}, block_activation);
+  const LayerSpec down_block = residual(2, {conv(6, 3, 0, "same", 2), layer("BatchNormalization", 1)},
+                                        {conv(6, 1, 0, "valid", 2), layer("BatchNormalization", 1)},
+                                        block_activation);
+  return model_spec({6, 6, 3}, {conv(4, 3, 0, "same"), identity_block, down_block,
+                                layer("GlobalAveragePooling2D", 3), dense(3, 4)});
+}
+
+}  // namespace
+
+TEST_CASE("residual blocks name their layers like Keras and own their params") {
+  nn::Sequential model(small_resnet("relu", 0.0), 1);
+  const auto& layers = model.layers();
+  REQUIRE(layers.size() == 5);
+  CHECK(layers[1]->name() == "residual");
+  CHECK(layers[1]->type() == "Residual");
+  CHECK(layers[1]->output_shape() == Shape{6, 6, 4});
+  CHECK(layers[2]->name() == "residual_1");
+  CHECK(layers[2]->output_shape() == Shape{3, 3, 6});
+  std::vector<std::string> names;
+  for (nn::Param* p : layers[2]->params()) names.push_back(p->name);
+  // The main branch's params, then the shortcut's; trainable before state within a layer.
+  const std::vector<std::string> want = {
+      "conv2d_3/kernel", "conv2d_3/bias", "batch_normalization_1/gamma", "batch_normalization_1/beta",
+      "batch_normalization_1/moving_mean", "batch_normalization_1/moving_variance",
+      "conv2d_4/kernel", "conv2d_4/bias", "batch_normalization_2/gamma", "batch_normalization_2/beta",
+      "batch_normalization_2/moving_mean", "batch_normalization_2/moving_variance"};
+  CHECK(names == want);
+  // conv 3*3*3*4+4, block 1: 2*(3*3*4*4+4) + bn 4*4, block 2: 3*3*4*6+6 + 1*1*4*6+6 + 2 bn 2*4*6, dense 6*3+3
+  CHECK(model.count_params(false) == 112 + (296 + 16) + (222 + 30 + 48) + 21);
+  CHECK(model.summary().find("residual_1 (Residual)") != std::string::npos);
+}
+
+TEST_CASE("a residual block adds its branches and applies its activation") {
+  // y = tanh(relu(x) + x) with the identity shortcut.
+  nn::Sequential model(model_spec({4}, {residual(0, {activation("relu", 0)}, {}, "tanh")}), 1);
+  Tensor x({1, 4});
+  const float in[4] = {-2.0f, -0.5f, 0.25f, 1.5f};
+  std::copy(in, in + 4, x.data());
+  const Tensor y = model.forward(x, {});
+  for (int i = 0; i < 4; ++i) CHECK(y.data()[i] == Approx(std::tanh(std::max(in[i], 0.0f) + in[i])));
+}
+
+TEST_CASE("gradients through residual blocks, both branches and the input, match finite differences") {
+  // The first conv's gradients pass through both blocks' input gradients.
+  check_gradients(small_resnet("tanh", 0.3), {3, 6, 6, 3}, 2e-3);
+}
+
+TEST_CASE("a residual block whose branches end in different shapes names both and the fix") {
+  const std::string err =
+      config_error(model_spec({6, 6, 3}, {residual(0, {conv(8, 3, 0, "same")}, {}, "relu")}));
+  CHECK_THAT(err, Catch::Contains("model.layers[0] (Residual 'residual')") && Catch::Contains("(6, 6, 8)") &&
+                      Catch::Contains("(the identity) passes on (6, 6, 3)") && Catch::Contains("\"shortcut\""));
+  const std::string strided = config_error(
+      model_spec({6, 6, 3}, {residual(0, {conv(3, 3, 0, "same", 2)}, {conv(3, 1, 0, "valid", 1)}, "relu")}));
+  CHECK_THAT(strided, Catch::Contains("(3, 3, 3)") && Catch::Contains("ends in (6, 6, 3)"));
+}

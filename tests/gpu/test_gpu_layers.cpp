@@ -1,0 +1,94 @@
+// Whole models on the GPU against the CPU: with the same initial params and the
+// same batch, a training-mode forward and backward give the same outputs, the
+// same gradients and the same batch-norm moving statistics through every layer
+// of a ResNet-style model (Conv2D, BatchNormalization, Activation, Residual with
+// identity and projection shortcuts, GlobalAveragePooling2D, Dense).
+// Labelled gpu: skipped (reported as skipped) on machines without a usable GPU.
+#include <catch2/catch.hpp>
+
+#include "gpu/gpu_skip.h"
+#include "nn/sequential.h"
+#include "unit/tensor_checks.h"
+
+using namespace dtrain;
+using config::LayerSpec;
+
+namespace {
+
+LayerSpec layer(const std::string& type, const std::string& path) {
+  LayerSpec s;
+  s.type = type;
+  s.path = path;
+  return s;
+}
+
+LayerSpec conv(int filters, int k, int stride, const std::string& path) {
+  LayerSpec s = layer("Conv2D", path);
+  s.filters = filters;
+  s.kernel_size[0] = s.kernel_size[1] = k;
+  s.strides[0] = s.strides[1] = stride;
+  s.padding = "same";
+  s.use_bias = false;
+  return s;
+}
+
+LayerSpec relu(const std::string& path) {
+  LayerSpec s = layer("Activation", path);
+  s.activation = "relu";
+  return s;
+}
+
+// conv-bn-relu-conv-bn plus the input (or a strided 1x1 conv and bn), then relu.
+LayerSpec basic_block(int filters, int stride, bool project, const std::string& path) {
+  LayerSpec s = layer("Residual", path);
+  s.activation = "relu";
+  s.layers = {conv(filters, 3, stride, path), layer("BatchNormalization", path), relu(path),
+              conv(filters, 3, 1, path), layer("BatchNormalization", path)};
+  if (project) s.shortcut = {conv(filters, 1, stride, path), layer("BatchNormalization", path)};
+  return s;
+}
+
+config::ModelSpec small_resnet() {
+  config::ModelSpec m;
+  m.input_shape = {16, 16, 3};
+  LayerSpec dense = layer("Dense", "model.layers[6]");
+  dense.units = 10;
+  m.layers = {conv(16, 3, 1, "model.layers[0]"), layer("BatchNormalization", "model.layers[1]"),
+              relu("model.layers[2]"), basic_block(16, 1, false, "model.layers[3]"),
+              basic_block(32, 2, true, "model.layers[4]"), layer("GlobalAveragePooling2D", "model.layers[5]"),
+              dense};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("gpu layers: a ResNet-style model gives the CPU's outputs, gradients and moving statistics") {
+  if (!testing::gpu_or_skip()) return;
+  kernels::set_allow_tf32(false);  // compare float32 with float32
+  const config::ModelSpec spec = small_resnet();
+  nn::Sequential cpu(spec, 1), gpu(spec, 1);
+  cpu.place(Device::cpu(), 0);
+  gpu.place(Device::cuda(0), 0);
+  REQUIRE(gpu.params_sha256() == cpu.params_sha256());
+
+  const Tensor x = testing::random_tensor({8, 16, 16, 3}, 3);
+  const nn::StepContext ctx{true, 1, 0};
+  const Tensor y_cpu = cpu.forward(x, ctx);
+  const Tensor y_gpu = gpu.forward(x.to(gpu.device()), ctx);
+  {
+    INFO("model output");
+    testing::require_close(y_gpu, y_cpu, 1e-3, 1e-3);
+  }
+  const Tensor dy = testing::random_tensor(y_cpu.shape(), 4);
+  cpu.backward(dy);
+  gpu.backward(dy.to(gpu.device()));
+  const std::vector<nn::Param*> want = cpu.params(), got = gpu.params();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i]->name);
+    REQUIRE(got[i]->name == want[i]->name);
+    testing::require_close(got[i]->value, want[i]->value, 1e-4, 1e-4);  // moving statistics after one step
+    if (want[i]->trainable()) testing::require_close(got[i]->grad, want[i]->grad, 2e-3, 2e-3);
+  }
+  kernels::set_allow_tf32(true);
+}
