@@ -2,6 +2,7 @@
 // and the checks that make a shape mismatch a clear ConfigError.
 #include "nn/layer_factory.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
@@ -74,12 +75,19 @@ std::unique_ptr<Layer> make_residual(const config::LayerSpec& spec, const Shape&
   Residual::Branch shortcut = build(spec.shortcut, 0x73686f72ull /* "shor" */);
   const Shape& main_out = layers.back()->output_shape();
   const Shape& shortcut_out = shortcut.empty() ? input : shortcut.back()->output_shape();
-  if (main_out != shortcut_out)
+  if (main_out != shortcut_out) {
+    // A projection shortcut that gives the main branch's shape, where one layer can.
+    std::string example = "layers that change the shape the same way";
+    if (main_out.size() == 1)
+      example = str("[{\"type\": \"Dense\", \"units\": ", main_out[0], "}]");
+    else if (main_out.size() == 3 && input.size() == 3 && main_out[0] > 0)
+      example = str("[{\"type\": \"Conv2D\", \"filters\": ", main_out[2], ", \"kernel_size\": 1, \"strides\": ",
+                    std::max<int64_t>(input[0] / main_out[0], 1), ", \"padding\": \"same\"}]");
     throw ConfigError(str(where(spec, name), ": its layers end in ", shape_str(main_out), " but its shortcut ",
                           shortcut.empty() ? "(the identity) passes on " : "ends in ", shape_str(shortcut_out),
-                          "; the two are added, so they must match: give the block a \"shortcut\" that "
-                          "changes the shape the same way, e.g. [{\"type\": \"Conv2D\", \"filters\": ",
-                          main_out.empty() ? 0 : main_out.back(), ", \"kernel_size\": 1, \"strides\": ...}]"));
+                          "; the two are added, so they must match: give the block a \"shortcut\" such as ",
+                          example));
+  }
   return std::make_unique<Residual>(name, input, std::move(layers), std::move(shortcut),
                                     parse_activation(spec.activation, spec.path + ".activation"));
 }

@@ -279,7 +279,9 @@ TEST_CASE("a residual block whose branches end in different shapes names both an
   const std::string err =
       config_error(model_spec({6, 6, 3}, {residual(0, {conv(8, 3, 0, "same")}, {}, "relu")}));
   CHECK_THAT(err, Catch::Contains("model.layers[0] (Residual 'residual')") && Catch::Contains("(6, 6, 8)") &&
-                      Catch::Contains("(the identity) passes on (6, 6, 3)") && Catch::Contains("\"shortcut\""));
+                      Catch::Contains("(the identity) passes on (6, 6, 3)") &&
+                      Catch::Contains("\"shortcut\" such as [{\"type\": \"Conv2D\", \"filters\": 8, "
+                                      "\"kernel_size\": 1, \"strides\": 1, \"padding\": \"same\"}]"));
   const std::string strided = config_error(
       model_spec({6, 6, 3}, {residual(0, {conv(3, 3, 0, "same", 2)}, {conv(3, 1, 0, "valid", 1)}, "relu")}));
   CHECK_THAT(strided, Catch::Contains("(3, 3, 3)") && Catch::Contains("ends in (6, 6, 3)"));
