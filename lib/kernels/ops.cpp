@@ -3,6 +3,8 @@
 // builds with the CUDA backend (DTRAIN_HAVE_CUDA), and are a clear error otherwise.
 #include "kernels/ops.h"
 
+#include <initializer_list>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
@@ -17,14 +19,19 @@
 namespace dtrain::kernels {
 namespace {
 
+// An op's tensor arguments as pointers: optional ones (a bias, a velocity) are
+// null when absent, and a workspace's tensors are undefined until a forward set them.
+const Tensor* given(const Tensor& t) { return &t; }
+const Tensor* given(const Tensor* t) { return t; }
+
 // True when the op's tensors are on a GPU. Throws when they are on different
-// devices, or on a GPU in a build without the CUDA backend.
+// devices (naming the op), or on a GPU in a build without the CUDA backend.
 template <class... Ts>
-bool on_gpu(const Tensor& first, const Ts&... rest) {
+bool on_gpu(const char* op, const Tensor& first, const Ts&... rest) {
   const Device device = first.device();
-  ((void)(rest.device() == device ||
-          (throw InternalError(str("op mixes tensors on ", device.str(), " and ", rest.device().str())), false)),
-   ...);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{given(rest)...})
+    if (t && t->defined() && t->device() != device)
+      throw InternalError(str(op, ": tensors on ", device.str(), " and ", t->device().str(), " in one op"));
   if (device.is_cpu()) return false;
 #if !DTRAIN_HAVE_CUDA
   throw ConfigError(str("device ", device.str(), " is not available: this dtrain was built without the CUDA backend"));
@@ -38,102 +45,104 @@ void set_num_threads(int threads) { cpu::set_num_threads(threads); }
 int num_threads() { return cpu::num_threads(); }
 
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
-  if (on_gpu(x, w, y)) DT_GPU(dense_forward(x, w, b, act, y));
+  if (on_gpu("dense_forward", x, w, y, b)) DT_GPU(dense_forward(x, w, b, act, y));
   else cpu::dense_forward(x, w, b, act, y);
 }
 void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
-  if (on_gpu(dy, w, dx)) DT_GPU(dense_backward_data(dy, w, dx));
+  if (on_gpu("dense_backward_data", dy, w, dx)) DT_GPU(dense_backward_data(dy, w, dx));
   else cpu::dense_backward_data(dy, w, dx);
 }
 void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
-  if (on_gpu(x, dy, dw)) DT_GPU(dense_backward_weights(x, dy, dw, db));
+  if (on_gpu("dense_backward_weights", x, dy, dw, db)) DT_GPU(dense_backward_weights(x, dy, dw, db));
   else cpu::dense_backward_weights(x, dy, dw, db);
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2DParams& p, Activation act,
                     Tensor& y) {
-  if (on_gpu(x, w, y)) DT_GPU(conv2d_forward(x, w, b, p, act, y));
+  if (on_gpu("conv2d_forward", x, w, y, b)) DT_GPU(conv2d_forward(x, w, b, p, act, y));
   else cpu::conv2d_forward(x, w, b, p, act, y);
 }
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx) {
-  if (on_gpu(dy, w, dx)) DT_GPU(conv2d_backward_data(dy, w, p, dx));
+  if (on_gpu("conv2d_backward_data", dy, w, dx)) DT_GPU(conv2d_backward_data(dy, w, p, dx));
   else cpu::conv2d_backward_data(dy, w, p, dx);
 }
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw, Tensor* db) {
-  if (on_gpu(x, dy, dw)) DT_GPU(conv2d_backward_weights(x, dy, p, dw, db));
+  if (on_gpu("conv2d_backward_weights", x, dy, dw, db)) DT_GPU(conv2d_backward_weights(x, dy, p, dw, db));
   else cpu::conv2d_backward_weights(x, dy, p, dw, db);
 }
 
 void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace* ws) {
-  if (on_gpu(x, y)) DT_GPU(pool2d_forward(x, p, y, ws));
+  if (on_gpu("pool2d_forward", x, y, ws ? &ws->argmax : nullptr)) DT_GPU(pool2d_forward(x, p, y, ws));
   else cpu::pool2d_forward(x, p, y, ws);
 }
 void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* ws, Tensor& dx) {
-  if (on_gpu(dy, dx)) DT_GPU(pool2d_backward(dy, p, ws, dx));
+  if (on_gpu("pool2d_backward", dy, dx, ws ? &ws->input : nullptr, ws ? &ws->output : nullptr,
+             ws ? &ws->argmax : nullptr)) DT_GPU(pool2d_backward(dy, p, ws, dx));
   else cpu::pool2d_backward(dy, p, ws, dx);
 }
 
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
-  if (on_gpu(x, y)) DT_GPU(activation_forward(act, x, y));
+  if (on_gpu("activation_forward", x, y)) DT_GPU(activation_forward(act, x, y));
   else cpu::activation_forward(act, x, y);
 }
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  if (on_gpu(y, dy, dx)) DT_GPU(activation_backward(act, y, dy, dx));
+  if (on_gpu("activation_backward", y, dy, dx)) DT_GPU(activation_backward(act, y, dy, dx));
   else cpu::activation_backward(act, y, dy, dx);
 }
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y,
                                  Tensor& mean, Tensor& variance) {
-  if (on_gpu(x, gamma, beta, y, mean, variance))
+  if (on_gpu("batch_norm_forward_training", x, gamma, beta, y, mean, variance))
     DT_GPU(batch_norm_forward_training(x, gamma, beta, epsilon, y, mean, variance));
   else cpu::batch_norm_forward_training(x, gamma, beta, epsilon, y, mean, variance);
 }
 void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                   const Tensor& variance, float epsilon, Tensor& y) {
-  if (on_gpu(x, gamma, beta, mean, variance, y))
+  if (on_gpu("batch_norm_forward_inference", x, gamma, beta, mean, variance, y))
     DT_GPU(batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y));
   else cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y);
 }
 void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                          const Tensor& variance, float epsilon, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-  if (on_gpu(x, dy, gamma, mean, variance, dx, dgamma, dbeta))
+  if (on_gpu("batch_norm_backward", x, dy, gamma, mean, variance, dx, dgamma, dbeta))
     DT_GPU(batch_norm_backward(x, dy, gamma, mean, variance, epsilon, dx, dgamma, dbeta));
   else cpu::batch_norm_backward(x, dy, gamma, mean, variance, epsilon, dx, dgamma, dbeta);
 }
 
 void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask) {
-  if (on_gpu(x, y, mask)) DT_GPU(dropout_forward(x, rate, seed, y, mask));
+  if (on_gpu("dropout_forward", x, y, mask)) DT_GPU(dropout_forward(x, rate, seed, y, mask));
   else cpu::dropout_forward(x, rate, seed, y, mask);
 }
 void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (on_gpu(a, b, out)) DT_GPU(multiply(a, b, out));
+  if (on_gpu("multiply", a, b, out)) DT_GPU(multiply(a, b, out));
   else cpu::multiply(a, b, out);
 }
 void axpy(float alpha, const Tensor& x, Tensor& y) {
-  if (on_gpu(x, y)) DT_GPU(axpy(alpha, x, y));
+  if (on_gpu("axpy", x, y)) DT_GPU(axpy(alpha, x, y));
   else cpu::axpy(alpha, x, y);
 }
 void divide(Tensor& x, float divisor) {
-  if (on_gpu(x)) DT_GPU(divide(x, divisor));
+  if (on_gpu("divide", x)) DT_GPU(divide(x, divisor));
   else cpu::divide(x, divisor);
 }
 void moving_average(Tensor& avg, const Tensor& x, float momentum) {
-  if (on_gpu(avg, x)) DT_GPU(moving_average(avg, x, momentum));
+  if (on_gpu("moving_average", avg, x)) DT_GPU(moving_average(avg, x, momentum));
   else cpu::moving_average(avg, x, momentum);
 }
 
 void class_loss(LossKind kind, const Tensor& output, const Tensor& labels, float grad_scale, Tensor& row_loss,
                 Tensor& row_hit, Tensor* grad) {
-  if (on_gpu(output, labels, row_loss, row_hit)) DT_GPU(class_loss(kind, output, labels, grad_scale, row_loss, row_hit, grad));
+  if (on_gpu("class_loss", output, labels, row_loss, row_hit, grad))
+    DT_GPU(class_loss(kind, output, labels, grad_scale, row_loss, row_hit, grad));
   else cpu::class_loss(kind, output, labels, grad_scale, row_loss, row_hit, grad);
 }
 
 void sgd_update(Tensor& w, const Tensor& g, Tensor* velocity, const SgdCoeffs& k) {
-  if (on_gpu(w, g)) DT_GPU(sgd_update(w, g, velocity, k));
+  if (on_gpu("sgd_update", w, g, velocity)) DT_GPU(sgd_update(w, g, velocity, k));
   else cpu::sgd_update(w, g, velocity, k);
 }
 void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k) {
-  if (on_gpu(w, g, m, v)) DT_GPU(adam_update(w, g, m, v, k));
+  if (on_gpu("adam_update", w, g, m, v)) DT_GPU(adam_update(w, g, m, v, k));
   else cpu::adam_update(w, g, m, v, k);
 }
 

@@ -127,6 +127,19 @@ std::vector<OpCase> pool_cases() {
                      return Tensors{out_y, dx};
                    }});
   }
+  // Ties: after a ReLU, a window of negatives is all zeros; the gradient goes to
+  // the first maximum on both devices.
+  kernels::Pool2DParams p;
+  p.kind = kernels::PoolKind::kMax;
+  const Shape x{4, 12, 12, 3}, y{4, 6, 6, 3};
+  out.push_back({"pool max over relu outputs (tied zeros)", {x, y}, [=](Tensors& t) {
+                   Tensor r = on(t[0], x), out_y = on(t[0], y), dx = on(t[0], x);
+                   kernels::activation_forward(Activation::kRelu, t[0], r);
+                   kernels::Workspace ws;
+                   kernels::pool2d_forward(r, p, out_y, &ws);
+                   kernels::pool2d_backward(t[1], p, &ws, dx);
+                   return Tensors{out_y, dx};
+                 }});
   return out;
 }
 
@@ -220,7 +233,7 @@ void check_all(const std::vector<OpCase>& cases) {
 
 TEST_CASE("gpu ops: dense (cuBLASLt with epilogues) matches the CPU") { check_all(dense_cases()); }
 TEST_CASE("gpu ops: convolution (cuDNN, asymmetric padding) matches the CPU") { check_all(conv_cases()); }
-TEST_CASE("gpu ops: pooling (cuDNN and own kernels) matches the CPU") { check_all(pool_cases()); }
+TEST_CASE("gpu ops: pooling (cuDNN average, own max kernels) matches the CPU, ties included") { check_all(pool_cases()); }
 TEST_CASE("gpu ops: activations, batch norm, element-wise, losses and updates match the CPU") {
   check_all(other_cases());
 }
@@ -234,4 +247,16 @@ TEST_CASE("gpu tensors: copies to and from the device keep every value") {
   Tensor filled({10}, Device::cuda(0));
   filled.fill(2.5f);
   REQUIRE(filled.to_host().data()[9] == 2.5f);
+}
+
+TEST_CASE("gpu ops: an argument on another device, an optional one too, is an error naming the op") {
+  if (!testing::gpu_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor x = testing::random_tensor({4, 3}, 1).to(gpu), w = testing::random_tensor({3, 2}, 2).to(gpu);
+  const Tensor host_bias = testing::random_tensor({2}, 3);
+  Tensor y({4, 2}, gpu);
+  REQUIRE_THROWS_WITH(kernels::dense_forward(x, w, &host_bias, Activation::kLinear, y),
+                      Catch::Contains("dense_forward: tensors on cuda:0 and cpu:0"));
+  const Tensor host_x = x.to_host();
+  REQUIRE_THROWS_WITH(kernels::axpy(1.0f, host_x, y), Catch::Contains("axpy"));
 }

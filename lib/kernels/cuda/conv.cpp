@@ -55,6 +55,10 @@ struct ConvPlan {
 };
 
 ConvKey key_of(const Shape& x, const Shape& w, const Shape& y, const Conv2DParams& p) {
+  DT_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, "conv2d ranks");
+  DT_CHECK_EQ(x[0], y[0]);
+  DT_CHECK_EQ(x[3], w[2]);
+  DT_CHECK_EQ(y[3], w[3]);
   return {x[0], x[1], x[2], x[3], w[3], w[0], w[1], y[1], y[2], p.stride[0], p.stride[1],
           p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], context().allow_tf32};
 }
@@ -99,8 +103,12 @@ ConvPlan& plan_for(const ConvKey& key) {
 
 // The math type offered to the search, and whether a measured result may be used.
 cudnnMathType_t search_math() { return context().allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
-// Without TF32 only FMA math may run (on Ampere and later, DEFAULT math permits TF32).
-bool math_allowed(cudnnMathType_t m) { return context().allow_tf32 || m == CUDNN_FMA_MATH; }
+// Without TF32 only FMA math may run (on Ampere and later, DEFAULT math permits
+// TF32); never a math type that converts float32 data down to half precision.
+bool math_allowed(cudnnMathType_t m) {
+  if (m == CUDNN_FMA_MATH) return true;
+  return context().allow_tf32 && (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH);
+}
 
 template <class Perf, class Algo>
 void take_best(const std::vector<Perf>& results, int count, Choice<Algo>& choice, const char* what) {

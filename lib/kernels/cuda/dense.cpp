@@ -8,9 +8,10 @@
 // descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
 // Where no algorithm offers the fused epilogue, the bias and activation run as
 // an own kernel after a plain product.
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -89,7 +90,11 @@ MatmulPlan make_plan(const MatmulKey& key) {
     plan.algo = result.algo;
     plan.workspace = result.workspaceSize;
     plan.found = true;
-  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED &&
+             key.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+    // A plain product must have an algorithm; a refused epilogue (NOT_SUPPORTED
+    // or INVALID_VALUE) leaves plan.found false and the caller adds bias and
+    // activation with its own kernel.
     throw_cublas_error("cublasLtMatmulAlgoGetHeuristic", status, __FILE__, __LINE__);
   }
   return plan;
@@ -129,6 +134,7 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation
   DT_CHECK_EQ(x.numel(), n * in);
   DT_CHECK_EQ(y.numel(), n * out);
   DT_CHECK(act != Activation::kSoftmax, "dense_forward: apply softmax separately");
+  if (b) DT_CHECK_EQ(b->numel(), out);
   if (n == 0) return;
   const float* bias = b ? b->data() : nullptr;
   // relu and linear fuse into the product's epilogue; sigmoid and tanh follow it.

@@ -1,6 +1,8 @@
 // The CUDA ops that are own kernels only: activations, batch normalization,
 // dropout, element-wise arithmetic, class losses and optimizer updates. Each
 // checks shapes and launches bodies from bodies.h on the compute stream.
+#include <initializer_list>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/launchers.h"
@@ -29,10 +31,17 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tens
   launch(ActivationBackwardBody{y.data(), dy.data(), dx.data(), act}, y.numel());
 }
 
+namespace {
+// Per-channel tensors of batch norm have one value per channel (the last axis).
+void check_channels(int64_t cols, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) DT_CHECK_EQ(t->numel(), cols);
+}
+}  // namespace
+
 void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y,
                                  Tensor& mean, Tensor& variance) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  DT_CHECK_EQ(mean.numel(), cols);
+  check_channels(cols, {&gamma, &beta, &mean, &variance});
   DT_CHECK_EQ(y.numel(), x.numel());
   const float inv_rows = 1.0f / static_cast<float>(rows);
   column_sums(ElementValue{x.data(), cols}, rows, cols, inv_rows, mean.data());
@@ -45,7 +54,8 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Ten
 void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                   const Tensor& variance, float epsilon, Tensor& y) {
   const int64_t cols = x.dim(-1);
-  DT_CHECK_EQ(mean.numel(), cols);
+  check_channels(cols, {&gamma, &beta, &mean, &variance});
+  DT_CHECK_EQ(y.numel(), x.numel());
   launch(BatchNormApplyBody{x.data(), y.data(), mean.data(), variance.data(), gamma.data(), beta.data(), epsilon, cols},
          x.numel());
 }
@@ -53,8 +63,9 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Te
 void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                          const Tensor& variance, float epsilon, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  DT_CHECK_EQ(dgamma.numel(), cols);
-  DT_CHECK_EQ(dbeta.numel(), cols);
+  check_channels(cols, {&gamma, &mean, &variance, &dgamma, &dbeta});
+  DT_CHECK_EQ(dy.numel(), x.numel());
+  DT_CHECK_EQ(dx.numel(), x.numel());
   Scratch dxc(static_cast<size_t>(cols) * sizeof(float));  // sum of dy * (x - mean) per channel
   column_sums(ElementValue{dy.data(), cols}, rows, cols, 1.0f, dbeta.data());
   column_sums(CenteredProductValue{dy.data(), x.data(), mean.data(), cols}, rows, cols, 1.0f, dxc.floats());
@@ -95,6 +106,7 @@ void class_loss(LossKind kind, const Tensor& output, const Tensor& labels, float
   DT_CHECK_EQ(labels.numel(), rows);
   DT_CHECK_EQ(row_loss.numel(), rows);
   DT_CHECK_EQ(row_hit.numel(), rows);
+  if (grad) DT_CHECK_EQ(grad->numel(), output.numel());
   launch(ClassLossBody{kind, output.data(), labels.data(), cols, grad_scale, row_loss.data(), row_hit.data(),
                        grad ? grad->data() : nullptr},
          rows);

@@ -23,19 +23,35 @@ struct PoolPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
 };
 
+// The window over x that gives y, checked as the CPU checks it.
 Geometry geometry(const Shape& x, const Shape& y, const Pool2DParams& p) {
+  DT_CHECK(x.size() == 4 && y.size() == 4, "pool ranks");
+  DT_CHECK_EQ(x[0], y[0]);
+  DT_CHECK_EQ(x[3], y[3]);
+  DT_CHECK(p.kernel[0] > 0 && p.kernel[1] > 0 && p.stride[0] > 0 && p.stride[1] > 0,
+           "pool window and stride must be positive");
+  DT_CHECK(p.pad_before[0] < p.kernel[0] && p.pad_after[0] < p.kernel[0] && p.pad_before[1] < p.kernel[1] &&
+               p.pad_after[1] < p.kernel[1],
+           "pool padding must be smaller than the window");
+  DT_CHECK_EQ(y[1], (x[1] + p.pad_before[0] + p.pad_after[0] - p.kernel[0]) / p.stride[0] + 1);
+  DT_CHECK_EQ(y[2], (x[2] + p.pad_before[1] + p.pad_after[1] - p.kernel[1]) / p.stride[1] + 1);
   return {x[0], x[1], x[2], x[3], y[1], y[2], p.kernel[0], p.kernel[1], p.stride[0], p.stride[1],
           p.pad_before[0], p.pad_before[1]};
 }
 
 PoolPlan make_plan(const Geometry& g, const Pool2DParams& p) {
   PoolPlan plan;
+  // Max pooling always runs on the own kernels: their gradient goes to the first
+  // maximum of a window, as on the CPU, where cuDNN leaves the tie undocumented
+  // (ties are common: windows of zeros after a ReLU). As in PyTorch, which has
+  // its own max-pooling kernels too.
+  if (p.kind == PoolKind::kMax) return plan;
   if (p.pad_before[0] != p.pad_after[0] || p.pad_before[1] != p.pad_after[1]) return plan;
   DT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&plan.pool));
   DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.x));
   DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.y));
   const cudnnPoolingMode_t mode =
-      p.kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+      CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
   DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(plan.pool, mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.kh),
                                              static_cast<int>(g.kw), static_cast<int>(g.pt), static_cast<int>(g.pl),
                                              static_cast<int>(g.sh), static_cast<int>(g.sw)));
@@ -103,9 +119,13 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
   if (plan.use_cudnn && ws && ws->input.defined()) {
     DT_CHECK(ws->output.defined(), "pool2d_backward needs the forward's workspace");
     const float alpha = 1.0f, beta = 0.0f;
-    DT_CUDNN_CHECK(cudnnPoolingBackward(context().cudnn, plan.pool, &alpha, plan.y, ws->output.data(), plan.y,
-                                        dy.data(), plan.x, ws->input.data(), &beta, plan.x, dx.data()));
-    return;
+    const cudnnStatus_t status =
+        cudnnPoolingBackward(context().cudnn, plan.pool, &alpha, plan.y, ws->output.data(), plan.y, dy.data(),
+                             plan.x, ws->input.data(), &beta, plan.x, dx.data());
+    if (status == CUDNN_STATUS_SUCCESS) return;
+    // cuDNN ran the forward but refuses the backward: own kernels from now on.
+    if (status != CUDNN_STATUS_NOT_SUPPORTED) throw_cudnn_error("cudnnPoolingBackward", status, __FILE__, __LINE__);
+    plan.use_cudnn = false;  // average pooling needs nothing from the forward
   }
   DT_CHECK(!max || (ws && ws->argmax.defined()), "max pool2d_backward needs the forward's workspace");
   launch(PoolBackwardBody{g, max, dy.data(), max ? ws->argmax.data() : nullptr, dx.data()}, dx.numel());

@@ -3,6 +3,7 @@
 // the DeviceMemory that Tensor uses for cuda tensors.
 #include "kernels/cuda/runtime.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -43,12 +44,14 @@ std::mutex g_activate_mutex;
 // Makes the active GPU current on the calling thread (each thread starts on
 // device 0; a communication thread copying gradients must not touch GPU 0's
 // context when the job uses another GPU).
-void bind_thread() {
+cudaError_t try_bind_thread() noexcept {
   thread_local int bound = -1;
-  if (bound == g_context.device || g_context.device < 0) return;
-  DT_CUDA_CHECK(cudaSetDevice(g_context.device));
-  bound = g_context.device;
+  if (bound == g_context.device || g_context.device < 0) return cudaSuccess;
+  const cudaError_t status = cudaSetDevice(g_context.device);
+  if (status == cudaSuccess) bound = g_context.device;
+  return status;
 }
+void bind_thread() { DT_CUDA_CHECK(try_bind_thread()); }
 
 // ---- caching allocator ----
 
@@ -65,20 +68,25 @@ class CachingAllocator {
   }
 
   void* allocate(size_t bytes) {
+    bind_thread();
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Free>& list = free_[size];
     if (!list.empty()) {
-      const Free f = list.back();
-      list.pop_back();
-      if (f.event) {
-        if (cudaEventQuery(f.event) == cudaSuccess) {
-          events_.push_back(f.event);
-        } else {
-          (void)cudaGetLastError();
-          guards_[f.p] = f.event;
+      // A block the GPU is done with if there is one (an upload into it need not
+      // wait), else the newest: compute-stream users never wait either way.
+      size_t pick = list.size() - 1;
+      for (size_t i = list.size(); i-- > 0;)
+        if (done(list[i].event)) {
+          pick = i;
+          break;
         }
-      }
+      const Free f = list[pick];
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
+      if (done(f.event))
+        events_.push_back(f.event);
+      else
+        guards_[f.p] = f.event;
       return f.p;
     }
     void* p = nullptr;
@@ -99,6 +107,10 @@ class CachingAllocator {
   // down at process exit, the block is simply dropped.
   void deallocate(void* p, size_t bytes) noexcept {
     if (!p) return;
+    if (try_bind_thread() != cudaSuccess) {  // CUDA is shut down: drop the block
+      (void)cudaGetLastError();
+      return;
+    }
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     auto guard = guards_.find(p);
@@ -115,8 +127,10 @@ class CachingAllocator {
       return;
     }
     if (cudaEventRecord(event, g_context.compute) != cudaSuccess) {
+      // Never reuse an event that could not be recorded: it would fail again.
       (void)cudaGetLastError();
-      events_.push_back(event);
+      cudaEventDestroy(event);
+      (void)cudaGetLastError();
       return;
     }
     free_[size].push_back({p, event});
@@ -140,6 +154,15 @@ class CachingAllocator {
     void* p;
     cudaEvent_t event;  // recorded on the compute stream when the block was freed
   };
+
+  // Whether the GPU has finished with a freed block (its free event completed).
+  static bool done(cudaEvent_t event) {
+    if (!event) return true;
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
+    (void)cudaGetLastError();  // cudaErrorNotReady is not an error; others show at the next checked call
+    return false;
+  }
 
   void release_free_blocks() {
     for (auto& [size, blocks] : free_)
@@ -165,61 +188,72 @@ CachingAllocator& allocator() {
 
 // ---- host-to-device copies through pinned memory ----
 
-// A ring of pinned host buffers: host data is copied into one, then to the
-// device asynchronously, so the caller's memory is free at once and the host
-// never waits for the copy. A buffer is reused once its copy has completed.
+// A ring of pinned host buffers of kChunk bytes each: host data is copied into
+// them chunk by chunk, then to the device asynchronously, so the caller's memory
+// is free at once and the host never waits for the copy. A buffer is reused once
+// its copy has completed. Pinned memory stays at kSlots * kChunk (64 MiB).
 class Uploader {
  public:
   // Into a new tensor: on the copy stream; the compute stream waits for it.
   void upload_new(void* dst, const void* src, size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    void* pinned = stage(src, bytes);
     // Why: dst may have been freed by ops still queued on the compute stream.
     allocator().guard(dst, g_context.copy);
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, g_context.copy));
-    DT_CUDA_CHECK(cudaEventRecord(slot().copied, g_context.copy));
-    // Why: ops issued from now on read dst and must wait for the copy, while
-    // the ops already issued (this step's) run on undisturbed.
-    DT_CUDA_CHECK(cudaStreamWaitEvent(g_context.compute, slot().copied, 0));
-    advance();
+    const cudaEvent_t last = copy_chunks(dst, src, bytes, g_context.copy);
+    if (!last) return;  // nothing to copy
+    // Why: ops issued from now on read dst and must wait for the copy (the copy
+    // stream runs its chunks in order, so the last one's event covers all),
+    // while the ops already issued (this step's) run on undisturbed.
+    DT_CUDA_CHECK(cudaStreamWaitEvent(g_context.compute, last, 0));
   }
 
   // Into an existing tensor: on the compute stream, after the ops issued so far
   // (which may still read dst).
   void upload_ordered(void* dst, const void* src, size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    void* pinned = stage(src, bytes);
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, g_context.compute));
-    DT_CUDA_CHECK(cudaEventRecord(slot().copied, g_context.compute));
-    advance();
+    copy_chunks(dst, src, bytes, g_context.compute);
   }
 
  private:
   static constexpr int kSlots = 8;
+  static constexpr size_t kChunk = size_t{8} << 20;
   struct Slot {
     void* pinned = nullptr;
-    size_t capacity = 0;
     cudaEvent_t copied = nullptr;
   };
 
-  Slot& slot() { return slots_[next_]; }
-  void advance() { next_ = (next_ + 1) % kSlots; }
+  // Copies [src, src + bytes) to dst on `stream` through the ring; returns the
+  // event recorded after the last chunk.
+  cudaEvent_t copy_chunks(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+    cudaEvent_t last = nullptr;
+    for (size_t offset = 0; offset < bytes; offset += kChunk) {
+      const size_t n = std::min(kChunk, bytes - offset);
+      Slot& s = ready_slot();
+      std::memcpy(s.pinned, static_cast<const char*>(src) + offset, n);
+      DT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + offset, s.pinned, n, cudaMemcpyHostToDevice, stream));
+      DT_CUDA_CHECK(cudaEventRecord(s.copied, stream));
+      last = s.copied;
+      next_ = (next_ + 1) % kSlots;
+    }
+    return last;
+  }
 
-  // Copies src into the current slot's pinned buffer and returns it.
-  void* stage(const void* src, size_t bytes) {
-    Slot& s = slot();
+  // The current slot, its buffer allocated and free to overwrite.
+  Slot& ready_slot() {
+    Slot& s = slots_[next_];
     if (!s.copied) DT_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
     // Why: the slot's pinned buffer may still be the source of its previous copy.
     DT_CUDA_CHECK(cudaEventSynchronize(s.copied));
-    if (s.capacity < bytes) {
-      if (s.pinned) DT_CUDA_CHECK(cudaFreeHost(s.pinned));
-      s.pinned = nullptr;
-      s.capacity = 0;
-      DT_CUDA_CHECK(cudaHostAlloc(&s.pinned, bytes, cudaHostAllocDefault));
-      s.capacity = bytes;
+    if (!s.pinned) {
+      const cudaError_t status = cudaHostAlloc(&s.pinned, kChunk, cudaHostAllocDefault);
+      if (status != cudaSuccess) {
+        (void)cudaGetLastError();
+        s.pinned = nullptr;
+        throw RuntimeError(str("cannot pin ", kChunk >> 20, " MiB of host memory for copies to the GPU: ",
+                               cudaGetErrorString(status), " (is the locked-memory limit, ulimit -l, too low?)"));
+      }
     }
-    std::memcpy(s.pinned, src, bytes);
-    return s.pinned;
+    return s;
   }
 
   std::mutex mutex_;
@@ -363,8 +397,8 @@ void activate(int index) {
   DT_CUDNN_CHECK(cudnnCreate(&g_context.cudnn));
   DT_CUDNN_CHECK(cudnnSetStream(g_context.cudnn, g_context.compute));
   g_context.device = index;
-  static CudaMemory memory;
-  register_device_memory(DeviceType::kCuda, &memory);
+  static CudaMemory* memory = new CudaMemory();  // never destroyed: tensors may outlive main()
+  register_device_memory(DeviceType::kCuda, memory);
 }
 
 void synchronize() {
