@@ -136,19 +136,23 @@ int validate_command(const ValidateOptions& options) {
 
 namespace {
 
-// The per-layer table of `bench train --profile`: milliseconds per step and share.
+// The per-layer table of `bench train --profile`: milliseconds per step and
+// share; the layers inside a Residual block are indented under it.
 void print_profile(const trainer::BenchResult& r) {
-  double layers_ms = 0.0;
-  for (const auto& l : r.profile) layers_ms += l.forward_ms + l.backward_ms;
+  double layers_ms = 0.0;  // the model's own layers; a block's time includes its layers'
+  for (const auto& l : r.profile)
+    if (l.depth == 0) layers_ms += l.forward_ms + l.backward_ms;
   const double step = std::max(r.profile_step_ms, 1e-9);
   std::printf("\nProfile (ms per step, the device waited for around each layer):\n");
-  std::printf("%-28s %-24s %10s %10s %7s\n", "layer", "type", "forward", "backward", "share");
-  for (const auto& l : r.profile)
-    std::printf("%-28s %-24s %10.3f %10.3f %6.1f%%\n", l.name.c_str(), l.type.c_str(), l.forward_ms, l.backward_ms,
+  std::printf("%-32s %-24s %10s %10s %7s\n", "layer", "type", "forward", "backward", "share");
+  for (const auto& l : r.profile) {
+    const std::string name = std::string(2 * static_cast<size_t>(l.depth), ' ') + l.name;
+    std::printf("%-32s %-24s %10.3f %10.3f %6.1f%%\n", name.c_str(), l.type.c_str(), l.forward_ms, l.backward_ms,
                 100.0 * (l.forward_ms + l.backward_ms) / step);
-  std::printf("%-28s %-24s %21.3f %6.1f%%\n", "(loss, update, data, other)", "",
+  }
+  std::printf("%-32s %-24s %21.3f %6.1f%%\n", "(loss, update, data, other)", "",
               std::max(0.0, step - layers_ms), 100.0 * std::max(0.0, step - layers_ms) / step);
-  std::printf("%-28s %-24s %21.3f\n", "step", "", step);
+  std::printf("%-32s %-24s %21.3f\n", "step", "", step);
 }
 
 }  // namespace
@@ -169,7 +173,11 @@ int bench_train_command(const BenchTrainOptions& options) {
     if (!r.profile.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (const auto& l : r.profile)
-        layers.push_back({{"layer", l.name}, {"type", l.type}, {"forward_ms", l.forward_ms}, {"backward_ms", l.backward_ms}});
+        layers.push_back({{"layer", l.name},
+                          {"type", l.type},
+                          {"depth", l.depth},
+                          {"forward_ms", l.forward_ms},
+                          {"backward_ms", l.backward_ms}});
       j["profile"] = {{"step_ms", r.profile_step_ms}, {"layers", layers}};
     }
     std::printf("%s\n", j.dump().c_str());

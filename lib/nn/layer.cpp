@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/timer.h"
+
 namespace dtrain::nn {
 
 Layer::Layer(std::string name, std::string type, Shape input_shape, Shape output_shape)
@@ -21,6 +23,38 @@ Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) const {
   Shape want = with_batch(n, per_sample);
   if (!slot.defined() || slot.shape() != want || slot.device() != device_) slot = Tensor(std::move(want), device_);
   return slot;
+}
+
+namespace {
+
+// Runs `pass` between two waits for the device and adds its time to seconds/calls.
+template <class Pass>
+Tensor timed(const Device& device, double& seconds, int64_t& calls, Pass pass) {
+  kernels::synchronize(device);  // why: time this layer's work alone
+  Stopwatch timer;
+  Tensor out = pass();
+  kernels::synchronize(device);
+  seconds += timer.seconds();
+  calls += 1;
+  return out;
+}
+
+}  // namespace
+
+Tensor Layer::run_forward(const Tensor& x, const StepContext& ctx) {
+  if (!profiling_) return forward(x, ctx);
+  return timed(device_, time_.forward_seconds, time_.forward_calls, [&] { return forward(x, ctx); });
+}
+
+Tensor Layer::run_backward(const Tensor& dy, bool need_dx) {
+  if (!profiling_) return backward(dy, need_dx);
+  return timed(device_, time_.backward_seconds, time_.backward_calls, [&] { return backward(dy, need_dx); });
+}
+
+void Layer::set_profiling(bool on) {
+  profiling_ = on;
+  time_ = LayerTime{};
+  for (Layer* child : children()) child->set_profiling(on);
 }
 
 void Layer::set_device(const Device& device) {

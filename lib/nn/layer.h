@@ -30,6 +30,12 @@ struct StepContext {
   int64_t step = 0;   // global training step
 };
 
+// Time spent in a layer while profiling (see Layer::set_profiling).
+struct LayerTime {
+  double forward_seconds = 0.0, backward_seconds = 0.0;
+  int64_t forward_calls = 0, backward_calls = 0;
+};
+
 class Layer {
  public:
   Layer(std::string name, std::string type, Shape input_shape, Shape output_shape);
@@ -44,6 +50,19 @@ class Layer {
   virtual Tensor forward(const Tensor& x, const StepContext& ctx) = 0;
   // dy is (N, output_shape...). Returns dx, or an undefined tensor when !need_dx.
   virtual Tensor backward(const Tensor& dy, bool need_dx) = 0;
+
+  // forward() / backward() as models call them: while profiling, they wait for
+  // the device before and after and add the time to time().
+  Tensor run_forward(const Tensor& x, const StepContext& ctx);
+  Tensor run_backward(const Tensor& dy, bool need_dx);
+  // Per-layer timing for `dtrain bench train --profile`, for this layer and the
+  // layers inside it; turning it on or off clears the times. The waits slow
+  // steps down: profile apart from throughput runs.
+  void set_profiling(bool on);
+  const LayerTime& time() const { return time_; }
+
+  // The layers this one is made of (a Residual block's), in order; none for most.
+  virtual std::vector<Layer*> children() { return {}; }
 
   // Trainable params first, then state, in a fixed order.
   virtual std::vector<Param*> params() { return {}; }
@@ -69,6 +88,8 @@ class Layer {
   std::string name_, type_;
   Shape input_shape_, output_shape_;
   Device device_;
+  bool profiling_ = false;
+  LayerTime time_;
 };
 
 // Adds the batch dimension in front of a per-sample shape.

@@ -123,6 +123,8 @@ class Residual : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   // The branches' params: the main branch's layers first, then the shortcut's.
   std::vector<Param*> params() override;
+  // The main branch's layers, then the shortcut's.
+  std::vector<Layer*> children() override;
   void initialize(Rng& rng) override;
 
  protected:

@@ -10,7 +10,7 @@ namespace {
 
 Tensor forward_branch(Residual::Branch& branch, const Tensor& x, const StepContext& ctx) {
   Tensor h = x;
-  for (auto& layer : branch) h = layer->forward(h, ctx);
+  for (auto& layer : branch) h = layer->run_forward(h, ctx);
   return h;
 }
 
@@ -18,7 +18,7 @@ Tensor forward_branch(Residual::Branch& branch, const Tensor& x, const StepConte
 // needed when a layer before it in the branch, or the block's input, needs it.
 Tensor backward_branch(Residual::Branch& branch, const Tensor& dy, bool need_dx) {
   Tensor g = dy;
-  for (size_t i = branch.size(); i-- > 0;) g = branch[i]->backward(g, need_dx || i > 0);
+  for (size_t i = branch.size(); i-- > 0;) g = branch[i]->run_backward(g, need_dx || i > 0);
   return g;
 }
 
@@ -72,6 +72,13 @@ void Residual::initialize(Rng& rng) {
       Rng child(hash_u64(seed, index++));
       layer->initialize(child);
     }
+}
+
+std::vector<Layer*> Residual::children() {
+  std::vector<Layer*> out;
+  for (const Branch* branch : {&layers_, &shortcut_})
+    for (auto& layer : *branch) out.push_back(layer.get());
+  return out;
 }
 
 void Residual::move_extras(const Device& device) {

@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
-#include "core/timer.h"
 #include "kernels/ops.h"
 #include "nn/layer_factory.h"
 
@@ -57,8 +56,7 @@ void Sequential::place(const Device& device, int optimizer_slots) {
 }
 
 void Sequential::set_profiling(bool on) {
-  profiling_ = on;
-  layer_times_.assign(layers_.size(), LayerTime{});
+  for (auto& layer : layers_) layer->set_profiling(on);
 }
 
 const Shape& Sequential::output_shape() const { return layers_.back()->output_shape(); }
@@ -67,18 +65,7 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
   // Samples of the right size but another shape (e.g. (28, 28, 1) images into an
   // input_shape of [784]) are viewed in the model's input shape.
   Tensor h = x.shape() == with_batch(x.dim(0), input_shape_) ? x : x.reshaped(with_batch(x.dim(0), input_shape_));
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!profiling_) {
-      h = layers_[i]->forward(h, ctx);
-      continue;
-    }
-    kernels::synchronize(device_);  // why: time this layer's work alone
-    Stopwatch timer;
-    h = layers_[i]->forward(h, ctx);
-    kernels::synchronize(device_);
-    layer_times_[i].forward_seconds += timer.seconds();
-    layer_times_[i].forward_calls += 1;
-  }
+  for (auto& layer : layers_) h = layer->run_forward(h, ctx);
   return h;
 }
 
@@ -90,16 +77,7 @@ void Sequential::backward(const Tensor& doutput, const std::function<void(size_t
     if (!layers_[i]->params().empty()) first_with_params = i;
   Tensor g = doutput;
   for (size_t i = layers_.size(); i-- > 0;) {
-    if (profiling_) {
-      kernels::synchronize(device_);
-      Stopwatch timer;
-      g = layers_[i]->backward(g, /*need_dx=*/i > first_with_params);
-      kernels::synchronize(device_);
-      layer_times_[i].backward_seconds += timer.seconds();
-      layer_times_[i].backward_calls += 1;
-    } else {
-      g = layers_[i]->backward(g, /*need_dx=*/i > first_with_params);
-    }
+    g = layers_[i]->run_backward(g, /*need_dx=*/i > first_with_params);
     if (on_layer_done) on_layer_done(i);
   }
 }

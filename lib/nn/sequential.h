@@ -50,23 +50,15 @@ class Sequential {
   // A table like Keras' model.summary().
   std::string summary() const;
 
-  // Per-layer timing (for `dtrain bench train --profile`): when on, forward and
-  // backward wait for the device before and after each layer and add the time
-  // to layer_times() (which slows steps down: profile apart from throughput runs).
-  struct LayerTime {
-    double forward_seconds = 0.0, backward_seconds = 0.0;
-    int64_t forward_calls = 0, backward_calls = 0;
-  };
+  // Per-layer timing (for `dtrain bench train --profile`) of every layer, those
+  // inside Residual blocks too: see Layer::set_profiling and Layer::time().
   void set_profiling(bool on);
-  const std::vector<LayerTime>& layer_times() const { return layer_times_; }
 
  private:
   Shape input_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Device device_;
   std::unique_ptr<TensorArena> arena_;
-  bool profiling_ = false;
-  std::vector<LayerTime> layer_times_;
 };
 
 }  // namespace dtrain::nn

@@ -58,8 +58,11 @@ struct BenchOptions {
 };
 
 // Where a step's time goes, per layer (from profiled steps, averaged per step).
+// The layers inside a Residual block follow it with depth + 1; the block's time
+// includes theirs.
 struct LayerProfile {
   std::string name, type;
+  int depth = 0;
   double forward_ms = 0.0, backward_ms = 0.0;
 };
 

@@ -1,5 +1,6 @@
 // validate_job() and bench_train(): the trainer's entry points that do not train a whole job.
 #include <cstdio>
+#include <functional>
 
 #include "core/strings.h"
 #include "core/timer.h"
@@ -88,11 +89,13 @@ BenchResult bench_train(const config::JobConfig& job, const BenchOptions& option
     for (int64_t i = 0; i < options.profile_steps; ++i) one_step();
     kernels::synchronize(device);
     result.profile_step_ms = profiled.seconds() * 1000.0 / options.profile_steps;
-    const auto& times = model.layer_times();
-    for (size_t i = 0; i < times.size(); ++i)
-      result.profile.push_back({model.layers()[i]->name(), model.layers()[i]->type(),
-                                times[i].forward_seconds * 1000.0 / options.profile_steps,
-                                times[i].backward_seconds * 1000.0 / options.profile_steps});
+    const double per_step_ms = 1000.0 / static_cast<double>(options.profile_steps);
+    std::function<void(nn::Layer&, int)> add = [&](nn::Layer& layer, int depth) {
+      result.profile.push_back({layer.name(), layer.type(), depth, layer.time().forward_seconds * per_step_ms,
+                                layer.time().backward_seconds * per_step_ms});
+      for (nn::Layer* child : layer.children()) add(*child, depth + 1);
+    };
+    for (const auto& layer : model.layers()) add(*layer, 0);
     model.set_profiling(false);
   }
   const strategy::StepTimings after = strategy->timings();

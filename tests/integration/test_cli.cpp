@@ -85,7 +85,33 @@ TEST_CASE("bench train --profile times every layer, within the step time", "[int
   // One entry per layer of the model, in order, and the layers fit inside the step.
   CHECK(types == std::vector<std::string>{"Conv2D", "MaxPooling2D", "Flatten", "Dense", "Dropout", "Dense"});
   CHECK(profile.at("layers")[0].at("forward_ms").get<double>() > 0.0);
+  CHECK(profile.at("layers")[0].at("depth") == 0);
   CHECK(layers_ms <= step_ms);
+}
+
+TEST_CASE("bench train --profile lists the layers inside a Residual block under it", "[integration]") {
+  TempDir dir;
+  nlohmann::json job = small_cnn_job(256, 64);
+  const nlohmann::json conv = {{"type", "Conv2D"}, {"filters", 8}, {"kernel_size", 3}, {"padding", "same"}};
+  job["model"]["layers"] = {conv,
+                            {{"type", "Residual"},
+                             {"layers", {conv, {{"type", "Activation"}, {"activation", "relu"}}, conv}},
+                             {"activation", "relu"}},
+                            {{"type", "GlobalAveragePooling2D"}},
+                            {{"type", "Dense"}, {"units", 10}}};
+  const RunOutput r = run_dtrain({"bench", "train", "--config", dir.write_job(job), "--steps", "2", "--warmup", "1",
+                                  "--profile", "2", "--threads", "1", "--json"});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json layers = nlohmann::json::parse(r.out).at("profile").at("layers");
+  std::vector<std::string> rows;
+  for (const auto& l : layers) rows.push_back(std::to_string(l.at("depth").get<int>()) + " " + l.at("layer").get<std::string>());
+  CHECK(rows == std::vector<std::string>{"0 conv2d", "0 residual", "1 conv2d_1", "1 activation", "1 conv2d_2",
+                                         "0 global_average_pooling2d", "0 dense"});
+  // The block's time holds its layers' (each waited for alone) and a little more.
+  auto total = [&](size_t i) { return layers[i].at("forward_ms").get<double>() + layers[i].at("backward_ms").get<double>(); };
+  CHECK(total(2) > 0.0);
+  CHECK(total(2) + total(3) + total(4) <= total(1));
 }
 
 }  // namespace dtrain::integration
