@@ -60,6 +60,7 @@ std::unique_ptr<Layer> make_residual(const config::LayerSpec& spec, const Shape&
                                      const std::string& name, uint64_t layer_index,
                                      std::map<std::string, int>& name_counts) {
   // branch_id keeps the children's dropout streams apart from every other layer's.
+  if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: a Residual block needs at least one layer"));
   auto build = [&](const std::vector<config::LayerSpec>& specs, uint64_t branch_id) {
     Residual::Branch branch;
     Shape shape = input;
@@ -78,11 +79,12 @@ std::unique_ptr<Layer> make_residual(const config::LayerSpec& spec, const Shape&
   if (main_out != shortcut_out) {
     // A projection shortcut that gives the main branch's shape, where one layer can.
     std::string example = "layers that change the shape the same way";
-    if (main_out.size() == 1)
+    if (main_out.size() == 1 && input.size() == 1)
       example = str("[{\"type\": \"Dense\", \"units\": ", main_out[0], "}]");
     else if (main_out.size() == 3 && input.size() == 3 && main_out[0] > 0)
+      // "same" padding gives ceil(input / stride) rows: the stride is input / output rounded up.
       example = str("[{\"type\": \"Conv2D\", \"filters\": ", main_out[2], ", \"kernel_size\": 1, \"strides\": ",
-                    std::max<int64_t>(input[0] / main_out[0], 1), ", \"padding\": \"same\"}]");
+                    std::max<int64_t>((input[0] + main_out[0] - 1) / main_out[0], 1), ", \"padding\": \"same\"}]");
     throw ConfigError(str(where(spec, name), ": its layers end in ", shape_str(main_out), " but its shortcut ",
                           shortcut.empty() ? "(the identity) passes on " : "ends in ", shape_str(shortcut_out),
                           "; the two are added, so they must match: give the block a \"shortcut\" such as ",

@@ -23,12 +23,28 @@ Sequential::Sequential(const config::ModelSpec& spec, uint64_t seed)
     layers_.push_back(make_layer(ls, shape, name, i, name_counts));
     shape = layers_.back()->output_shape();
   }
+  check_unique_names();
   // Each layer draws its initial values from its own stream, so changing one layer
   // leaves the others' initial values as they were.
   for (size_t i = 0; i < layers_.size(); ++i) {
     Rng rng(hash_u64(seed, 0x696e6974ull /* "init" */, i));
     layers_[i]->initialize(rng);
   }
+}
+
+void Sequential::check_unique_names() const {
+  // Params are named "<layer>/<param>" in checkpoints, so two layers may not share
+  // a name: config checks explicit names against each other, this also catches an
+  // explicit name that is another layer's automatic one.
+  std::map<std::string, int> seen;
+  std::function<void(Layer&)> visit = [&](Layer& layer) {
+    if (seen[layer.name()]++ == 1)
+      throw ConfigError(str("model.layers: two layers are named '", layer.name(),
+                            "'; an explicit \"name\" may not be another layer's automatic one (Keras names layers "
+                            "dense, dense_1, conv2d, ... in order): choose another name"));
+    for (Layer* child : layer.children()) visit(*child);
+  };
+  for (auto& layer : layers_) visit(*layer);
 }
 
 void Sequential::place(const Device& device, int optimizer_slots) {

@@ -55,6 +55,9 @@ class Sequential {
   void set_profiling(bool on);
 
  private:
+  // ConfigError when two layers (Residual blocks' included) share a name.
+  void check_unique_names() const;
+
   Shape input_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Device device_;

@@ -64,7 +64,11 @@ config::ModelSpec small_resnet() {
 
 TEST_CASE("gpu layers: a ResNet-style model gives the CPU's outputs, gradients and moving statistics") {
   if (!testing::gpu_or_skip()) return;
-  kernels::set_allow_tf32(false);  // compare float32 with float32
+  // Compare float32 with float32; TF32 back on however the test ends.
+  struct Tf32Off {
+    Tf32Off() { kernels::set_allow_tf32(false); }
+    ~Tf32Off() { kernels::set_allow_tf32(true); }
+  } tf32_off;
   const config::ModelSpec spec = small_resnet();
   nn::Sequential cpu(spec, 1), gpu(spec, 1);
   cpu.place(Device::cpu(), 0);
@@ -90,5 +94,4 @@ TEST_CASE("gpu layers: a ResNet-style model gives the CPU's outputs, gradients a
     testing::require_close(got[i]->value, want[i]->value, 1e-4, 1e-4);  // moving statistics after one step
     if (want[i]->trainable()) testing::require_close(got[i]->grad, want[i]->grad, 2e-3, 2e-3);
   }
-  kernels::set_allow_tf32(true);
 }

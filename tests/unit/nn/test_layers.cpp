@@ -282,7 +282,20 @@ TEST_CASE("a residual block whose branches end in different shapes names both an
                       Catch::Contains("(the identity) passes on (6, 6, 3)") &&
                       Catch::Contains("\"shortcut\" such as [{\"type\": \"Conv2D\", \"filters\": 8, "
                                       "\"kernel_size\": 1, \"strides\": 1, \"padding\": \"same\"}]"));
+  // 7x7 through a stride-2 "same" conv is 4x4: the suggested stride rounds up to 2.
+  const std::string odd = config_error(model_spec({7, 7, 3}, {residual(0, {conv(8, 3, 0, "same", 2)}, {}, "relu")}));
+  CHECK_THAT(odd, Catch::Contains("\"strides\": 2"));
   const std::string strided = config_error(
       model_spec({6, 6, 3}, {residual(0, {conv(3, 3, 0, "same", 2)}, {conv(3, 1, 0, "valid", 1)}, "relu")}));
   CHECK_THAT(strided, Catch::Contains("(3, 3, 3)") && Catch::Contains("ends in (6, 6, 3)"));
+}
+
+TEST_CASE("an explicit layer name that is another layer's automatic name is an error") {
+  LayerSpec named = dense(4, 1);
+  named.name = "dense_1";  // the automatic name of the block's second Dense
+  const std::string err = config_error(
+      model_spec({4}, {dense(4, 0), residual(1, {named, dense(4, 1)}, {}, "relu")}));
+  CHECK_THAT(err, Catch::Contains("two layers are named 'dense_1'"));
+  LayerSpec empty = residual(0, {}, {}, "relu");
+  CHECK_THAT(config_error(model_spec({4}, {empty})), Catch::Contains("a Residual block needs at least one layer"));
 }
