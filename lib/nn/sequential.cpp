@@ -133,19 +133,23 @@ std::string Sequential::params_sha256() const {
 std::string Sequential::summary() const {
   std::string out;
   char line[160];
-  std::snprintf(line, sizeof line, "%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
+  std::snprintf(line, sizeof line, "%-48s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
   out += line;
-  for (auto& layer : layers_) {
+  // The layers inside a Residual block follow it, indented (Keras' expand_nested).
+  std::function<void(Layer&, int)> row = [&](Layer& layer, int depth) {
     int64_t n = 0;
-    for (Param* p : layer->params()) n += p->value.numel();
-    const std::string label = layer->name() + " (" + layer->type() + ")";
-    Shape shape = layer->output_shape();
+    for (Param* p : layer.params()) n += p->value.numel();
+    const std::string label =
+        std::string(2 * static_cast<size_t>(depth), ' ') + layer.name() + " (" + layer.type() + ")";
+    const Shape& shape = layer.output_shape();
     std::string shape_text = "(None, " + shape_str(shape).substr(1);
     if (shape.size() == 1) shape_text = "(None, " + std::to_string(shape[0]) + ")";
-    std::snprintf(line, sizeof line, "%-34s %-22s %10lld\n", label.c_str(), shape_text.c_str(),
+    std::snprintf(line, sizeof line, "%-48s %-22s %10lld\n", label.c_str(), shape_text.c_str(),
                   static_cast<long long>(n));
     out += line;
-  }
+    for (Layer* child : layer.children()) row(*child, depth + 1);
+  };
+  for (auto& layer : layers_) row(*layer, 0);
   out += str("Total params: ", count_params(false), " (trainable: ", count_params(true), ")\n");
   return out;
 }

@@ -257,7 +257,10 @@ TEST_CASE("residual blocks name their layers like Keras and own their params") {
   CHECK(names == want);
   // conv 3*3*3*4+4, block 1: 2*(3*3*4*4+4) + bn 4*4, block 2: 3*3*4*6+6 + 1*1*4*6+6 + 2 bn 2*4*6, dense 6*3+3
   CHECK(model.count_params(false) == 112 + (296 + 16) + (222 + 30 + 48) + 21);
-  CHECK(model.summary().find("residual_1 (Residual)") != std::string::npos);
+  const std::string summary = model.summary();
+  CHECK(summary.find("\nresidual_1 (Residual)") != std::string::npos);
+  CHECK(summary.find("\n  conv2d_4 (Conv2D)") != std::string::npos);  // the shortcut's conv, under its block
+  CHECK(summary.find("residual_1 (Residual)") < summary.find("  conv2d_4 (Conv2D)"));
 }
 
 TEST_CASE("a residual block adds its branches and applies its activation") {
