@@ -9,6 +9,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/durable_file.h"
+#include "checkpoint/manifest.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/sha256.h"
@@ -121,19 +122,10 @@ int ckpt_inspect_command(const CkptInspectOptions& options) {
     ordered_json list = ordered_json::array();
     for (const auto& e : entries)
       list.push_back({{"path", e.path}, {"step", e.step}, {"good", e.good()}, {"problem", e.problem}});
-    ordered_json files = ordered_json::object();
-    for (const auto& [name, d] : m.files) files[name] = {{"bytes", d.bytes}, {"sha256", d.sha256}};
-    const ordered_json j = {{"path", path},
-                            {"checkpoints", list},
-                            {"step", m.step},
-                            {"epoch", m.epoch},
-                            {"samples_seen", m.samples_seen},
-                            {"world_size", m.world_size},
-                            {"config_sha256", m.config_sha256},
-                            {"dtrain_version", m.dtrain_version},
-                            {"files", files},
-                            {"model", tensors_json(c.model)},
-                            {"optimizer", tensors_json(c.optimizer)}};
+    ordered_json j = {{"path", path}, {"checkpoints", list}};
+    j.update(ordered_json::parse(checkpoint::manifest_summary_json(m)));  // step ... files, in its order
+    j["model"] = tensors_json(c.model);
+    j["optimizer"] = tensors_json(c.optimizer);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

@@ -1,5 +1,5 @@
 // The subcommands behind main.cpp: load the job config (with --set and --threads
-// applied) and hand it to the trainer.
+// applied) and hand it to the task runtime (lib/runtime) or the trainer.
 #include "commands.h"
 
 #include <algorithm>
@@ -12,9 +12,8 @@
 #include "config/job_config.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "kernels/ops.h"
 #include "launch/launcher.h"
-#include "rendezvous/store_server.h"
+#include "runtime/run.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::app {
@@ -90,11 +89,26 @@ std::function<bool()> stop_on_sigterm() {
   return [] { return g_stop_requested != 0; };
 }
 
-int launch_command(const LaunchOptions& options) {
+// The arguments `dtrain launch` gives each task: `run` with the launch's own job
+// options; a restarted job resumes from its newest good checkpoint.
+std::vector<std::string> run_task_args(const JobOptions& job, const launch::TaskStart& start) {
+  std::vector<std::string> args = {"run", "--config", job.config};
+  for (const std::string& o : job.overrides) args.insert(args.end(), {"--set", o});
+  if (start.restart > 0) args.push_back("--resume");
+  args.insert(args.end(), {"--summary", start.summary_path});
+  if (start.threads > 0) args.insert(args.end(), {"--threads", std::to_string(start.threads)});
+  return args;
+}
+
+int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
+  const config::JobConfig job = load_job(options.job);
   launch::LaunchOptions launch;
-  launch.config = options.job.config;
-  launch.overrides = options.job.overrides;
+  launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
+  launch.tf_config = env.tf_config;
+  launch.job_secret = env.job_secret;
+  launch.omp_num_threads = env.host.omp_num_threads;
   launch.threads = options.job.threads;
+  launch.task_args = [&options](const launch::TaskStart& start) { return run_task_args(options.job, start); };
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.grace_period = options.grace_period;
@@ -103,33 +117,20 @@ int launch_command(const LaunchOptions& options) {
   return report.exit_code;
 }
 
-int run_command(const RunOptions& options) {
+int run_command(const RunOptions& options, const runtime::Environment& env) {
   const config::JobConfig job =
       load_job(options.job, options.resume ? std::vector<std::string>{"checkpoint.resume=auto"} : std::vector<std::string>{});
-  const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
-  trainer::RunOptions run;
-  run.summary_path = options.summary;
-  run.stop_requested = stop_on_sigterm();
-  if (!cluster.single_process()) return run_in_cluster(job, cluster, run);
-  if (const int64_t kill_step = arm_injected_fault(); kill_step > 0)
-    run.on_step = [kill_step](int64_t step) {
-      if (step == kill_step) std::raise(SIGKILL);
-    };
-  trainer::run_training(job, run);
+  runtime::RunRequest request;
+  request.summary_path = options.summary;
+  request.task_flag = options.task;
+  request.stop_requested = stop_on_sigterm();
+  runtime::run_job(job, env, request);
   return 0;
 }
 
-int validate_command(const ValidateOptions& options) {
+int validate_command(const ValidateOptions& options, const runtime::Environment& env) {
   const config::JobConfig job = load_job(options.job);
-  const config::ClusterConfig cluster = config::resolve_cluster(job, std::getenv("TF_CONFIG"), options.task);
-  if (!cluster.single_process()) {
-    const std::string address = cluster.spec.address(cluster.task);
-    rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));
-    std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s at %s, listening there works\n",
-                cluster.source.c_str(), static_cast<int>(cluster.spec.all_tasks().size()),
-                cluster.spec.world_size(), cluster.task.str().c_str(), address.c_str());
-  }
-  trainer::validate_job(job);
+  runtime::validate_task(job, env, options.task);
   std::printf("%s is valid\n", options.job.config.c_str());
   return 0;
 }
@@ -157,11 +158,12 @@ void print_profile(const trainer::BenchResult& r) {
 
 }  // namespace
 
-int bench_train_command(const BenchTrainOptions& options) {
+int bench_train_command(const BenchTrainOptions& options, const runtime::Environment& env) {
   std::vector<std::string> extra;
   if (options.batch > 0) extra.push_back(str("train.batch_size_per_replica=", options.batch));
   const config::JobConfig job = load_job(options.job, extra);
   trainer::BenchOptions bench;
+  bench.host = env.host;
   bench.steps = options.steps;
   bench.warmup_steps = options.warmup;
   bench.profile_steps = options.profile;
@@ -191,36 +193,12 @@ int bench_train_command(const BenchTrainOptions& options) {
 }
 
 int devices_command(bool json) {
-  const kernels::GpuReport report = kernels::list_gpus(/*free_memory=*/true);
-  if (json) {
-    nlohmann::json gpus = nlohmann::json::array();
-    for (const kernels::GpuInfo& g : report.gpus)
-      gpus.push_back({{"index", g.index},
-                      {"device", str("cuda:", g.index)},
-                      {"name", g.name},
-                      {"compute_capability", str(g.compute_major, ".", g.compute_minor)},
-                      {"multiprocessors", g.multiprocessors},
-                      {"total_bytes", g.total_bytes},
-                      {"free_bytes", g.free_bytes}});
-    nlohmann::json out = {{"cuda_backend", report.built_with_cuda}, {"gpus", gpus}};
-    if (report.gpus.empty()) out["why_none"] = report.why_none;
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
-  }
-  if (report.gpus.empty()) {
-    std::printf("No usable GPU: %s.\nJobs with \"device\": \"auto\" train on the CPU.\n", report.why_none.c_str());
-    return 0;
-  }
-  std::printf("%-8s %-32s %-8s %5s %12s %12s\n", "device", "name", "compute", "SMs", "memory", "free");
-  for (const kernels::GpuInfo& g : report.gpus)
-    std::printf("%-8s %-32s %-8s %5d %9.1f GiB %9.1f GiB\n", str("cuda:", g.index).c_str(), g.name.c_str(),
-                str(g.compute_major, ".", g.compute_minor).c_str(), g.multiprocessors,
-                static_cast<double>(g.total_bytes) / (1u << 30), static_cast<double>(g.free_bytes) / (1u << 30));
+  std::printf("%s", runtime::devices_report(json).c_str());
   return 0;
 }
 
 int version_command() {
-  std::printf("dtrain %s\nbackends: %s\n", DTRAIN_VERSION, kernels::backends_description().c_str());
+  std::printf("dtrain %s\nbackends: %s\n", DTRAIN_VERSION, runtime::backends_description().c_str());
   return 0;
 }
 

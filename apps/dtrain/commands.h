@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "runtime/environment.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::app {
@@ -52,32 +53,15 @@ struct LaunchOptions {
   int max_restarts = 0;                 // --max-restarts N: restart a failed job from its checkpoint
 };
 
-int run_command(const RunOptions& options);
-int launch_command(const LaunchOptions& options);
-int validate_command(const ValidateOptions& options);
-
-// DTRAIN_INJECT, the fault `dtrain launch --inject` hands a task (tests and demos;
-// cluster_run.cpp): kill@step=N (SIGKILL at step N) or kill@ckpt_byte=N (SIGKILL
-// once N bytes of checkpoint files have been written by this process, counted over
-// every file of every save, so N can land inside the second checkpoint). -1: none.
-// ConfigError for any other value.
-struct InjectedFault {
-  int64_t kill_step = -1;
-  int64_t kill_ckpt_byte = -1;
-};
-InjectedFault injected_fault();
-// Parses DTRAIN_INJECT, arms a kill@ckpt_byte fault (lib/checkpoint's write hook)
-// and returns the kill@step step, or -1.
-int64_t arm_injected_fault();
+int run_command(const RunOptions& options, const runtime::Environment& env);
+int launch_command(const LaunchOptions& options, const runtime::Environment& env);
+int validate_command(const ValidateOptions& options, const runtime::Environment& env);
 
 // Installs a SIGTERM handler and returns the trainer's stop_requested poll: the
 // job finishes its step, saves a checkpoint and exits with code 6 (preemption).
 std::function<bool()> stop_on_sigterm();
 
-// `run` for one task of a multi-task job (cluster_run.cpp).
-int run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster,
-                   trainer::RunOptions run);
-int bench_train_command(const BenchTrainOptions& options);
+int bench_train_command(const BenchTrainOptions& options, const runtime::Environment& env);
 
 struct BenchAllReduceOptions {
   int workers = 0;                     // --workers N: launch N local tasks (0: this is one of them)
@@ -85,11 +69,9 @@ struct BenchAllReduceOptions {
   int iterations = 20;                 // timed all-reduces per size
   int warmup = 5;
   bool json = false;
-  std::string config;                  // the job the tasks agree on ("" = a minimal built-in one)
-  std::vector<std::string> overrides;  // --set, passed on
-  int threads = 0;                     // --threads (the launcher passes it; all-reduce uses Gloo's own threads)
+  int threads = 0;                     // --threads: accepted, unused (the all-reduce uses Gloo's own threads)
 };
-int bench_allreduce_command(const BenchAllReduceOptions& options);
+int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env);
 // Lists the usable GPUs (name, memory, compute capability), or says why there
 // are none (no CUDA backend, no driver, no device). Exit code 0 either way.
 int devices_command(bool json);

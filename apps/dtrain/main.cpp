@@ -99,9 +99,7 @@ int main(int argc, char** argv) {
   bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(CLI::PositiveNumber);
   bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);
   bench_allreduce->add_flag("--json", allreduce.json, "One JSON object per size");
-  bench_allreduce->add_option("--config,-c", allreduce.config, "Job config the tasks agree on (default: built in)");
-  bench_allreduce->add_option("--set", allreduce.overrides, "Override a config value (repeatable)");
-  bench_allreduce->add_option("--threads", allreduce.threads, "Compute threads per task (unused by the all-reduce)");
+  bench_allreduce->add_option("--threads", allreduce.threads, "Accepted for symmetry; the all-reduce uses Gloo's own threads");
 
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints: inspect them, export the weights");
   ckpt_cmd->require_subcommand(1);
@@ -135,11 +133,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (run_cmd->parsed()) return dtrain::app::run_command(run);
-    if (launch_cmd->parsed()) return dtrain::app::launch_command(launch);
-    if (validate_cmd->parsed()) return dtrain::app::validate_command(validate);
-    if (bench_train->parsed()) return dtrain::app::bench_train_command(bench);
-    if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce);
+    // Every environment variable dtrain reads, read once (runtime/environment.h).
+    const dtrain::runtime::Environment env = dtrain::runtime::Environment::from_process();
+    if (run_cmd->parsed()) return dtrain::app::run_command(run, env);
+    if (launch_cmd->parsed()) return dtrain::app::launch_command(launch, env);
+    if (validate_cmd->parsed()) return dtrain::app::validate_command(validate, env);
+    if (bench_train->parsed()) return dtrain::app::bench_train_command(bench, env);
+    if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce, env);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
     if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);

@@ -12,26 +12,35 @@ namespace {
 constexpr const char* kFormat = "dtrain-checkpoint";
 constexpr int kFormatVersion = 1;
 
+// The manifest's position, job and files, keys in the order of manifest_summary_json;
+// Json is nlohmann::json (keys sorted, for manifest.json) or nlohmann::ordered_json.
+template <class Json>
+Json manifest_fields(const Manifest& m) {
+  Json files = Json::object();
+  for (const auto& [name, d] : m.files) files[name] = {{"bytes", d.bytes}, {"sha256", d.sha256}};
+  return {{"step", m.step},
+          {"epoch", m.epoch},
+          {"samples_seen", m.samples_seen},
+          {"world_size", m.world_size},
+          {"config_sha256", m.config_sha256},
+          {"dtrain_version", m.dtrain_version},
+          {"files", files}};
+}
+
 }  // namespace
 
 std::string manifest_to_json(const Manifest& m) {
   nlohmann::json rng = nlohmann::json::parse(m.rng_json, nullptr, false);
   if (rng.is_discarded() || !rng.is_object())
     throw InternalError(str("checkpoint manifest: rng state is not a JSON object: ", m.rng_json));
-  nlohmann::json files = nlohmann::json::object();
-  for (const auto& [name, d] : m.files) files[name] = {{"sha256", d.sha256}, {"bytes", d.bytes}};
-  const nlohmann::json j = {{"format", kFormat},
-                            {"format_version", kFormatVersion},
-                            {"step", m.step},
-                            {"epoch", m.epoch},
-                            {"samples_seen", m.samples_seen},
-                            {"world_size", m.world_size},
-                            {"config_sha256", m.config_sha256},
-                            {"rng", rng},
-                            {"dtrain_version", m.dtrain_version},
-                            {"files", files}};
+  nlohmann::json j = manifest_fields<nlohmann::json>(m);
+  j["format"] = kFormat;
+  j["format_version"] = kFormatVersion;
+  j["rng"] = rng;
   return j.dump(2) + "\n";
 }
+
+std::string manifest_summary_json(const Manifest& m) { return manifest_fields<nlohmann::ordered_json>(m).dump(2); }
 
 Manifest manifest_from_json(const std::string& text, const std::string& source) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);

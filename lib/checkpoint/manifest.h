@@ -26,6 +26,11 @@ struct Manifest {
 
 // manifest.json text (pretty-printed, keys sorted). rng_json must be a JSON object.
 std::string manifest_to_json(const Manifest& manifest);
+// The manifest's position, job and files as one JSON object's text, keys in this
+// order: step, epoch, samples_seen, world_size, config_sha256, dtrain_version,
+// files ({name: {bytes, sha256}}); no format marker and no rng. What `dtrain ckpt
+// inspect --json` reports of a manifest.
+std::string manifest_summary_json(const Manifest& manifest);
 // Parses manifest.json text; IoError naming `source` and the bad field.
 Manifest manifest_from_json(const std::string& text, const std::string& source);
 

@@ -1,5 +1,5 @@
 // GlooCommunicator: the Communicator on Gloo's TCP transport, and StoreAdapter,
-// which lets Gloo's rendezvous run over dtrain's StoreClient.
+// which lets Gloo's rendezvous run over a dtrain rendezvous::Store.
 //
 // Gloo version notes (Debian's libgloo 0.5, a 2022 snapshot):
 //  - the modern API (gloo/allreduce.h etc.) has all_reduce, broadcast, all_gather
@@ -37,7 +37,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/timer.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store.h"
 
 namespace dtrain::comm {
 
@@ -71,12 +71,13 @@ bool all_digits(const std::string& s) {
 
 std::string seconds_text(double s) { return str(s, " s"); }
 
-// gloo::rendezvous::Store over dtrain's StoreClient. Keys are put under the
+// gloo::rendezvous::Store over a dtrain rendezvous::Store (the job's StoreClient, or
+// an InMemoryStore in tests). Keys are put under the
 // communicator's prefix; values are binary (Gloo's addresses) and travel as
 // std::string. Gloo's get() must block until the key exists: wait, then get.
 class StoreAdapter final : public gloo::rendezvous::Store {
  public:
-  StoreAdapter(rendezvous::StoreClient& store, std::string prefix, double timeout_seconds,
+  StoreAdapter(rendezvous::Store& store, std::string prefix, double timeout_seconds,
                std::string who)
       : store_(store), prefix_(std::move(prefix)), timeout_(timeout_seconds), who_(std::move(who)) {}
 
@@ -114,7 +115,7 @@ class StoreAdapter final : public gloo::rendezvous::Store {
                            " (store keys under '", prefix_, "')"));
   }
 
-  rendezvous::StoreClient& store_;
+  rendezvous::Store& store_;
   std::string prefix_;
   double timeout_;
   std::string who_;
@@ -140,7 +141,7 @@ class GlooCommunicator final : public Communicator {
   using Communicator::all_reduce;
   using Communicator::broadcast;
 
-  GlooCommunicator(rendezvous::StoreClient& store, const GlooOptions& o)
+  GlooCommunicator(rendezvous::Store& store, const GlooOptions& o)
       : options_(o),
         name_(str("communicator '", o.prefix, "' (rank ", o.rank, " of ", o.size, ")")),
         timeout_(Millis(static_cast<int64_t>(o.timeout_seconds * 1000.0))) {
@@ -172,6 +173,7 @@ class GlooCommunicator final : public Communicator {
         gloo::AllreduceOptions opts(context_);
         opts.setOutput(data, count);  // in place: the output is also the input
         opts.setReduceFunction(&sum_floats);
+        if (options_.algorithm == AllReduceAlgorithm::kRing) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         opts.setTag(next_tag());
         opts.setTimeout(timeout_);
         gloo::allreduce(opts);
@@ -226,6 +228,7 @@ class GlooCommunicator final : public Communicator {
         gloo::AllreduceOptions opts(context_);
         opts.setOutput(scratch_.data(), total);
         opts.setReduceFunction(&sum_floats);
+        if (options_.algorithm == AllReduceAlgorithm::kRing) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         opts.setTag(next_tag());
         opts.setTimeout(timeout_);
         gloo::allreduce(opts);
@@ -249,7 +252,7 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  void connect(rendezvous::StoreClient& store) {
+  void connect(rendezvous::Store& store) {
     Stopwatch watch;
     gloo::transport::tcp::attr attr;
     attr.hostname = options_.hostname;
@@ -331,7 +334,7 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::StoreClient& store,
+std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::Store& store,
                                                      const GlooOptions& options) {
   return std::make_unique<GlooCommunicator>(store, options);
 }

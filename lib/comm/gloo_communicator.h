@@ -20,10 +20,14 @@
 #include "comm/communicator.h"
 
 namespace dtrain::rendezvous {
-class StoreClient;
+class Store;
 }
 
 namespace dtrain::comm {
+
+// Which all-reduce Gloo runs: its own choice (strategy.communication "auto"; Gloo
+// 2022 picks its ring), or its ring asked for by name ("ring").
+enum class AllReduceAlgorithm { kGlooDefault, kRing };
 
 struct GlooOptions {
   int rank = 0;
@@ -36,6 +40,7 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
   // Deadline of connecting and of every collective, in seconds.
   double timeout_seconds = 60.0;
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kGlooDefault;
 };
 
 // Joins the communicator: binds a Gloo TCP device on options.hostname, exchanges
@@ -46,7 +51,7 @@ struct GlooOptions {
 // fails. As a side effect, SIGPIPE is ignored process-wide if it was at its
 // default (Gloo writes with writev, which would otherwise kill the process when a
 // peer has gone; ignored, the write fails and becomes PeerLost).
-std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::StoreClient& store,
+std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::Store& store,
                                                      const GlooOptions& options);
 
 }  // namespace dtrain::comm

@@ -231,8 +231,11 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
   return runtime;
 }
 
-ClusterConfig resolve_cluster(const JobConfig& job, const char* tf_config,
-                              const std::string& task_flag) {
+ClusterConfig resolve_cluster(const JobConfig& job, const char* tf_config, const std::string& task_flag) {
+  return resolve_cluster(job.file_cluster(), tf_config, task_flag);
+}
+
+ClusterConfig resolve_cluster(const FileCluster& job, const char* tf_config, const std::string& task_flag) {
   Context file;
   file.source = job.source;
   Context env;

@@ -51,6 +51,23 @@ struct ClusterConfig {
   bool single_process() const { return spec.empty(); }
 };
 
+// The job file's own `cluster` and `task` keys (both may be absent), for
+// resolve_cluster(); `source` names the file in messages.
+struct FileCluster {
+  std::string source;
+  ClusterSpec cluster;
+  std::optional<TaskId> task;
+};
+
+// Resolves this process's cluster and task by TF's rules: the cluster from the
+// job file or TF_CONFIG (`tf_config`: the variable's value, or nullptr when unset;
+// both given and different is an error showing both), the task from `task_flag`
+// ("worker:1", "" = none), else TF_CONFIG's task, else the file's. Checks the spec:
+// known task types only (suggesting the closest), at most one chief and one
+// evaluator, host:port addresses, no duplicates, the task within its list.
+// Throws ConfigError naming the JSON path (in TF_CONFIG or the file) and a fix.
+ClusterConfig resolve_cluster(const FileCluster& file, const char* tf_config, const std::string& task_flag);
+
 // Parses a "host:port" address; throws ConfigError (naming `where`) otherwise.
 struct HostPort {
   std::string host;

@@ -422,11 +422,13 @@ StrategySpec read_strategy(const Context& ctx, const Json& value) {
     strategy.replicas = static_cast<int64_t>(strategy.devices.size());
   }
   strategy.replicas = r.get_int("replicas", strategy.replicas, 1);
-  strategy.communication = r.get_choice("communication", strategy.communication, kCommunications,
-                                        "communication implementation");
-  if (strategy.communication == "nccl")
+  const std::string communication =
+      r.get_choice("communication", "auto", kCommunications, "communication implementation");
+  if (communication == "nccl")
     ctx.fail(r.path_of("communication"),
-             "'nccl' needs the CUDA build of dtrain, and this one has only the CPU backend; use \"auto\" or \"ring\" (Gloo)");
+             "'nccl' is not available yet: no build of dtrain has an NCCL communicator so far (it is planned); "
+             "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
+  strategy.communication = communication == "ring" ? Communication::kRing : Communication::kAuto;
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   r.finish();
   return strategy;
@@ -514,6 +516,9 @@ std::string agreement_json(Json root) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& strategy_type_names() { return kStrategies; }
+const std::vector<std::string>& available_strategy_type_names() { return kAvailableStrategies; }
 
 JobConfig parse_job_config(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {

@@ -13,95 +13,12 @@
 #include <vector>
 
 #include "config/cluster_spec.h"
+#include "config/data_spec.h"
+#include "config/model_spec.h"
+#include "config/optimizer_spec.h"
+#include "config/strategy_spec.h"
 
 namespace dtrain::config {
-
-// One entry of model.layers. A flat struct: each layer type reads the fields it
-// knows; job_config.cpp rejects keys that do not belong to the type.
-struct LayerSpec {
-  std::string path;      // "model.layers[3]"
-  std::string type;      // Dense, Conv2D, MaxPooling2D, AveragePooling2D,
-                         // GlobalAveragePooling2D, Flatten, Dropout,
-                         // BatchNormalization, Activation, Residual
-  std::string name;      // Keras-style name; "" = auto (dense, dense_1, ...)
-  std::string activation = "linear";  // relu, sigmoid, tanh, softmax, linear
-  bool use_bias = true;
-  int64_t units = 0;                  // Dense
-  int64_t filters = 0;                // Conv2D
-  int64_t kernel_size[2] = {0, 0};    // Conv2D (int or [h, w] in JSON)
-  int64_t strides[2] = {1, 1};        // Conv2D, pooling (pooling default: pool_size)
-  std::string padding = "valid";      // valid | same
-  int64_t pool_size[2] = {2, 2};      // pooling
-  double rate = 0.0;                  // Dropout, in [0, 1)
-  double momentum = 0.99;             // BatchNormalization
-  double epsilon = 1e-3;              // BatchNormalization
-  bool center = true;                 // BatchNormalization
-  bool scale = true;                  // BatchNormalization
-  // Residual: y = activation(layers(x) + shortcut(x)); an empty shortcut is the identity.
-  std::vector<LayerSpec> layers, shortcut;
-};
-
-struct ModelSpec {
-  std::string path = "model";
-  std::vector<int64_t> input_shape;  // e.g. [28, 28, 1] or [784]
-  std::vector<LayerSpec> layers;
-};
-
-struct LossSpec {
-  std::string path = "loss";
-  std::string type = "sparse_categorical_crossentropy";  // | categorical_crossentropy | mse
-  bool from_logits = false;
-};
-
-// A learning rate: a constant, or a schedule with optional linear warmup.
-struct LearningRateSpec {
-  std::string path = "optimizer.learning_rate";
-  std::string type = "constant";     // constant | step | cosine
-  double initial_learning_rate = 0.001;
-  int64_t decay_steps = 0;           // step, cosine (> 0 for them)
-  double decay_rate = 0.1;           // step: lr * decay_rate^floor(step / decay_steps)
-  double alpha = 0.0;                // cosine: final lr = initial * alpha
-  int64_t warmup_steps = 0;          // linear warmup from 0 to the initial rate
-};
-
-struct OptimizerSpec {
-  std::string path = "optimizer";
-  std::string type = "adam";  // sgd | adam | adamw
-  LearningRateSpec learning_rate;
-  double momentum = 0.0;      // sgd
-  bool nesterov = false;      // sgd
-  double beta_1 = 0.9;        // adam, adamw
-  double beta_2 = 0.999;      // adam, adamw
-  double epsilon = 1e-7;      // adam, adamw
-  double weight_decay = 0.004;  // adamw (Keras' default)
-};
-
-// One data source (data.train or data.test).
-struct DataSourceSpec {
-  std::string path;               // "data.train"
-  std::string format;             // idx | cifar10 | synthetic
-  std::string images;             // idx: images file (.gz or plain)
-  std::string labels;             // idx: labels file
-  std::vector<std::string> files; // cifar10: binary batch files
-  std::vector<int64_t> shape;     // synthetic: sample shape, e.g. [28, 28, 1]
-  int64_t classes = 10;           // synthetic: number of classes
-  int64_t count = 0;              // synthetic: number of samples
-  uint64_t seed = 0;              // synthetic: generator seed
-  double rescale = 1.0 / 255.0;   // idx, cifar10: pixel value multiplier
-  int64_t take = 0;               // use only the first N samples (0 = all)
-};
-
-struct DataSpec {
-  std::string path = "data";
-  DataSourceSpec train;
-  bool has_test = false;
-  DataSourceSpec test;
-  int64_t shuffle_buffer = 10000;  // 0 or 1 = no shuffle
-  int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
-  bool drop_remainder = false;     // drop the last, smaller training batch
-  bool cache = true;               // keep decoded float samples in memory after the first epoch
-  std::string shard_policy = "auto";  // auto | data | file | off (TF's AutoShardPolicy)
-};
 
 struct TrainSpec {
   std::string path = "train";
@@ -115,17 +32,6 @@ struct TrainSpec {
   // Accepted for TF users (tf.config.experimental.enable_op_determinism): dtrain's
   // CPU path is always deterministic for a given seed and thread count.
   bool deterministic = true;
-};
-
-struct StrategySpec {
-  std::string path = "strategy";
-  std::string type = "one_device";  // one_device | mirrored | multi_worker_mirrored
-  // mirrored: the replicas in this process, from `devices` (["cpu:0", "cpu:1"], like
-  // TF's logical devices) or `replicas` (N); 1 for the other strategies.
-  std::vector<std::string> devices;
-  int64_t replicas = 1;
-  std::string communication = "auto";  // auto | ring | nccl (TF's CommunicationOptions)
-  int64_t bytes_per_pack = 25 << 20;   // gradient bucket size (PyTorch DDP's 25 MiB); 0 = auto
 };
 
 struct RuntimeSpec {
@@ -170,6 +76,7 @@ struct JobConfig {
   // The file's `cluster` and `task` keys (TF_CONFIG's shape); empty / unset when absent.
   ClusterSpec cluster;
   std::optional<TaskId> task;
+  FileCluster file_cluster() const { return {source, cluster, task}; }
   // The config after overrides, serialised with sorted keys and no whitespace:
   // the same job gives the same text (for hashes and the run summary).
   std::string normalized_json;
@@ -178,14 +85,14 @@ struct JobConfig {
   std::string agreement_json;
 };
 
-// Resolves this process's cluster and task by TF's rules: the cluster from the
-// job file or TF_CONFIG (`tf_config`: the variable's value, or nullptr when unset;
-// both given and different is an error showing both), the task from `task_flag`
-// ("worker:1", "" = none), else TF_CONFIG's task, else the file's. Checks the spec:
-// known task types only (suggesting the closest), at most one chief and one
-// evaluator, host:port addresses, no duplicates, the task within its list.
-// Throws ConfigError naming the JSON path (in TF_CONFIG or the file) and a fix.
+// resolve_cluster() (cluster_spec.h) with the job file's cluster and task.
 ClusterConfig resolve_cluster(const JobConfig& job, const char* tf_config, const std::string& task_flag);
+
+// The strategy.type names the parser accepts, and those it lets through (the
+// others are "not available yet"). The strategy registry (strategy/registry.h)
+// must have an entry for each; a unit test checks that the two agree.
+const std::vector<std::string>& strategy_type_names();
+const std::vector<std::string>& available_strategy_type_names();
 
 // Reads, overrides and checks a job file. Throws ConfigError (with the file's line
 // and column for malformed JSON, the JSON path for everything else) or IoError if

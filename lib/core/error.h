@@ -78,6 +78,20 @@ class RuntimeError : public Error {
   explicit RuntimeError(const std::string& message) : Error(message) {}
 };
 
+// A collective failed for a reason other than a lost peer or a deadline (a backend
+// refused the call, the ranks disagree on sizes). Exit code 1.
+class CommError : public Error {
+ public:
+  explicit CommError(const std::string& message) : Error(message) {}
+};
+
+// A CUDA, cuBLAS or cuDNN call failed on the GPU (out of memory, an illegal address,
+// a refused configuration). Names the call, the file:line and the device. Exit code 1.
+class CudaError : public Error {
+ public:
+  explicit CudaError(const std::string& message) : Error(message) {}
+};
+
 // The text printed before every error message, and the number for an exit code.
 inline constexpr const char* kErrorPrefix = "dtrain: error: ";
 inline int to_int(ExitCode code) { return static_cast<int>(code); }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "config/data_spec.h"
 #include "tensor/tensor.h"
 
 namespace dtrain::data {

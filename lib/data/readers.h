@@ -6,7 +6,7 @@
 // `take` and finding the largest label.
 #pragma once
 
-#include "config/job_config.h"
+#include "config/data_spec.h"
 #include "data/dataset.h"
 
 namespace dtrain::data::detail {

@@ -5,10 +5,11 @@
 // own kernels, in builds with the CUDA backend). Shapes
 // follow Keras' layouts: activations NHWC, Dense kernels (in, out), Conv2D kernels
 // (kh, kw, in, out). Outputs must be allocated by the caller with the right shape.
+// The devices themselves (listing GPUs, selecting one, waiting for one, TF32) are
+// in kernels/device.h.
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -24,10 +25,6 @@ struct Workspace {
   std::vector<uint8_t> bytes;
   Tensor input, output, argmax;
 };
-
-// Sets the number of compute threads (OpenMP) for this process.
-void set_num_threads(int threads);
-int num_threads();
 
 // ---- Dense (matmul) ----
 // y = act(x . w + b)     x (N, in), w (in, out), b (out) or null, y (N, out).
@@ -119,35 +116,5 @@ struct AdamCoeffs {
 };
 // w -= decay*w; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; w -= alpha * m / (sqrt(v) + eps)
 void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k);
-
-// ---- Devices ----
-struct GpuInfo {
-  int index = 0;
-  std::string name;
-  int compute_major = 0, compute_minor = 0;
-  int multiprocessors = 0;
-  size_t total_bytes = 0, free_bytes = 0;  // free_bytes: 0 unless asked for
-};
-struct GpuReport {
-  bool built_with_cuda = false;
-  std::vector<GpuInfo> gpus;  // usable GPUs
-  std::string why_none;       // when gpus is empty: why (no CUDA backend, no driver, no device)
-};
-// What GPUs this process can use; safe to call without a GPU or driver.
-// free_memory: also each GPU's free memory (creates a context on every GPU, so
-// only `dtrain devices` asks for it).
-GpuReport list_gpus(bool free_memory = false);
-// Resolves a job's "device" value ("auto": the GPU when one is usable, else the
-// CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
-// tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.
-Device select_device(const std::string& spec);
-// The backends of this build and their libraries' versions, e.g.
-// "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
-std::string backends_description();
-// Waits until every op issued on `device` has finished (no-op on the CPU).
-void synchronize(const Device& device);
-// TF32 tensor-core math for float32 convolutions on GPUs that have it (PyTorch's
-// default: on for convolutions, off for matmuls). No effect on the CPU.
-void set_allow_tf32(bool allow);
 
 }  // namespace dtrain::kernels

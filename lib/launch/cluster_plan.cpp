@@ -18,7 +18,7 @@ namespace {
 constexpr int kMaxTasks = 256;  // four descriptors each in the launcher
 
 // The cluster of the job file or TF_CONFIG (empty when neither has one).
-config::ClusterConfig cluster_from_sources(const config::JobConfig& job, const char* tf_config) {
+config::ClusterConfig cluster_from_sources(const config::FileCluster& job, const char* tf_config) {
   try {
     return config::resolve_cluster(job, tf_config, "");
   } catch (const ConfigError&) {
@@ -78,7 +78,7 @@ std::string task_list(const config::ClusterSpec& spec) {
 
 }  // namespace
 
-ClusterPlan plan_cluster(const config::JobConfig& job, const ClusterRequest& request,
+ClusterPlan plan_cluster(const config::FileCluster& job, const ClusterRequest& request,
                          const char* tf_config) {
   ClusterPlan plan;
   if (request.any()) {

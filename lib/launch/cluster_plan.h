@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "config/cluster_spec.h"
 #include "launch/ports.h"
 
 namespace dtrain::launch {
@@ -36,9 +36,9 @@ struct ClusterPlan {
 };
 
 // Builds the cluster and reserves its ports. `tf_config`: the launcher's TF_CONFIG
-// (nullptr when unset). Throws ConfigError for a missing cluster, a request next to
+// (nullptr when unset); `file`: the job file's cluster keys. Throws ConfigError for a missing cluster, a request next to
 // a cluster in the job file, an address that is not local, a port in use.
-ClusterPlan plan_cluster(const config::JobConfig& job, const ClusterRequest& request,
+ClusterPlan plan_cluster(const config::FileCluster& file, const ClusterRequest& request,
                          const char* tf_config);
 
 // One --inject value: kill:TYPE:INDEX@step=N or kill:TYPE:INDEX@ckpt_byte=N.

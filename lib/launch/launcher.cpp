@@ -1,4 +1,4 @@
-// Implementation of launcher.h: the setup (job, cluster, ports, environment, logs,
+// Implementation of launcher.h: the setup (cluster, ports, environment, logs,
 // a temporary directory for the tasks' summaries) and the watch loop.
 //
 // launch_with_restarts() runs one Launcher per start of the job, all with one
@@ -102,10 +102,9 @@ std::vector<std::string> base_environment() {
   return env;
 }
 
-int default_threads(const LaunchOptions& options, const config::JobConfig& job, size_t tasks) {
+int default_threads(const LaunchOptions& options, size_t tasks) {
   if (options.threads > 0) return options.threads;
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  if (job.runtime.threads > 0 || (omp && std::atoi(omp) > 0)) return 0;  // theirs to choose
+  if (options.job.threads > 0 || options.omp_num_threads > 0) return 0;  // theirs to choose
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / static_cast<int>(tasks));
 }
@@ -303,13 +302,14 @@ void Launcher::watch() {
 }
 
 LaunchReport Launcher::run() {
-  const config::JobConfig job = config::load_job_config(options_.config, options_.overrides);
-  ClusterPlan plan = plan_cluster(job, options_.cluster, std::getenv("TF_CONFIG"));
+  if (!options_.task_args) throw InternalError("launch: no task_args given");
+  ClusterPlan plan = plan_cluster(options_.job.file_cluster, options_.cluster,
+                                  options_.tf_config ? options_.tf_config->c_str() : nullptr);
   const std::vector<Injection> injections = parse_injections(options_.injections, plan.spec);
   if (options_.grace_period < 0) throw ConfigError("--grace-period cannot be negative");
 
   const fs::path log_dir =
-      fs::path(job.output.dir.empty() ? "runs/launch" : job.output.dir) / "logs";
+      fs::path(options_.job.output_dir.empty() ? "runs/launch" : options_.job.output_dir) / "logs";
   std::error_code ec;
   fs::create_directories(log_dir, ec);
   if (ec)
@@ -318,14 +318,13 @@ LaunchReport Launcher::run() {
   const TempDir summaries;
   report_.job_id = "launch-" + random_hex(8);
   agree_line_ = str("rendezvous: all ", plan.tasks.size(), " tasks joined and agree");
-  const char* secret = std::getenv("DTRAIN_JOB_SECRET");
   std::vector<std::string> env = base_environment();
-  env.push_back(str("DTRAIN_JOB_SECRET=", secret && *secret ? secret : random_hex(32)));
+  env.push_back(str("DTRAIN_JOB_SECRET=", options_.job_secret.empty() ? random_hex(32) : options_.job_secret));
   env.push_back("DTRAIN_JOB_ID=" + report_.job_id);
   // The tasks share this machine's cores: OpenMP threads that spin while waiting
   // would steal them from the other tasks (measured: up to 10x slower steps).
   if (!std::getenv("OMP_WAIT_POLICY") && plan.tasks.size() > 1) env.push_back("OMP_WAIT_POLICY=passive");
-  const int threads = default_threads(options_, job, plan.tasks.size());
+  const int threads = default_threads(options_, plan.tasks.size());
 
   const std::string each = threads == 1 ? ", 1 thread each" : str(", ", threads, " threads each");
   note(str("job ", report_.job_id, ": ", plan.tasks.size(), " tasks (cluster from ", plan.source,
@@ -352,12 +351,8 @@ LaunchReport Launcher::run() {
     SpawnSpec spec;
     spec.program = options_.program;
     spec.argv = {program_name};
-    spec.argv.insert(spec.argv.end(), options_.command.begin(), options_.command.end());
-    spec.argv.insert(spec.argv.end(), {"--config", options_.config});
-    for (const std::string& o : options_.overrides) spec.argv.insert(spec.argv.end(), {"--set", o});
-    const std::string summary = str(summaries.path(), "/", file_name(p.task), ".json");
-    if (options_.task_summaries) spec.argv.insert(spec.argv.end(), {"--summary", summary});
-    if (threads > 0) spec.argv.insert(spec.argv.end(), {"--threads", std::to_string(threads)});
+    const TaskStart start{p.task, str(summaries.path(), "/", file_name(p.task), ".json"), threads, restart_};
+    for (std::string& arg : options_.task_args(start)) spec.argv.push_back(std::move(arg));
     spec.env = env;
     spec.env.push_back("TF_CONFIG=" + tf_config_json(plan.spec, p.task));
     // torchrun's name for "the how-manieth task on this machine": a task whose
@@ -462,10 +457,7 @@ LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts
               str("dtrain launch: ", failure_text(*first_failure(report)),
                   "; restarting the job from the newest checkpoint (restart ", restart + 1,
                   " of ", max_restarts, ")\n"));
-    if (restart == 0) {
-      attempt.overrides.push_back("checkpoint.resume=auto");
-      attempt.injections.clear();  // the fault was for the first start only
-    }
+    attempt.injections.clear();  // the fault was for the first start only
   }
 }
 

@@ -1,7 +1,8 @@
 // `dtrain launch`: run every task of a cluster as a local process and watch them.
 //
-// launch_cluster() loads the job, plans the cluster on reserved loopback ports
-// (cluster_plan.h), starts one `dtrain run` per task (process.h) with TF_CONFIG,
+// launch_cluster() plans the cluster on reserved loopback ports (cluster_plan.h),
+// starts one process per task (process.h; the caller says with which arguments:
+// `dtrain run ...` for `dtrain launch`) with TF_CONFIG,
 // a shared DTRAIN_JOB_SECRET and DTRAIN_JOB_ID, the chief's listening socket as
 // DTRAIN_LISTEN_FD, and any injected fault as DTRAIN_INJECT; then it relays every
 // task's output line by line with a "[worker:1] " prefix (task_output.h), reports
@@ -13,10 +14,12 @@
 //
 // launch_with_restarts() wraps that in a loop: when a task fails by itself (not a
 // config error, not a launcher that was told to stop), the whole job is started again
-// on fresh ports with checkpoint.resume=auto, so it continues from the newest good
-// checkpoint, up to --max-restarts times.
+// on fresh ports, with TaskStart::restart > 0 so the caller's arguments resume from
+// the newest good checkpoint, up to --max-restarts times.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,24 +29,42 @@
 
 namespace dtrain::launch {
 
+// What the launcher needs of the job file; the caller reads the file.
+struct LaunchJob {
+  config::FileCluster file_cluster;  // the file's `cluster` and `task` keys, and its name
+  std::string output_dir;            // logs go to <output_dir>/logs ("" = runs/launch/logs)
+  int64_t threads = 0;               // runtime.threads (0 = not set)
+};
+
+// One task being started: what its arguments may depend on.
+struct TaskStart {
+  config::TaskId task;
+  std::string summary_path;  // a file the task may write its summary JSON to (read back into the report)
+  int threads = 0;           // threads to give it (0 = leave it to the task)
+  int restart = 0;           // 0 for the first start of the job, then 1, 2, ...: resume
+};
+
 struct LaunchOptions {
-  std::string config;                   // the job file every task runs
-  std::vector<std::string> overrides;   // --set values, passed on to every task
+  LaunchJob job;
+  // The launcher's environment, as dtrain read it (runtime/environment.h).
+  std::optional<std::string> tf_config;  // its TF_CONFIG: a cluster to launch when there is no other
+  std::string job_secret;                // DTRAIN_JOB_SECRET to hand on ("" = generate one)
+  int omp_num_threads = 0;               // OMP_NUM_THREADS (0 = unset)
+
   int threads = 0;                      // --threads for every task (0: see below)
   ClusterRequest cluster;               // --workers/--ps/--chief/--evaluator
   std::vector<std::string> injections;  // --inject kill:worker:1@step=20
   double grace_period = 5.0;            // seconds, for each of the two stopping stages
-  // What each task runs: program, then `command` (the subcommand and its own
-  // options), then --config FILE, the --set values, --summary and --threads.
-  // Tests use a stand-in program; `dtrain bench allreduce` its own command.
+  // What each task runs: `program` with the arguments task_args gives for it.
+  // Tests use a stand-in program; `dtrain launch` passes `run --config ...`,
+  // `dtrain bench allreduce` its own command.
   std::string program = "/proc/self/exe";
-  std::vector<std::string> command = {"run"};
-  bool task_summaries = true;  // pass --summary (only `run` writes one)
+  std::function<std::vector<std::string>(const TaskStart&)> task_args;
   int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
   int stderr_fd = 2;  // where their stderr lines and the launcher's messages go
 };
 // Threads: with no --threads, no runtime.threads and no OMP_NUM_THREADS, each task
-// gets --threads max(1, cores / tasks), so that N tasks do not fight over the cores.
+// gets threads = max(1, cores / tasks), so that N tasks do not fight over the cores.
 
 struct TaskReport {
   config::TaskId task;
@@ -85,8 +106,8 @@ struct LaunchReport {
 LaunchReport launch_cluster(const LaunchOptions& options);
 
 // launch_cluster(), then, while the job failed and a restart may help, up to
-// `max_restarts` more starts of the whole job with "checkpoint.resume=auto" added to
-// the overrides and no --inject faults (they belong to the first start). A restart
+// `max_restarts` more starts of the whole job (TaskStart::restart counts them) with
+// no --inject faults (they belong to the first start). A restart
 // may help unless the first failure exited with code 2 (a usage or config error) or
 // the launcher got SIGINT/SIGTERM/SIGHUP. Each restart is announced on
 // options.stderr_fd with the failure that caused it. The exit code is the last

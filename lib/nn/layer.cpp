@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/timer.h"
+#include "kernels/device.h"
 
 namespace dtrain::nn {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "config/job_config.h"
+#include "config/model_spec.h"
 #include "kernels/ops.h"
 #include "nn/layer.h"
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "config/job_config.h"
+#include "config/model_spec.h"
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
 

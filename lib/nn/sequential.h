@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "config/model_spec.h"
 #include "nn/layer.h"
 #include "tensor/arena.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "config/job_config.h"
+#include "config/optimizer_spec.h"
 #include "nn/layer.h"
 #include "tensor/arena.h"
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "config/job_config.h"
+#include "config/optimizer_spec.h"
 
 namespace dtrain::optim {
 

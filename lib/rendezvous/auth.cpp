@@ -2,7 +2,6 @@
 #include "rendezvous/auth.h"
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -21,29 +20,29 @@ std::string trim(std::string s) {
 
 }  // namespace
 
-Credentials load_credentials(const config::JobConfig& job, const config::ClusterSpec& cluster) {
+Credentials load_credentials(const CredentialSources& sources, const config::ClusterSpec& cluster) {
   Credentials c;
-  if (const char* id = std::getenv("DTRAIN_JOB_ID"); id && *id) {
-    c.job_id = id;
-  } else if (!job.runtime.job_id.empty()) {
-    c.job_id = job.runtime.job_id;
+  if (!sources.env_job_id.empty()) {
+    c.job_id = sources.env_job_id;
+  } else if (!sources.config_job_id.empty()) {
+    c.job_id = sources.config_job_id;
   } else {
     std::string addresses;
     for (const auto& task : cluster.all_tasks()) addresses += task.str() + "=" + cluster.address(task) + ";";
     c.job_id = "job-" + sha256_hex(addresses).substr(0, 16);
   }
-  if (const char* secret = std::getenv("DTRAIN_JOB_SECRET"); secret && *secret) {
-    c.secret = secret;
-  } else if (!job.runtime.secret_file.empty()) {
-    std::ifstream in(job.runtime.secret_file);
+  if (!sources.env_secret.empty()) {
+    c.secret = sources.env_secret;
+  } else if (!sources.secret_file.empty()) {
+    std::ifstream in(sources.secret_file);
     if (!in)
-      throw IoError(str("runtime.secret_file: cannot read '", job.runtime.secret_file, "': ",
+      throw IoError(str("runtime.secret_file: cannot read '", sources.secret_file, "': ",
                         std::strerror(errno)));
     std::stringstream text;
     text << in.rdbuf();
     c.secret = trim(text.str());
     if (c.secret.empty())
-      throw ConfigError(str("runtime.secret_file: '", job.runtime.secret_file, "' is empty"));
+      throw ConfigError(str("runtime.secret_file: '", sources.secret_file, "' is empty"));
   } else {
     throw ConfigError(
         "a multi-task job needs a shared secret: set DTRAIN_JOB_SECRET to the same value on every "

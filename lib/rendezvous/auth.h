@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "config/job_config.h"
+#include "config/cluster_spec.h"
 
 namespace dtrain::rendezvous {
 
@@ -25,11 +25,19 @@ struct Credentials {
   std::string secret;
 };
 
+// Where the job id and the secret may come from, strongest first.
+struct CredentialSources {
+  std::string env_job_id;     // DTRAIN_JOB_ID ("" = unset)
+  std::string config_job_id;  // runtime.job_id
+  std::string env_secret;     // DTRAIN_JOB_SECRET
+  std::string secret_file;    // runtime.secret_file
+};
+
 // The job id: DTRAIN_JOB_ID, else runtime.job_id, else derived from the cluster's
 // addresses (the same on every task of the job). The secret: DTRAIN_JOB_SECRET,
 // else the contents of runtime.secret_file. No secret is a ConfigError that says
 // how to set one.
-Credentials load_credentials(const config::JobConfig& job, const config::ClusterSpec& cluster);
+Credentials load_credentials(const CredentialSources& sources, const config::ClusterSpec& cluster);
 
 std::string make_nonce();  // 16 random bytes, hex
 std::string server_proof(const Credentials& c, const std::string& client_nonce,

@@ -40,23 +40,22 @@ std::map<std::string, std::string> parse_fields(const std::string& text) {
 
 }  // namespace
 
-ClusterSession::ClusterSession(const config::ClusterConfig& cluster, const config::JobConfig& job,
-                               SessionOptions options)
-    : cluster_(cluster),
-      credentials_(load_credentials(job, cluster.spec)),
-      heartbeat_interval_(job.runtime.heartbeat_interval),
-      rendezvous_timeout_(job.runtime.rendezvous_timeout) {
+ClusterSession::ClusterSession(const SessionSpec& spec)
+    : cluster_(spec.cluster),
+      credentials_(spec.credentials),
+      heartbeat_interval_(spec.heartbeat_interval),
+      rendezvous_timeout_(spec.rendezvous_timeout) {
   Stopwatch& timer = started_;
   const config::TaskId chief = cluster_.spec.chief();
   const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
   if (is_chief()) {
     ServerOptions so;
     so.credentials = credentials_;
-    so.heartbeat_timeout = job.runtime.heartbeat_timeout;
+    so.heartbeat_timeout = spec.heartbeat_timeout;
     so.chief = chief.str();
     for (const auto& t : cluster_.spec.all_tasks()) so.tasks.push_back({t.str(), cluster_.spec.address(t)});
     // Listen on every interface of the chief's port, so the other machines reach it.
-    server_ = options.listen_fd >= 0 ? std::make_unique<StoreServer>(options.listen_fd, so)
+    server_ = spec.listen_fd >= 0 ? std::make_unique<StoreServer>(spec.listen_fd, so)
                                      : std::make_unique<StoreServer>("0.0.0.0", chief_address.port, so);
   }
   ClientOptions co;
@@ -68,12 +67,12 @@ ClusterSession::ClusterSession(const config::ClusterConfig& cluster, const confi
   const std::string host = is_chief() ? "127.0.0.1" : chief_address.host;
   store_ = std::make_unique<StoreClient>(host, chief_address.port, co);
   co.role = "control";
-  co.request_timeout = job.runtime.heartbeat_timeout;
+  co.request_timeout = spec.heartbeat_timeout;
   control_ = std::make_unique<StoreClient>(host, chief_address.port, co);
   heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
   try {
     wait_for_all_tasks();
-    compare_job_descriptions(job);
+    compare_job_descriptions(spec.agreement);
   } catch (const Error& e) {
     // The destructor will not run: stop the heartbeats and tell the others why.
     stop_heartbeats();
@@ -134,13 +133,14 @@ void ClusterSession::wait_for_all_tasks() {
   }
 }
 
-void ClusterSession::compare_job_descriptions(const config::JobConfig& job) {
+void ClusterSession::compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement) {
   // The cluster may come from TF_CONFIG rather than the file: compare it too.
   std::string cluster;
   for (const auto& t : cluster_.spec.all_tasks()) cluster += t.str() + "=" + cluster_.spec.address(t) + ",";
-  const std::string mine = str("config_sha256=", sha256_hex(job.agreement_json).substr(0, 16),
-                               ";cluster_sha256=", sha256_hex(cluster).substr(0, 16),
-                               ";dtrain_version=", DTRAIN_VERSION, ";world_size=", world_size());
+  std::string mine;
+  for (const auto& [name, value] : agreement) mine += str(name, "=", value, ";");
+  mine += str("cluster_sha256=", sha256_hex(cluster).substr(0, 16), ";dtrain_version=", DTRAIN_VERSION,
+              ";world_size=", world_size());
   store_->set("agree/" + cluster_.task.str(), mine);
   const auto tasks = cluster_.spec.all_tasks();
   if (!store_->wait(keys_for("agree/", tasks), rendezvous_timeout_))
@@ -212,6 +212,7 @@ void ClusterSession::heartbeat_loop() {
     if (failure) {
       if (!failure_) failure_ = *failure;
       if (on_failure_) on_failure_(*failure_);
+      stop_cv_.notify_all();  // wakes wait_for_failure()
       return;
     }
     stop_cv_.wait_for(lock, std::chrono::duration<double>(heartbeat_interval_),
@@ -227,6 +228,12 @@ void ClusterSession::on_failure(std::function<void(const std::string&)> callback
 void ClusterSession::check_health() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_) throw PeerLost(*failure_);
+}
+
+std::optional<std::string> ClusterSession::wait_for_failure(double seconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stop_cv_.wait_for(lock, std::chrono::duration<double>(std::max(seconds, 0.0)), [this] { return failure_.has_value(); });
+  return failure_;
 }
 
 void ClusterSession::fail(const std::string& message) {

@@ -1,10 +1,11 @@
 // ClusterSession: this task's membership in a multi-task job.
 //
 // Constructing one joins the job: the chief starts the StoreServer on its address;
-// every task connects (retrying until runtime.rendezvous_timeout), authenticates,
+// every task connects (retrying until the rendezvous timeout), authenticates,
 // announces itself, waits for all the others (printing every 5 s who is still
-// missing), and compares a hash of the job config, the dtrain version and the world
-// size with every other task; a mismatch is a ConfigError that says what differs.
+// missing), and compares its description of the job (the SessionSpec's agreement
+// fields, plus the cluster, the dtrain version and the world size) with every other
+// task; a mismatch is a ConfigError that says what differs.
 // Afterwards a heartbeat thread reports this task's step to the chief every
 // runtime.heartbeat_interval; check_health() throws PeerLost as soon as the chief
 // reports a lost task or the chief itself cannot be reached. finish() is the final
@@ -20,35 +21,49 @@
 #include <string>
 #include <thread>
 
-#include "config/job_config.h"
+#include <utility>
+#include <vector>
+
+#include "config/cluster_spec.h"
 #include "core/timer.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrain::rendezvous {
 
-struct SessionOptions {
+// What a session needs to know: who, where, how long to wait, and what every task
+// must agree on. Built by the task runtime (lib/runtime) from the job and the
+// environment; the rendezvous knows nothing of models or strategies.
+struct SessionSpec {
+  config::ClusterConfig cluster;  // the cluster and this task
+  Credentials credentials;        // job id and secret (auth.h)
+  // Named fields every task must have equal, e.g. {"config_sha256", "3f2a..."};
+  // the session adds cluster_sha256, dtrain_version and world_size.
+  std::vector<std::pair<std::string, std::string>> agreement;
+  double rendezvous_timeout = 300.0;  // seconds to wait for every task to join
+  double heartbeat_interval = 1.0;    // seconds between heartbeats
+  double heartbeat_timeout = 10.0;    // seconds of silence after which a task is lost
   int listen_fd = -1;  // chief: serve on this inherited listening socket (from `dtrain launch`)
 };
 
 class ClusterSession {
  public:
-  ClusterSession(const config::ClusterConfig& cluster, const config::JobConfig& job,
-                 SessionOptions options = {});
+  explicit ClusterSession(const SessionSpec& spec);
   // Stops the heartbeats. If finish() was not reached, tells the chief that this
   // task failed, so the others stop at once instead of after a timeout.
   ~ClusterSession();
   ClusterSession(const ClusterSession&) = delete;
   ClusterSession& operator=(const ClusterSession&) = delete;
 
+  const config::ClusterConfig& cluster() const { return cluster_; }
   const config::TaskId& task() const { return cluster_.task; }
   bool is_chief() const { return cluster_.task == cluster_.spec.chief(); }
   int world_size() const { return cluster_.spec.world_size(); }
   int rank() const { return cluster_.spec.rank(cluster_.task); }
   double join_seconds() const { return join_seconds_; }
 
-  // The store, for requests from the thread that owns the session.
-  StoreClient& store() { return *store_; }
+  // The job's store, for requests from the thread that owns the session.
+  Store& store() { return *store_; }
 
   // Records the step this task reached. Heartbeats carry it: every
   // heartbeat_interval, and sooner (at most every 100 ms) while steps advance, so
@@ -56,6 +71,10 @@ class ClusterSession {
   void report_step(int64_t step);
   // Throws PeerLost if another task was lost or the chief cannot be reached.
   void check_health();
+  // The job's failure as the heartbeats learn it (names the lost task, its address
+  // and last step), waiting up to `seconds` for it; nullopt if none is known by
+  // then. For a task that saw a peer vanish first through a collective.
+  std::optional<std::string> wait_for_failure(double seconds);
   // Called once, from the heartbeat thread, when the job is found to have failed
   // (the same message check_health() throws). The app uses it as a watchdog for a
   // main thread that is blocked where it cannot check (inside a collective).
@@ -68,7 +87,7 @@ class ClusterSession {
 
  private:
   void wait_for_all_tasks();
-  void compare_job_descriptions(const config::JobConfig& job);
+  void compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement);
   void heartbeat_loop();
   void stop_heartbeats();
   std::string describe(const config::TaskId& task) const;

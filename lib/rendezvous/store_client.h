@@ -1,5 +1,6 @@
 // StoreClient: one authenticated TCP connection to the chief's StoreServer, with
-// a deadline on every call. Used from one thread at a time.
+// a deadline on every call; the Store of a multi-task job. Used from one thread at
+// a time.
 //
 // Errors: a refused connection is retried until the connect deadline (then
 // TimeoutError naming the chief's address); a lost connection or a reply saying
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "rendezvous/auth.h"
+#include "rendezvous/store.h"
 
 namespace dtrain::rendezvous {
 
@@ -33,19 +35,18 @@ struct HeartbeatReply {
   int64_t chief_step = -1;             // the last step the chief reported
 };
 
-class StoreClient {
+class StoreClient final : public Store {
  public:
   StoreClient(const std::string& host, int port, ClientOptions options);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
-  void set(const std::string& key, const std::string& value);
-  std::optional<std::string> get(const std::string& key);
-  // Adds delta to the integer at key (0 if absent) and returns the new value.
-  int64_t add(const std::string& key, int64_t delta);
-  // Blocks until every key exists (true) or timeout_seconds pass (false).
-  bool wait(const std::vector<std::string>& keys, double timeout_seconds);
+  // The Store calls, each one request with the request deadline (wait: its own).
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool wait(const std::vector<std::string>& keys, double timeout_seconds) override;
   // Reports this task's step; the reply says whether the job failed.
   HeartbeatReply heartbeat(int64_t step);
   // This task finishes normally: its disconnect will not count as a loss.

@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
+#include "strategy/registry.h"
 
 namespace dtrain::strategy {
 namespace {
@@ -43,11 +45,11 @@ DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const S
       seed_(job.train.seed),
       accumulation_(job.train.gradient_accumulation_steps),
       batch_per_replica_(job.train.batch_size_per_replica),
-      workers_(name_ == "multi_worker_mirrored" ? context.workers : nullptr),
+      workers_(find_strategy(name_).cross_task == CrossTask::kAllReduce ? context.workers : nullptr),
       loss_(nn::make_loss(job.loss)),
       device_(context.device),
       threads_(std::max(1, context.threads)) {
-  const int n = name_ == "mirrored" ? static_cast<int>(job.strategy.replicas) : 1;
+  const int n = find_strategy(name_).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
   if (n > 1 && !device_.is_cpu())
     throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
                           " is not supported yet (several GPUs in one process need NCCL); use one_device, "

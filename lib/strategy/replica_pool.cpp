@@ -1,6 +1,7 @@
 // Implementation of replica_pool.h.
 #include "strategy/replica_pool.h"
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 
 namespace dtrain::strategy {

@@ -1,23 +1,26 @@
-// make_strategy(): picks the Strategy named by strategy.type.
+// make_strategy(): builds the Strategy that the registry has under strategy.type.
 #include "strategy/strategy.h"
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "strategy/data_parallel.h"
+#include "strategy/registry.h"
 
 namespace dtrain::strategy {
 
 std::unique_ptr<Strategy> make_strategy(const config::JobConfig& job, const StrategyContext& context) {
-  const std::string& type = job.strategy.type;
-  if (type == "multi_worker_mirrored" && !context.workers)
-    throw ConfigError(str(job.strategy.path,
-                          ".type: multi_worker_mirrored needs a cluster: run the job with `dtrain launch` "
+  const StrategyEntry& entry = find_strategy(job.strategy.type);
+  if (!entry.available()) {
+    std::vector<std::string> available;
+    for (const StrategyEntry& e : strategies())
+      if (e.available()) available.push_back(e.name);
+    throw ConfigError(str(job.strategy.path, ".type: '", entry.name,
+                          "' is not available in this version of dtrain; available: ", join(available, ", ")));
+  }
+  if (entry.cross_task == CrossTask::kAllReduce && !context.workers)
+    throw ConfigError(str(job.strategy.path, ".type: ", entry.name,
+                          " needs a cluster: run the job with `dtrain launch` "
                           "or give every task TF_CONFIG (one worker alone: use one_device)"));
-  if (type == "one_device" || type == "mirrored" || type == "multi_worker_mirrored")
-    return std::make_unique<DataParallelStrategy>(job, context);
-  throw ConfigError(str(job.strategy.path, ".type: '", type,
-                        "' is not available in this version of dtrain; available: one_device, mirrored, "
-                        "multi_worker_mirrored"));
+  return entry.make(job, context);
 }
 
 }  // namespace dtrain::strategy

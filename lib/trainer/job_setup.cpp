@@ -9,16 +9,14 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 
 namespace dtrain::trainer {
 
-int setup_threads(const config::JobConfig& job) {
+int setup_threads(const config::JobConfig& job, const HostSettings& host) {
   int threads = static_cast<int>(job.runtime.threads);
-  if (threads <= 0) {
-    const char* env = std::getenv("OMP_NUM_THREADS");
-    if (env && std::atoi(env) > 0) threads = std::atoi(env);
-  }
+  if (threads <= 0) threads = host.omp_num_threads;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   kernels::set_num_threads(threads);
   return threads;
@@ -26,32 +24,28 @@ int setup_threads(const config::JobConfig& job) {
 
 namespace {
 
-bool keeps_to_cpu(const config::JobConfig& job) {
-  return job.device == "auto" && job.strategy.type == "mirrored" && job.strategy.replicas > 1;
-}
+// Several replicas in one process (only strategies with local replicas accept more than one).
+bool keeps_to_cpu(const config::JobConfig& job) { return job.device == "auto" && job.strategy.replicas > 1; }
 
 }  // namespace
 
-Device select_job_device(const config::JobConfig& job) {
-  if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) kernels::set_allow_tf32(std::string(tf32) != "0");
+Device select_job_device(const config::JobConfig& job, const HostSettings& host) {
+  kernels::set_allow_tf32(host.allow_tf32);
   if (keeps_to_cpu(job)) {
     if (!kernels::list_gpus().gpus.empty())
-      log::info("device auto: mirrored with ", job.strategy.replicas,
+      log::info("device auto: ", job.strategy.type, " with ", job.strategy.replicas,
                 " replicas trains on the CPU (several GPUs in one process need NCCL, not built yet)");
     return Device::cpu();
   }
-  return kernels::select_device(local_gpu(job.device, std::getenv("LOCAL_RANK")));
+  return kernels::select_device(local_gpu(job.device, host.local_rank));
 }
 
-std::string local_gpu(const std::string& device, const char* local_rank) {
+std::string local_gpu(const std::string& device, int local_rank) {
   if (device != "auto" && device != "gpu" && device != "cuda") return device;
-  if (!local_rank || !*local_rank) return device;
-  char* end = nullptr;
-  const long rank = std::strtol(local_rank, &end, 10);
-  if (*end != '\0' || rank < 0) return device;
+  if (local_rank < 0) return device;
   const size_t gpus = kernels::list_gpus().gpus.size();
   if (gpus == 0) return device;  // "auto" trains on the CPU, "gpu" fails with the reason
-  return str("cuda:", static_cast<size_t>(rank) % gpus);
+  return str("cuda:", static_cast<size_t>(local_rank) % gpus);
 }
 
 std::string describe_device(const Device& device) {
@@ -67,7 +61,7 @@ std::string describe_device(const Device& device) {
 
 std::string check_job_device(const config::JobConfig& job) {
   const kernels::GpuReport report = kernels::list_gpus();
-  if (keeps_to_cpu(job)) return "cpu:0 (mirrored with several replicas trains on the CPU)";
+  if (keeps_to_cpu(job)) return "cpu:0 (several replicas in one process train on the CPU)";
   if (job.device == "auto") {
     if (report.gpus.empty()) return str("cpu:0 (no GPU: ", report.why_none, ")");
     return describe_device(Device::cuda(0));

@@ -10,21 +10,22 @@
 #include "data/pipeline.h"
 #include "nn/sequential.h"
 #include "strategy/strategy.h"
+#include "trainer/trainer.h"
 
 namespace dtrain::trainer {
 
 // runtime.threads, else OMP_NUM_THREADS, else all cores; applied to the compute backend.
-int setup_threads(const config::JobConfig& job);
+int setup_threads(const config::JobConfig& job, const HostSettings& host);
 
 // The job's "device", resolved and made ready (kernels::select_device). "auto"
 // keeps a mirrored job with several replicas on the CPU (several GPUs in one
-// process need NCCL). DTRAIN_ALLOW_TF32=0 turns TF32 convolutions off.
-Device select_job_device(const config::JobConfig& job);
+// process need NCCL). host.allow_tf32 false turns TF32 convolutions off.
+Device select_job_device(const config::JobConfig& job, const HostSettings& host);
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
 // GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):
 // "cuda:<LOCAL_RANK % GPUs>", so local tasks spread over the GPUs. Otherwise
-// `device` unchanged.
-std::string local_gpu(const std::string& device, const char* local_rank);
+// (local_rank < 0: unset) `device` unchanged.
+std::string local_gpu(const std::string& device, int local_rank);
 // "cpu:0", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90)".
 std::string describe_device(const Device& device);
 // What select_job_device would pick, without making it ready (for validate);

@@ -35,10 +35,10 @@ nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
 RunSummary run_training(const config::JobConfig& job, const RunOptions& options) {
   Stopwatch wall;
   RunSummary summary;
-  summary.threads = setup_threads(job);
+  summary.threads = setup_threads(job, options.host);
   const int num_workers = options.workers ? options.workers->size() : 1;
   const int worker_rank = options.workers ? options.workers->rank() : 0;
-  const Device device = select_job_device(job);
+  const Device device = select_job_device(job, options.host);
   summary.device = device.str();
   auto strategy = strategy::make_strategy(job, {options.workers, summary.threads, device});
   nn::Sequential& model = strategy->model();

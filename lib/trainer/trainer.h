@@ -5,12 +5,24 @@
 #include <functional>
 #include <string>
 
-#include "comm/communicator.h"
 #include "config/job_config.h"
+
+namespace dtrain::comm {
+class Communicator;
+}
 
 namespace dtrain::trainer {
 
+// What the process environment says about where to compute; read once, with the
+// rest of the environment, by the task runtime (runtime/environment.h).
+struct HostSettings {
+  int omp_num_threads = 0;  // OMP_NUM_THREADS (0 = unset): the thread count when runtime.threads is 0
+  int local_rank = -1;      // LOCAL_RANK (-1 = unset): a task's GPU is LOCAL_RANK % GPUs
+  bool allow_tf32 = true;   // DTRAIN_ALLOW_TF32=0 turns TF32 convolutions off
+};
+
 struct RunOptions {
+  HostSettings host;
   std::string summary_path;  // --summary FILE ("" = none)
   // Called after every training step with the number of steps done. The cluster
   // runtime reports progress and checks the other tasks' health here (and may throw).
@@ -49,9 +61,10 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
 // Checks everything that can be checked without training: the model's shapes,
 // the data files' headers and sizes, input shape against the data. Prints what it
 // checked; throws ConfigError / IoError on the first problem.
-void validate_job(const config::JobConfig& job);
+void validate_job(const config::JobConfig& job, const HostSettings& host = {});
 
 struct BenchOptions {
+  HostSettings host;
   int64_t steps = 100;        // timed steps
   int64_t warmup_steps = 10;  // untimed steps first (primitive creation, caches)
   int64_t profile_steps = 0;  // > 0: after the timed steps, this many more with per-layer timing

@@ -5,8 +5,9 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "data/dataset.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "nn/sequential.h"
+#include "strategy/registry.h"
 #include "strategy/strategy.h"
 #include "trainer/job_setup.h"
 #include "trainer/trainer.h"
@@ -25,7 +26,7 @@ void validate_source(const config::DataSourceSpec& spec, const nn::Sequential& m
 
 }  // namespace
 
-void validate_job(const config::JobConfig& job) {
+void validate_job(const config::JobConfig& job, const HostSettings& host) {
   std::printf("ok   %s: valid JSON, every key known, values in range\n", job.source.c_str());
   const nn::Sequential model(job.model, job.train.seed);
   std::printf("ok   model: %zu layers, %s -> %s, %lld params\n", model.layers().size(),
@@ -33,7 +34,8 @@ void validate_job(const config::JobConfig& job) {
               static_cast<long long>(model.count_params(false)));
   // Checks strategy, loss and optimizer settings (a multi-worker strategy is
   // checked against the cluster when the job runs).
-  if (job.strategy.type != "multi_worker_mirrored") strategy::make_strategy(job, {nullptr, 1});
+  const strategy::StrategyEntry& entry = strategy::find_strategy(job.strategy.type);
+  if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job, {nullptr, 1});
   std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", job.strategy.type.c_str(),
               job.loss.type.c_str(), job.optimizer.type.c_str());
   std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
@@ -43,10 +45,10 @@ void validate_job(const config::JobConfig& job) {
 
 BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
   BenchResult result;
-  result.threads = setup_threads(job);
+  result.threads = setup_threads(job, options.host);
   const int num_workers = workers ? workers->size() : 1;
   const int worker_rank = workers ? workers->rank() : 0;
-  const Device device = select_job_device(job);
+  const Device device = select_job_device(job, options.host);
   result.device = device.str();
   auto strategy = strategy::make_strategy(job, {workers, result.threads, device});
   auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model());

@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "kernels/ops.h"
+#include "kernels/device.h"
 
 namespace dtrain::testing {
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "gpu/gpu_skip.h"
+#include "kernels/device.h"
 #include "nn/sequential.h"
 #include "unit/tensor_checks.h"
 

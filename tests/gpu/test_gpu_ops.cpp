@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "gpu/gpu_skip.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "unit/tensor_checks.h"
 

@@ -18,7 +18,7 @@ nlohmann::json train_on(nlohmann::json job, const std::string& device, const Tem
   job["device"] = device;
   job["output"]["dir"] = dir.file("out-" + device);
   const std::string summary = dir.file("summary-" + device + ".json");
-  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(job, "job-" + device + ".json"), "--summary", summary});
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job, "job-" + device + ".json"), "--summary", summary});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   return read_json_file(summary);
@@ -58,7 +58,7 @@ TEST_CASE("a checkpoint saved on the GPU resumes on the GPU", "[gpu]") {
   job["train"]["epochs"] = 2;
   job["output"]["dir"] = dir.file("out");
   job["checkpoint"]["every_epochs"] = 1;
-  const std::string config = dir.write_job(job);
+  const std::string config = write_job(dir, job);
   const RunOutput first = run_dtrain({"run", "--config", config, "--set", "train.epochs=1"});
   INFO(describe(first));
   REQUIRE(first.exit_code == 0);

@@ -1,16 +1,10 @@
-// Implementation of job_files.h with std::filesystem and nlohmann/json. Failures to
-// make, write or read a test's own files FAIL the test at once: they are problems of
-// the test machine, not of dtrain, and the message says which file.
+// Implementation of job_files.h with nlohmann/json. Failures to read a test's own
+// files FAIL the test at once: they are problems of the test machine, not of
+// dtrain, and the message says which file.
 #include "integration/job_files.h"
 
-#include <cstdlib>
-
-#include <stdlib.h>
-
 #include <catch2/catch.hpp>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -33,33 +27,8 @@ nlohmann::json shrink(nlohmann::json job, int64_t train_take, int64_t test_take)
 
 }  // namespace
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/dtrain_it_XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr)
-    FAIL("mkdtemp(" << pattern << "): " << std::strerror(errno));
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  if (std::getenv("DTRAIN_KEEP_TEST_DIRS")) return;
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);  // best effort: a leftover dir must not fail a test
-}
-
-std::string TempDir::file(const std::string& name) const { return path_ + "/" + name; }
-
-std::string TempDir::write(const std::string& name, const std::string& bytes) const {
-  const std::string target = file(name);
-  std::ofstream out(target, std::ios::binary);
-  out << bytes;
-  out.close();
-  if (!out) FAIL("cannot write the test file " << target);
-  return target;
-}
-
-std::string TempDir::write_job(const nlohmann::json& job, const std::string& name) const {
-  return write(name, job.dump(2) + "\n");
+std::string write_job(const TempDir& dir, const nlohmann::json& job, const std::string& name) {
+  return dir.write(name, job.dump(2) + "\n");
 }
 
 std::string shipped_config_path(const std::string& file_name) {

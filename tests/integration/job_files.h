@@ -1,8 +1,8 @@
-// Files for integration tests: a fresh temporary directory per test (TempDir, made
-// with mkdtemp and removed afterwards), job configs written into it, the shipped
-// configs and the Fashion-MNIST files as starting points, and readers for the JSON
-// that dtrain writes (--summary files, metrics.jsonl). Every reader FAILs the test
-// with the file's name when the file is missing or is not the JSON it should be.
+// Files for integration tests: job configs written into a test's temporary
+// directory (TempDir, support/temp_dir.h), the shipped configs and the
+// Fashion-MNIST files as starting points, and readers for the JSON that dtrain
+// writes (--summary files, metrics.jsonl). Every reader FAILs the test with the
+// file's name when the file is missing or is not the JSON it should be.
 #pragma once
 
 #include <cstdint>
@@ -10,28 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace dtrain::integration {
 
-// A directory of its own for one test; removed with everything in it on destruction
-// (kept when the environment variable DTRAIN_KEEP_TEST_DIRS is set, for debugging).
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+// The temporary directory of each test (support/temp_dir.h).
+using test::TempDir;
 
-  const std::string& path() const { return path_; }
-  // path()/name (the file need not exist).
-  std::string file(const std::string& name) const;
-  // Writes `bytes` to path()/name and returns that path.
-  std::string write(const std::string& name, const std::string& bytes) const;
-  // Writes `job` as indented JSON to path()/name and returns that path.
-  std::string write_job(const nlohmann::json& job, const std::string& name = "job.json") const;
-
- private:
-  std::string path_;
-};
+// Writes `job` as indented JSON to dir/name and returns that path.
+std::string write_job(const TempDir& dir, const nlohmann::json& job, const std::string& name = "job.json");
 
 // The path of one of the shipped configs, e.g. "fashion_mnist_mlp.json".
 std::string shipped_config_path(const std::string& file_name);

@@ -28,7 +28,7 @@ void check_job_error(const std::string& command, const nlohmann::json& job, int 
                      const std::vector<std::string>& needles) {
   TempDir tmp;
   INFO("dtrain " << command);
-  check_error(run_dtrain({command, "--config", tmp.write_job(job)}), exit_code, needles);
+  check_error(run_dtrain({command, "--config", write_job(tmp, job)}), exit_code, needles);
 }
 
 }  // namespace

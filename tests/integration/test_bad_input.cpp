@@ -19,7 +19,7 @@ constexpr int kConfigError = 2;
 // `command` (run or validate) on `job` written into `tmp`, with `extra` arguments.
 RunOutput run_job(const TempDir& tmp, const nlohmann::json& job, const std::vector<std::string>& extra = {},
                   const std::string& command = "run") {
-  std::vector<std::string> args = {command, "--config", tmp.write_job(job)};
+  std::vector<std::string> args = {command, "--config", write_job(tmp, job)};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_dtrain(args);
 }
@@ -207,11 +207,11 @@ TEST_CASE("validate gives the same exit code and message as run for bad configs"
                                           {{"type", "Dense"}, {"units", 4}}}));
   const std::vector<Case> cases = {
       {"malformed JSON", tmp.write("broken.json", "{\"model\": [1, 2,, 3]}"), {}, kConfigError},
-      {"unknown key", tmp.write_job(unknown_key, "unknown_key.json"), {}, kConfigError},
-      {"wrong value type", tmp.write_job(wrong_type, "wrong_type.json"), {}, kConfigError},
-      {"unknown loss", tmp.write_job(bad_loss, "bad_loss.json"), {}, kConfigError},
-      {"Dense after Conv2D", tmp.write_job(no_flatten, "no_flatten.json"), {}, kConfigError},
-      {"--set epochs=0", tmp.write_job(small_mlp_job(), "ok.json"), {"--set", "train.epochs=0"}, kConfigError},
+      {"unknown key", write_job(tmp, unknown_key, "unknown_key.json"), {}, kConfigError},
+      {"wrong value type", write_job(tmp, wrong_type, "wrong_type.json"), {}, kConfigError},
+      {"unknown loss", write_job(tmp, bad_loss, "bad_loss.json"), {}, kConfigError},
+      {"Dense after Conv2D", write_job(tmp, no_flatten, "no_flatten.json"), {}, kConfigError},
+      {"--set epochs=0", write_job(tmp, small_mlp_job(), "ok.json"), {"--set", "train.epochs=0"}, kConfigError},
       {"--set type mismatch", tmp.file("ok.json"), {"--set", "train.epochs=abc"}, kConfigError},
       {"missing config file", tmp.file("nowhere.json"), {}, 3},
   };

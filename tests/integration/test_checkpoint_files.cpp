@@ -55,7 +55,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 TEST_CASE("kill -9 while writing the second checkpoint, at a chosen byte, leaves the first one loadable") {
   // The size of one checkpoint: a run killed at step 15 has written just ckpt-00000010.
   TempDir probe;
-  const RunOutput first = launch2(probe.write_job(crash_job(probe)), {"--inject", "kill:worker:0@step=15"});
+  const RunOutput first = launch2(write_job(probe, crash_job(probe)), {"--inject", "kill:worker:0@step=15"});
   INFO(describe(first));
   REQUIRE(first.exit_code != 0);
   const fs::path one = probe.file("ckpt/ckpt-00000010");
@@ -65,7 +65,7 @@ TEST_CASE("kill -9 while writing the second checkpoint, at a chosen byte, leaves
 
   // Killed halfway through the model file of the second checkpoint (step 20).
   TempDir dir;
-  const std::string config = dir.write_job(crash_job(dir));
+  const std::string config = write_job(dir, crash_job(dir));
   const uint64_t kill_at = checkpoint_bytes + model_bytes / 2;
   const RunOutput killed = launch2(
       config, {"--inject", "kill:worker:0@ckpt_byte=" + std::to_string(kill_at), "--summary", dir.file("s.json")});
@@ -117,7 +117,7 @@ TEST_CASE("model.safetensors loads in Python as the tensors dtrain ckpt inspect 
   TempDir dir;
   json job = small_mlp_job(1024, 200);
   job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_epochs", 1}};
-  const RunOutput run = run_dtrain({"run", "--config", dir.write_job(job), "--threads", "1"}, {120.0, ""});
+  const RunOutput run = run_dtrain({"run", "--config", write_job(dir, job), "--threads", "1"}, {120.0, ""});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
 

@@ -35,11 +35,11 @@ std::string chief_hash(const std::string& summary_path) {
 
 TEST_CASE("a 2-worker run killed mid-epoch and resumed ends with the uninterrupted run's parameters") {
   TempDir straight, interrupted;
-  const RunOutput a = launch(straight.write_job(resumable_job(straight, 2)), 2, {"--summary", straight.file("s.json")});
+  const RunOutput a = launch(write_job(straight, resumable_job(straight, 2)), 2, {"--summary", straight.file("s.json")});
   INFO(describe(a));
   REQUIRE(a.exit_code == 0);
 
-  const std::string config = interrupted.write_job(resumable_job(interrupted, 2));
+  const std::string config = write_job(interrupted, resumable_job(interrupted, 2));
   // Step 45 is in the middle of epoch 2; the newest checkpoint then is step 40.
   const RunOutput killed = launch(config, 2, {"--inject", "kill:worker:1@step=45"});
   INFO(describe(killed));
@@ -54,13 +54,13 @@ TEST_CASE("a 2-worker run killed mid-epoch and resumed ends with the uninterrupt
 
 TEST_CASE("a checkpoint written by 2 workers resumes on 1 and on 4 workers") {
   TempDir dir;
-  const std::string config = dir.write_job(resumable_job(dir, 2));
+  const std::string config = write_job(dir, resumable_job(dir, 2));
   REQUIRE(launch(config, 2, {"--inject", "kill:worker:0@step=25"}).exit_code != 0);
   for (int workers : {1, 4}) {
     json job = resumable_job(dir, workers);
     job["checkpoint"]["resume"] = "auto";
     job["checkpoint"]["every_steps"] = 0;  // leave the step-20 checkpoint for the next case
-    const RunOutput r = launch(dir.write_job(job, "job" + std::to_string(workers) + ".json"), workers,
+    const RunOutput r = launch(write_job(dir, job, "job" + std::to_string(workers) + ".json"), workers,
                                {"--summary", dir.file("s.json")});
     INFO(describe(r));
     REQUIRE(r.exit_code == 0);
@@ -73,7 +73,7 @@ TEST_CASE("a checkpoint written by 2 workers resumes on 1 and on 4 workers") {
 
 TEST_CASE("a corrupt newest checkpoint is reported and the previous good one is used") {
   TempDir dir;
-  const std::string config = dir.write_job(resumable_job(dir, 2));
+  const std::string config = write_job(dir, resumable_job(dir, 2));
   REQUIRE(launch(config, 2, {"--inject", "kill:worker:1@step=35"}).exit_code != 0);
   const std::string newest = dir.file("ckpt/ckpt-00000030/model.safetensors");
   REQUIRE(std::filesystem::exists(newest));
@@ -94,7 +94,7 @@ TEST_CASE("SIGTERM finishes the step, saves a checkpoint and exits 6, and --resu
   json job = small_mlp_job(4096, 256);
   job["train"]["epochs"] = 1000;  // far more than the test waits for
   job["output"] = {{"dir", dir.file("out")}};
-  const std::string config = dir.write_job(job);
+  const std::string config = write_job(dir, job);
   const std::string log = dir.file("run.log");
   // A shell starts dtrain, lets it train for 2 s and sends SIGTERM to it.
   const RunOutput r = run_program(
@@ -111,7 +111,7 @@ TEST_CASE("SIGTERM finishes the step, saves a checkpoint and exits 6, and --resu
   CHECK(saved);
   job["train"]["epochs"] = 1;
   const RunOutput resumed =
-      run_dtrain({"run", "--config", dir.write_job(job, "short.json"), "--threads", "1", "--resume"}, {120.0, ""});
+      run_dtrain({"run", "--config", write_job(dir, job, "short.json"), "--threads", "1", "--resume"}, {120.0, ""});
   INFO(describe(resumed));
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.err, Catch::Contains("resumed from"));

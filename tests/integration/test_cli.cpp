@@ -66,7 +66,7 @@ namespace dtrain::integration {
 TEST_CASE("bench train --profile times every layer, within the step time", "[integration]") {
   TempDir dir;
   nlohmann::json job = small_cnn_job(256, 64);
-  const RunOutput r = run_dtrain({"bench", "train", "--config", dir.write_job(job), "--steps", "3", "--warmup", "1",
+  const RunOutput r = run_dtrain({"bench", "train", "--config", write_job(dir, job), "--steps", "3", "--warmup", "1",
                                   "--profile", "3", "--threads", "1", "--json"});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
@@ -99,7 +99,7 @@ TEST_CASE("bench train --profile lists the layers inside a Residual block under 
                              {"activation", "relu"}},
                             {{"type", "GlobalAveragePooling2D"}},
                             {{"type", "Dense"}, {"units", 10}}};
-  const RunOutput r = run_dtrain({"bench", "train", "--config", dir.write_job(job), "--steps", "2", "--warmup", "1",
+  const RunOutput r = run_dtrain({"bench", "train", "--config", write_job(dir, job), "--steps", "2", "--warmup", "1",
                                   "--profile", "2", "--threads", "1", "--json"});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);

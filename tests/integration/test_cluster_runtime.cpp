@@ -332,6 +332,31 @@ TEST_CASE("cluster: kill -9 of the chief makes the worker exit 4 in time, naming
   CHECK(detection < 15.0);
 }
 
+TEST_CASE("cluster: when the all-reduce sees a peer die first, every survivor still names the lost task",
+          "[cluster][kill]") {
+  // multi_worker_mirrored with 3 workers: a survivor's Gloo all-reduce fails at once
+  // ("connection closed by peer") when a task dies; its message must still say
+  // which task was lost, where, and after which step, as the heartbeat knows it.
+  for (const int victim : {1, 0}) {  // a worker, then the chief (worker:0)
+    DYNAMIC_SECTION("worker:" << victim << " killed") {
+      const LocalCluster cluster({{"worker", 3}});
+      const std::vector<std::string> sets = {"train.epochs=100000", "strategy.type=multi_worker_mirrored"};
+      std::vector<std::unique_ptr<Child>> tasks;
+      for (int i = 0; i < 3; ++i) tasks.push_back(start_task(cluster, "worker", i, sets));
+      wait_until_training({tasks[0].get(), tasks[1].get(), tasks[2].get()}, 20.0);
+      tasks[static_cast<size_t>(victim)]->send(SIGKILL);
+      tasks[static_cast<size_t>(victim)]->finish(5.0, SIGKILL);
+      const std::string lost = "worker:" + std::to_string(victim);
+      for (int i = 0; i < 3; ++i) {
+        if (i == victim) continue;
+        const RunOutput r = tasks[static_cast<size_t>(i)]->finish(20.0);
+        INFO("survivor worker:" << i);
+        check_failed(r, 4, {lost, cluster.address("worker", victim), "was lost", "step"});
+      }
+    }
+  }
+}
+
 TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heartbeat_timeout", "[cluster][kill]") {
   const LocalCluster cluster({{"worker", 2}});
   const std::vector<std::string> sets = {"train.epochs=100000", "runtime.heartbeat_timeout=2"};

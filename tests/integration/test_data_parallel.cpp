@@ -45,7 +45,7 @@ void require_same_trajectory(const std::vector<double>& a, const std::vector<dou
 
 // Runs the job on one process (`run`) and returns its step losses.
 std::vector<double> run_single(const json& job, const TempDir& dir) {
-  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(job), "--threads", "1"}, {120.0, ""});
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job), "--threads", "1"}, {120.0, ""});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   return step_losses(dir);
@@ -55,7 +55,7 @@ std::vector<double> run_single(const json& job, const TempDir& dir) {
 // step losses and checks that every worker ended with the same parameters.
 std::vector<double> run_workers(const json& job, int workers, const TempDir& dir) {
   const std::string summary = dir.file("launch.json");
-  const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", dir.write_job(job),
+  const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", write_job(dir, job),
                                   "--threads", "1", "--summary", summary},
                                  {180.0, ""});
   INFO(describe(r));
@@ -109,7 +109,7 @@ TEST_CASE("accumulation across 2 workers: one all-reduce per update still matche
 
 TEST_CASE("multi_worker_mirrored without a cluster is a clear config error") {
   TempDir dir;
-  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(equivalence_job(dir, "multi_worker_mirrored", 64))});
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, equivalence_job(dir, "multi_worker_mirrored", 64))});
   check_error(r, 2, {"multi_worker_mirrored needs a cluster", "dtrain launch"});
 }
 

@@ -44,7 +44,7 @@ TEST_CASE("asking for a GPU where none is usable is exit 2 with the reason", "[i
   TempDir dir;
   nlohmann::json job = small_mlp_job(256, 64);
   job["device"] = "gpu";
-  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(job)});
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job)});
   INFO(describe(r));
   if (machine_has_gpu()) {
     CHECK(r.exit_code == 0);
@@ -54,7 +54,7 @@ TEST_CASE("asking for a GPU where none is usable is exit 2 with the reason", "[i
   }
   // A GPU index beyond what the machine has is the same kind of error on any machine.
   job["device"] = "cuda:99";
-  check_error(run_dtrain({"run", "--config", dir.write_job(job)}), 2, {"cuda:99"});
+  check_error(run_dtrain({"run", "--config", write_job(dir, job)}), 2, {"cuda:99"});
 }
 
 TEST_CASE("device auto trains on what the machine has and says which", "[integration]") {
@@ -62,7 +62,7 @@ TEST_CASE("device auto trains on what the machine has and says which", "[integra
   nlohmann::json job = small_mlp_job(256, 64);
   job["train"]["epochs"] = 1;
   const std::string summary = dir.file("summary.json");
-  const RunOutput r = run_dtrain({"run", "--config", dir.write_job(job), "--summary", summary});
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job), "--summary", summary});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   const std::string device = read_json_file(summary).at("device").get<std::string>();
@@ -74,7 +74,7 @@ TEST_CASE("a misspelt device is a config error at its JSON path", "[integration]
   TempDir dir;
   nlohmann::json job = small_mlp_job(256, 64);
   job["device"] = "tpu:0";
-  check_error(run_dtrain({"validate", "--config", dir.write_job(job)}), 2,
+  check_error(run_dtrain({"validate", "--config", write_job(dir, job)}), 2,
               {"device", "'tpu:0' is not a device", "\"auto\""});
 }
 

@@ -269,7 +269,7 @@ TEST_CASE("a cluster from the job file runs on its fixed ports", "[integration]"
   TempDir tmp;
   const std::vector<std::string> workers = {"127.0.0.1:" + std::to_string(free_port()),
                                             "localhost:" + std::to_string(free_port())};
-  const std::string job = tmp.write_job(job_with_cluster(tmp, {{"worker", workers}}));
+  const std::string job = write_job(tmp, job_with_cluster(tmp, {{"worker", workers}}));
   const RunOutput r =
       run_dtrain({"launch", "--config", job, "--summary", tmp.file("launch.json")}, within(90));
   INFO(describe(r));
@@ -342,8 +342,8 @@ TEST_CASE("SIGTERM to the launcher stops every task, and none outlives it", "[in
 
 TEST_CASE("a cluster address that is not local is a config error", "[integration]") {
   TempDir tmp;
-  const std::string job = tmp.write_job(job_with_cluster(
-      tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), "192.0.2.7:2222"}}}));
+  const std::string job = write_job(
+      tmp, job_with_cluster(tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), "192.0.2.7:2222"}}}));
   const RunOutput r = run_dtrain({"launch", "--config", job});
   check_error(r, 2, {"worker:1", "192.0.2.7:2222", "not local"});
 }
@@ -359,8 +359,8 @@ TEST_CASE("a port in use is a config error naming the address and the task", "[i
   REQUIRE(::listen(fd, 1) == 0);
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
   const std::string taken = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-  const std::string job = tmp.write_job(
-      job_with_cluster(tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), taken}}}));
+  const std::string job =
+      write_job(tmp, job_with_cluster(tmp, {{"worker", {"127.0.0.1:" + std::to_string(free_port()), taken}}}));
   const RunOutput r = run_dtrain({"launch", "--config", job});
   ::close(fd);
   check_error(r, 2, {"worker:1", taken, "in use"});

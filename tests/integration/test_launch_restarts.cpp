@@ -33,12 +33,12 @@ std::string params_hash(const json& summary) {
 
 TEST_CASE("launch --max-restarts restarts a killed job from its checkpoint, exactly", "[integration]") {
   TempDir straight, restarted;
-  const RunOutput a = launch(straight.write_job(resumable_job(straight, 2)), {"--summary", straight.file("s.json")});
+  const RunOutput a = launch(write_job(straight, resumable_job(straight, 2)), {"--summary", straight.file("s.json")});
   INFO(describe(a));
   REQUIRE(a.exit_code == 0);
 
   // Step 45 is in the middle of epoch 2; the newest checkpoint then is step 40.
-  const RunOutput r = launch(restarted.write_job(resumable_job(restarted, 2)),
+  const RunOutput r = launch(write_job(restarted, resumable_job(restarted, 2)),
                              {"--inject", "kill:worker:1@step=45", "--max-restarts", "2", "--summary",
                               restarted.file("s.json")});
   INFO(describe(r));
@@ -59,7 +59,7 @@ TEST_CASE("launch --max-restarts restarts a killed job from its checkpoint, exac
 
 TEST_CASE("launch without --max-restarts fails as before when a task is killed", "[integration]") {
   TempDir dir;
-  const RunOutput r = launch(dir.write_job(resumable_job(dir, 2)),
+  const RunOutput r = launch(write_job(dir, resumable_job(dir, 2)),
                              {"--inject", "kill:worker:1@step=15", "--summary", dir.file("s.json")});
   INFO(describe(r));
   CHECK(r.exit_code == 128 + 9);
@@ -73,7 +73,7 @@ TEST_CASE("launch --max-restarts does not restart a config error of the tasks", 
   TempDir dir;
   json job = resumable_job(dir, 2);
   job["model"]["layers"].back()["units"] = 5;  // labels 5..9 outside the classes: exit 2 in every task
-  const RunOutput r = launch(dir.write_job(job), {"--max-restarts", "3", "--summary", dir.file("s.json")});
+  const RunOutput r = launch(write_job(dir, job), {"--max-restarts", "3", "--summary", dir.file("s.json")});
   INFO(describe(r));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("not restarting: worker:") &&

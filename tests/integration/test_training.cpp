@@ -29,7 +29,7 @@ Trained train(const TempDir& tmp, const nlohmann::json& job, const std::vector<s
   Trained t;
   t.output_dir = tmp.file(tag + "_out");
   const std::string summary = tmp.file(tag + "_summary.json");
-  std::vector<std::string> args = {"run",       "--config", tmp.write_job(job, tag + "_job.json"),
+  std::vector<std::string> args = {"run",       "--config", write_job(tmp, job, tag + "_job.json"),
                                    "--summary", summary,    "--set",
                                    "output.dir=" + t.output_dir};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -154,7 +154,7 @@ TEST_CASE("the CNN config runs a few steps end to end", "[integration]") {
 
 TEST_CASE("bench train --json prints one JSON object with samples_per_sec > 0", "[integration]") {
   TempDir tmp;
-  const RunOutput r = run_dtrain({"bench", "train", "--config", tmp.write_job(small_mlp_job()), "--json",
+  const RunOutput r = run_dtrain({"bench", "train", "--config", write_job(tmp, small_mlp_job()), "--json",
                                   "--steps", "5", "--warmup", "1", "--threads", "1"});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);

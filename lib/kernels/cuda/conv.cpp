@@ -120,7 +120,7 @@ void take_best(const std::vector<Perf>& results, int count, Choice<Algo>& choice
     choice.chosen = true;
     return;
   }
-  throw RuntimeError(str("cuDNN found no usable ", what, " algorithm for this convolution shape"));
+  throw CudaError(str("cuDNN found no usable ", what, " algorithm for this convolution shape"));
 }
 
 // The input as cuDNN sees it: x itself, or x padded into `scratch`.

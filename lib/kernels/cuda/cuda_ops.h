@@ -1,11 +1,12 @@
 // The CUDA backend's op functions: ops.h's signatures (backend_ops.inc) in
-// dtrain::kernels::cuda, for tensors on a GPU, plus the device functions ops.cpp
-// forwards to. No CUDA header here: ops.cpp (host compiler) includes this file
-// in CUDA builds only.
+// dtrain::kernels::cuda, for tensors on a GPU, plus the device functions
+// device.cpp forwards to. No CUDA header here: ops.cpp and device.cpp (host
+// compiler) include this file in CUDA builds only.
 #pragma once
 
 #include <string>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 
 namespace dtrain::kernels::cuda {

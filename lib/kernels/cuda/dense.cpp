@@ -116,7 +116,7 @@ bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const f
   MatmulPlan& plan = plan_for({trans_a, trans_b, m, n, k, epilogue, alignment(a), alignment(b), alignment(c)});
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
-    throw RuntimeError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));
+    throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));
   }
   if (bias)
     DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));

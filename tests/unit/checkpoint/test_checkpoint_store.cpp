@@ -7,7 +7,7 @@
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/manifest.h"
 #include "core/error.h"
-#include "unit/checkpoint/temp_dir.h"
+#include "support/temp_dir.h"
 
 using namespace dtrain;
 using namespace dtrain::checkpoint;
@@ -59,7 +59,7 @@ void flip_byte(const std::string& path, size_t from_end) {
 
 TEST_CASE("a saved checkpoint loads back exactly, with its manifest") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   const std::string path = save_step(store, 120);
   CHECK(fs::path(path).filename() == "ckpt-00000120");
   CHECK(names_in(path) == std::vector<std::string>{"DONE", "manifest.json", "model.safetensors", "optimizer.safetensors"});
@@ -88,9 +88,9 @@ TEST_CASE("a saved checkpoint loads back exactly, with its manifest") {
 
 TEST_CASE("saving 5 checkpoints with keep 3 leaves the newest 3, the newest is latest_good") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   for (int64_t step : {10, 20, 30, 40, 50}) save_step(store, step);
-  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000030", "ckpt-00000040", "ckpt-00000050"});
+  CHECK(names_in(dir.path()) == std::vector<std::string>{"ckpt-00000030", "ckpt-00000040", "ckpt-00000050"});
   std::vector<std::string> skipped;
   const auto latest = store.latest_good(&skipped);
   REQUIRE(latest.has_value());
@@ -104,7 +104,7 @@ TEST_CASE("saving 5 checkpoints with keep 3 leaves the newest 3, the newest is l
 
 TEST_CASE("a checkpoint without DONE is skipped") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   save_step(store, 10);
   const std::string newer = save_step(store, 20);
   fs::remove(fs::path(newer) / "DONE");  // as if the process died between rename and DONE
@@ -118,14 +118,14 @@ TEST_CASE("a checkpoint without DONE is skipped") {
 
   // The next save replaces nothing good and cleans up the incomplete one.
   save_step(store, 30);
-  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
+  CHECK(names_in(dir.path()) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
 }
 
 TEST_CASE("a corrupted file is skipped with a warning naming it, and the previous one is used") {
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "manifest.json"}) {
     DYNAMIC_SECTION(file) {
       test::TempDir dir;
-      CheckpointStore store(dir.path.string(), 3);
+      CheckpointStore store(dir.path(), 3);
       save_step(store, 10);
       const std::string newer = save_step(store, 20);
       flip_byte((fs::path(newer) / file).string(), 2);
@@ -142,7 +142,7 @@ TEST_CASE("a corrupted file is skipped with a warning naming it, and the previou
 
 TEST_CASE("a truncated file is reported as truncated") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   const std::string path = save_step(store, 10);
   const fs::path model = fs::path(path) / "model.safetensors";
   fs::resize_file(model, fs::file_size(model) - 4);
@@ -152,12 +152,12 @@ TEST_CASE("a truncated file is reported as truncated") {
 
 TEST_CASE("a leftover temporary directory is ignored, then cleaned up by the next save") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   save_step(store, 10);
   // A save of step 20 that crashed before its rename: complete-looking files, even DONE.
-  const fs::path tmp = dir.path / ".tmp-ckpt-00000020-deadbeef";
+  const fs::path tmp = dir.file(".tmp-ckpt-00000020-deadbeef");
   fs::create_directories(tmp);
-  fs::copy(dir.path / "ckpt-00000010", tmp, fs::copy_options::recursive);
+  fs::copy(dir.file("ckpt-00000010"), tmp, fs::copy_options::recursive);
   std::vector<std::string> skipped;
   const auto latest = store.latest_good(&skipped);
   REQUIRE(latest.has_value());
@@ -166,25 +166,25 @@ TEST_CASE("a leftover temporary directory is ignored, then cleaned up by the nex
   CHECK(store.list().size() == 1);
 
   save_step(store, 30);
-  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
+  CHECK(names_in(dir.path()) == std::vector<std::string>{"ckpt-00000010", "ckpt-00000030"});
 }
 
 TEST_CASE("an empty or missing store has no latest checkpoint") {
   test::TempDir dir;
-  CHECK_FALSE(CheckpointStore((dir.path / "nothing").string()).latest_good().has_value());
-  CHECK(CheckpointStore((dir.path / "nothing").string()).list().empty());
-  CHECK_THROWS_AS(CheckpointStore(dir.path.string(), 0), ConfigError);
+  CHECK_FALSE(CheckpointStore(dir.file("nothing")).latest_good().has_value());
+  CHECK(CheckpointStore(dir.file("nothing")).list().empty());
+  CHECK_THROWS_AS(CheckpointStore(dir.path(), 0), ConfigError);
 }
 
 TEST_CASE("re-saving a step replaces that checkpoint") {
   test::TempDir dir;
-  CheckpointStore store(dir.path.string(), 3);
+  CheckpointStore store(dir.path(), 3);
   save_step(store, 10);
   State s(99.0f);
   const std::string path = store.save(manifest(10), s.model(), s.optimizer());
   const LoadedCheckpoint c = CheckpointStore::load(path);
   CHECK(c.model.find("dense/kernel")->data()[0] == 99.0f);
-  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-00000010"});
+  CHECK(names_in(dir.path()) == std::vector<std::string>{"ckpt-00000010"});
 }
 
 TEST_CASE("manifest JSON round trip and errors") {

@@ -8,7 +8,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "core/strings.h"
-#include "unit/checkpoint/temp_dir.h"
+#include "support/temp_dir.h"
 
 using namespace dtrain;
 using namespace dtrain::checkpoint;

@@ -7,7 +7,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
-#include "unit/checkpoint/temp_dir.h"
+#include "core/sha256.h"
+#include "support/temp_dir.h"
 
 using namespace dtrain;
 using namespace dtrain::checkpoint;

@@ -11,7 +11,7 @@
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/durable_file.h"
-#include "unit/checkpoint/temp_dir.h"
+#include "support/temp_dir.h"
 
 using namespace dtrain;
 using namespace dtrain::checkpoint;
@@ -94,7 +94,7 @@ TEST_CASE("SIGKILL in the middle of the second save leaves the first checkpoint 
   }
   // The size of one checkpoint (every file), from a save into a directory of its own.
   test::TempDir probe;
-  const std::string one = CheckpointStore(probe.path.string()).save(manifest(10), model_refs(kernel), optimizer_refs(m));
+  const std::string one = CheckpointStore(probe.path()).save(manifest(10), model_refs(kernel), optimizer_refs(m));
   const uint64_t one_bytes = dir_bytes(one);
   const uint64_t model_bytes = fs::file_size(fs::path(one) / kModelFile);
 
@@ -105,7 +105,7 @@ TEST_CASE("SIGKILL in the middle of the second save leaves the first checkpoint 
     // The child: two saves, killed halfway through the second one's model file.
     try {
       set_write_hook(total_bytes_written() + one_bytes + model_bytes / 2, [](uint64_t) { std::raise(SIGKILL); });
-      CheckpointStore store(dir.path.string());
+      CheckpointStore store(dir.path());
       store.save(manifest(10), model_refs(kernel), optimizer_refs(m));
       store.save(manifest(20), model_refs(kernel), optimizer_refs(m));
     } catch (...) {
@@ -119,14 +119,14 @@ TEST_CASE("SIGKILL in the middle of the second save leaves the first checkpoint 
   CHECK(WTERMSIG(status) == SIGKILL);
 
   std::vector<std::string> tmp_dirs;
-  for (const auto& e : fs::directory_iterator(dir.path))
+  for (const auto& e : fs::directory_iterator(dir.path()))
     if (e.path().filename().string().rfind(".tmp-ckpt-00000020-", 0) == 0) tmp_dirs.push_back(e.path().string());
   REQUIRE(tmp_dirs.size() == 1);
   CHECK(fs::file_size(fs::path(tmp_dirs[0]) / kModelFile) == model_bytes / 2);
   CHECK_FALSE(fs::exists(fs::path(tmp_dirs[0]) / kOptimizerFile));
-  CHECK_FALSE(fs::exists(dir.path / "ckpt-00000020"));
+  CHECK_FALSE(fs::exists(dir.file("ckpt-00000020")));
 
-  const CheckpointStore store(dir.path.string());
+  const CheckpointStore store(dir.path());
   std::vector<std::string> skipped;
   const auto latest = store.latest_good(&skipped);
   REQUIRE(latest.has_value());

@@ -1,6 +1,5 @@
 // The Gloo communicator over real TCP on 127.0.0.1: N ranks as threads of this
-// process, each with its own StoreClient to one StoreServer (as tasks of a job
-// would be). Exact results of every collective (integer-valued floats, so sums are
+// process, meeting through one InMemoryStore (no store sockets). Exact results of every collective (integer-valued floats, so sums are
 // exact), and what a dead or silent peer turns into.
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -15,8 +14,8 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store.h"
+#include "support/rank_threads.h"
 
 using namespace dtrain;
 using namespace dtrain::comm;
@@ -24,67 +23,30 @@ using namespace dtrain::rendezvous;
 
 namespace {
 
-Credentials creds() { return {"job-comm-test", "s3cret"}; }
+using test::check_all_ok;
+using test::compare_exact;
 
-ServerOptions server_options(int n) {
-  ServerOptions o;
-  o.credentials = creds();
-  for (int r = 0; r < n; ++r) o.tasks.push_back({str("worker:", r), str("127.0.0.1:", 1000 + r)});
-  o.chief = "worker:0";
-  return o;
-}
-
-ClientOptions client_options(int rank) {
-  ClientOptions o;
-  o.credentials = creds();
-  o.task = str("worker:", rank);
-  o.connect_timeout = 10.0;
-  o.request_timeout = 10.0;
-  return o;
-}
-
-// Runs body(comm) on n threads, one rank each, all joined through one store.
-// Catch2 is not thread-safe: bodies report problems as strings, checked here.
+// Runs body(comm) on n threads, one rank each, all joined through one in-memory
+// store (the job's TCP store is tested in test_rendezvous; Gloo's own transport
+// still runs over real TCP on 127.0.0.1).
 using Body = std::function<std::string(Communicator&)>;
 
 std::vector<std::string> run_ranks(int n, const std::string& prefix, const Body& body,
                                    double timeout_seconds = 30.0) {
-  StoreServer server("127.0.0.1", 0, server_options(n));
-  std::vector<std::string> problems(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        StoreClient client("127.0.0.1", server.port(), client_options(r));
-        GlooOptions o;
-        o.rank = r;
-        o.size = n;
-        o.prefix = prefix;
-        o.timeout_seconds = timeout_seconds;
-        auto comm = make_gloo_communicator(client, o);
-        problems[r] = body(*comm);
-      } catch (const std::exception& e) {
-        problems[r] = str("rank ", r, " threw: ", e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return problems;
+  InMemoryStore store;
+  return test::run_on_threads(n, [&](int r) {
+    GlooOptions o;
+    o.rank = r;
+    o.size = n;
+    o.prefix = prefix;
+    o.timeout_seconds = timeout_seconds;
+    auto comm = make_gloo_communicator(store, o);
+    return body(*comm);
+  });
 }
 
-void check_all_ok(const std::vector<std::string>& problems) {
-  for (size_t r = 0; r < problems.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(problems[r] == "");
-  }
-}
-
-// "" if got == expected exactly, else where they first differ.
 std::string compare(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what) {
-  if (got.size() != expected.size()) return str(what, ": size ", got.size(), " != ", expected.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != expected[i]) return str(what, ": element ", i, " is ", got[i], ", expected ", expected[i]);
-  return "";
+  return compare_exact(got, expected, what);
 }
 
 // Rank r's value at i: small integers, so sums over a few ranks are exact.
@@ -197,8 +159,7 @@ TEST_CASE("a group of one needs no peers") {
 }
 
 TEST_CASE("a rank that never joins is a TimeoutError naming it") {
-  StoreServer server("127.0.0.1", 0, server_options(2));
-  StoreClient client("127.0.0.1", server.port(), client_options(0));
+  InMemoryStore store;
   GlooOptions o;
   o.rank = 0;
   o.size = 2;
@@ -206,7 +167,7 @@ TEST_CASE("a rank that never joins is a TimeoutError naming it") {
   o.timeout_seconds = 1.0;
   Stopwatch watch;
   try {
-    make_gloo_communicator(client, o);
+    make_gloo_communicator(store, o);
     FAIL("joined a group whose other rank never came");
   } catch (const TimeoutError& e) {
     CHECK_THAT(e.what(), Catch::Contains("rank 1") && Catch::Contains("comm/lonely/"));
@@ -217,18 +178,17 @@ TEST_CASE("a rank that never joins is a TimeoutError naming it") {
 TEST_CASE("a dead peer fails the survivor's all_reduce within the deadline") {
   // Rank 1 joins, then destroys its communicator (its sockets close) while rank 0
   // goes on to all_reduce with a 2 s deadline.
-  StoreServer server("127.0.0.1", 0, server_options(2));
+  InMemoryStore store;
   std::atomic<bool> rank1_gone{false};
   std::string rank1_problem;
   std::thread rank1([&] {
     try {
-      StoreClient client("127.0.0.1", server.port(), client_options(1));
       GlooOptions o;
       o.rank = 1;
       o.size = 2;
       o.prefix = "comm/dead/";
       o.timeout_seconds = 2.0;
-      auto comm = make_gloo_communicator(client, o);
+      auto comm = make_gloo_communicator(store, o);
       comm->barrier();
       comm.reset();
     } catch (const std::exception& e) {
@@ -236,13 +196,12 @@ TEST_CASE("a dead peer fails the survivor's all_reduce within the deadline") {
     }
     rank1_gone = true;
   });
-  StoreClient client("127.0.0.1", server.port(), client_options(0));
   GlooOptions o;
   o.rank = 0;
   o.size = 2;
   o.prefix = "comm/dead/";
   o.timeout_seconds = 2.0;
-  auto comm = make_gloo_communicator(client, o);
+  auto comm = make_gloo_communicator(store, o);
   comm->barrier();
   while (!rank1_gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   rank1.join();
@@ -274,29 +233,27 @@ TEST_CASE("a dead peer fails the survivor's all_reduce within the deadline") {
 }
 
 TEST_CASE("a peer that stops participating is a TimeoutError within the deadline") {
-  StoreServer server("127.0.0.1", 0, server_options(2));
+  InMemoryStore store;
   std::atomic<bool> rank0_done{false};
   std::thread rank1([&] {
     try {
-      StoreClient client("127.0.0.1", server.port(), client_options(1));
       GlooOptions o;
       o.rank = 1;
       o.size = 2;
       o.prefix = "comm/silent/";
       o.timeout_seconds = 2.0;
-      auto comm = make_gloo_communicator(client, o);
+      auto comm = make_gloo_communicator(store, o);
       // Alive, connected, but never calls the all_reduce.
       while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } catch (const std::exception&) {
     }
   });
-  StoreClient client("127.0.0.1", server.port(), client_options(0));
   GlooOptions o;
   o.rank = 0;
   o.size = 2;
   o.prefix = "comm/silent/";
   o.timeout_seconds = 2.0;
-  auto comm = make_gloo_communicator(client, o);
+  auto comm = make_gloo_communicator(store, o);
   std::vector<float> x(1000, 1.0f);
   Stopwatch watch;
   std::string message;

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "support/rank_threads.h"
 
 using namespace dtrain;
 using namespace dtrain::comm;
@@ -20,36 +21,15 @@ using namespace dtrain::comm;
 namespace {
 
 using Body = std::function<std::string(Communicator&)>;
+using test::check_all_ok;
 
 // Runs body on one thread per member; returns each member's problem ("" if none).
 std::vector<std::string> run_group(std::vector<std::unique_ptr<Communicator>>& group, const Body& body) {
-  std::vector<std::string> problems(group.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        problems[r] = body(*group[r]);
-      } catch (const std::exception& e) {
-        problems[r] = str("rank ", r, " threw: ", e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return problems;
-}
-
-void check_all_ok(const std::vector<std::string>& problems) {
-  for (size_t r = 0; r < problems.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(problems[r] == "");
-  }
+  return test::run_on_threads(static_cast<int>(group.size()), [&](int r) { return body(*group[static_cast<size_t>(r)]); });
 }
 
 std::string compare(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what) {
-  if (got.size() != expected.size()) return str(what, ": size ", got.size(), " != ", expected.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != expected[i]) return str(what, ": element ", i, " is ", got[i], ", expected ", expected[i]);
-  return "";
+  return test::compare_exact(got, expected, what);
 }
 
 float value(int rank, size_t i) { return static_cast<float>((i % 1000) + 10 * rank); }

@@ -1,44 +1,24 @@
-// Helpers for the data tests: a temporary folder that cleans up after itself, and
-// writers for small IDX (plain or gzip) and CIFAR-10 binary files.
+// Helpers for the data tests: writers for small IDX (plain or gzip) and CIFAR-10
+// binary files, into a test's TempDir (support/temp_dir.h).
 #pragma once
 
-#include <stdlib.h>
 #include <zlib.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/job_config.h"
+#include "support/temp_dir.h"
 
 namespace dtrain::data::testing {
 
 using Bytes = std::vector<uint8_t>;
 
-// A fresh folder under $TMPDIR (mkdtemp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/dtrain-data-XXXXXX";
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// The temporary folder of each test (support/temp_dir.h).
+using test::TempDir;
 
 inline void put_be32(Bytes& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v >> 24));

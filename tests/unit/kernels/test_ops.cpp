@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "unit/tensor_checks.h"
 

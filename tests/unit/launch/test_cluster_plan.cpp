@@ -21,13 +21,13 @@ using Catch::Matchers::Contains;
 namespace {
 
 // A valid job; `extra` is spliced into the top-level object (e.g. a cluster).
-config::JobConfig job(const std::string& extra = "") {
+config::FileCluster job(const std::string& extra = "") {
   const std::string text =
       R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 2}]},
           "loss": "sparse_categorical_crossentropy", "optimizer": "sgd", "train": {"epochs": 1},
           "data": {"train": {"format": "synthetic", "shape": [4], "count": 8, "classes": 2}})" +
       (extra.empty() ? "" : ", " + extra) + "}";
-  return config::parse_job_config(text, "job.json");
+  return config::parse_job_config(text, "job.json").file_cluster();
 }
 
 int port_of(const std::string& address) {

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -50,6 +51,20 @@ case "$FAKE_MODE" in
 esac
 )SH";
 
+// The arguments `dtrain launch` would give `dtrain run` (the launcher takes them
+// from its caller): a restarted job resumes from its checkpoint.
+std::function<std::vector<std::string>(const TaskStart&)> run_args(const std::string& config,
+                                                                  std::vector<std::string> overrides = {}) {
+  return [config, overrides](const TaskStart& start) {
+    std::vector<std::string> args = {"run", "--config", config};
+    for (const auto& o : overrides) args.insert(args.end(), {"--set", o});
+    if (start.restart > 0) args.insert(args.end(), {"--set", "checkpoint.resume=auto"});
+    args.insert(args.end(), {"--summary", start.summary_path});
+    if (start.threads > 0) args.insert(args.end(), {"--threads", std::to_string(start.threads)});
+    return args;
+  };
+}
+
 struct Fixture {
   std::string dir;
   std::string program, config, out_path, err_path;
@@ -73,8 +88,6 @@ struct Fixture {
     err_path = dir + "/stderr";
     out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ::unsetenv("DTRAIN_JOB_SECRET");
-    ::unsetenv("TF_CONFIG");
     ::unsetenv("FAKE_FAIL_TASK");
     ::unsetenv("FAKE_FAIL_CODE");
     ::unsetenv("FAKE_FAIL_AGAIN");
@@ -88,7 +101,8 @@ struct Fixture {
   LaunchOptions options(int workers, const std::string& mode) const {
     ::setenv("FAKE_MODE", mode.c_str(), 1);
     LaunchOptions o;
-    o.config = config;
+    o.job.output_dir = dir + "/out";
+    o.task_args = run_args(config);
     o.cluster.workers = workers;
     o.program = program;
     o.stdout_fd = out_fd;
@@ -117,7 +131,7 @@ TEST_CASE("every task gets its TF_CONFIG, the job's secret and id, the chief its
   LaunchOptions o = f.options(2, "ok");
   o.cluster.chief = true;
   o.cluster.ps = 1;
-  o.overrides = {"train.epochs=2"};
+  o.task_args = run_args(f.config, {"train.epochs=2"});
   o.threads = 3;
   const LaunchReport r = launch_cluster(o);
   INFO(f.out() << f.err());
@@ -169,9 +183,9 @@ TEST_CASE("every task gets its TF_CONFIG, the job's secret and id, the chief its
 TEST_CASE("a secret already in the environment is passed on", "[unit]") {
   Fixture f;
   set_tasks(1);
-  ::setenv("DTRAIN_JOB_SECRET", "given-secret", 1);
-  const LaunchReport r = launch_cluster(f.options(1, "ok"));
-  ::unsetenv("DTRAIN_JOB_SECRET");
+  LaunchOptions o = f.options(1, "ok");
+  o.job_secret = "given-secret";  // the launcher's DTRAIN_JOB_SECRET
+  const LaunchReport r = launch_cluster(o);
   CHECK(r.exit_code == 0);
   CHECK_THAT(f.out(), Contains("SECRET=given-secret INJECT=none"));
 }
@@ -284,7 +298,7 @@ TEST_CASE("a failed job is started again with checkpoint.resume=auto and without
   CHECK(r.tasks[1].injection.empty());
   CHECK_THAT(f.err(), Contains("dtrain launch: worker:1 was killed by signal 9 (SIGKILL) at ") &&
                           Contains(" s; restarting the job from the newest checkpoint (restart 1 of 2)"));
-  CHECK_THAT(f.out(), Contains("args run --config " + o.config + " --set checkpoint.resume=auto"));
+  CHECK_THAT(f.out(), Contains("args run --config " + f.config + " --set checkpoint.resume=auto"));
   // The logs hold both starts.
   const std::string log = Fixture::read(f.dir + "/out/logs/worker-1.log");
   CHECK_THAT(log, Contains("INJECT=kill@step=3") && Contains("INJECT=none"));

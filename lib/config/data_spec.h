@@ -1,0 +1,38 @@
+// DataSpec and DataSourceSpec: the typed `data` section of a job, what lib/data
+// reads. Parsed and checked by job_config.cpp; `path` names each source in errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::config {
+
+// One data source (data.train or data.test).
+struct DataSourceSpec {
+  std::string path;               // "data.train"
+  std::string format;             // idx | cifar10 | synthetic
+  std::string images;             // idx: images file (.gz or plain)
+  std::string labels;             // idx: labels file
+  std::vector<std::string> files; // cifar10: binary batch files
+  std::vector<int64_t> shape;     // synthetic: sample shape, e.g. [28, 28, 1]
+  int64_t classes = 10;           // synthetic: number of classes
+  int64_t count = 0;              // synthetic: number of samples
+  uint64_t seed = 0;              // synthetic: generator seed
+  double rescale = 1.0 / 255.0;   // idx, cifar10: pixel value multiplier
+  int64_t take = 0;               // use only the first N samples (0 = all)
+};
+
+struct DataSpec {
+  std::string path = "data";
+  DataSourceSpec train;
+  bool has_test = false;
+  DataSourceSpec test;
+  int64_t shuffle_buffer = 10000;  // 0 or 1 = no shuffle
+  int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
+  bool drop_remainder = false;     // drop the last, smaller training batch
+  bool cache = true;               // keep decoded float samples in memory after the first epoch
+  std::string shard_policy = "auto";  // auto | data | file | off (TF's AutoShardPolicy)
+};
+
+}  // namespace dtrain::config

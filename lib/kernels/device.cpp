@@ -1,0 +1,78 @@
+// Implementation of device.h: GPU listing, device selection, the backends'
+// versions, waiting for a device and TF32, forwarded to cuda:: in builds with the
+// CUDA backend (DTRAIN_HAVE_CUDA) and answered here for the CPU otherwise.
+#include "kernels/device.h"
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "kernels/cpu/cpu_ops.h"
+#if DTRAIN_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace dtrain::kernels {
+
+GpuReport list_gpus(bool free_memory) {
+#if DTRAIN_HAVE_CUDA
+  return cuda::list_gpus(free_memory);
+#else
+  (void)free_memory;
+  GpuReport report;
+  report.why_none = "this dtrain was built without the CUDA backend (DTRAIN_CUDA=OFF, or no CUDA toolkit found)";
+  return report;
+#endif
+}
+
+Device select_device(const std::string& spec) {
+  if (spec != "auto") {
+    const Device device = Device::parse(spec);
+    if (device.is_cpu()) return Device::cpu();
+    const GpuReport report = list_gpus();
+    if (report.gpus.empty())
+      throw ConfigError(str("device: \"", spec, "\" asks for a GPU, but none is usable: ", report.why_none,
+                            "; set \"device\": \"cpu\" (or \"auto\") to train on the CPU"));
+    if (device.index >= static_cast<int>(report.gpus.size()))
+      throw ConfigError(str("device: \"", spec, "\" asks for GPU ", device.index, ", but this machine has ",
+                            report.gpus.size(), " (cuda:0 to cuda:", report.gpus.size() - 1, ")"));
+#if DTRAIN_HAVE_CUDA
+    cuda::activate(device.index);
+#endif
+    return device;
+  }
+  const GpuReport report = list_gpus();
+  if (report.gpus.empty()) return Device::cpu();
+#if DTRAIN_HAVE_CUDA
+  cuda::activate(0);
+#endif
+  return Device::cuda(0);
+}
+
+std::string backends_description() {
+  std::string out = "cpu (" + cpu::library_version() + ")";
+#if DTRAIN_HAVE_CUDA
+  out += ", cuda (" + cuda::library_versions() + ")";
+#else
+  out += ", cuda: not built";
+#endif
+  return out;
+}
+
+void set_num_threads(int threads) { cpu::set_num_threads(threads); }
+int num_threads() { return cpu::num_threads(); }
+
+void synchronize(const Device& device) {
+  if (device.is_cpu()) return;
+#if DTRAIN_HAVE_CUDA
+  cuda::synchronize();
+#endif
+}
+
+void set_allow_tf32(bool allow) {
+#if DTRAIN_HAVE_CUDA
+  cuda::set_allow_tf32(allow);
+#else
+  (void)allow;
+#endif
+}
+
+}  // namespace dtrain::kernels

@@ -1,0 +1,49 @@
+// The compute devices of this process, beside the ops: which GPUs are usable,
+// choosing the device a job trains on, the backends' versions, waiting for a
+// device, and TF32 math. ops.h holds the ops themselves; this header compiles
+// without CUDA, and a build without the CUDA backend reports why it has no GPU.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tensor/device.h"
+
+namespace dtrain::kernels {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  size_t total_bytes = 0, free_bytes = 0;  // free_bytes: 0 unless asked for
+};
+struct GpuReport {
+  bool built_with_cuda = false;
+  std::vector<GpuInfo> gpus;  // usable GPUs
+  std::string why_none;       // when gpus is empty: why (no CUDA backend, no driver, no device)
+};
+// What GPUs this process can use; safe to call without a GPU or driver.
+// free_memory: also each GPU's free memory (creates a context on every GPU, so
+// only `dtrain devices` asks for it).
+GpuReport list_gpus(bool free_memory = false);
+// Resolves a job's "device" value ("auto": the GPU when one is usable, else the
+// CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
+// tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.
+Device select_device(const std::string& spec);
+// The backends of this build and their libraries' versions, e.g.
+// "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
+std::string backends_description();
+// Waits until every op issued on `device` has finished (no-op on the CPU).
+void synchronize(const Device& device);
+
+// Sets the number of CPU compute threads (OpenMP) of the calling thread's team,
+// with flush-to-zero; num_threads() reads it.
+void set_num_threads(int threads);
+int num_threads();
+// TF32 tensor-core math for float32 convolutions on GPUs that have it (PyTorch's
+// default: on for convolutions, off for matmuls). No effect on the CPU.
+void set_allow_tf32(bool allow);
+
+}  // namespace dtrain::kernels

@@ -1,0 +1,59 @@
+// bench_allreduce_task() (run.h): one task of `dtrain bench allreduce`. It needs
+// no job file: the cluster comes from TF_CONFIG, the secret and job id from the
+// environment (the launcher sets all three), and the tasks agree on the
+// benchmark's own parameters instead of a config hash.
+#include <cstdio>
+
+#include "comm/bench_allreduce.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "rendezvous/auth.h"
+#include "runtime/cluster_task.h"
+#include "runtime/run.h"
+
+namespace dtrain::runtime {
+namespace {
+
+void print_table(const std::vector<comm::AllReduceResult>& results, bool json) {
+  if (json) {
+    for (const auto& r : results) std::printf("%s\n", comm::to_json(r).c_str());
+    return;
+  }
+  std::printf("# dtrain all-reduce (Gloo, sum, float32), %d ranks, %d iterations per size\n",
+              results.empty() ? 0 : results[0].ranks, results.empty() ? 0 : results[0].iterations);
+  std::printf("# %12s %12s %12s %12s %8s\n", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check");
+  for (const auto& r : results)
+    std::printf("  %12zu %12.1f %12.3f %12.3f %8s\n", r.bytes, r.time_us, r.algbw_gbps, r.busbw_gbps,
+                r.correct ? "ok" : "WRONG");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
+
+void bench_allreduce_task(const AllReduceBenchRequest& request, const Environment& env) {
+  const std::vector<size_t> sizes = comm::parse_size_list(request.sizes);
+  const config::ClusterConfig cluster =
+      config::resolve_cluster(config::FileCluster{"bench allreduce", {}, {}}, env.tf_config_or_null(), "");
+  if (cluster.single_process())
+    throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
+  rendezvous::SessionSpec spec;
+  spec.cluster = cluster;
+  spec.credentials = rendezvous::load_credentials({env.job_id, "", env.job_secret, ""}, cluster.spec);
+  spec.agreement = {{"bench", str("allreduce sizes=", request.sizes, " iterations=", request.iterations,
+                                  " warmup=", request.warmup)}};
+  spec.listen_fd = env.listen_fd;
+  ClusterTask task(spec);
+  const double collective_deadline = spec.heartbeat_timeout + 20.0;
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, config::Communication::kAuto);
+  const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
+  if (task.session().rank() == 0) print_table(results, request.json);
+  communicator.reset();
+  task.session().finish();
+  bool all_correct = true;
+  for (const auto& r : results) all_correct = all_correct && r.correct;
+  if (!all_correct) throw RuntimeError("bench allreduce: some results were wrong (see the check column)");
+}
+
+}  // namespace dtrain::runtime

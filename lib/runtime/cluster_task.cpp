@@ -1,0 +1,78 @@
+// Implementation of cluster_task.h.
+#include "runtime/cluster_task.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/gloo_communicator.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "rendezvous/auth.h"
+
+namespace dtrain::runtime {
+
+rendezvous::SessionSpec session_spec(const config::JobConfig& job, const config::ClusterConfig& cluster,
+                                     const Environment& env) {
+  rendezvous::SessionSpec spec;
+  spec.cluster = cluster;
+  spec.credentials = rendezvous::load_credentials(
+      {env.job_id, job.runtime.job_id, env.job_secret, job.runtime.secret_file}, cluster.spec);
+  spec.agreement = {{"config_sha256", sha256_hex(job.agreement_json).substr(0, 16)}};
+  spec.rendezvous_timeout = job.runtime.rendezvous_timeout;
+  spec.heartbeat_interval = job.runtime.heartbeat_interval;
+  spec.heartbeat_timeout = job.runtime.heartbeat_timeout;
+  spec.listen_fd = env.listen_fd;
+  return spec;
+}
+
+ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
+    : name_(spec.cluster.task.str()), heartbeat_interval_(spec.heartbeat_interval), session_(spec) {
+  // Watchdog: normally the main thread notices a failed job at its next step and
+  // exits with PeerLost. If it is stuck where it cannot look (inside a collective
+  // with a stalled peer, whose own deadline is longer), end the process anyway a
+  // little later, with the same message and exit code.
+  session_.on_failure([task = name_](const std::string& why) {
+    std::thread([task, why] {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::fprintf(stderr, "[%s] %s%s\n", task.c_str(), kErrorPrefix, why.c_str());
+      std::fflush(stderr);
+      std::_Exit(to_int(ExitCode::kPeerLost));
+    }).detach();
+  });
+}
+
+std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const std::string& prefix,
+                                                                        double timeout_seconds,
+                                                                        config::Communication communication) {
+  const config::ClusterConfig& cluster = session_.cluster();
+  // Gloo connects through the job's rendezvous store; its TCP device listens on
+  // this task's host (the one the others know it by).
+  comm::GlooOptions gloo;
+  gloo.rank = session_.rank();
+  gloo.size = session_.world_size();
+  gloo.prefix = prefix;
+  gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
+  gloo.timeout_seconds = timeout_seconds;
+  gloo.algorithm = communication == config::Communication::kRing ? comm::AllReduceAlgorithm::kRing
+                                                                 : comm::AllReduceAlgorithm::kGlooDefault;
+  return comm::make_gloo_communicator(session_.store(), gloo);
+}
+
+void ClusterTask::rethrow_collective_failure(const Error& error) {
+  // A peer that died closes its Gloo connections at once; the chief's store sees
+  // its control connection close just as fast and tells every heartbeat within
+  // one interval. Wait that long (bounded) for the version that names the task.
+  const std::optional<std::string> failure = session_.wait_for_failure(2.0 * heartbeat_interval_ + 1.0);
+  if (!failure) {
+    if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(error.what());
+    throw PeerLost(error.what());
+  }
+  if (*failure == error.what()) throw PeerLost(*failure);  // the heartbeat's own message
+  throw PeerLost(str(*failure, " (", name_, " saw it first as: ", error.what(), ")"));
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,53 @@
+// ClusterTask: this process as one task of a multi-task job, everything between
+// "the cluster says I am worker:1" and the trainer: join the job through the
+// chief's rendezvous store and agree on it (rendezvous/cluster_session.h), arm the
+// watchdog, build the communicator the strategy asks for (strategy/registry.h:
+// Gloo over the training tasks for an all-reduce), and turn a collective's view of
+// a lost peer ("connection closed by peer") into the heartbeat's (which task, its
+// address, its last step).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "config/job_config.h"
+#include "core/error.h"
+#include "rendezvous/cluster_session.h"
+#include "runtime/environment.h"
+
+namespace dtrain::runtime {
+
+// The session spec of a training job: credentials from the environment and the
+// job file, the config hash to agree on, the job's timeouts.
+rendezvous::SessionSpec session_spec(const config::JobConfig& job, const config::ClusterConfig& cluster,
+                                     const Environment& env);
+
+class ClusterTask {
+ public:
+  // Joins the job; throws what the rendezvous throws (TimeoutError, ConfigError
+  // for a disagreement or a bad secret, PeerLost).
+  explicit ClusterTask(const rendezvous::SessionSpec& spec);
+
+  rendezvous::ClusterSession& session() { return session_; }
+  const std::string& name() const { return name_; }  // "worker:1"
+
+  // A Gloo communicator over the job's training tasks (chief + workers), keyed
+  // under `prefix` in the job's store, with the collective deadline
+  // `timeout_seconds`. The caller decides whether the strategy needs one.
+  std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
+                                                             config::Communication communication);
+
+  // A PeerLost or TimeoutError that a collective raised: the job's failure as the
+  // heartbeats know it (naming the lost task, its address and last step), waiting
+  // briefly for them to learn it, with the collective's own words after it; the
+  // error itself when the heartbeats know of no failure.
+  [[noreturn]] void rethrow_collective_failure(const Error& error);
+
+ private:
+  std::string name_;
+  double heartbeat_interval_;
+  rendezvous::ClusterSession session_;
+};
+
+}  // namespace dtrain::runtime

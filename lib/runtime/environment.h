@@ -1,0 +1,38 @@
+// Environment: every environment variable dtrain's tasks read, read in one place
+// (Environment::from_process(), called by main) and handed down as plain values.
+// Library code below the runtime never calls getenv for them.
+//
+//   TF_CONFIG           the cluster and this task (TensorFlow's rules)
+//   DTRAIN_JOB_SECRET   the shared secret of a multi-task job
+//   DTRAIN_JOB_ID       the job's name in the rendezvous handshake
+//   DTRAIN_LISTEN_FD    the chief's listening socket, inherited from `dtrain launch`
+//   DTRAIN_INJECT       a fault for tests and demos: kill@step=N, kill@ckpt_byte=N
+//   OMP_NUM_THREADS     compute threads when runtime.threads is 0
+//   LOCAL_RANK          the task's index on its machine (torchrun's name): picks its GPU
+//   DTRAIN_ALLOW_TF32   0 turns TF32 convolutions off
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "trainer/trainer.h"
+
+namespace dtrain::runtime {
+
+struct Environment {
+  std::optional<std::string> tf_config;  // nullopt when unset
+  std::string job_secret;
+  std::string job_id;
+  int listen_fd = -1;
+  std::string inject;
+  trainer::HostSettings host;  // OMP_NUM_THREADS, LOCAL_RANK, DTRAIN_ALLOW_TF32
+
+  // TF_CONFIG as resolve_cluster() takes it (nullptr when unset).
+  const char* tf_config_or_null() const { return tf_config ? tf_config->c_str() : nullptr; }
+
+  // Reads the variables above from this process's environment. Malformed numbers
+  // (DTRAIN_LISTEN_FD=x) are ConfigErrors naming the variable.
+  static Environment from_process();
+};
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,42 @@
+// Implementation of fault_injection.h.
+#include "runtime/fault_injection.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <utility>
+
+#include "checkpoint/durable_file.h"
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace dtrain::runtime {
+
+InjectedFault parse_injected_fault(const std::string& text) {
+  InjectedFault fault;
+  if (text.empty()) return fault;
+  for (auto [prefix, target] : {std::pair{"kill@step=", &fault.kill_step},
+                                std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte}}) {
+    const std::string p = prefix;
+    if (text.rfind(p, 0) != 0) continue;
+    const std::string digits = text.substr(p.size());
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(digits.c_str(), &end, 10);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && errno == 0 &&
+        *end == '\0' && n > 0) {
+      *target = n;
+      return fault;
+    }
+  }
+  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N or kill@ckpt_byte=N with N > 0"));
+}
+
+int64_t arm_injected_fault(const InjectedFault& fault) {
+  if (fault.kill_ckpt_byte > 0)
+    checkpoint::set_write_hook(static_cast<uint64_t>(fault.kill_ckpt_byte),
+                               [](uint64_t) { std::raise(SIGKILL); });  // mid-save, for tests and demos
+  return fault.kill_step;
+}
+
+}  // namespace dtrain::runtime

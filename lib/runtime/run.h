@@ -1,0 +1,51 @@
+// The task runtime's entry points: what `dtrain run`, `dtrain validate` and
+// `dtrain bench allreduce` do once the command line is read. Each takes the job
+// (or the benchmark's request) and the Environment; a process that is one task of
+// a cluster joins it here (cluster_task.h), a single process trains directly.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "config/job_config.h"
+#include "runtime/environment.h"
+
+namespace dtrain::runtime {
+
+struct RunRequest {
+  std::string summary_path;  // --summary FILE ("" = none)
+  std::string task_flag;     // --task TYPE:INDEX ("" = from TF_CONFIG or the job file)
+  // Polled before every step: true once the process was asked to stop (SIGTERM).
+  std::function<bool()> stop_requested;
+};
+
+// Trains the job as this process's task (TF's rules pick the task): alone, or as
+// one task of a cluster (join, agree, heartbeats, the communicator the strategy
+// needs, the final barrier). DTRAIN_INJECT faults are armed first. Throws the
+// job's errors (PeerLost naming a lost task, Preempted after SIGTERM, ...).
+void run_job(const config::JobConfig& job, const Environment& env, const RunRequest& request);
+
+// `dtrain validate`: the checks of trainer::validate_job, and for a task of a
+// cluster that its own address can be bound. Prints what it checked.
+void validate_task(const config::JobConfig& job, const Environment& env, const std::string& task_flag);
+
+// One task of `dtrain bench allreduce` (its cluster from TF_CONFIG, as the
+// launcher sets it): join, connect the training tasks with Gloo, time every size;
+// the chief prints an nccl-tests-style table (or one JSON object per size). Needs
+// no job file: the tasks agree on the benchmark's own parameters.
+struct AllReduceBenchRequest {
+  std::string sizes = "4K:64M";
+  int iterations = 20;
+  int warmup = 5;
+  bool json = false;
+};
+void bench_allreduce_task(const AllReduceBenchRequest& request, const Environment& env);
+// Checks a --sizes list (ConfigError when malformed), before any task starts.
+void check_size_list(const std::string& sizes);
+
+// `dtrain devices` and `dtrain version`: the usable GPUs as text or JSON (or why
+// there are none), and the backends built in with their libraries' versions.
+std::string devices_report(bool json);
+std::string backends_description();
+
+}  // namespace dtrain::runtime

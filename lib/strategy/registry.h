@@ -1,0 +1,39 @@
+// The strategy registry: every value of strategy.type, what it needs from the
+// cluster runtime, and how to build it. The trainer and the runtime look a
+// strategy up here by name and never compare strategy names themselves.
+//
+// Adding a strategy: a class behind the Strategy interface (strategy.h) in its own
+// file or folder, and one line in registry.cpp's table.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strategy/strategy.h"
+
+namespace dtrain::strategy {
+
+// What a strategy needs between the tasks of a job.
+enum class CrossTask {
+  kNothing,    // trains in one task (one_device, mirrored); several tasks are an error
+  kAllReduce,  // a communicator over the training tasks (chief + workers)
+};
+
+struct StrategyEntry {
+  std::string name;         // the strategy.type value, TF's name
+  std::string description;  // one line, for the README and `dtrain validate`
+  CrossTask cross_task = CrossTask::kNothing;
+  bool local_replicas = false;  // takes strategy.replicas / strategy.devices
+  // Builds it; nullptr for a name that is recognised (TF has it) but not built yet.
+  std::function<std::unique_ptr<Strategy>(const config::JobConfig&, const StrategyContext&)> make;
+  bool available() const { return static_cast<bool>(make); }
+};
+
+// Every strategy, in the README's order.
+const std::vector<StrategyEntry>& strategies();
+// The entry named `name`; ConfigError naming strategy.type and the valid names otherwise.
+const StrategyEntry& find_strategy(const std::string& name);
+
+}  // namespace dtrain::strategy

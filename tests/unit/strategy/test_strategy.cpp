@@ -1,0 +1,113 @@
+// Strategies from the registry, on threads of this process: multi_worker_mirrored
+// with two ranks whose Gloo communicator meets through an InMemoryStore (no store
+// sockets) trains exactly like one_device on the two ranks' batches together, and
+// both ranks end with the same parameters. Also the registry's own contract.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "comm/gloo_communicator.h"
+#include "config/job_config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "rendezvous/store.h"
+#include "strategy/registry.h"
+#include "support/rank_threads.h"
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+config::JobConfig job(const std::string& strategy) {
+  return config::parse_job_config(R"({
+    "strategy": {"type": ")" + strategy + R"("},
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
+                                             {"type": "Dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 4, "seed": 7}})",
+                                  "job.json");
+}
+
+// Batch `step` of `rows` rows, starting at row `first` of a fixed random stream.
+data::Batch batch(int64_t step, int64_t first, int64_t rows) {
+  data::Batch b;
+  b.images = Tensor({rows, 6});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < 6; ++c)
+      b.images.data()[r * 6 + c] = u64_to_unit_float(hash_u64(step, first + r, c)) * 2.0f - 1.0f;
+    b.labels.push_back(static_cast<int32_t>(hash_u64(step, first + r, 99) % 3));
+  }
+  b.index = step;
+  return b;
+}
+
+constexpr int kSteps = 6;
+
+}  // namespace
+
+TEST_CASE("registry: the parser's strategy names are the registry's, available ones alike") {
+  std::vector<std::string> names, available;
+  for (const strategy::StrategyEntry& e : strategy::strategies()) {
+    names.push_back(e.name);
+    if (e.available()) available.push_back(e.name);
+  }
+  CHECK(names == config::strategy_type_names());
+  CHECK(available == config::available_strategy_type_names());
+}
+
+TEST_CASE("registry: every strategy.type has an entry, and unknown names are ConfigErrors") {
+  for (const char* name : {"one_device", "mirrored", "multi_worker_mirrored", "central_storage", "parameter_server"})
+    CHECK(strategy::find_strategy(name).name == name);
+  CHECK(strategy::find_strategy("multi_worker_mirrored").cross_task == strategy::CrossTask::kAllReduce);
+  CHECK(strategy::find_strategy("mirrored").local_replicas);
+  CHECK_FALSE(strategy::find_strategy("parameter_server").available());
+  CHECK_THROWS_WITH(strategy::find_strategy("mirrorred"), Contains("unknown strategy 'mirrorred'"));
+  CHECK_THROWS_WITH(strategy::make_strategy(job("multi_worker_mirrored")), Contains("needs a cluster"));
+}
+
+TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one_device on both batches") {
+  // The reference: one replica on the 8-row batch of both ranks together.
+  std::vector<double> reference_loss;
+  std::string reference_hash;
+  {
+    auto one = strategy::make_strategy(job("one_device"), {nullptr, 1});
+    for (int64_t s = 0; s < kSteps; ++s) {
+      nn::LossStats stats;
+      one->train_step({batch(s, 0, 8)}, s, stats);
+      reference_loss.push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    reference_hash = one->model().params_sha256();
+  }
+
+  rendezvous::InMemoryStore store;
+  std::vector<std::vector<double>> losses(2);
+  std::vector<std::string> hashes(2);
+  const auto problems = test::run_on_threads(2, [&](int rank) -> std::string {
+    comm::GlooOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.prefix = "comm/workers/";
+    o.timeout_seconds = 30.0;
+    auto workers = comm::make_gloo_communicator(store, o);
+    auto s = strategy::make_strategy(job("multi_worker_mirrored"), {workers.get(), 1});
+    if (s->num_replicas_in_sync() != 2) return "not 2 replicas in sync";
+    for (int64_t step = 0; step < kSteps; ++step) {
+      nn::LossStats stats;
+      s->train_step({batch(step, 4 * rank, 4)}, step, stats);  // rank r: rows 4r..4r+3
+      losses[rank].push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    hashes[rank] = s->model().params_sha256();
+    return "";
+  });
+  test::check_all_ok(problems);
+  CHECK(hashes[0] == hashes[1]);
+  for (int rank = 0; rank < 2; ++rank)
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("rank " << rank << " step " << step);
+      CHECK(losses[rank][step] == Approx(reference_loss[step]).epsilon(1e-5));
+    }
+}
