@@ -9,9 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "job/reference.h"
 #include "launch/launcher.h"
 #include "runtime/run.h"
 #include "trainer/trainer.h"
@@ -19,11 +20,11 @@
 namespace dtrain::app {
 namespace {
 
-config::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}) {
+job::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = options.overrides;
   if (options.threads > 0) overrides.push_back(str("runtime.threads=", options.threads));
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config::load_job_config(options.config, overrides);
+  return job::load_job_config(options.config, overrides);
 }
 
 // The launch summary: {"exit_codes": {task: code, or -signal}, "tasks": {task: its
@@ -101,7 +102,7 @@ std::vector<std::string> run_task_args(const JobOptions& job, const launch::Task
 }
 
 int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
-  const config::JobConfig job = load_job(options.job);
+  const job::JobConfig job = load_job(options.job);
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
   launch.tf_config = env.tf_config;
@@ -118,7 +119,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
 }
 
 int run_command(const RunOptions& options, const runtime::Environment& env) {
-  const config::JobConfig job =
+  const job::JobConfig job =
       load_job(options.job, options.resume ? std::vector<std::string>{"checkpoint.resume=auto"} : std::vector<std::string>{});
   runtime::RunRequest request;
   request.summary_path = options.summary;
@@ -129,7 +130,7 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
 }
 
 int validate_command(const ValidateOptions& options, const runtime::Environment& env) {
-  const config::JobConfig job = load_job(options.job);
+  const job::JobConfig job = load_job(options.job);
   runtime::validate_task(job, env, options.task);
   std::printf("%s is valid\n", options.job.config.c_str());
   return 0;
@@ -161,7 +162,7 @@ void print_profile(const trainer::BenchResult& r) {
 int bench_train_command(const BenchTrainOptions& options, const runtime::Environment& env) {
   std::vector<std::string> extra;
   if (options.batch > 0) extra.push_back(str("train.batch_size_per_replica=", options.batch));
-  const config::JobConfig job = load_job(options.job, extra);
+  const job::JobConfig job = load_job(options.job, extra);
   trainer::BenchOptions bench;
   bench.host = env.host;
   bench.steps = options.steps;
@@ -194,6 +195,11 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
 
 int devices_command(bool json) {
   std::printf("%s", runtime::devices_report(json).c_str());
+  return 0;
+}
+
+int reference_command() {
+  std::printf("%s", job::reference_markdown().c_str());
   return 0;
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "runtime/environment.h"
 #include "trainer/trainer.h"
 
@@ -76,6 +76,8 @@ int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime:
 // are none (no CUDA backend, no driver, no device). Exit code 0 either way.
 int devices_command(bool json);
 int version_command();
+// The README's job config reference tables, from the registries (job/reference.h).
+int reference_command();
 
 // `dtrain ckpt inspect DIR` (ckpt_command.cpp): DIR is one checkpoint or a directory of them.
 struct CkptInspectOptions {

@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
 
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
+  CLI::App* reference_cmd = app.add_subcommand(
+      "reference", "Print the job config reference tables (layers, losses, optimizers, schedules, data formats, "
+                   "strategies) as Markdown, from the registries");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
     if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);
     if (version_cmd->parsed()) return dtrain::app::version_command();
+    if (reference_cmd->parsed()) return dtrain::app::reference_command();
   } catch (const dtrain::Error& e) {
     return print_error(e.what(), e.exit_code());
   } catch (const std::bad_alloc&) {

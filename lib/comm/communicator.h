@@ -5,8 +5,9 @@
 // the same counts. Implementations: Gloo over TCP for host buffers
 // (gloo_communicator.h) and shared memory for replicas on threads of one process
 // (local_communicator.h). Every call has a deadline: a lost peer surfaces as
-// dtrain::PeerLost, a deadline that passed as dtrain::TimeoutError. After such an
-// error the communicator is unusable; every later call throws again.
+// dtrain::PeerLost, a deadline that passed as dtrain::TimeoutError, a call the
+// backend refuses (the ranks disagree on sizes) as dtrain::CommError. After such
+// an error the communicator is unusable; every later call throws again.
 // No backend header appears here.
 #pragma once
 

@@ -281,10 +281,12 @@ class GlooCommunicator final : public Communicator {
     const std::string message =
         str(what, " on ", name_, ": the communicator failed earlier and cannot be used: ", broken_->message);
     if (broken_->timed_out) throw TimeoutError(message);
+    if (broken_->refused) throw CommError(message);
     throw PeerLost(message);
   }
 
-  // Runs a Gloo call; turns Gloo's exceptions into PeerLost / TimeoutError.
+  // Runs a Gloo call; turns Gloo's exceptions into PeerLost / TimeoutError /
+  // CommError.
   template <class F>
   void guarded(const char* what, F&& f) {
     try {
@@ -296,7 +298,13 @@ class GlooCommunicator final : public Communicator {
     } catch (const gloo::Exception& e) {
       fail(what, e.what());
     } catch (const gloo::EnforceNotMet& e) {
-      fail(what, e.what());
+      // A broken precondition (ranks that disagree on sizes, a refused call) is
+      // CommError; Gloo also reports some transport failures this way.
+      const std::string l = lower(e.what());
+      for (const char* word : {"timed out", "timeout", "connection", "closed", "reset", "read error", "write error"})
+        if (l.find(word) != std::string::npos) fail(what, e.what());
+      broken_ = Broken{false, str(what, " on ", name_, ": gloo refused the call: ", e.what()), true};
+      throw CommError(broken_->message);
     }
   }
 
@@ -320,6 +328,7 @@ class GlooCommunicator final : public Communicator {
   struct Broken {
     bool timed_out;
     std::string message;
+    bool refused = false;  // CommError rather than a lost peer
   };
 
   GlooOptions options_;

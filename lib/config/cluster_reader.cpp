@@ -1,4 +1,4 @@
-// Implementation of cluster_reader.h and of resolve_cluster() (job_config.h).
+// Implementation of cluster_reader.h and of resolve_cluster() (cluster_spec.h).
 //
 // read_cluster_keys() reads the cluster, task and rpc_layer keys that a job file and
 // TF_CONFIG share; resolve_cluster() reads TF_CONFIG with it (a Context marked as a
@@ -16,7 +16,6 @@
 #include <map>
 #include <utility>
 
-#include "config/job_config.h"
 #include "core/error.h"
 #include "core/strings.h"
 
@@ -229,10 +228,6 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
   }
   r.finish();
   return runtime;
-}
-
-ClusterConfig resolve_cluster(const JobConfig& job, const char* tf_config, const std::string& task_flag) {
-  return resolve_cluster(job.file_cluster(), tf_config, task_flag);
 }
 
 ClusterConfig resolve_cluster(const FileCluster& job, const char* tf_config, const std::string& task_flag) {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "config/cluster_spec.h"
-#include "config/job_config.h"
+#include "config/job_file.h"
 #include "config/json_reader.h"
 
 namespace dtrain::config {

@@ -21,53 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "config/section.h"
+
 namespace dtrain::config {
 
 using Json = nlohmann::json;
 
-// Where the values come from, for messages.
-struct Context {
-  std::string source;  // "job.json", "<string>" or "TF_CONFIG"
-  // True when `source` is an environment variable rather than a file: paths are then
-  // written "TF_CONFIG.cluster.worker[2]" and JSON syntax errors "TF_CONFIG: malformed
-  // JSON at 1:5: ..." (there is no file to open at a line:column).
-  bool variable = false;
-  // JSON paths that --set replaced or added (path -> the override), so that an
-  // error about them can point at the command line instead of the file.
-  std::map<std::string, std::string> overridden;
-
-  // Where `path` is, for messages: "job.json: cluster.worker[2]" (a file),
-  // "TF_CONFIG.cluster.worker[2]" (a variable), the source alone for an empty path.
-  std::string where(const std::string& path) const;
-  // Throws ConfigError("<where(path)>: message"). When `blame` (default: `path`) or a
-  // parent of it came from --set, the message says so.
-  [[noreturn]] void fail(const std::string& path, const std::string& message,
-                         const std::string* blame = nullptr) const;
-  // " (from --set x=1)" when `path` or a parent of it came from an override, else "".
-  std::string origin(const std::string& path) const;
-};
-
-// A number's allowed interval, with how to say it in messages.
-struct NumberRange {
-  double lo;
-  bool lo_open;
-  double hi;
-  bool hi_open;
-  const char* text;  // "a positive number", "a number in [0, 1)", ...
-};
-inline constexpr double kInfinity = 1e308;
-inline constexpr NumberRange kPositive{0.0, true, kInfinity, false, "a positive number"};
-inline constexpr NumberRange kNonNegative{0.0, false, kInfinity, false, "a number >= 0"};
-inline constexpr NumberRange kFraction{0.0, false, 1.0, true, "a number in [0, 1)"};
-inline constexpr NumberRange kUnitInterval{0.0, false, 1.0, false, "a number in [0, 1]"};
-
 // Parses JSON text; ConfigError for malformed JSON (with line:column) or duplicate keys.
 Json parse_json(const std::string& text, const Context& ctx);
 
-// Path helpers: child_path("model", "layers") == "model.layers",
-// index_path("model.layers", 3) == "model.layers[3]", child_path("", "model") == "model".
-std::string child_path(const std::string& path, const std::string& key);
-std::string index_path(const std::string& path, size_t index);
 
 // How a value is shown in messages: "\"64\" (a string)", "[1, 2] (an array)", "null".
 // Long values are shortened.
@@ -77,9 +39,6 @@ std::string show(const Json& value);
 // "a string", "a number", "a boolean", "an array", "an object", "null".
 std::string kind_name(const Json& value);
 
-// "unknown padding 'smae'; did you mean 'same'? (valid: valid, same)"
-std::string unknown_choice_message(const std::string& noun, const std::string& value,
-                                   const std::vector<std::string>& choices);
 
 // Single-value checks; `path` is the value's own path.
 int64_t read_int(const Context& ctx, const Json& value, const std::string& path, int64_t min);

@@ -22,7 +22,7 @@ constexpr const char* kMissingHint =
     "fix the path; the files are those of the CIFAR-10 binary version "
     "(cifar-10-batches-bin/data_batch_1.bin ... test_batch.bin)";
 
-void check_fields(const config::DataSourceSpec& spec) {
+void check_fields(const DataSourceSpec& spec) {
   if (spec.files.empty())
     throw ConfigError(str(spec.path, ".files: missing or empty: a cifar10 source needs the "
                                      "binary batch files, e.g. [\"data_batch_1.bin\"]"));
@@ -30,7 +30,7 @@ void check_fields(const config::DataSourceSpec& spec) {
 
 // Opens files[index] and returns its size in bytes (appending the data to *out when
 // given), after checking that it is a whole, non-zero number of records.
-uint64_t read_file(const config::DataSourceSpec& spec, size_t index, std::vector<uint8_t>* out) {
+uint64_t read_file(const DataSourceSpec& spec, size_t index, std::vector<uint8_t>* out) {
   ByteFile file(spec.files[index], str(spec.path, ".files[", index, "]"), kMissingHint);
   const ByteFile::Payload payload = file.read_payload(ByteFile::kToEnd, out);
   const uint64_t bytes = payload.got;
@@ -45,7 +45,7 @@ uint64_t read_file(const config::DataSourceSpec& spec, size_t index, std::vector
 
 }  // namespace
 
-Dataset load_cifar10(const config::DataSourceSpec& spec) {
+Dataset load_cifar10(const DataSourceSpec& spec) {
   check_fields(spec);
   Dataset ds;
   ds.name = spec.path;
@@ -80,7 +80,7 @@ Dataset load_cifar10(const config::DataSourceSpec& spec) {
   return ds;
 }
 
-DatasetInfo probe_cifar10(const config::DataSourceSpec& spec) {
+DatasetInfo probe_cifar10(const DataSourceSpec& spec) {
   check_fields(spec);
   DatasetInfo info;
   info.sample_shape = {kSide, kSide, 3};
@@ -90,3 +90,21 @@ DatasetInfo probe_cifar10(const config::DataSourceSpec& spec) {
 }
 
 }  // namespace dtrain::data::detail
+
+namespace dtrain::data {
+
+// The registry entry (dataset.h): keys, reader, loaders.
+const DataFormat& cifar10_format() {
+  static const DataFormat format{
+      "cifar10",
+      "CIFAR-10 binary batches (3073-byte records), concatenated in order",
+      {{"files", "the batch files (required, e.g. `data_batch_1.bin`)"}, {"rescale", "1/255, a pixel's multiplier"}},
+      [](config::Section& r, DataSourceSpec& spec) {
+        spec.files = r.require("files", " (an array of data_batch_*.bin files)").to_string_list();
+        spec.rescale = r.get_double("rescale", spec.rescale, config::kPositive);
+      },
+      detail::load_cifar10, detail::probe_cifar10, true};
+  return format;
+}
+
+}  // namespace dtrain::data

@@ -1,4 +1,4 @@
-// load_dataset() / probe_dataset(): pick the reader for spec.format, then do what
+// load_dataset() / probe_dataset(): the format registry's reader for spec.format, then what
 // every format shares (check `take` and `rescale`, keep the first `take` samples,
 // find the largest label); and the Dataset methods that turn stored bytes into
 // floats (value = byte * rescale, computed the same way everywhere so cached and
@@ -17,26 +17,17 @@
 namespace dtrain::data {
 namespace {
 
-const std::vector<std::string>& known_formats() {
-  static const std::vector<std::string> formats = {"idx", "cifar10", "synthetic"};
-  return formats;
+[[noreturn]] void missing_format(const DataSourceSpec& spec) {
+  std::vector<std::string> names;
+  for (const DataFormat* f : data_formats()) names.push_back(f->name);
+  throw ConfigError(str(spec.path, ".format: missing; use one of: ", join(names, ", ")));
 }
 
-[[noreturn]] void unknown_format(const config::DataSourceSpec& spec) {
-  const std::string guess = closest_match(spec.format, known_formats());
-  throw ConfigError(str(spec.path, ".format: ",
-                        spec.format.empty() ? std::string("missing")
-                                            : str("unknown format '", spec.format, "'"),
-                        guess.empty() || spec.format.empty() ? "" : str(" (did you mean '", guess, "'?)"),
-                        "; use one of: ", join(known_formats(), ", ")));
-}
-
-void check_common(const config::DataSourceSpec& spec) {
-  const auto& formats = known_formats();
-  if (std::find(formats.begin(), formats.end(), spec.format) == formats.end()) unknown_format(spec);
+void check_common(const DataSourceSpec& spec) {
+  if (!spec.format) missing_format(spec);
   if (spec.take < 0)
     throw ConfigError(str(spec.path, ".take: must be >= 0 (0 = all samples), got ", spec.take));
-  if (spec.format != "synthetic" && (!std::isfinite(spec.rescale) || spec.rescale == 0.0))
+  if (spec.format->rescales && (!std::isfinite(spec.rescale) || spec.rescale == 0.0))
     throw ConfigError(str(spec.path, ".rescale: must be a finite, non-zero number, got ",
                           spec.rescale, " (1/255 maps bytes to [0, 1])"));
 }
@@ -101,32 +92,33 @@ void Dataset::decode_all() {
   pixels.shrink_to_fit();
 }
 
-DatasetInfo probe_dataset(const config::DataSourceSpec& spec) {
+#define DT_DATA_FORMAT(function) const DataFormat& function();
+#include "data/formats.inc"
+#undef DT_DATA_FORMAT
+
+const std::vector<const DataFormat*>& data_formats() {
+  static const std::vector<const DataFormat*> all = {
+#define DT_DATA_FORMAT(function) &function(),
+#include "data/formats.inc"
+#undef DT_DATA_FORMAT
+  };
+  return all;
+}
+
+const DataFormat& data_format(const std::string& name) {
+  return config::find_entry(data_formats(), name, "data format");
+}
+
+DatasetInfo probe_dataset(const DataSourceSpec& spec) {
   check_common(spec);
-  DatasetInfo info;
-  if (spec.format == "idx")
-    info = detail::probe_idx(spec);
-  else if (spec.format == "cifar10")
-    info = detail::probe_cifar10(spec);
-  else if (spec.format == "synthetic")
-    info = detail::probe_synthetic(spec);
-  else
-    unknown_format(spec);
+  DatasetInfo info = spec.format->probe(spec);
   if (spec.take > 0) info.count = std::min(info.count, spec.take);
   return info;
 }
 
-Dataset load_dataset(const config::DataSourceSpec& spec) {
+Dataset load_dataset(const DataSourceSpec& spec) {
   check_common(spec);
-  Dataset ds;
-  if (spec.format == "idx")
-    ds = detail::load_idx(spec);
-  else if (spec.format == "cifar10")
-    ds = detail::load_cifar10(spec);
-  else if (spec.format == "synthetic")
-    ds = detail::load_synthetic(spec);
-  else
-    unknown_format(spec);
+  Dataset ds = spec.format->load(spec);
   finish(ds, spec.take);
   return ds;
 }

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "config/data_spec.h"
+#include <functional>
+
+#include "data/data_spec.h"
 #include "tensor/tensor.h"
 
 namespace dtrain::data {
@@ -41,9 +43,25 @@ struct DatasetInfo {
   int64_t count = 0;
 };
 
-DatasetInfo probe_dataset(const config::DataSourceSpec& spec);
+// The data-format registry: each `format` of a source, its keys and reader, and
+// how to load it. Adding a format: a reader file with a function returning its
+// entry, and one DT_DATA_FORMAT line in formats.inc.
+struct DataFormat {
+  std::string name;                  // "idx"
+  std::string doc;                   // one line for the README's table
+  std::vector<config::KeyDoc> keys;  // beyond "format" and "take"
+  std::function<void(config::Section& r, DataSourceSpec& spec)> read;  // its keys into spec
+  std::function<Dataset(const DataSourceSpec&)> load;      // the whole source (take not applied yet)
+  std::function<DatasetInfo(const DataSourceSpec&)> probe;  // from headers only
+  bool rescales = true;  // byte pixels scaled by `rescale`
+};
+const std::vector<const DataFormat*>& data_formats();
+// The entry named `name`; ConfigError listing the valid names otherwise.
+const DataFormat& data_format(const std::string& name);
+
+DatasetInfo probe_dataset(const DataSourceSpec& spec);
 
 // Reads the whole source. Applies spec.take (first N samples).
-Dataset load_dataset(const config::DataSourceSpec& spec);
+Dataset load_dataset(const DataSourceSpec& spec);
 
 }  // namespace dtrain::data

@@ -97,7 +97,7 @@ struct IdxData {
   std::vector<uint8_t> labels;
 };
 
-void check_fields(const config::DataSourceSpec& spec) {
+void check_fields(const DataSourceSpec& spec) {
   if (spec.images.empty())
     throw ConfigError(str(spec.path, ".images: missing: an idx source needs the images file "
                                      "(e.g. train-images-idx3-ubyte.gz)"));
@@ -107,7 +107,7 @@ void check_fields(const config::DataSourceSpec& spec) {
 }
 
 // Both files, every check; the data is kept only when `keep`.
-IdxData read_idx(const config::DataSourceSpec& spec, bool keep) {
+IdxData read_idx(const DataSourceSpec& spec, bool keep) {
   check_fields(spec);
   ByteFile images(spec.images, spec.path + ".images", kMissingHint);
   const std::vector<uint64_t> image_sizes = read_header(images, kImages);
@@ -137,7 +137,7 @@ IdxData read_idx(const config::DataSourceSpec& spec, bool keep) {
 
 }  // namespace
 
-Dataset load_idx(const config::DataSourceSpec& spec) {
+Dataset load_idx(const DataSourceSpec& spec) {
   IdxData data = read_idx(spec, /*keep=*/true);
   Dataset ds;
   ds.name = spec.path;
@@ -149,7 +149,7 @@ Dataset load_idx(const config::DataSourceSpec& spec) {
   return ds;
 }
 
-DatasetInfo probe_idx(const config::DataSourceSpec& spec) {
+DatasetInfo probe_idx(const DataSourceSpec& spec) {
   const IdxData data = read_idx(spec, /*keep=*/false);
   DatasetInfo info;
   info.sample_shape = {static_cast<int64_t>(data.height), static_cast<int64_t>(data.width), 1};
@@ -158,3 +158,22 @@ DatasetInfo probe_idx(const config::DataSourceSpec& spec) {
 }
 
 }  // namespace dtrain::data::detail
+
+namespace dtrain::data {
+
+// The registry entry (dataset.h): keys, reader, loaders.
+const DataFormat& idx_format() {
+  static const DataFormat format{
+      "idx",
+      "IDX files, gzipped or plain (MNIST, Fashion-MNIST)",
+      {{"images", "the images file (required)"}, {"labels", "the labels file (required)"}, {"rescale", "1/255, a pixel's multiplier"}},
+      [](config::Section& r, DataSourceSpec& spec) {
+        spec.images = r.require_string("images");
+        spec.labels = r.require_string("labels");
+        spec.rescale = r.get_double("rescale", spec.rescale, config::kPositive);
+      },
+      detail::load_idx, detail::probe_idx, true};
+  return format;
+}
+
+}  // namespace dtrain::data

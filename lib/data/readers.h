@@ -6,21 +6,21 @@
 // `take` and finding the largest label.
 #pragma once
 
-#include "config/data_spec.h"
+#include "data/data_spec.h"
 #include "data/dataset.h"
 
 namespace dtrain::data::detail {
 
 // IDX (MNIST / Fashion-MNIST): spec.images and spec.labels, plain or gzip.
-Dataset load_idx(const config::DataSourceSpec& spec);
-DatasetInfo probe_idx(const config::DataSourceSpec& spec);
+Dataset load_idx(const DataSourceSpec& spec);
+DatasetInfo probe_idx(const DataSourceSpec& spec);
 
 // CIFAR-10 binary: spec.files, 3073-byte records, concatenated in order.
-Dataset load_cifar10(const config::DataSourceSpec& spec);
-DatasetInfo probe_cifar10(const config::DataSourceSpec& spec);
+Dataset load_cifar10(const DataSourceSpec& spec);
+DatasetInfo probe_cifar10(const DataSourceSpec& spec);
 
 // Synthetic class prototypes plus noise: spec.shape, classes, count, seed.
-Dataset load_synthetic(const config::DataSourceSpec& spec);
-DatasetInfo probe_synthetic(const config::DataSourceSpec& spec);
+Dataset load_synthetic(const DataSourceSpec& spec);
+DatasetInfo probe_synthetic(const DataSourceSpec& spec);
 
 }  // namespace dtrain::data::detail

@@ -27,7 +27,7 @@ constexpr uint64_t kNoiseTag = 0x6e6f6973656e6f69ull;
 constexpr float kNoiseScale = 0.5f / 65536.0f;
 constexpr int64_t kMaxElements = int64_t{1} << 31;  // 8 GiB of floats
 
-int64_t check_fields(const config::DataSourceSpec& spec) {
+int64_t check_fields(const DataSourceSpec& spec) {
   if (spec.shape.empty())
     throw ConfigError(str(spec.path, ".shape: missing: a synthetic source needs the sample "
                                      "shape, e.g. [28, 28, 1]"));
@@ -54,7 +54,7 @@ int64_t check_fields(const config::DataSourceSpec& spec) {
 
 }  // namespace
 
-Dataset load_synthetic(const config::DataSourceSpec& spec) {
+Dataset load_synthetic(const DataSourceSpec& spec) {
   const int64_t numel = check_fields(spec);
   const auto classes = static_cast<uint64_t>(spec.classes);
   const uint64_t seed = spec.seed;
@@ -91,7 +91,7 @@ Dataset load_synthetic(const config::DataSourceSpec& spec) {
   return ds;
 }
 
-DatasetInfo probe_synthetic(const config::DataSourceSpec& spec) {
+DatasetInfo probe_synthetic(const DataSourceSpec& spec) {
   check_fields(spec);
   DatasetInfo info;
   info.sample_shape = spec.shape;
@@ -100,3 +100,26 @@ DatasetInfo probe_synthetic(const config::DataSourceSpec& spec) {
 }
 
 }  // namespace dtrain::data::detail
+
+namespace dtrain::data {
+
+// The registry entry (dataset.h): keys, reader, loaders.
+const DataFormat& synthetic_format() {
+  static const DataFormat format{
+      "synthetic",
+      "deterministic, learnable class prototypes plus noise",
+      {{"shape", "the sample shape (required)"},
+       {"count", "samples (required, >= 1)"},
+       {"classes", "10, >= 2"},
+       {"seed", "0"}},
+      [](config::Section& r, DataSourceSpec& spec) {
+        spec.shape = r.require("shape", " (the sample shape, e.g. [28, 28, 1])").to_shape();
+        spec.count = r.require_int("count", 1);
+        spec.classes = r.get_int("classes", spec.classes, 2);
+        spec.seed = static_cast<uint64_t>(r.get_int("seed", 0, 0));
+      },
+      detail::load_synthetic, detail::probe_synthetic, false};
+  return format;
+}
+
+}  // namespace dtrain::data

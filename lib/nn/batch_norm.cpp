@@ -1,6 +1,10 @@
 // BatchNormalization over the channels axis, with Keras' moving statistics:
 // moving = momentum * moving + (1 - momentum) * batch (biased batch variance, as in Keras 3).
 #include "nn/layers.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
 
 namespace dtrain::nn {
 
@@ -71,6 +75,39 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_dx) {
                                dgamma, dbeta);
   if (!need_dx) return {};
   return dx;
+}
+
+// The registry entry (layer_registry.h): keys, reader, builder.
+const LayerType& batch_normalization_layer_type() {
+  static const LayerType type{
+      "BatchNormalization",
+      "normalises over the channels (last) axis; moving statistics for evaluation",
+      {{"momentum", "0.99, in [0, 1)"},
+       {"epsilon", "0.001, > 0"},
+       {"center", "true"},
+       {"scale", "true"},
+       {"axis", "-1 only (channels last)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<BatchNormalizationOptions>();
+        o->momentum = r.get_double("momentum", o->momentum, config::kFraction);
+        o->epsilon = r.get_double("epsilon", o->epsilon, config::kPositive);
+        o->center = r.get_bool("center", o->center);
+        o->scale = r.get_bool("scale", o->scale);
+        if (const auto axis = r.find("axis")) {
+          if (!axis->is_integer()) axis->fail(str("expected -1 (the channels axis), got ", axis->describe()));
+          if (axis->to_int(-1000000) != -1)
+            axis->fail(str("only the channels axis -1 is supported (dtrain's tensors are channels-last), got ",
+                           axis->show(), "; remove 'axis' or set it to -1"));
+        }
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<BatchNormalizationOptions>();
+        return std::make_unique<BatchNormalization>(ctx.name, input, static_cast<float>(o.momentum),
+                                                    static_cast<float>(o.epsilon), o.center, o.scale);
+      },
+      nullptr};
+  return type;
 }
 
 }  // namespace dtrain::nn

@@ -1,6 +1,10 @@
 // Conv2D: a 2-D convolution on kernels::conv2d_* (oneDNN), with fused activation
 // for relu/sigmoid/tanh and a separate softmax over channels otherwise.
 #include "nn/layers.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
 
 namespace dtrain::nn {
 
@@ -46,6 +50,45 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_dx) {
   Tensor& dx = reuse(dx_, n, input_shape());
   kernels::conv2d_backward_data(dpre, kernel_.value, p_, dx);
   return dx;
+}
+
+// The registry entry (layer_registry.h): keys, reader, builder.
+const LayerType& conv2d_layer_type() {
+  static const LayerType type{
+      "Conv2D",
+      "a 2-D convolution over NHWC images, kernel `(kh, kw, in, filters)`",
+      {{"filters", "output channels (required, >= 1)"},
+       {"kernel_size", "an int or `[h, w]` (required)"},
+       {"strides", "an int or `[h, w]` (1)"},
+       {"padding", "`valid` (default) or `same`"},
+       {"activation", "`linear` (default), `relu`, `sigmoid`, `tanh`, `softmax`"},
+       {"use_bias", "true"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<Conv2DOptions>();
+        o->filters = r.require_int("filters", 1);
+        r.require("kernel_size", " (a positive integer or [height, width])").to_pair(o->kernel_size);
+        r.get_pair("strides", o->strides);
+        o->same_padding = r.get_choice("padding", "valid", {"valid", "same"}, "padding") == "same";
+        o->activation = get_activation(r, "activation", o->activation);
+        o->use_bias = r.get_bool("use_bias", o->use_bias);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<Conv2DOptions>();
+        require_image(spec, ctx.name, input);
+        AxisPlan a[2];
+        plan_window(spec, ctx.name, input, o.kernel_size, o.strides, o.same_padding, "kernel", a);
+        kernels::Conv2DParams p;
+        for (int i = 0; i < 2; ++i) {
+          p.stride[i] = o.strides[i];
+          p.pad_before[i] = a[i].pad_before;
+          p.pad_after[i] = a[i].pad_after;
+        }
+        return std::make_unique<Conv2D>(ctx.name, input, Shape{a[0].out, a[1].out, o.filters}, o.kernel_size[0],
+                                        o.kernel_size[1], p, o.activation, o.use_bias);
+      },
+      nullptr};
+  return type;
 }
 
 }  // namespace dtrain::nn

@@ -1,6 +1,10 @@
 // Dense: a fully connected layer on kernels::dense_* (oneDNN matmul).
 // relu/sigmoid/tanh are fused into the matmul; softmax runs after it.
 #include "nn/layers.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
 
 namespace dtrain::nn {
 
@@ -42,6 +46,32 @@ Tensor Dense::backward(const Tensor& dy, bool need_dx) {
   Tensor& dx = reuse(dx_, n, input_shape());
   kernels::dense_backward_data(dpre, kernel_.value, dx);
   return dx;
+}
+
+// The registry entry (layer_registry.h): keys, reader, builder.
+const LayerType& dense_layer_type() {
+  static const LayerType type{
+      "Dense",
+      "a fully connected layer, `activation(x . kernel + bias)`",
+      {{"units", "output features (required, >= 1)"},
+       {"activation", "`linear` (default), `relu`, `sigmoid`, `tanh`, `softmax`"},
+       {"use_bias", "true"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<DenseOptions>();
+        o->units = r.require_int("units", 1);
+        o->activation = get_activation(r, "activation", o->activation);
+        o->use_bias = r.get_bool("use_bias", o->use_bias);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<DenseOptions>();
+        if (input.size() != 1)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": expects a flat input (features,), got ",
+                                shape_str(input), "; add {\"type\": \"Flatten\"} before it"));
+        return std::make_unique<Dense>(ctx.name, input[0], o.units, o.activation, o.use_bias);
+      },
+      nullptr};
+  return type;
 }
 
 }  // namespace dtrain::nn

@@ -1,5 +1,7 @@
-// The concrete layer classes. Build them through make_layer() (layer_factory.h),
-// which checks the spec against the input shape; the constructors assume valid shapes.
+// The concrete layer classes and their options (what each type's registry entry
+// reads from its JSON object; layer_registry.h). Build them through make_layer()
+// (layer_factory.h), which checks the spec against the input shape; the
+// constructors assume valid shapes.
 #pragma once
 
 #include <memory>
@@ -7,10 +9,54 @@
 
 #include "kernels/ops.h"
 #include "nn/layer.h"
+#include "nn/model_spec.h"
 
 namespace dtrain::nn {
 
 using kernels::Activation;
+
+struct DenseOptions : LayerOptions {
+  int64_t units = 0;
+  Activation activation = Activation::kLinear;
+  bool use_bias = true;
+};
+
+struct Conv2DOptions : LayerOptions {
+  int64_t filters = 0;
+  int64_t kernel_size[2] = {0, 0};
+  int64_t strides[2] = {1, 1};
+  bool same_padding = false;  // padding "same" (else "valid")
+  Activation activation = Activation::kLinear;
+  bool use_bias = true;
+};
+
+// MaxPooling2D and AveragePooling2D.
+struct Pool2DOptions : LayerOptions {
+  int64_t pool_size[2] = {2, 2};
+  int64_t strides[2] = {2, 2};  // Keras: pool_size unless given
+  bool same_padding = false;
+};
+
+struct DropoutOptions : LayerOptions {
+  double rate = 0.0;  // in [0, 1)
+};
+
+struct BatchNormalizationOptions : LayerOptions {
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+};
+
+struct ActivationOptions : LayerOptions {
+  Activation activation = Activation::kLinear;
+};
+
+// y = activation(layers(x) + shortcut(x)); an empty shortcut is the identity.
+struct ResidualOptions : LayerOptions {
+  std::vector<LayerSpec> layers, shortcut;
+  Activation activation = Activation::kLinear;
+};
 
 // y = act(x . kernel + bias); kernel (in, units).
 class Dense : public Layer {

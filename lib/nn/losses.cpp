@@ -49,14 +49,53 @@ void Loss::compute(const Tensor& output, const std::vector<int32_t>& labels, Los
   add_stats(rows, stats);
 }
 
-std::unique_ptr<Loss> make_loss(const config::LossSpec& spec) {
+const std::vector<LossType>& loss_types() {
   using kernels::LossKind;
-  if (spec.type == "sparse_categorical_crossentropy" || spec.type == "categorical_crossentropy")
-    return std::make_unique<Loss>(spec.from_logits ? LossKind::kCrossEntropyLogits
-                                                   : LossKind::kCrossEntropyProbabilities);
-  if (spec.type == "mse") return std::make_unique<Loss>(LossKind::kMse);
-  throw ConfigError(str(spec.path, ".type: unknown loss '", spec.type,
-                        "'; valid losses: sparse_categorical_crossentropy, categorical_crossentropy, mse"));
+  const std::vector<config::KeyDoc> logits = {{"from_logits", "false: the model outputs probabilities (clipped at 1e-7 as Keras does); true: logits"}};
+  auto cross_entropy = [](const LossSpec& spec) {
+    return std::make_unique<Loss>(spec.from_logits ? LossKind::kCrossEntropyLogits : LossKind::kCrossEntropyProbabilities);
+  };
+  static const std::vector<LossType> table = {
+      {"sparse_categorical_crossentropy", "cross-entropy against integer labels", logits, cross_entropy},
+      {"categorical_crossentropy", "cross-entropy against the labels' one-hot form", logits, cross_entropy},
+      {"mse", "mean squared error against the one-hot labels", {},
+       [](const LossSpec&) { return std::make_unique<Loss>(LossKind::kMse); }},
+  };
+  return table;
+}
+
+const LossType& loss_type(const std::string& name) { return config::find_entry(loss_types(), name, "loss"); }
+
+std::unique_ptr<Loss> make_loss(const LossSpec& spec) {
+  // A spec made in code without a type takes Keras' default loss for class labels.
+  const LossType& type = spec.type ? *spec.type : loss_type("sparse_categorical_crossentropy");
+  return type.make(spec);
+}
+
+LossSpec read_loss_spec(const config::Value& value) {
+  LossSpec loss;
+  std::vector<std::string> names;
+  for (const LossType& t : loss_types()) names.push_back(t.name);
+  auto find = [](const std::string& name) { return &loss_type(name); };
+  loss.path = value.path().empty() ? "loss" : value.path();
+  if (value.is_string()) {
+    loss.type = find(value.to_choice(names, "loss"));
+    return loss;
+  }
+  if (!value.is_object())
+    value.fail(str("expected a loss name (one of ", join(names, ", "),
+                   ") or an object such as {\"type\": \"mse\"}, got ", value.describe()));
+  config::Section r(value, "the loss");
+  loss.type = find(r.require_choice("type", names, "loss"));
+  r.set_what(str("the ", loss.type->name, " loss"));
+  std::vector<std::string> keys = {"type"};
+  for (const config::KeyDoc& k : loss.type->keys) keys.push_back(k.name);
+  r.expect_keys(keys, [](const std::string& key) {
+    return key == "from_logits" ? std::string("from_logits applies only to the crossentropy losses") : std::string();
+  });
+  if (!loss.type->keys.empty()) loss.from_logits = r.get_bool("from_logits", loss.from_logits);  // the crossentropies
+  r.finish();
+  return loss;
 }
 
 }  // namespace dtrain::nn

@@ -7,10 +7,12 @@
 // work is kernels::class_loss on the output's device.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "config/model_spec.h"
+#include "nn/model_spec.h"
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
 
@@ -50,6 +52,18 @@ class Loss {
   kernels::LossKind kind_;
 };
 
-std::unique_ptr<Loss> make_loss(const config::LossSpec& spec);
+// The loss registry: each `loss` type, its keys and its builder. Adding a loss:
+// its entry in losses.cpp's loss_types() (and its row formula in kernels).
+struct LossType {
+  std::string name;                  // "mse", Keras' name
+  std::string doc;                   // one line for the README's table
+  std::vector<config::KeyDoc> keys;  // beyond "type"
+  std::function<std::unique_ptr<Loss>(const LossSpec&)> make;
+};
+const std::vector<LossType>& loss_types();
+// The entry named `name`; ConfigError listing the valid names otherwise.
+const LossType& loss_type(const std::string& name);
+
+std::unique_ptr<Loss> make_loss(const LossSpec& spec);
 
 }  // namespace dtrain::nn

@@ -4,6 +4,11 @@
 // because a child's output may be its input (Dropout at inference) or be kept
 // for its own backward (an Activation's y).
 #include "nn/layers.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
+#include "core/rng.h"
 
 namespace dtrain::nn {
 namespace {
@@ -85,6 +90,78 @@ void Residual::move_extras(const Device& device) {
   for (const Branch* branch : {&layers_, &shortcut_})
     for (auto& layer : *branch) layer->set_device(device);
   sum_ = y_ = dsum_ = dx_ = Tensor();
+}
+
+namespace {
+
+std::unique_ptr<Layer> build_residual(const LayerSpec& spec, const Shape& input, BuildContext& ctx) {
+  const auto& o = spec.options_as<ResidualOptions>();
+  if (o.layers.empty()) throw ConfigError(str(spec.path, ".layers: a Residual block needs at least one layer"));
+  // branch_id keeps the children's dropout streams apart from every other layer's.
+  auto build = [&](const std::vector<LayerSpec>& specs, uint64_t branch_id) {
+    Residual::Branch branch;
+    Shape shape = input;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const LayerSpec& child = specs[i];
+      const std::string child_name =
+          child.name.empty() ? auto_layer_name(child.type_name(), *ctx.name_counts) : child.name;
+      branch.push_back(
+          make_layer(child, shape, child_name, hash_u64(ctx.layer_index, branch_id, i), *ctx.name_counts));
+      shape = branch.back()->output_shape();
+    }
+    return branch;
+  };
+  Residual::Branch layers = build(o.layers, 0x6d61696eull /* "main" */);
+  Residual::Branch shortcut = build(o.shortcut, 0x73686f72ull /* "shor" */);
+  const Shape& main_out = layers.back()->output_shape();
+  const Shape& shortcut_out = shortcut.empty() ? input : shortcut.back()->output_shape();
+  if (main_out != shortcut_out) {
+    // A projection shortcut that gives the main branch's shape, where one layer can.
+    std::string example = "layers that change the shape the same way";
+    if (main_out.size() == 1 && input.size() == 1)
+      example = str("[{\"type\": \"Dense\", \"units\": ", main_out[0], "}]");
+    else if (main_out.size() == 3 && input.size() == 3 && main_out[0] > 0)
+      // "same" padding gives ceil(input / stride) rows: the stride is input / output rounded up.
+      example = str("[{\"type\": \"Conv2D\", \"filters\": ", main_out[2], ", \"kernel_size\": 1, \"strides\": ",
+                    std::max<int64_t>((input[0] + main_out[0] - 1) / main_out[0], 1), ", \"padding\": \"same\"}]");
+    throw ConfigError(str(layer_where(spec, ctx.name), ": its layers end in ", shape_str(main_out),
+                          " but its shortcut ", shortcut.empty() ? "(the identity) passes on " : "ends in ",
+                          shape_str(shortcut_out),
+                          "; the two are added, so they must match: give the block a \"shortcut\" such as ",
+                          example));
+  }
+  return std::make_unique<Residual>(ctx.name, input, std::move(layers), std::move(shortcut), o.activation);
+}
+
+}  // namespace
+
+// The registry entry (layer_registry.h): keys, reader (nested layer lists),
+// builder, and the nested specs for the model's name checks.
+const LayerType& residual_layer_type() {
+  static const LayerType type{
+      "Residual",
+      "a ResNet block, `activation(layers(x) + shortcut(x))`; both branches must end in the same shape "
+      "(else exit 2 naming both); their layers are named like the model's (`conv2d_3`, ...)",
+      {{"layers", "a list of layers (required, not empty)"},
+       {"shortcut", "a list of layers; `[]`, the default, is the identity"},
+       {"activation", "`linear` (default), `relu`, `sigmoid`, `tanh`, `softmax`"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<ResidualOptions>();
+        o->layers = read_layer_list(r.require("layers", " (the block's layers, an array of layer objects)"),
+                                    "a Residual block needs at least one layer, got an empty array");
+        if (const auto shortcut = r.find("shortcut")) o->shortcut = read_layer_list(*shortcut, /*if_empty=*/nullptr);
+        o->activation = get_activation(r, "activation", o->activation);
+        return o;
+      },
+      build_residual,
+      [](const LayerOptions& options) {
+        const auto& o = dynamic_cast<const ResidualOptions&>(options);
+        std::vector<const LayerSpec*> children;
+        for (const LayerSpec& l : o.layers) children.push_back(&l);
+        for (const LayerSpec& l : o.shortcut) children.push_back(&l);
+        return children;
+      }};
+  return type;
 }
 
 }  // namespace dtrain::nn

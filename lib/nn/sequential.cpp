@@ -12,14 +12,14 @@
 
 namespace dtrain::nn {
 
-Sequential::Sequential(const config::ModelSpec& spec, uint64_t seed)
+Sequential::Sequential(const ModelSpec& spec, uint64_t seed)
     : input_shape_(spec.input_shape.begin(), spec.input_shape.end()) {
   if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
   std::map<std::string, int> name_counts;
   Shape shape = input_shape_;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const auto& ls = spec.layers[i];
-    const std::string name = ls.name.empty() ? auto_layer_name(ls.type, name_counts) : ls.name;
+    const std::string name = ls.name.empty() ? auto_layer_name(ls.type_name(), name_counts) : ls.name;
     layers_.push_back(make_layer(ls, shape, name, i, name_counts));
     shape = layers_.back()->output_shape();
   }

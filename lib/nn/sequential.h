@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "config/model_spec.h"
+#include "nn/model_spec.h"
 #include "nn/layer.h"
 #include "tensor/arena.h"
 
@@ -16,7 +16,7 @@ class Sequential {
  public:
   // Builds every layer, checking shapes (ConfigError on a mismatch), and
   // initialises parameters deterministically from `seed`.
-  Sequential(const config::ModelSpec& spec, uint64_t seed);
+  Sequential(const ModelSpec& spec, uint64_t seed);
 
   // Moves every param into one arena on `device` (one allocation), laid out as
   // [trainable values][their grads][non-trainable state][room for

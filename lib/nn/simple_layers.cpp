@@ -1,6 +1,10 @@
 // Flatten, Dropout and Activation: layers without trainable params.
 #include "core/rng.h"
 #include "nn/layers.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
 
 namespace dtrain::nn {
 
@@ -53,6 +57,51 @@ Tensor ActivationLayer::backward(const Tensor& dy, bool need_dx) {
   Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
   kernels::activation_backward(act_, y_, dy, dx);
   return dx;
+}
+
+// The registry entries (layer_registry.h) of Flatten, Dropout and Activation.
+const LayerType& flatten_layer_type() {
+  static const LayerType type{
+      "Flatten", "`(h, w, c)` -> `(h * w * c)`", {},
+      [](config::Section&) { return std::make_shared<LayerOptions>(); },
+      [](const LayerSpec&, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        return std::make_unique<Flatten>(ctx.name, input);
+      },
+      nullptr};
+  return type;
+}
+
+const LayerType& dropout_layer_type() {
+  static const LayerType type{
+      "Dropout", "inverted dropout while training, the identity at evaluation",
+      {{"rate", "the share of inputs dropped (required, in [0, 1))"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<DropoutOptions>();
+        o->rate = r.require_double("rate", config::kFraction);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        return std::make_unique<Dropout>(ctx.name, input, static_cast<float>(spec.options_as<DropoutOptions>().rate),
+                                         ctx.layer_index);
+      },
+      nullptr};
+  return type;
+}
+
+const LayerType& activation_layer_type() {
+  static const LayerType type{
+      "Activation", "an activation on its own",
+      {{"activation", "`relu`, `sigmoid`, `tanh`, `softmax` or `linear` (required)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<ActivationOptions>();
+        o->activation = read_activation(r.require("activation", str(" (one of ", join(activation_names(), ", "), ")")));
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        return std::make_unique<ActivationLayer>(ctx.name, input, spec.options_as<ActivationOptions>().activation);
+      },
+      nullptr};
+  return type;
 }
 
 }  // namespace dtrain::nn

@@ -71,7 +71,7 @@ Tensor flat(const std::vector<const Tensor*>& list) { return Tensor::span(*list.
 
 class Sgd : public Optimizer {
  public:
-  explicit Sgd(const config::OptimizerSpec& spec) : Optimizer(spec) {}
+  explicit Sgd(const OptimizerSpec& spec) : Optimizer(spec) {}
 
   void apply(const std::vector<nn::Param*>& params, int64_t step) override {
     const bool momentum = spec_.momentum != 0.0;
@@ -110,7 +110,7 @@ class Sgd : public Optimizer {
 
 class Adam : public Optimizer {
  public:
-  Adam(const config::OptimizerSpec& spec, bool decoupled_decay)
+  Adam(const OptimizerSpec& spec, bool decoupled_decay)
       : Optimizer(spec), decoupled_decay_(decoupled_decay) {}
 
   void apply(const std::vector<nn::Param*>& params, int64_t step) override {
@@ -157,12 +157,43 @@ class Adam : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerSpec& spec) {
-  if (spec.type == "sgd") return std::make_unique<Sgd>(spec);
-  if (spec.type == "adam") return std::make_unique<Adam>(spec, false);
-  if (spec.type == "adamw") return std::make_unique<Adam>(spec, true);
-  throw ConfigError(str(spec.path, ".type: unknown optimizer '", spec.type,
-                        "'; valid optimizers: sgd, adam, adamw"));
+const std::vector<OptimizerType>& optimizer_types() {
+  auto read_adam = [](config::Section& r, OptimizerSpec& o) {
+    o.beta_1 = r.get_double("beta_1", o.beta_1, config::kFraction);
+    o.beta_2 = r.get_double("beta_2", o.beta_2, config::kFraction);
+    o.epsilon = r.get_double("epsilon", o.epsilon, config::kPositive);
+  };
+  const std::vector<config::KeyDoc> adam_keys = {
+      {"beta_1", "0.9, in [0, 1)"}, {"beta_2", "0.999, in [0, 1)"}, {"epsilon", "1e-7, > 0"}};
+  std::vector<config::KeyDoc> adamw_keys = adam_keys;
+  adamw_keys.push_back({"weight_decay", "0.004, >= 0 (decoupled, applied as lr * weight_decay * w)"});
+  static const std::vector<OptimizerType> table = {
+      {"sgd", "`v = momentum * v - lr * g; w += v` (Nesterov: `w += momentum * v - lr * g`); learning_rate 0.01",
+       {{"momentum", "0, in [0, 1)"}, {"nesterov", "false"}}, 0.01,
+       [](config::Section& r, OptimizerSpec& o) {
+         o.momentum = r.get_double("momentum", o.momentum, config::kFraction);
+         o.nesterov = r.get_bool("nesterov", o.nesterov);
+       },
+       [](const OptimizerSpec& spec) { return std::make_unique<Sgd>(spec); }},
+      {"adam", "Adam with bias correction; learning_rate 0.001", adam_keys, 0.001, read_adam,
+       [](const OptimizerSpec& spec) { return std::make_unique<Adam>(spec, false); }},
+      {"adamw", "Adam with decoupled weight decay; learning_rate 0.001", adamw_keys, 0.001,
+       [read_adam](config::Section& r, OptimizerSpec& o) {
+         read_adam(r, o);
+         o.weight_decay = r.get_double("weight_decay", o.weight_decay, config::kNonNegative);
+       },
+       [](const OptimizerSpec& spec) { return std::make_unique<Adam>(spec, true); }},
+  };
+  return table;
+}
+
+const OptimizerType& optimizer_type(const std::string& name) {
+  return config::find_entry(optimizer_types(), name, "optimizer");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
+  DT_CHECK(spec.type != nullptr, spec.path, ": an optimizer spec without a type");
+  return spec.type->make(spec);
 }
 
 }  // namespace dtrain::optim

@@ -6,10 +6,12 @@
 //   adamw:    w -= lr * weight_decay * w, then the adam step
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "config/optimizer_spec.h"
+#include "optim/optimizer_spec.h"
 #include "nn/layer.h"
 #include "tensor/arena.h"
 
@@ -32,10 +34,25 @@ class Optimizer {
   virtual void create_state(const std::vector<nn::Param*>& params, TensorArena* arena = nullptr) {}
 
  protected:
-  explicit Optimizer(const config::OptimizerSpec& spec) : spec_(spec) {}
-  config::OptimizerSpec spec_;
+  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec) {}
+  OptimizerSpec spec_;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerSpec& spec);
+// The optimizer registry: each `optimizer` type with its keys, its reader and its
+// builder. Adding an optimizer: its class and its entry in optimizer.cpp's
+// optimizer_types() (its fields in OptimizerSpec).
+struct OptimizerType {
+  std::string name;                  // "adam", Keras' name
+  std::string doc;                   // one line for the README's table
+  std::vector<config::KeyDoc> keys;  // beyond "type" and "learning_rate"
+  double default_learning_rate = 0.001;
+  std::function<void(config::Section& r, OptimizerSpec& spec)> read;  // its keys into spec
+  std::function<std::unique_ptr<Optimizer>(const OptimizerSpec&)> make;
+};
+const std::vector<OptimizerType>& optimizer_types();
+// The entry named `name`; ConfigError listing the valid names otherwise.
+const OptimizerType& optimizer_type(const std::string& name);
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
 
 }  // namespace dtrain::optim

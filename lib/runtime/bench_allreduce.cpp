@@ -46,7 +46,7 @@ void bench_allreduce_task(const AllReduceBenchRequest& request, const Environmen
   spec.listen_fd = env.listen_fd;
   ClusterTask task(spec);
   const double collective_deadline = spec.heartbeat_timeout + 20.0;
-  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, config::Communication::kAuto);
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, strategy::Communication::kAuto);
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
   if (task.session().rank() == 0) print_table(results, request.json);
   communicator.reset();

@@ -15,7 +15,7 @@
 
 namespace dtrain::runtime {
 
-rendezvous::SessionSpec session_spec(const config::JobConfig& job, const config::ClusterConfig& cluster,
+rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::ClusterConfig& cluster,
                                      const Environment& env) {
   rendezvous::SessionSpec spec;
   spec.cluster = cluster;
@@ -47,7 +47,7 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
 
 std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const std::string& prefix,
                                                                         double timeout_seconds,
-                                                                        config::Communication communication) {
+                                                                        strategy::Communication communication) {
   const config::ClusterConfig& cluster = session_.cluster();
   // Gloo connects through the job's rendezvous store; its TCP device listens on
   // this task's host (the one the others know it by).
@@ -57,7 +57,7 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   gloo.prefix = prefix;
   gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
   gloo.timeout_seconds = timeout_seconds;
-  gloo.algorithm = communication == config::Communication::kRing ? comm::AllReduceAlgorithm::kRing
+  gloo.algorithm = communication == strategy::Communication::kRing ? comm::AllReduceAlgorithm::kRing
                                                                  : comm::AllReduceAlgorithm::kGlooDefault;
   return comm::make_gloo_communicator(session_.store(), gloo);
 }

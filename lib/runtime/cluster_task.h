@@ -11,7 +11,7 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "core/error.h"
 #include "rendezvous/cluster_session.h"
 #include "runtime/environment.h"
@@ -20,7 +20,7 @@ namespace dtrain::runtime {
 
 // The session spec of a training job: credentials from the environment and the
 // job file, the config hash to agree on, the job's timeouts.
-rendezvous::SessionSpec session_spec(const config::JobConfig& job, const config::ClusterConfig& cluster,
+rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::ClusterConfig& cluster,
                                      const Environment& env);
 
 class ClusterTask {
@@ -36,7 +36,7 @@ class ClusterTask {
   // under `prefix` in the job's store, with the collective deadline
   // `timeout_seconds`. The caller decides whether the strategy needs one.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
-                                                             config::Communication communication);
+                                                             strategy::Communication communication);
 
   // A PeerLost or TimeoutError that a collective raised: the job's failure as the
   // heartbeats know it (naming the lost task, its address and last step), waiting

@@ -17,7 +17,7 @@ namespace dtrain::runtime {
 namespace {
 
 // Trains as one task of a multi-task job.
-void run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
+void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
                     trainer::RunOptions run, int64_t kill_step) {
   // Log lines name the task ("[worker:1] dtrain: ..."); `dtrain launch` does not
   // add its own prefix to lines that already carry it.
@@ -25,7 +25,7 @@ void run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& c
   ClusterTask task(session_spec(job, cluster, env));
   rendezvous::ClusterSession& session = task.session();
   run.write_metrics = session.is_chief();
-  const strategy::StrategyEntry& entry = strategy::find_strategy(job.strategy.type);
+  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   try {
     if (session.rank() < 0) {
       log::info(task.name(), " has no work under strategy ", entry.name,
@@ -63,8 +63,8 @@ void run_in_cluster(const config::JobConfig& job, const config::ClusterConfig& c
 
 }  // namespace
 
-void run_job(const config::JobConfig& job, const Environment& env, const RunRequest& request) {
-  const config::ClusterConfig cluster = config::resolve_cluster(job, env.tf_config_or_null(), request.task_flag);
+void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request) {
+  const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), request.task_flag);
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.host = env.host;
@@ -78,8 +78,8 @@ void run_job(const config::JobConfig& job, const Environment& env, const RunRequ
   trainer::run_training(job, run);
 }
 
-void validate_task(const config::JobConfig& job, const Environment& env, const std::string& task_flag) {
-  const config::ClusterConfig cluster = config::resolve_cluster(job, env.tf_config_or_null(), task_flag);
+void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {
+  const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), task_flag);
   if (!cluster.single_process()) {
     const std::string address = cluster.spec.address(cluster.task);
     rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "runtime/environment.h"
 
 namespace dtrain::runtime {
@@ -23,11 +23,11 @@ struct RunRequest {
 // one task of a cluster (join, agree, heartbeats, the communicator the strategy
 // needs, the final barrier). DTRAIN_INJECT faults are armed first. Throws the
 // job's errors (PeerLost naming a lost task, Preempted after SIGTERM, ...).
-void run_job(const config::JobConfig& job, const Environment& env, const RunRequest& request);
+void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request);
 
 // `dtrain validate`: the checks of trainer::validate_job, and for a task of a
 // cluster that its own address can be bound. Prints what it checked.
-void validate_task(const config::JobConfig& job, const Environment& env, const std::string& task_flag);
+void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag);
 
 // One task of `dtrain bench allreduce` (its cluster from TF_CONFIG, as the
 // launcher sets it): join, connect the training tasks with Gloo, time every size;

@@ -40,16 +40,16 @@ void add_stats(nn::LossStats& into, const nn::LossStats& s) {
 
 }  // namespace
 
-DataParallelStrategy::DataParallelStrategy(const config::JobConfig& job, const StrategyContext& context)
-    : name_(job.strategy.type),
+DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context)
+    : name_(entry_of(job.strategy).name),
       seed_(job.train.seed),
       accumulation_(job.train.gradient_accumulation_steps),
       batch_per_replica_(job.train.batch_size_per_replica),
-      workers_(find_strategy(name_).cross_task == CrossTask::kAllReduce ? context.workers : nullptr),
+      workers_(entry_of(job.strategy).cross_task == CrossTask::kAllReduce ? context.workers : nullptr),
       loss_(nn::make_loss(job.loss)),
       device_(context.device),
       threads_(std::max(1, context.threads)) {
-  const int n = find_strategy(name_).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
+  const int n = entry_of(job.strategy).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
   if (n > 1 && !device_.is_cpu())
     throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
                           " is not supported yet (several GPUs in one process need NCCL); use one_device, "

@@ -21,7 +21,7 @@ namespace dtrain::strategy {
 
 class DataParallelStrategy : public Strategy {
  public:
-  DataParallelStrategy(const config::JobConfig& job, const StrategyContext& context);
+  DataParallelStrategy(const StrategyJob& job, const StrategyContext& context);
   ~DataParallelStrategy() override;
 
   std::string name() const override { return name_; }

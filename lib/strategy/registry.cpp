@@ -8,7 +8,7 @@
 namespace dtrain::strategy {
 namespace {
 
-std::unique_ptr<Strategy> data_parallel(const config::JobConfig& job, const StrategyContext& context) {
+std::unique_ptr<Strategy> data_parallel(const StrategyJob& job, const StrategyContext& context) {
   return std::make_unique<DataParallelStrategy>(job, context);
 }
 
@@ -29,13 +29,66 @@ const std::vector<StrategyEntry>& strategies() {
   return table;
 }
 
-const StrategyEntry& find_strategy(const std::string& name) {
-  std::vector<std::string> names;
+const std::vector<config::KeyDoc>& strategy_keys() {
+  static const std::vector<config::KeyDoc> keys = {
+      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`; `central_storage` and "
+               "`parameter_server` are recognised but not built yet"},
+      {"replicas", "mirrored: N replicas in this process (1)"},
+      {"devices", "mirrored: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
+      {"communication", "`auto` (Gloo's own choice, today its ring) or `ring` (Gloo's ring by name); `nccl` is "
+                        "refused until the NCCL communicator exists"},
+      {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"}};
+  return keys;
+}
+
+const StrategyEntry& entry_of(const StrategySpec& spec) { return spec.type ? *spec.type : strategies().front(); }
+
+StrategySpec read_strategy_spec(const config::Value& value) {
+  StrategySpec strategy;
+  strategy.path = value.path().empty() ? "strategy" : value.path();
+  config::Section r(value, "the strategy section");
+  r.expect_keys(config::key_names(strategy_keys()));
+  std::vector<std::string> names, available;
   for (const StrategyEntry& e : strategies()) {
-    if (e.name == name) return e;
     names.push_back(e.name);
+    if (e.available()) available.push_back(e.name);
   }
-  throw ConfigError(str("strategy.type: unknown strategy '", name, "'; valid: ", join(names, ", ")));
+  const StrategyEntry& entry = find_strategy(r.get_choice("type", "one_device", names, "strategy type"));
+  strategy.type = &entry;
+  if (!entry.available())
+    r.fail("type", str("'", entry.name, "' is not available in this version of dtrain; available: ",
+                       join(available, ", ")));
+  const auto devices = r.find("devices");
+  const bool has_replicas = r.has("replicas");
+  if ((devices || has_replicas) && !entry.local_replicas)
+    r.fail(devices ? "devices" : "replicas",
+           str("only the mirrored strategy takes several replicas in one process; '", entry.name,
+               "' runs one replica per task"));
+  if (devices && has_replicas) r.fail("replicas", "give either 'devices' or 'replicas', not both");
+  if (devices) {
+    strategy.devices = devices->to_string_list();
+    for (size_t i = 0; i < strategy.devices.size(); ++i) {
+      const std::string& d = strategy.devices[i];
+      if (d.rfind("cpu", 0) != 0 && d.rfind("gpu", 0) != 0 && d.rfind("cuda", 0) != 0)
+        devices->at(i).fail(str("'", d, "' is not a device; use names like \"cpu:0\", \"cpu:1\""));
+    }
+    strategy.replicas = static_cast<int64_t>(strategy.devices.size());
+  }
+  strategy.replicas = r.get_int("replicas", strategy.replicas, 1);
+  const std::string communication =
+      r.get_choice("communication", "auto", {"auto", "ring", "nccl"}, "communication implementation");
+  if (communication == "nccl")
+    r.fail("communication",
+           "'nccl' is not available yet: no build of dtrain has an NCCL communicator so far (it is planned); "
+           "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
+  strategy.communication = communication == "ring" ? Communication::kRing : Communication::kAuto;
+  strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
+  r.finish();
+  return strategy;
+}
+
+const StrategyEntry& find_strategy(const std::string& name) {
+  return config::find_entry(strategies(), name, "strategy");
 }
 
 }  // namespace dtrain::strategy

@@ -23,13 +23,16 @@ enum class CrossTask {
 
 struct StrategyEntry {
   std::string name;         // the strategy.type value, TF's name
-  std::string description;  // one line, for the README and `dtrain validate`
+  std::string description;  // one line, for the README's table
   CrossTask cross_task = CrossTask::kNothing;
   bool local_replicas = false;  // takes strategy.replicas / strategy.devices
   // Builds it; nullptr for a name that is recognised (TF has it) but not built yet.
-  std::function<std::unique_ptr<Strategy>(const config::JobConfig&, const StrategyContext&)> make;
+  std::function<std::unique_ptr<Strategy>(const StrategyJob&, const StrategyContext&)> make;
   bool available() const { return static_cast<bool>(make); }
 };
+
+// The keys of the strategy section, for the README's table.
+const std::vector<config::KeyDoc>& strategy_keys();
 
 // Every strategy, in the README's order.
 const std::vector<StrategyEntry>& strategies();

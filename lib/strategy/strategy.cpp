@@ -7,8 +7,8 @@
 
 namespace dtrain::strategy {
 
-std::unique_ptr<Strategy> make_strategy(const config::JobConfig& job, const StrategyContext& context) {
-  const StrategyEntry& entry = find_strategy(job.strategy.type);
+std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyContext& context) {
+  const StrategyEntry& entry = entry_of(job.strategy);
   if (!entry.available()) {
     std::vector<std::string> available;
     for (const StrategyEntry& e : strategies())

@@ -15,13 +15,23 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "config/job_config.h"
+#include "config/job_file.h"
 #include "data/pipeline.h"
 #include "nn/losses.h"
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
+#include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
+
+// What a strategy is built from: the parts of the job it needs.
+struct StrategyJob {
+  const StrategySpec& strategy;
+  const nn::ModelSpec& model;
+  const nn::LossSpec& loss;
+  const optim::OptimizerSpec& optimizer;
+  const config::TrainSpec& train;
+};
 
 // What a strategy gets from the cluster runtime.
 struct StrategyContext {
@@ -81,6 +91,8 @@ class Strategy {
   virtual StepTimings timings() const = 0;
 };
 
-std::unique_ptr<Strategy> make_strategy(const config::JobConfig& job, const StrategyContext& context = {});
+// The Strategy the registry has under job.strategy's type; ConfigError for one
+// that is not built yet, or that needs a cluster and has none.
+std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyContext& context = {});
 
 }  // namespace dtrain::strategy

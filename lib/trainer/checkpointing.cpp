@@ -30,7 +30,7 @@ void check_same_parameters(comm::Communicator& workers, const std::string& hash,
 
 }  // namespace
 
-Checkpointer::Checkpointer(const config::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers)
+Checkpointer::Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers)
     : job_(job), strategy_(strategy), workers_(workers) {
   writer_ = !workers_ || workers_->rank() == 0;
   if (!job.checkpoint.dir.empty())
@@ -38,7 +38,7 @@ Checkpointer::Checkpointer(const config::JobConfig& job, strategy::Strategy& str
   else if (!job.output.dir.empty())
     dir_ = (std::filesystem::path(job.output.dir) / "checkpoints").string();
   const bool asked = job.checkpoint.every_steps > 0 || job.checkpoint.every_epochs > 0 ||
-                     job.checkpoint.resume == "auto";
+                     job.checkpoint.resume;
   if (asked && dir_.empty())
     throw ConfigError("checkpoint: saving or resuming needs checkpoint.dir or output.dir");
   fallback_dir_ = dir_;
@@ -49,7 +49,7 @@ Checkpointer::~Checkpointer() = default;
 
 ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) {
   ResumePoint point;
-  if (!enabled() || job_.checkpoint.resume != "auto") return point;
+  if (!enabled() || !job_.checkpoint.resume) return point;
   checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
   const auto path = store.latest_good();
   if (!path) {

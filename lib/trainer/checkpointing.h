@@ -13,7 +13,7 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::trainer {
@@ -29,7 +29,7 @@ struct ResumePoint {
 class Checkpointer {
  public:
   // workers: the training tasks' group (multi-worker) or nullptr; only its rank 0 writes.
-  Checkpointer(const config::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers);
+  Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers);
   ~Checkpointer();
 
   bool enabled() const { return !dir_.empty(); }
@@ -50,7 +50,7 @@ class Checkpointer {
  private:
   void save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
 
-  const config::JobConfig& job_;
+  const job::JobConfig& job_;
   strategy::Strategy& strategy_;
   comm::Communicator* workers_;
   bool writer_ = true;

@@ -11,10 +11,11 @@
 #include "core/strings.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "strategy/registry.h"
 
 namespace dtrain::trainer {
 
-int setup_threads(const config::JobConfig& job, const HostSettings& host) {
+int setup_threads(const job::JobConfig& job, const HostSettings& host) {
   int threads = static_cast<int>(job.runtime.threads);
   if (threads <= 0) threads = host.omp_num_threads;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -25,15 +26,15 @@ int setup_threads(const config::JobConfig& job, const HostSettings& host) {
 namespace {
 
 // Several replicas in one process (only strategies with local replicas accept more than one).
-bool keeps_to_cpu(const config::JobConfig& job) { return job.device == "auto" && job.strategy.replicas > 1; }
+bool keeps_to_cpu(const job::JobConfig& job) { return job.device == "auto" && job.strategy.replicas > 1; }
 
 }  // namespace
 
-Device select_job_device(const config::JobConfig& job, const HostSettings& host) {
+Device select_job_device(const job::JobConfig& job, const HostSettings& host) {
   kernels::set_allow_tf32(host.allow_tf32);
   if (keeps_to_cpu(job)) {
     if (!kernels::list_gpus().gpus.empty())
-      log::info("device auto: ", job.strategy.type, " with ", job.strategy.replicas,
+      log::info("device auto: ", strategy::entry_of(job.strategy).name, " with ", job.strategy.replicas,
                 " replicas trains on the CPU (several GPUs in one process need NCCL, not built yet)");
     return Device::cpu();
   }
@@ -59,7 +60,7 @@ std::string describe_device(const Device& device) {
   return device.str();
 }
 
-std::string check_job_device(const config::JobConfig& job) {
+std::string check_job_device(const job::JobConfig& job) {
   const kernels::GpuReport report = kernels::list_gpus();
   if (keeps_to_cpu(job)) return "cpu:0 (several replicas in one process train on the CPU)";
   if (job.device == "auto") {
@@ -72,7 +73,7 @@ std::string check_job_device(const config::JobConfig& job) {
   return describe_device(wanted);
 }
 
-void check_input_shape(const config::DataSourceSpec& spec, const Shape& sample_shape,
+void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape,
                        const nn::Sequential& model) {
   if (shape_numel(sample_shape) != shape_numel(model.input_shape()))
     throw ConfigError(str("model.input_shape ", shape_str(model.input_shape()), " does not match the samples of ",
@@ -84,7 +85,7 @@ void check_input_shape(const config::DataSourceSpec& spec, const Shape& sample_s
                           }(), ", "), "]"));
 }
 
-std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
                                             const nn::Sequential& model) {
   auto dataset = std::make_shared<data::Dataset>(data::load_dataset(spec));
   check_input_shape(spec, dataset->sample_shape, model);
@@ -99,9 +100,9 @@ std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,
   return dataset;
 }
 
-config::DataSourceSpec task_source(const config::JobConfig& job, int worker_rank, int num_workers) {
-  config::DataSourceSpec spec = job.data.train;
-  if (job.data.shard_policy != "file" || num_workers == 1) return spec;
+data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers) {
+  data::DataSourceSpec spec = job.data.train;
+  if (job.data.shard_policy != data::ShardPolicy::kFile || num_workers == 1) return spec;
   if (spec.files.size() < static_cast<size_t>(num_workers))
     throw ConfigError(str("data.shard_policy: 'file' gives each worker its own files, but ", spec.path, " has ",
                           spec.files.size(), " file(s) for ", num_workers,
@@ -113,7 +114,7 @@ config::DataSourceSpec task_source(const config::JobConfig& job, int worker_rank
   return spec;
 }
 
-data::PipelineOptions train_pipeline_options(const config::JobConfig& job, const strategy::Strategy& s,
+data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
                                              int worker_rank, int num_workers) {
   data::PipelineOptions o;
   o.batch_size = job.train.batch_size_per_replica * s.local_replicas();
@@ -122,15 +123,15 @@ data::PipelineOptions train_pipeline_options(const config::JobConfig& job, const
   o.drop_remainder = job.data.drop_remainder || s.num_replicas_in_sync() > 1;  // replicas need equal batches
   o.prefetch = job.data.prefetch;
   o.cache = job.data.cache;
-  const std::string& policy = job.data.shard_policy;
-  if (num_workers > 1 && (policy == "auto" || policy == "data")) {
+  const data::ShardPolicy policy = job.data.shard_policy;
+  if (num_workers > 1 && (policy == data::ShardPolicy::kAuto || policy == data::ShardPolicy::kData)) {
     o.shard_count = num_workers;
     o.shard_index = worker_rank;
   }
   return o;
 }
 
-data::PipelineOptions eval_pipeline_options(const config::JobConfig& job) {
+data::PipelineOptions eval_pipeline_options(const job::JobConfig& job) {
   data::PipelineOptions o;
   o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
   o.seed = job.train.seed;

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "nn/sequential.h"
@@ -15,12 +15,12 @@
 namespace dtrain::trainer {
 
 // runtime.threads, else OMP_NUM_THREADS, else all cores; applied to the compute backend.
-int setup_threads(const config::JobConfig& job, const HostSettings& host);
+int setup_threads(const job::JobConfig& job, const HostSettings& host);
 
 // The job's "device", resolved and made ready (kernels::select_device). "auto"
 // keeps a mirrored job with several replicas on the CPU (several GPUs in one
 // process need NCCL). host.allow_tf32 false turns TF32 convolutions off.
-Device select_job_device(const config::JobConfig& job, const HostSettings& host);
+Device select_job_device(const job::JobConfig& job, const HostSettings& host);
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
 // GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):
 // "cuda:<LOCAL_RANK % GPUs>", so local tasks spread over the GPUs. Otherwise
@@ -30,27 +30,27 @@ std::string local_gpu(const std::string& device, int local_rank);
 std::string describe_device(const Device& device);
 // What select_job_device would pick, without making it ready (for validate);
 // throws the same ConfigError when a GPU is asked for and none is usable.
-std::string check_job_device(const config::JobConfig& job);
+std::string check_job_device(const job::JobConfig& job);
 
 // Loads a data source and checks it against the model: sample size equals the
 // model's input size, and every label is a valid class of the model's output.
-std::shared_ptr<data::Dataset> load_checked(const config::DataSourceSpec& spec,
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
                                             const nn::Sequential& model);
 
 // The sample-shape check alone (for validate, which reads only headers).
-void check_input_shape(const config::DataSourceSpec& spec, const Shape& sample_shape,
+void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape,
                        const nn::Sequential& model);
 
 // The training source this task reads: with shard_policy "file", only its share of
 // the source's files (round-robin over workers); otherwise the whole source.
-config::DataSourceSpec task_source(const config::JobConfig& job, int worker_rank, int num_workers);
+data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers);
 
 // Training batches of this task: per-replica batch x local replicas, sharded over
 // the workers after the shuffle (shard_policy auto/data), or not (off, file).
-data::PipelineOptions train_pipeline_options(const config::JobConfig& job, const strategy::Strategy& s,
+data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
                                              int worker_rank, int num_workers);
 
 // Evaluation batches: the whole test set in order, on every task.
-data::PipelineOptions eval_pipeline_options(const config::JobConfig& job);
+data::PipelineOptions eval_pipeline_options(const job::JobConfig& job);
 
 }  // namespace dtrain::trainer

@@ -62,7 +62,7 @@ void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
   write_line(j.dump());
 }
 
-void write_summary(const std::string& path, const config::JobConfig& job, const RunSummary& s,
+void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,
                    const std::string& strategy) {
   nlohmann::json j;
   const bool has_test = s.test_accuracy >= 0.0;

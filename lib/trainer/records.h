@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
 
@@ -31,7 +31,7 @@ class MetricsLog {
 };
 
 // Writes the run summary as a JSON object (atomically: a temporary file, then rename).
-void write_summary(const std::string& path, const config::JobConfig& job, const RunSummary& s,
+void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,
                    const std::string& strategy);
 
 }  // namespace dtrain::trainer

@@ -32,7 +32,7 @@ nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
 
 }  // namespace
 
-RunSummary run_training(const config::JobConfig& job, const RunOptions& options) {
+RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   Stopwatch wall;
   RunSummary summary;
   summary.threads = setup_threads(job, options.host);
@@ -40,7 +40,7 @@ RunSummary run_training(const config::JobConfig& job, const RunOptions& options)
   const int worker_rank = options.workers ? options.workers->rank() : 0;
   const Device device = select_job_device(job, options.host);
   summary.device = device.str();
-  auto strategy = strategy::make_strategy(job, {options.workers, summary.threads, device});
+  auto strategy = strategy::make_strategy(job.strategy_job(), {options.workers, summary.threads, device});
   nn::Sequential& model = strategy->model();
   std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), strategy->name().c_str(),

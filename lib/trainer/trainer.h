@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 
 namespace dtrain::comm {
 class Communicator;
@@ -56,12 +56,12 @@ struct RunSummary {
 
 // Trains and evaluates the job, printing progress to stdout, writing
 // output.dir/metrics.jsonl and, if asked, the summary JSON.
-RunSummary run_training(const config::JobConfig& job, const RunOptions& options);
+RunSummary run_training(const job::JobConfig& job, const RunOptions& options);
 
 // Checks everything that can be checked without training: the model's shapes,
 // the data files' headers and sizes, input shape against the data. Prints what it
 // checked; throws ConfigError / IoError on the first problem.
-void validate_job(const config::JobConfig& job, const HostSettings& host = {});
+void validate_job(const job::JobConfig& job, const HostSettings& host = {});
 
 struct BenchOptions {
   HostSettings host;
@@ -93,7 +93,7 @@ struct BenchResult {
 };
 
 // Times training steps (data pipeline included) on the job's training data.
-BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options,
+BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options,
                         comm::Communicator* workers = nullptr);
 
 }  // namespace dtrain::trainer

@@ -15,18 +15,18 @@
 namespace dtrain::trainer {
 namespace {
 
-void validate_source(const config::DataSourceSpec& spec, const nn::Sequential& model) {
+void validate_source(const data::DataSourceSpec& spec, const nn::Sequential& model) {
   // A full read (a second or so for Fashion-MNIST): it also finds truncated data
   // and labels outside the model's classes, which headers alone cannot show.
   const auto dataset = load_checked(spec, model);
-  std::printf("ok   %s: %s, %lld samples of shape %s, labels 0..%d\n", spec.path.c_str(), spec.format.c_str(),
+  std::printf("ok   %s: %s, %lld samples of shape %s, labels 0..%d\n", spec.path.c_str(), spec.format->name.c_str(),
               static_cast<long long>(dataset->count), shape_str(dataset->sample_shape).c_str(),
               dataset->max_label);
 }
 
 }  // namespace
 
-void validate_job(const config::JobConfig& job, const HostSettings& host) {
+void validate_job(const job::JobConfig& job, const HostSettings& host) {
   std::printf("ok   %s: valid JSON, every key known, values in range\n", job.source.c_str());
   const nn::Sequential model(job.model, job.train.seed);
   std::printf("ok   model: %zu layers, %s -> %s, %lld params\n", model.layers().size(),
@@ -34,23 +34,23 @@ void validate_job(const config::JobConfig& job, const HostSettings& host) {
               static_cast<long long>(model.count_params(false)));
   // Checks strategy, loss and optimizer settings (a multi-worker strategy is
   // checked against the cluster when the job runs).
-  const strategy::StrategyEntry& entry = strategy::find_strategy(job.strategy.type);
-  if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job, {nullptr, 1});
-  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", job.strategy.type.c_str(),
-              job.loss.type.c_str(), job.optimizer.type.c_str());
+  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
+  if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", entry.name.c_str(), job.loss.type->name.c_str(),
+              job.optimizer.type->name.c_str());
   std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
 }
 
-BenchResult bench_train(const config::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
+BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
   BenchResult result;
   result.threads = setup_threads(job, options.host);
   const int num_workers = workers ? workers->size() : 1;
   const int worker_rank = workers ? workers->rank() : 0;
   const Device device = select_job_device(job, options.host);
   result.device = device.str();
-  auto strategy = strategy::make_strategy(job, {workers, result.threads, device});
+  auto strategy = strategy::make_strategy(job.strategy_job(), {workers, result.threads, device});
   auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model());
   data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers);
   po.drop_remainder = true;  // every timed step has the full batch

@@ -12,53 +12,31 @@
 #include "unit/tensor_checks.h"
 
 using namespace dtrain;
-using config::LayerSpec;
 
 namespace {
 
-LayerSpec layer(const std::string& type, const std::string& path) {
-  LayerSpec s;
-  s.type = type;
-  s.path = path;
-  return s;
-}
-
-LayerSpec conv(int filters, int k, int stride, const std::string& path) {
-  LayerSpec s = layer("Conv2D", path);
-  s.filters = filters;
-  s.kernel_size[0] = s.kernel_size[1] = k;
-  s.strides[0] = s.strides[1] = stride;
-  s.padding = "same";
-  s.use_bias = false;
-  return s;
-}
-
-LayerSpec relu(const std::string& path) {
-  LayerSpec s = layer("Activation", path);
-  s.activation = "relu";
-  return s;
-}
-
 // conv-bn-relu-conv-bn plus the input (or a strided 1x1 conv and bn), then relu.
-LayerSpec basic_block(int filters, int stride, bool project, const std::string& path) {
-  LayerSpec s = layer("Residual", path);
-  s.activation = "relu";
-  s.layers = {conv(filters, 3, stride, path), layer("BatchNormalization", path), relu(path),
-              conv(filters, 3, 1, path), layer("BatchNormalization", path)};
-  if (project) s.shortcut = {conv(filters, 1, stride, path), layer("BatchNormalization", path)};
-  return s;
+std::string basic_block(int filters, int stride, bool project) {
+  const auto conv = [](int f, int k, int s) {
+    return "{\"type\": \"Conv2D\", \"filters\": " + std::to_string(f) + ", \"kernel_size\": " + std::to_string(k) +
+           ", \"strides\": " + std::to_string(s) + ", \"padding\": \"same\", \"use_bias\": false}";
+  };
+  const std::string bn = "{\"type\": \"BatchNormalization\"}";
+  const std::string relu = "{\"type\": \"Activation\", \"activation\": \"relu\"}";
+  return "{\"type\": \"Residual\", \"activation\": \"relu\", \"layers\": [" + conv(filters, 3, stride) + ", " + bn +
+         ", " + relu + ", " + conv(filters, 3, 1) + ", " + bn + "], \"shortcut\": [" +
+         (project ? conv(filters, 1, stride) + ", " + bn : std::string()) + "]}";
 }
 
-config::ModelSpec small_resnet() {
-  config::ModelSpec m;
-  m.input_shape = {16, 16, 3};
-  LayerSpec dense = layer("Dense", "model.layers[6]");
-  dense.units = 10;
-  m.layers = {conv(16, 3, 1, "model.layers[0]"), layer("BatchNormalization", "model.layers[1]"),
-              relu("model.layers[2]"), basic_block(16, 1, false, "model.layers[3]"),
-              basic_block(32, 2, true, "model.layers[4]"), layer("GlobalAveragePooling2D", "model.layers[5]"),
-              dense};
-  return m;
+nn::ModelSpec small_resnet() {
+  const config::Document doc(
+      "{\"input_shape\": [16, 16, 3], \"layers\": [{\"type\": \"Conv2D\", \"filters\": 16, \"kernel_size\": 3, "
+      "\"padding\": \"same\", \"use_bias\": false}, {\"type\": \"BatchNormalization\"}, "
+      "{\"type\": \"Activation\", \"activation\": \"relu\"}, " +
+          basic_block(16, 1, false) + ", " + basic_block(32, 2, true) +
+          ", {\"type\": \"GlobalAveragePooling2D\"}, {\"type\": \"Dense\", \"units\": 10}]}",
+      "model");
+  return nn::read_model_spec(doc.root());
 }
 
 }  // namespace
@@ -70,7 +48,7 @@ TEST_CASE("gpu layers: a ResNet-style model gives the CPU's outputs, gradients a
     Tf32Off() { kernels::set_allow_tf32(false); }
     ~Tf32Off() { kernels::set_allow_tf32(true); }
   } tf32_off;
-  const config::ModelSpec spec = small_resnet();
+  const nn::ModelSpec spec = small_resnet();
   nn::Sequential cpu(spec, 1), gpu(spec, 1);
   cpu.place(Device::cpu(), 0);
   gpu.place(Device::cuda(0), 0);

@@ -12,12 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "core/error.h"
 
 namespace dtrain::config::test {
 
 using Catch::Matchers::Contains;
+using job::JobConfig;
+using job::load_job_config;
+using job::parse_job_config;
 using nlohmann::json;
 
 inline json minimal_job() {
@@ -30,15 +33,15 @@ inline json minimal_job() {
   })");
 }
 
-inline JobConfig parse(const json& job, const std::vector<std::string>& overrides = {}) {
-  return parse_job_config(job.dump(2), "job.json", overrides);
+inline job::JobConfig parse(const json& job, const std::vector<std::string>& overrides = {}) {
+  return job::parse_job_config(job.dump(2), "job.json", overrides);
 }
 
 // The message of the ConfigError that parsing `text` throws.
 inline std::string text_error(const std::string& text,
                               const std::vector<std::string>& overrides = {}) {
   try {
-    parse_job_config(text, "job.json", overrides);
+    job::parse_job_config(text, "job.json", overrides);
   } catch (const ConfigError& e) {
     return e.what();
   }

@@ -3,7 +3,7 @@
 // must name the JSON path and a fix), the new runtime keys and agreement_json.
 #include <catch2/catch.hpp>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "config_test_util.h"
 #include "core/strings.h"
 
@@ -26,7 +26,7 @@ json job_with_cluster(const std::string& cluster, const std::string& task = "") 
 
 ClusterConfig resolve(const json& job, const char* tf_config = nullptr,
                       const std::string& task_flag = "") {
-  return resolve_cluster(parse(job), tf_config, task_flag);
+  return resolve_cluster(parse(job).file_cluster(), tf_config, task_flag);
 }
 
 // The ConfigError message of resolve_cluster.
@@ -34,7 +34,7 @@ std::string resolve_error(const json& job, const char* tf_config,
                           const std::string& task_flag = "") {
   const JobConfig config = parse(job);
   try {
-    resolve_cluster(config, tf_config, task_flag);
+    resolve_cluster(config.file_cluster(), tf_config, task_flag);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -104,7 +104,7 @@ TEST_CASE("the same cluster can be given in the job file", "[config][cluster]") 
   CHECK(config.cluster.count("chief") == 1);
   REQUIRE(config.task.has_value());
   CHECK(*config.task == TaskId{"worker", 0});
-  const ClusterConfig c = resolve_cluster(config, nullptr, "");
+  const ClusterConfig c = resolve_cluster(config.file_cluster(), nullptr, "");
   CHECK(c.source == "job.json");
   CHECK(c.task == TaskId{"worker", 0});
   CHECK(c.spec.all_tasks().back() == TaskId{"evaluator", 0});

@@ -2,38 +2,58 @@
 // every field set, defaults, shorthand forms, JSON paths, and normalized_json.
 #include <catch2/catch.hpp>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
+#include "nn/layer_registry.h"
+#include "nn/layers.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "data/dataset.h"
+#include "strategy/registry.h"
 #include "config_test_util.h"
 
 namespace dtrain::config::test {
 namespace {
+
+using job::JobConfig;
+using job::load_job_config;
+using job::parse_job_config;
+using nn::LayerSpec;
+using optim::OptimizerSpec;
+using data::DataSourceSpec;
+
+// A layer's options as its type's struct (nn/layers.h).
+template <class T>
+const T& opt(const LayerSpec& layer) {
+  return layer.options_as<T>();
+}
+std::string act(kernels::Activation a) { return nn::activation_name(a); }
 
 const std::string kConfigs = DTRAIN_SOURCE_DIR "/configs/";
 
 TEST_CASE("the shipped CNN config parses", "[config]") {
   const JobConfig c = load_job_config(kConfigs + "fashion_mnist_cnn.json");
   CHECK(c.source == kConfigs + "fashion_mnist_cnn.json");
-  CHECK(c.strategy.type == "one_device");
+  CHECK(strategy::entry_of(c.strategy).name == "one_device");
   CHECK(c.model.input_shape == std::vector<int64_t>{28, 28, 1});
   REQUIRE(c.model.layers.size() == 6);
   const LayerSpec& conv = c.model.layers[0];
-  CHECK(conv.type == "Conv2D");
-  CHECK(conv.filters == 32);
-  CHECK(conv.kernel_size[0] == 3);
-  CHECK(conv.kernel_size[1] == 3);
-  CHECK(conv.activation == "relu");
-  CHECK(c.model.layers[1].type == "MaxPooling2D");
-  CHECK(c.model.layers[1].strides[0] == 2);  // defaults to pool_size
-  CHECK(c.model.layers[4].rate == Approx(0.25));
-  CHECK(c.model.layers[5].units == 10);
-  CHECK(c.model.layers[5].activation == "linear");
-  CHECK(c.loss.type == "sparse_categorical_crossentropy");
+  CHECK(conv.type_name() == "Conv2D");
+  CHECK(opt<nn::Conv2DOptions>(conv).filters == 32);
+  CHECK(opt<nn::Conv2DOptions>(conv).kernel_size[0] == 3);
+  CHECK(opt<nn::Conv2DOptions>(conv).kernel_size[1] == 3);
+  CHECK(act(opt<nn::Conv2DOptions>(conv).activation) == "relu");
+  CHECK(c.model.layers[1].type_name() == "MaxPooling2D");
+  CHECK(opt<nn::Pool2DOptions>(c.model.layers[1]).strides[0] == 2);  // defaults to pool_size
+  CHECK(opt<nn::DropoutOptions>(c.model.layers[4]).rate == Approx(0.25));
+  CHECK(opt<nn::DenseOptions>(c.model.layers[5]).units == 10);
+  CHECK(act(opt<nn::DenseOptions>(c.model.layers[5]).activation) == "linear");
+  CHECK(c.loss.type->name == "sparse_categorical_crossentropy");
   CHECK(c.loss.from_logits);
-  CHECK(c.optimizer.type == "adam");
-  CHECK(c.optimizer.learning_rate.type == "cosine");
+  CHECK(c.optimizer.type->name == "adam");
+  CHECK(c.optimizer.learning_rate.type->name == "cosine");
   CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
   CHECK(c.optimizer.learning_rate.decay_steps == 12 * 938);  // every step of the 12 epochs
-  CHECK(c.data.train.format == "idx");
+  CHECK(c.data.train.format->name == "idx");
   CHECK_THAT(c.data.train.images, Contains("train-images-idx3-ubyte.gz"));
   CHECK(c.data.has_test);
   CHECK_THAT(c.data.test.labels, Contains("t10k-labels-idx1-ubyte.gz"));
@@ -45,9 +65,9 @@ TEST_CASE("the shipped CNN config parses", "[config]") {
 TEST_CASE("the shipped MLP config parses", "[config]") {
   const JobConfig c = load_job_config(kConfigs + "fashion_mnist_mlp.json");
   REQUIRE(c.model.layers.size() == 4);
-  CHECK(c.model.layers[0].type == "Flatten");
-  CHECK(c.model.layers[1].units == 256);
-  CHECK(c.model.layers[2].units == 128);
+  CHECK(c.model.layers[0].type_name() == "Flatten");
+  CHECK(opt<nn::DenseOptions>(c.model.layers[1]).units == 256);
+  CHECK(opt<nn::DenseOptions>(c.model.layers[2]).units == 128);
   CHECK(c.data.shuffle_buffer == 60000);
   CHECK(c.train.epochs == 15);
   CHECK(c.optimizer.learning_rate.decay_steps == 15 * 469);  // every step of the 15 epochs
@@ -89,38 +109,38 @@ TEST_CASE("every field set to a non-default value is read back", "[config]") {
   const auto& L = c.model.layers;
   REQUIRE(L.size() == 9);
   CHECK(L[0].name == "conv");
-  CHECK(L[0].filters == 8);
-  CHECK((L[0].kernel_size[0] == 3 && L[0].kernel_size[1] == 5));
-  CHECK((L[0].strides[0] == 2 && L[0].strides[1] == 1));
-  CHECK(L[0].padding == "same");
-  CHECK(L[0].activation == "tanh");
-  CHECK_FALSE(L[0].use_bias);
-  CHECK(L[1].momentum == Approx(0.9));
-  CHECK(L[1].epsilon == Approx(1e-5));
-  CHECK_FALSE(L[1].center);
-  CHECK_FALSE(L[1].scale);
-  CHECK(L[2].activation == "sigmoid");
-  CHECK((L[3].pool_size[0] == 3 && L[3].pool_size[1] == 3));
-  CHECK((L[3].strides[0] == 1 && L[3].strides[1] == 1));
-  CHECK(L[3].padding == "same");
-  CHECK((L[4].strides[0] == 2 && L[4].strides[1] == 2));  // null = pool_size
-  CHECK(L[7].rate == Approx(0.5));
-  CHECK(L[8].activation == "softmax");
-  CHECK_FALSE(L[8].use_bias);
-  CHECK(c.loss.type == "categorical_crossentropy");
+  CHECK(opt<nn::Conv2DOptions>(L[0]).filters == 8);
+  CHECK((opt<nn::Conv2DOptions>(L[0]).kernel_size[0] == 3 && opt<nn::Conv2DOptions>(L[0]).kernel_size[1] == 5));
+  CHECK((opt<nn::Conv2DOptions>(L[0]).strides[0] == 2 && opt<nn::Conv2DOptions>(L[0]).strides[1] == 1));
+  CHECK(opt<nn::Conv2DOptions>(L[0]).same_padding);
+  CHECK(act(opt<nn::Conv2DOptions>(L[0]).activation) == "tanh");
+  CHECK_FALSE(opt<nn::Conv2DOptions>(L[0]).use_bias);
+  CHECK(opt<nn::BatchNormalizationOptions>(L[1]).momentum == Approx(0.9));
+  CHECK(opt<nn::BatchNormalizationOptions>(L[1]).epsilon == Approx(1e-5));
+  CHECK_FALSE(opt<nn::BatchNormalizationOptions>(L[1]).center);
+  CHECK_FALSE(opt<nn::BatchNormalizationOptions>(L[1]).scale);
+  CHECK(act(opt<nn::ActivationOptions>(L[2]).activation) == "sigmoid");
+  CHECK((opt<nn::Pool2DOptions>(L[3]).pool_size[0] == 3 && opt<nn::Pool2DOptions>(L[3]).pool_size[1] == 3));
+  CHECK((opt<nn::Pool2DOptions>(L[3]).strides[0] == 1 && opt<nn::Pool2DOptions>(L[3]).strides[1] == 1));
+  CHECK(opt<nn::Pool2DOptions>(L[3]).same_padding);
+  CHECK((opt<nn::Pool2DOptions>(L[4]).strides[0] == 2 && opt<nn::Pool2DOptions>(L[4]).strides[1] == 2));  // null = pool_size
+  CHECK(opt<nn::DropoutOptions>(L[7]).rate == Approx(0.5));
+  CHECK(act(opt<nn::DenseOptions>(L[8]).activation) == "softmax");
+  CHECK_FALSE(opt<nn::DenseOptions>(L[8]).use_bias);
+  CHECK(c.loss.type->name == "categorical_crossentropy");
   CHECK(c.loss.from_logits);
   const OptimizerSpec& o = c.optimizer;
-  CHECK(o.type == "adamw");
+  CHECK(o.type->name == "adamw");
   CHECK(o.beta_1 == Approx(0.8));
   CHECK(o.beta_2 == Approx(0.99));
   CHECK(o.epsilon == Approx(1e-8));
   CHECK(o.weight_decay == Approx(0.01));
-  CHECK(o.learning_rate.type == "cosine");
+  CHECK(o.learning_rate.type->name == "cosine");
   CHECK(o.learning_rate.initial_learning_rate == Approx(0.1));
   CHECK(o.learning_rate.decay_steps == 1000);
   CHECK(o.learning_rate.alpha == Approx(0.05));
   CHECK(o.learning_rate.warmup_steps == 50);
-  CHECK(c.data.train.format == "cifar10");
+  CHECK(c.data.train.format->name == "cifar10");
   CHECK(c.data.train.files == std::vector<std::string>{"a.bin", "b.bin"});
   CHECK(c.data.train.rescale == Approx(0.5));
   CHECK(c.data.train.take == 100);
@@ -150,11 +170,11 @@ TEST_CASE("an sgd optimizer with a step schedule is read", "[config]") {
       "learning_rate": {"type": "step", "initial_learning_rate": 0.5, "decay_steps": 10,
                         "decay_rate": 0.5}})");
   const OptimizerSpec o = parse(job).optimizer;
-  CHECK(o.type == "sgd");
+  CHECK(o.type->name == "sgd");
   CHECK(o.momentum == Approx(0.9));
   CHECK(o.nesterov);
   CHECK(o.learning_rate.path == "optimizer.learning_rate");
-  CHECK(o.learning_rate.type == "step");
+  CHECK(o.learning_rate.type->name == "step");
   CHECK(o.learning_rate.initial_learning_rate == Approx(0.5));
   CHECK(o.learning_rate.decay_steps == 10);
   CHECK(o.learning_rate.decay_rate == Approx(0.5));
@@ -164,15 +184,15 @@ TEST_CASE("an sgd optimizer with a step schedule is read", "[config]") {
 TEST_CASE("absent keys take their defaults", "[config]") {
   const JobConfig c = parse(minimal_job());
   CHECK(c.source == "job.json");
-  CHECK(c.strategy.type == "one_device");
+  CHECK(strategy::entry_of(c.strategy).name == "one_device");
   const LayerSpec& dense = c.model.layers.at(0);
   CHECK(dense.name.empty());
-  CHECK(dense.activation == "linear");
-  CHECK(dense.use_bias);
-  CHECK(c.loss.type == "mse");
+  CHECK(act(opt<nn::DenseOptions>(dense).activation) == "linear");
+  CHECK(opt<nn::DenseOptions>(dense).use_bias);
+  CHECK(c.loss.type->name == "mse");
   CHECK_FALSE(c.loss.from_logits);
-  CHECK(c.optimizer.type == "sgd");
-  CHECK(c.optimizer.learning_rate.type == "constant");
+  CHECK(c.optimizer.type->name == "sgd");
+  CHECK(c.optimizer.learning_rate.type->name == "constant");
   CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.01));
   CHECK(c.optimizer.momentum == 0.0);
   CHECK_FALSE(c.optimizer.nesterov);
@@ -202,16 +222,16 @@ TEST_CASE("layer defaults of Conv2D and pooling and BatchNormalization", "[confi
     {"type": "AveragePooling2D"},
     {"type": "BatchNormalization"}])");
   const auto L = parse(job).model.layers;
-  CHECK((L[0].strides[0] == 1 && L[0].strides[1] == 1));
-  CHECK(L[0].padding == "valid");
-  CHECK(L[0].use_bias);
-  CHECK((L[1].strides[0] == 3 && L[1].strides[1] == 3));  // strides default to pool_size
-  CHECK((L[2].pool_size[0] == 2 && L[2].pool_size[1] == 2));
-  CHECK((L[2].strides[0] == 2 && L[2].strides[1] == 2));
-  CHECK(L[3].momentum == Approx(0.99));
-  CHECK(L[3].epsilon == Approx(1e-3));
-  CHECK(L[3].center);
-  CHECK(L[3].scale);
+  CHECK((opt<nn::Conv2DOptions>(L[0]).strides[0] == 1 && opt<nn::Conv2DOptions>(L[0]).strides[1] == 1));
+  CHECK_FALSE(opt<nn::Conv2DOptions>(L[0]).same_padding);
+  CHECK(opt<nn::Conv2DOptions>(L[0]).use_bias);
+  CHECK((opt<nn::Pool2DOptions>(L[1]).strides[0] == 3 && opt<nn::Pool2DOptions>(L[1]).strides[1] == 3));  // strides default to pool_size
+  CHECK((opt<nn::Pool2DOptions>(L[2]).pool_size[0] == 2 && opt<nn::Pool2DOptions>(L[2]).pool_size[1] == 2));
+  CHECK((opt<nn::Pool2DOptions>(L[2]).strides[0] == 2 && opt<nn::Pool2DOptions>(L[2]).strides[1] == 2));
+  CHECK(opt<nn::BatchNormalizationOptions>(L[3]).momentum == Approx(0.99));
+  CHECK(opt<nn::BatchNormalizationOptions>(L[3]).epsilon == Approx(1e-3));
+  CHECK(opt<nn::BatchNormalizationOptions>(L[3]).center);
+  CHECK(opt<nn::BatchNormalizationOptions>(L[3]).scale);
 }
 
 TEST_CASE("idx sources keep relative paths and default rescale", "[config]") {
@@ -228,14 +248,14 @@ TEST_CASE("loss and optimizer accept their string forms", "[config]") {
   job["loss"] = "sparse_categorical_crossentropy";
   job["optimizer"] = "adam";
   JobConfig c = parse(job);
-  CHECK(c.loss.type == "sparse_categorical_crossentropy");
+  CHECK(c.loss.type->name == "sparse_categorical_crossentropy");
   CHECK_FALSE(c.loss.from_logits);
-  CHECK(c.optimizer.type == "adam");
+  CHECK(c.optimizer.type->name == "adam");
   CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
   CHECK(c.optimizer.beta_1 == Approx(0.9));
   job["optimizer"] = "adamw";
   c = parse(job);
-  CHECK(c.optimizer.type == "adamw");
+  CHECK(c.optimizer.type->name == "adamw");
   CHECK(c.optimizer.learning_rate.initial_learning_rate == Approx(0.001));
   CHECK(c.optimizer.weight_decay == Approx(0.004));
 }
@@ -251,7 +271,7 @@ TEST_CASE("an object optimizer without learning_rate gets the type's default", "
 TEST_CASE("activation null means linear", "[config]") {
   json job = minimal_job();
   job["model"]["layers"][0]["activation"] = nullptr;
-  CHECK(parse(job).model.layers[0].activation == "linear");
+  CHECK(act(opt<nn::DenseOptions>(parse(job).model.layers[0]).activation) == "linear");
 }
 
 TEST_CASE("data.test null means no test set", "[config]") {
@@ -292,15 +312,16 @@ TEST_CASE("the ResNet benchmark config nests its blocks' layers with their JSON 
   const JobConfig c = load_job_config(kConfigs + "bench_resnet_32.json");
   REQUIRE(c.model.layers.size() == 11);
   const LayerSpec& down = c.model.layers[5];
-  CHECK(down.type == "Residual");
-  CHECK(down.activation == "relu");
-  REQUIRE(down.layers.size() == 5);
-  CHECK(down.layers[0].path == "model.layers[5].layers[0]");
-  CHECK(down.layers[0].strides[0] == 2);
-  REQUIRE(down.shortcut.size() == 2);
-  CHECK(down.shortcut[0].path == "model.layers[5].shortcut[0]");
-  CHECK(down.shortcut[0].kernel_size[0] == 1);
-  CHECK(c.model.layers[3].shortcut.empty());  // the identity
+  CHECK(down.type_name() == "Residual");
+  CHECK(act(opt<nn::ResidualOptions>(down).activation) == "relu");
+  const auto& block = opt<nn::ResidualOptions>(down);
+  REQUIRE(block.layers.size() == 5);
+  CHECK(block.layers[0].path == "model.layers[5].layers[0]");
+  CHECK(opt<nn::Conv2DOptions>(block.layers[0]).strides[0] == 2);
+  REQUIRE(block.shortcut.size() == 2);
+  CHECK(block.shortcut[0].path == "model.layers[5].shortcut[0]");
+  CHECK(opt<nn::Conv2DOptions>(block.shortcut[0]).kernel_size[0] == 1);
+  CHECK(opt<nn::ResidualOptions>(c.model.layers[3]).shortcut.empty());  // the identity
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "config/job_config.h"
+#include "data/dataset.h"
 #include "support/temp_dir.h"
 
 namespace dtrain::data::testing {
@@ -75,7 +75,7 @@ inline uint8_t pattern(uint32_t i, uint32_t j) { return static_cast<uint8_t>((i 
 struct SmallIdx {
   uint32_t n = 0, h = 0, w = 0;
   Bytes pixels, labels;
-  config::DataSourceSpec spec;
+  data::DataSourceSpec spec;
 };
 
 inline SmallIdx write_small_idx(const TempDir& dir, uint32_t n, uint32_t h, uint32_t w, bool gz,
@@ -91,7 +91,7 @@ inline SmallIdx write_small_idx(const TempDir& dir, uint32_t n, uint32_t h, uint
   auto write = gz ? write_gz : write_plain;
   const std::string ext = gz ? ".gz" : "";
   s.spec.path = "data.train";
-  s.spec.format = "idx";
+  s.spec.format = &data::data_format("idx");
   s.spec.images = write(dir.file(stem + "-images-idx3-ubyte" + ext), idx_images(n, h, w, s.pixels));
   s.spec.labels = write(dir.file(stem + "-labels-idx1-ubyte" + ext), idx_labels(n, s.labels));
   return s;

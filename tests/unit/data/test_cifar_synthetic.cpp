@@ -31,10 +31,10 @@ Bytes cifar_records(int first, int count) {
   return out;
 }
 
-config::DataSourceSpec synthetic_spec(uint64_t seed, int64_t count = 200) {
-  config::DataSourceSpec spec;
+data::DataSourceSpec synthetic_spec(uint64_t seed, int64_t count = 200) {
+  data::DataSourceSpec spec;
   spec.path = "data.train";
-  spec.format = "synthetic";
+  spec.format = &data::data_format("synthetic");
   spec.shape = {4, 4, 2};
   spec.classes = 5;
   spec.count = count;
@@ -46,9 +46,9 @@ config::DataSourceSpec synthetic_spec(uint64_t seed, int64_t count = 200) {
 
 TEST_CASE("cifar10: records become HWC bytes and files are concatenated in order") {
   TempDir dir;
-  config::DataSourceSpec spec;
+  data::DataSourceSpec spec;
   spec.path = "data.train";
-  spec.format = "cifar10";
+  spec.format = &data::data_format("cifar10");
   spec.files = {write_plain(dir.file("data_batch_1.bin"), cifar_records(0, 3)),
                 write_plain(dir.file("data_batch_2.bin"), cifar_records(3, 2))};
   const Dataset ds = load_dataset(spec);
@@ -76,9 +76,9 @@ TEST_CASE("cifar10: records become HWC bytes and files are concatenated in order
 
 TEST_CASE("cifar10: a gzip file reads like the plain one") {
   TempDir dir;
-  config::DataSourceSpec spec;
+  data::DataSourceSpec spec;
   spec.path = "data.train";
-  spec.format = "cifar10";
+  spec.format = &data::data_format("cifar10");
   spec.files = {write_plain(dir.file("a.bin"), cifar_records(0, 4))};
   const Dataset plain = load_dataset(spec);
   spec.files = {write_gz(dir.file("a.bin.gz"), cifar_records(0, 4))};
@@ -90,9 +90,9 @@ TEST_CASE("cifar10: a gzip file reads like the plain one") {
 
 TEST_CASE("cifar10: a size that is not a multiple of 3073 bytes is an IoError") {
   TempDir dir;
-  config::DataSourceSpec spec;
+  data::DataSourceSpec spec;
   spec.path = "data.train";
-  spec.format = "cifar10";
+  spec.format = &data::data_format("cifar10");
   Bytes bytes = cifar_records(0, 2);
   bytes.pop_back();
   spec.files = {write_plain(dir.file("ok.bin"), cifar_records(0, 1)),
@@ -110,9 +110,9 @@ TEST_CASE("cifar10: a size that is not a multiple of 3073 bytes is an IoError") 
 
 TEST_CASE("cifar10: a label above 9 or a missing file is an IoError") {
   TempDir dir;
-  config::DataSourceSpec spec;
+  data::DataSourceSpec spec;
   spec.path = "data.test";
-  spec.format = "cifar10";
+  spec.format = &data::data_format("cifar10");
   Bytes bytes = cifar_records(0, 2);
   bytes[3073] = 42;
   spec.files = {write_plain(dir.file("bad.bin"), bytes)};
@@ -156,7 +156,7 @@ TEST_CASE("synthetic: labels are in range, every class occurs, and seeds differ"
   CHECK(a.labels != b.labels);
   CHECK(a.values != b.values);
   // take keeps a prefix of the same stream.
-  config::DataSourceSpec spec = synthetic_spec(1);
+  data::DataSourceSpec spec = synthetic_spec(1);
   spec.take = 10;
   const Dataset c = load_dataset(spec);
   CHECK(c.count == 10);
@@ -194,7 +194,7 @@ TEST_CASE("synthetic: a nearest-class-mean classifier learns it") {
 }
 
 TEST_CASE("synthetic: a spec without shape or count is a ConfigError naming the field") {
-  config::DataSourceSpec spec = synthetic_spec(1);
+  data::DataSourceSpec spec = synthetic_spec(1);
   spec.shape.clear();
   CHECK_THROWS_WITH(load_dataset(spec), Contains("data.train.shape"));
   spec = synthetic_spec(1);

@@ -162,7 +162,7 @@ TEST_CASE("idx: a bad magic number says what was expected") {
 
   // Files swapped in the config.
   write_plain(s.spec.labels, good_labels);
-  config::DataSourceSpec swapped = s.spec;
+  data::DataSourceSpec swapped = s.spec;
   std::swap(swapped.images, swapped.labels);
   what = error_of<IoError>([&] { load_dataset(swapped); });
   CHECK_THAT(what, Contains("swapped"));
@@ -200,13 +200,13 @@ TEST_CASE("idx: a missing file is an IoError with the path and a fix") {
   CHECK_THROWS_AS(load_dataset(s.spec), ConfigError);
 }
 
-TEST_CASE("dataset: an unknown format is a ConfigError that suggests the right one") {
-  config::DataSourceSpec spec;
-  spec.path = "data.test";
-  spec.format = "idy";
-  const std::string what = error_of<ConfigError>([&] { load_dataset(spec); });
-  CHECK_THAT(what, Contains("data.test.format: unknown format 'idy'"));
+TEST_CASE("dataset: an unknown format is a ConfigError that suggests the right one, a missing one too") {
+  const std::string what = error_of<ConfigError>([&] { data::data_format("idy"); });
+  CHECK_THAT(what, Contains("unknown data format 'idy'"));
   CHECK_THAT(what, Contains("did you mean 'idx'"));
+  data::DataSourceSpec spec;
+  spec.path = "data.test";
+  CHECK_THAT(error_of<ConfigError>([&] { load_dataset(spec); }), Contains("data.test.format: missing"));
   CHECK_THROWS_AS(probe_dataset(spec), ConfigError);
 }
 
@@ -224,9 +224,9 @@ TEST_CASE("idx: probe_dataset matches load_dataset, plain and gzip") {
 TEST_CASE("idx: the real Fashion-MNIST loads with 60000 + 10000 samples of ten classes") {
   const std::string root = "/usr/share/datasets/fashion-mnist/";
   for (const std::string set : {"train", "t10k"}) {
-    config::DataSourceSpec spec;
+    data::DataSourceSpec spec;
     spec.path = "data." + set;
-    spec.format = "idx";
+    spec.format = &data::data_format("idx");
     spec.images = root + set + "-images-idx3-ubyte.gz";
     spec.labels = root + set + "-labels-idx1-ubyte.gz";
     INFO("Fashion-MNIST must be installed at " << root << " (run scripts/install-deps.sh)");

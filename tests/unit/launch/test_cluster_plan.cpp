@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "config/job_config.h"
+#include "job/job_config.h"
 #include "core/error.h"
 #include "launch/cluster_plan.h"
 
@@ -21,13 +21,13 @@ using Catch::Matchers::Contains;
 namespace {
 
 // A valid job; `extra` is spliced into the top-level object (e.g. a cluster).
-config::FileCluster job(const std::string& extra = "") {
+config::FileCluster file_cluster_of(const std::string& extra = "") {
   const std::string text =
       R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 2}]},
           "loss": "sparse_categorical_crossentropy", "optimizer": "sgd", "train": {"epochs": 1},
           "data": {"train": {"format": "synthetic", "shape": [4], "count": 8, "classes": 2}})" +
       (extra.empty() ? "" : ", " + extra) + "}";
-  return config::parse_job_config(text, "job.json").file_cluster();
+  return job::parse_job_config(text, "job.json").file_cluster();
 }
 
 int port_of(const std::string& address) {
@@ -74,7 +74,7 @@ TEST_CASE("launching with --workers builds a localhost cluster on free ports", "
   r.ps = 1;
   r.chief = true;
   r.evaluator = true;
-  const ClusterPlan plan = plan_cluster(job(), r, nullptr);
+  const ClusterPlan plan = plan_cluster(file_cluster_of(), r, nullptr);
   CHECK(plan.source == "--workers");
   REQUIRE(plan.tasks.size() == 5);
   const std::vector<std::string> order = {"chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0"};
@@ -92,11 +92,11 @@ TEST_CASE("launching with --workers builds a localhost cluster on free ports", "
 TEST_CASE("a requested cluster needs a chief or a worker and no cluster in the file", "[unit]") {
   ClusterRequest ps_only;
   ps_only.ps = 1;
-  CHECK_THROWS_AS(plan_cluster(job(), ps_only, nullptr), ConfigError);
+  CHECK_THROWS_AS(plan_cluster(file_cluster_of(), ps_only, nullptr), ConfigError);
   ClusterRequest r;
   r.workers = 2;
   CHECK_THROWS_WITH(
-      plan_cluster(job(R"("cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]})"), r, nullptr),
+      plan_cluster(file_cluster_of(R"("cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]})"), r, nullptr),
       Contains("job.json has a cluster") && Contains("worker:0, worker:1"));
 }
 
@@ -108,41 +108,41 @@ TEST_CASE("the cluster comes from the job file or TF_CONFIG", "[unit]") {
   const std::string cluster = R"({"worker": [")" + a0 + R"(", ")" + a1 + R"("]})";
 
   SECTION("the job file") {
-    const ClusterPlan plan = plan_cluster(job(R"("cluster": )" + cluster), {}, nullptr);
+    const ClusterPlan plan = plan_cluster(file_cluster_of(R"("cluster": )" + cluster), {}, nullptr);
     CHECK(plan.source == "job.json");
     REQUIRE(plan.tasks.size() == 2);
     CHECK(plan.tasks[1].port.address == a1);
   }
   SECTION("TF_CONFIG without a task") {
     const std::string tf = R"({"cluster": )" + cluster + "}";
-    const ClusterPlan plan = plan_cluster(job(), {}, tf.c_str());
+    const ClusterPlan plan = plan_cluster(file_cluster_of(), {}, tf.c_str());
     CHECK(plan.source == "TF_CONFIG");
     CHECK(plan.tasks.size() == 2);
   }
   SECTION("TF_CONFIG with a task, and with only a chief") {
     const std::string tf =
         R"({"cluster": )" + cluster + R"(, "task": {"type": "worker", "index": 1}})";
-    CHECK(plan_cluster(job(), {}, tf.c_str()).tasks.size() == 2);
+    CHECK(plan_cluster(file_cluster_of(), {}, tf.c_str()).tasks.size() == 2);
     const std::string chief_only = R"({"cluster": {"chief": [")" + a0 + R"("]}})";
-    CHECK(plan_cluster(job(), {}, chief_only.c_str()).tasks.size() == 1);
+    CHECK(plan_cluster(file_cluster_of(), {}, chief_only.c_str()).tasks.size() == 1);
   }
   SECTION("TF_CONFIG's own errors come through") {
-    CHECK_THROWS_WITH(plan_cluster(job(), {}, R"({"cluster": {"workers": ["127.0.0.1:1"]}})"),
+    CHECK_THROWS_WITH(plan_cluster(file_cluster_of(), {}, R"({"cluster": {"workers": ["127.0.0.1:1"]}})"),
                       Contains("did you mean 'worker'"));
   }
 }
 
 TEST_CASE("no cluster at all asks for --workers", "[unit]") {
-  CHECK_THROWS_WITH(plan_cluster(job(), {}, nullptr), Contains("--workers N"));
-  CHECK_THROWS_WITH(plan_cluster(job(), {}, "  "), Contains("--workers N"));
+  CHECK_THROWS_WITH(plan_cluster(file_cluster_of(), {}, nullptr), Contains("--workers N"));
+  CHECK_THROWS_WITH(plan_cluster(file_cluster_of(), {}, "  "), Contains("--workers N"));
 }
 
 TEST_CASE("an address that is not local is refused before any port is bound", "[unit]") {
   CHECK_THROWS_WITH(
-      plan_cluster(job(R"("cluster": {"worker": ["127.0.0.1:2222", "10.1.2.3:2222"]})"), {},
+      plan_cluster(file_cluster_of(R"("cluster": {"worker": ["127.0.0.1:2222", "10.1.2.3:2222"]})"), {},
                    nullptr),
       Contains("worker:1") && Contains("'10.1.2.3:2222'") && Contains("not local"));
-  CHECK_THROWS_WITH(plan_cluster(job(R"("cluster": {"chief": ["host1:2222"]})"), {}, nullptr),
+  CHECK_THROWS_WITH(plan_cluster(file_cluster_of(R"("cluster": {"chief": ["host1:2222"]})"), {}, nullptr),
                     Contains("'host1:2222'"));
 }
 
@@ -153,7 +153,7 @@ TEST_CASE("a port in use names the address and the task", "[unit]") {
   free_probe.socket.reset();
   const std::string text =
       R"("cluster": {"worker": [")" + free_address + R"(", ")" + taken.address + R"("]})";
-  CHECK_THROWS_WITH(plan_cluster(job(text), {}, nullptr),
+  CHECK_THROWS_WITH(plan_cluster(file_cluster_of(text), {}, nullptr),
                     Contains("worker:1") && Contains(taken.address) && Contains("in use"));
 }
 
@@ -199,7 +199,7 @@ TEST_CASE("each task's TF_CONFIG is TensorFlow's format", "[unit]") {
   CHECK(j["task"]["index"] == 1);
   // And lib/config reads it back as this task of that cluster.
   const config::ClusterConfig c =
-      config::resolve_cluster(job(), tf_config_json(spec, {"worker", 1}).c_str(), "");
+      config::resolve_cluster(file_cluster_of(), tf_config_json(spec, {"worker", 1}).c_str(), "");
   CHECK(c.task.str() == "worker:1");
   CHECK(c.spec.count("worker") == 2);
 }

@@ -4,45 +4,77 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "nn/layer_registry.h"
+#include "nn/layers.h"
 #include "nn/losses.h"
 #include "nn/sequential.h"
 
 using namespace dtrain;
-using config::LayerSpec;
+using nn::LayerSpec;
 
 namespace {
 
+// Specs built in code, as the parser would leave them (the parser's own checks are
+// tested in tests/unit/config): each type's options struct with its defaults.
+std::shared_ptr<nn::LayerOptions> default_options(const std::string& type) {
+  if (type == "Dense") return std::make_shared<nn::DenseOptions>();
+  if (type == "Conv2D") return std::make_shared<nn::Conv2DOptions>();
+  if (type == "MaxPooling2D" || type == "AveragePooling2D") return std::make_shared<nn::Pool2DOptions>();
+  if (type == "Dropout") return std::make_shared<nn::DropoutOptions>();
+  if (type == "BatchNormalization") return std::make_shared<nn::BatchNormalizationOptions>();
+  if (type == "Activation") return std::make_shared<nn::ActivationOptions>();
+  if (type == "Residual") return std::make_shared<nn::ResidualOptions>();
+  return std::make_shared<nn::LayerOptions>();
+}
+
 LayerSpec layer(const std::string& type, int index) {
   LayerSpec s;
-  s.type = type;
+  s.type = nn::find_layer_type(type);
+  REQUIRE(s.type != nullptr);
   s.path = "model.layers[" + std::to_string(index) + "]";
+  s.options = default_options(type);
   return s;
+}
+
+// The options of a spec made by layer() (a non-const object), to set them.
+template <class T>
+T& edit(LayerSpec& s) {
+  return const_cast<T&>(s.options_as<T>());
+}
+
+kernels::Activation act_of(const std::string& name) {
+  for (auto a : {kernels::Activation::kLinear, kernels::Activation::kRelu, kernels::Activation::kSigmoid,
+                 kernels::Activation::kTanh, kernels::Activation::kSoftmax})
+    if (nn::activation_name(a) == name) return a;
+  FAIL("no activation " << name);
+  return kernels::Activation::kLinear;
 }
 
 LayerSpec dense(int units, int index, const std::string& act = "linear") {
   LayerSpec s = layer("Dense", index);
-  s.units = units;
-  s.activation = act;
+  edit<nn::DenseOptions>(s).units = units;
+  edit<nn::DenseOptions>(s).activation = act_of(act);
   return s;
 }
 
 LayerSpec conv(int filters, int k, int index, const std::string& padding = "valid", int stride = 1) {
   LayerSpec s = layer("Conv2D", index);
-  s.filters = filters;
-  s.kernel_size[0] = s.kernel_size[1] = k;
-  s.strides[0] = s.strides[1] = stride;
-  s.padding = padding;
+  auto& o = edit<nn::Conv2DOptions>(s);
+  o.filters = filters;
+  o.kernel_size[0] = o.kernel_size[1] = k;
+  o.strides[0] = o.strides[1] = stride;
+  o.same_padding = padding == "same";
   return s;
 }
 
-config::ModelSpec model_spec(Shape input, std::vector<LayerSpec> layers) {
-  config::ModelSpec m;
+nn::ModelSpec model_spec(Shape input, std::vector<LayerSpec> layers) {
+  nn::ModelSpec m;
   m.input_shape = input;
   m.layers = std::move(layers);
   return m;
 }
 
-std::string config_error(const config::ModelSpec& spec) {
+std::string config_error(const nn::ModelSpec& spec) {
   try {
     nn::Sequential model(spec, 1);
   } catch (const ConfigError& e) {
@@ -62,9 +94,9 @@ Tensor random_tensor(Shape shape, uint64_t seed) {
 
 TEST_CASE("the CNN from the README builds with Keras' shapes, names and parameter counts") {
   LayerSpec pool = layer("MaxPooling2D", 1);
-  pool.strides[0] = pool.strides[1] = 2;
+  edit<nn::Pool2DOptions>(pool).strides[0] = edit<nn::Pool2DOptions>(pool).strides[1] = 2;
   LayerSpec drop = layer("Dropout", 4);
-  drop.rate = 0.25;
+  edit<nn::DropoutOptions>(drop).rate = 0.25;
   const auto spec = model_spec({28, 28, 1}, {conv(32, 3, 0, "valid"), pool, layer("Flatten", 2),
                                              dense(64, 3, "relu"), drop, dense(10, 5)});
   nn::Sequential model(spec, 1);
@@ -123,9 +155,9 @@ TEST_CASE("inputs of the right size are viewed in the model's input shape") {
 }
 
 // Finite differences through a whole model: loss(params + e) - loss(params - e).
-void check_gradients(const config::ModelSpec& spec, const Shape& input, double tolerance) {
+void check_gradients(const nn::ModelSpec& spec, const Shape& input, double tolerance) {
   nn::Sequential model(spec, 3);
-  config::LossSpec ls;
+  nn::LossSpec ls;
   ls.from_logits = true;
   auto loss = nn::make_loss(ls);
   const int64_t n = input[0];
@@ -175,13 +207,14 @@ TEST_CASE("gradients of a dense model with every activation match finite differe
 TEST_CASE("gradients through conv, pooling, batch norm, dropout and activation layers") {
   LayerSpec bn = layer("BatchNormalization", 2);
   LayerSpec act = layer("Activation", 3);
-  act.activation = "tanh";
+  edit<nn::ActivationOptions>(act).activation = act_of("tanh");
   LayerSpec avg = layer("AveragePooling2D", 5);
-  avg.pool_size[0] = avg.pool_size[1] = 2;
-  avg.strides[0] = avg.strides[1] = 1;
-  avg.padding = "same";
+  auto& avg_options = edit<nn::Pool2DOptions>(avg);
+  avg_options.pool_size[0] = avg_options.pool_size[1] = 2;
+  avg_options.strides[0] = avg_options.strides[1] = 1;
+  avg_options.same_padding = true;
   LayerSpec drop = layer("Dropout", 6);
-  drop.rate = 0.3;
+  edit<nn::DropoutOptions>(drop).rate = 0.3;
   check_gradients(model_spec({9, 9, 2}, {conv(4, 3, 0, "same"), bn, act, conv(3, 2, 4, "valid", 1), avg,
                                          drop, layer("GlobalAveragePooling2D", 7), dense(3, 8)}),
                   {4, 9, 9, 2}, 2e-3);
@@ -189,7 +222,7 @@ TEST_CASE("gradients through conv, pooling, batch norm, dropout and activation l
 
 TEST_CASE("batch normalization updates moving statistics in training and uses them in inference") {
   LayerSpec bn = layer("BatchNormalization", 0);
-  bn.momentum = 0.5;
+  edit<nn::BatchNormalizationOptions>(bn).momentum = 0.5;
   nn::Sequential model(model_spec({3}, {bn}), 1);
   Tensor x({4, 3});
   for (int i = 0; i < 12; ++i) x.data()[i] = static_cast<float>(i);  // column means 4.5, 5.5, 6.5
@@ -207,23 +240,23 @@ namespace {
 LayerSpec residual(int index, std::vector<LayerSpec> layers, std::vector<LayerSpec> shortcut,
                    const std::string& act) {
   LayerSpec s = layer("Residual", index);
-  s.layers = std::move(layers);
-  s.shortcut = std::move(shortcut);
-  s.activation = act;
+  edit<nn::ResidualOptions>(s).layers = std::move(layers);
+  edit<nn::ResidualOptions>(s).shortcut = std::move(shortcut);
+  edit<nn::ResidualOptions>(s).activation = act_of(act);
   return s;
 }
 
 LayerSpec activation(const std::string& act, int index) {
   LayerSpec s = layer("Activation", index);
-  s.activation = act;
+  edit<nn::ActivationOptions>(s).activation = act_of(act);
   return s;
 }
 
 // conv -> identity block (conv, bn, tanh, conv) -> downsampling block whose
 // shortcut is a strided 1x1 conv and batch norm -> pooling -> dense.
-config::ModelSpec small_resnet(const std::string& block_activation, double dropout_rate) {
+nn::ModelSpec small_resnet(const std::string& block_activation, double dropout_rate) {
   LayerSpec drop = layer("Dropout", 2);
-  drop.rate = dropout_rate;
+  edit<nn::DropoutOptions>(drop).rate = dropout_rate;
   const LayerSpec identity_block =
       residual(1, {conv(4, 3, 0, "same"), layer("BatchNormalization", 1), activation("tanh", 2), drop,
                    conv(4, 3, 3, "same")},

@@ -16,8 +16,8 @@ Tensor row(std::vector<float> v) {
 }
 
 std::unique_ptr<nn::Loss> loss(const std::string& type, bool from_logits) {
-  config::LossSpec s;
-  s.type = type;
+  nn::LossSpec s;
+  s.type = &nn::loss_type(type);
   s.from_logits = from_logits;
   return nn::make_loss(s);
 }

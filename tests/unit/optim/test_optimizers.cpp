@@ -18,9 +18,9 @@ nn::Param param(float w, float g) {
   return p;
 }
 
-config::OptimizerSpec spec(const std::string& type, double lr) {
-  config::OptimizerSpec s;
-  s.type = type;
+optim::OptimizerSpec spec(const std::string& type, double lr) {
+  optim::OptimizerSpec s;
+  s.type = &optim::optimizer_type(type);
   s.learning_rate.initial_learning_rate = lr;
   return s;
 }
@@ -71,16 +71,16 @@ TEST_CASE("adamw also decays the weight by lr * weight_decay") {
 }
 
 TEST_CASE("learning-rate schedules: constant, step, cosine and warmup") {
-  config::LearningRateSpec lr;
+  optim::LearningRateSpec lr;
   lr.initial_learning_rate = 0.1;
   CHECK(optim::learning_rate_at(lr, 1000) == Approx(0.1));
-  lr.type = "step";
+  lr.type = &optim::schedule_type("step");
   lr.decay_steps = 10;
   lr.decay_rate = 0.5;
   CHECK(optim::learning_rate_at(lr, 9) == Approx(0.1));
   CHECK(optim::learning_rate_at(lr, 10) == Approx(0.05));
   CHECK(optim::learning_rate_at(lr, 25) == Approx(0.025));
-  lr.type = "cosine";
+  lr.type = &optim::schedule_type("cosine");
   lr.decay_steps = 100;
   lr.alpha = 0.1;
   CHECK(optim::learning_rate_at(lr, 0) == Approx(0.1));
@@ -94,22 +94,13 @@ TEST_CASE("learning-rate schedules: constant, step, cosine and warmup") {
 
 namespace {
 
-config::ModelSpec small_model() {
-  config::ModelSpec m;
-  m.input_shape = {5};
-  config::LayerSpec d1;
-  d1.path = "model.layers[0]";
-  d1.type = "Dense";
-  d1.units = 7;
-  d1.activation = "relu";
-  config::LayerSpec bn;
-  bn.path = "model.layers[1]";
-  bn.type = "BatchNormalization";
-  config::LayerSpec d2 = d1;
-  d2.path = "model.layers[2]";
-  d2.units = 3;
-  m.layers = {d1, bn, d2};
-  return m;
+nn::ModelSpec small_model() {
+  const config::Document doc(R"({"input_shape": [5], "layers": [
+      {"type": "Dense", "units": 7, "activation": "relu"},
+      {"type": "BatchNormalization"},
+      {"type": "Dense", "units": 3, "activation": "relu"}]})",
+                             "model");
+  return nn::read_model_spec(doc.root());
 }
 
 // The same pseudo-random gradient for step `step` in every model.

@@ -1,17 +1,22 @@
-// DataSpec and DataSourceSpec: the typed `data` section of a job, what lib/data
-// reads. Parsed and checked by job_config.cpp; `path` names each source in errors.
+// DataSpec and DataSourceSpec: the typed `data` section of a job, read through the
+// data-format registry (dataset.h's DataFormat: one entry per reader, in the
+// reader's own file, listed in formats.inc). `path` names each source in errors.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace dtrain::config {
+#include "config/section.h"
+
+namespace dtrain::data {
+
+struct DataFormat;  // dataset.h
 
 // One data source (data.train or data.test).
 struct DataSourceSpec {
-  std::string path;               // "data.train"
-  std::string format;             // idx | cifar10 | synthetic
+  std::string path;                   // "data.train"
+  const DataFormat* format = nullptr; // idx | cifar10 | synthetic (dataset.h's registry)
   std::string images;             // idx: images file (.gz or plain)
   std::string labels;             // idx: labels file
   std::vector<std::string> files; // cifar10: binary batch files
@@ -23,6 +28,9 @@ struct DataSourceSpec {
   int64_t take = 0;               // use only the first N samples (0 = all)
 };
 
+// data.shard_policy, TF's AutoShardPolicy: how the training tasks split the data.
+enum class ShardPolicy { kAuto, kData, kFile, kOff };
+
 struct DataSpec {
   std::string path = "data";
   DataSourceSpec train;
@@ -32,7 +40,12 @@ struct DataSpec {
   int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
   bool drop_remainder = false;     // drop the last, smaller training batch
   bool cache = true;               // keep decoded float samples in memory after the first epoch
-  std::string shard_policy = "auto";  // auto | data | file | off (TF's AutoShardPolicy)
+  ShardPolicy shard_policy = ShardPolicy::kAuto;
 };
 
-}  // namespace dtrain::config
+// Reads the data section: train (required) and test sources, each through its
+// format's entry, and the pipeline keys.
+DataSpec read_data_spec(const config::Value& value);
+DataSourceSpec read_source_spec(const config::Value& value);
+
+}  // namespace dtrain::data

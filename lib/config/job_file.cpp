@@ -1,0 +1,148 @@
+// Implementation of job_file.h: the document (parse, overrides, normalised and
+// agreement texts) and the sections config reads itself, with ObjectReader.
+#include "config/job_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "config/cluster_reader.h"
+#include "config/json_reader.h"
+#include "config/overrides.h"
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace dtrain::config {
+namespace {
+
+const Json& json_of(const Value& v) { return *static_cast<const Json*>(v.json()); }
+
+// "auto", "cpu", "gpu", "cuda", or one of the last three with ":N" (N up to 4 digits).
+bool is_device_name(const std::string& d) {
+  if (d == "auto") return true;
+  for (const char* kind : {"cpu", "gpu", "cuda"}) {
+    const std::string k = kind;
+    if (d == k) return true;
+    if (d.rfind(k + ":", 0) != 0) continue;
+    const std::string digits = d.substr(k.size() + 1);
+    return !digits.empty() && digits.size() <= 4 &&
+           digits.find_first_not_of("0123456789") == std::string::npos;
+  }
+  return false;
+}
+
+// normalized_json without what may differ between the tasks of one job: the task,
+// the device and runtime.threads (an emptied runtime section goes too, so that a task with
+// --set runtime.threads=4 agrees with one without a runtime section).
+std::string agreement_text(Json root) {
+  root.erase("task");
+  root.erase("device");  // each machine trains on what it has (a GPU here, the CPU there)
+  const auto runtime = root.find("runtime");
+  if (runtime != root.end() && runtime->is_object()) {
+    runtime->erase("threads");
+    runtime->erase("secret_file");  // each machine may keep the secret elsewhere
+    if (runtime->empty()) root.erase(runtime);
+  }
+  const auto checkpoint = root.find("checkpoint");
+  if (checkpoint != root.end() && checkpoint->is_object()) {
+    checkpoint->erase("resume");  // a resumed run is the same job
+    if (checkpoint->empty()) root.erase(checkpoint);
+  }
+  return root.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+struct JobDocument::Impl {
+  Context ctx;
+  Json root;
+  std::unique_ptr<Section> section;
+};
+
+JobDocument::JobDocument(const std::string& text, const std::string& source,
+                         const std::vector<std::string>& overrides)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->ctx.source = source;
+  impl_->root = parse_json(text, impl_->ctx);
+  if (!impl_->root.is_object())
+    impl_->ctx.fail("", str("a job config must be a JSON object {...}, got ", describe(impl_->root)));
+  apply_overrides(impl_->root, overrides, impl_->ctx);
+  impl_->section = std::make_unique<Section>(Value(impl_->ctx, &impl_->root, ""), "the job");
+}
+
+JobDocument::~JobDocument() = default;
+const std::string& JobDocument::source() const { return impl_->ctx.source; }
+Section& JobDocument::root() { return *impl_->section; }
+std::string JobDocument::normalized_json() const {
+  return impl_->root.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+std::string JobDocument::agreement_json() const { return agreement_text(impl_->root); }
+
+std::string read_job_text(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) throw IoError(str("cannot read job config '", file, "': ", std::strerror(errno)));
+  std::string text;
+  char buffer[65536];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(f) != 0;
+  const int error = errno;
+  std::fclose(f);
+  if (failed) throw IoError(str("cannot read job config '", file, "': ", std::strerror(error)));
+  return text;
+}
+
+std::string read_device(const Value& value) {
+  const std::string device = value.to_string();
+  if (!is_device_name(device))
+    value.fail(str("'", device,
+                   "' is not a device; use \"auto\" (the GPU when one is usable), \"cpu\", \"gpu\" or \"cuda:N\""));
+  return device;
+}
+
+TrainSpec read_train(const Value& value) {
+  TrainSpec train;
+  Section r(value, "the train section");
+  r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps",
+                 "gradient_accumulation_steps", "deterministic", "eval_batch_size"});
+  train.epochs = r.get_int("epochs", train.epochs, 1);
+  train.batch_size_per_replica = r.get_int("batch_size_per_replica", train.batch_size_per_replica, 1);
+  train.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(train.seed), 0));
+  train.steps_per_epoch = r.get_int("steps_per_epoch", train.steps_per_epoch, 0);
+  train.log_every_steps = r.get_int("log_every_steps", train.log_every_steps, 0);
+  train.eval_batch_size = r.get_int("eval_batch_size", train.eval_batch_size, 0);
+  train.gradient_accumulation_steps = r.get_int("gradient_accumulation_steps", train.gradient_accumulation_steps, 1);
+  train.deterministic = r.get_bool("deterministic", train.deterministic);
+  r.finish();
+  return train;
+}
+
+RuntimeSpec read_runtime(const Value& value) { return read_runtime(value.context(), json_of(value)); }
+
+OutputSpec read_output(const Value& value) {
+  OutputSpec output;
+  Section r(value, "the output section");
+  r.expect_keys({"dir"});
+  if (const auto dir = r.find("dir")) output.dir = dir->to_string(true);
+  r.finish();
+  return output;
+}
+
+CheckpointSpec read_checkpoint(const Value& value) {
+  CheckpointSpec ck;
+  Section r(value, "the checkpoint section");
+  r.expect_keys({"dir", "every_steps", "every_epochs", "keep", "resume"});
+  if (const auto dir = r.find("dir")) ck.dir = dir->to_string(true);
+  ck.every_steps = r.get_int("every_steps", ck.every_steps, 0);
+  ck.every_epochs = r.get_int("every_epochs", ck.every_epochs, 0);
+  ck.keep = r.get_int("keep", ck.keep, 1);
+  ck.resume = r.get_choice("resume", "never", {"never", "auto"}, "resume mode") == "auto";
+  r.finish();
+  return ck;
+}
+
+void read_cluster_keys(Section& root, ClusterSpec* cluster, std::optional<TaskId>* task) {
+  read_cluster_keys(root.reader(), cluster, task);
+}
+
+}  // namespace dtrain::config

@@ -1,0 +1,98 @@
+// The parts of a job file that lib/config reads itself: the top-level document
+// (JSON text, --set overrides, the normalised and agreement texts), `device`, and
+// the train, runtime, output and checkpoint sections; plus TF_CONFIG's cluster and
+// task keys (cluster_spec.h). The vocabulary sections (model, loss, optimizer,
+// data, strategy) are read by the modules that own them, through section.h, and
+// the whole job is put together by lib/job.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/cluster_spec.h"
+#include "config/section.h"
+
+namespace dtrain::config {
+
+struct TrainSpec {
+  std::string path = "train";
+  int64_t epochs = 1;
+  int64_t batch_size_per_replica = 32;
+  uint64_t seed = 1;
+  int64_t steps_per_epoch = 0;     // 0 = a full pass over the (sharded) training data
+  int64_t log_every_steps = 100;   // metrics.jsonl step records (0 = epoch records only)
+  int64_t eval_batch_size = 0;     // 0 = batch_size_per_replica
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per update (one all-reduce each)
+  // Accepted for TF users (tf.config.experimental.enable_op_determinism): dtrain's
+  // CPU path is always deterministic for a given seed and thread count.
+  bool deterministic = true;
+};
+
+struct RuntimeSpec {
+  std::string path = "runtime";
+  int64_t threads = 0;               // 0 = OMP_NUM_THREADS when set, else all cores
+  double rendezvous_timeout = 300.0; // seconds a task waits for the others to join
+  double heartbeat_interval = 1.0;   // seconds between heartbeats on the control channel
+  double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost
+  std::string secret_file;           // file holding the job secret (else DTRAIN_JOB_SECRET)
+  std::string job_id;                // names the job in the handshake ("" = derived from the config)
+};
+
+// Checkpoints (safetensors + manifest), saved by the chief.
+struct CheckpointSpec {
+  std::string path = "checkpoint";
+  std::string dir;          // "" = <output.dir>/checkpoints (no checkpoints without either)
+  int64_t every_steps = 0;  // save after every N training steps (0 = not by steps)
+  int64_t every_epochs = 0; // save after every N epochs (0 = not by epochs)
+  int64_t keep = 3;         // newest complete checkpoints kept
+  bool resume = false;      // checkpoint.resume "auto": continue from the newest good checkpoint ("never": false)
+};
+
+struct OutputSpec {
+  std::string path = "output";
+  std::string dir;  // "" = no files written
+};
+
+// A job file parsed, with the --set overrides applied. root() is its top-level
+// object for the job reader (lib/job), which declares the top-level keys, reads
+// each section and finishes it.
+class JobDocument {
+ public:
+  // ConfigError for malformed JSON (with line:column), a non-object, a bad --set.
+  JobDocument(const std::string& text, const std::string& source, const std::vector<std::string>& overrides);
+  ~JobDocument();
+  JobDocument(const JobDocument&) = delete;
+  JobDocument& operator=(const JobDocument&) = delete;
+
+  const std::string& source() const;
+  Section& root();
+  // The config after overrides, with sorted keys and no whitespace: the same job
+  // gives the same text (for hashes and the run summary).
+  std::string normalized_json() const;
+  // normalized_json without what may differ between the tasks of one job (`task`,
+  // `device`, `runtime.threads`, `runtime.secret_file`, `checkpoint.resume`): the
+  // tasks compare its hash before training.
+  std::string agreement_json() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The job file's text; IoError when it cannot be read.
+std::string read_job_text(const std::string& file);
+
+// "auto", "cpu", "gpu", "cuda" or one of the last three with ":N"; ConfigError
+// with the valid forms otherwise.
+std::string read_device(const Value& value);
+TrainSpec read_train(const Value& value);
+RuntimeSpec read_runtime(const Value& value);
+OutputSpec read_output(const Value& value);
+CheckpointSpec read_checkpoint(const Value& value);
+// The top level's `cluster`, `task` and `rpc_layer` keys (TF_CONFIG's shape).
+void read_cluster_keys(Section& root, ClusterSpec* cluster, std::optional<TaskId>* task);
+
+}  // namespace dtrain::config

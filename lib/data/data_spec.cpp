@@ -1,0 +1,63 @@
+// Implementation of data_spec.h: the data section read through the format
+// registry. A source's keys are declared from its format's entry first, so a key
+// of another format says whose it is ("'files' belongs to cifar10 sources").
+#include "data/data_spec.h"
+
+#include "core/strings.h"
+#include "data/dataset.h"
+
+namespace dtrain::data {
+namespace {
+
+std::string source_key_note(const std::string& key) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
+  for (const DataFormat* f : data_formats()) owners.emplace_back(f->name, config::key_names(f->keys));
+  return config::owner_note(owners, "sources", key);
+}
+
+}  // namespace
+
+DataSourceSpec read_source_spec(const config::Value& value) {
+  DataSourceSpec src;
+  src.path = value.path();
+  config::Section r(value, "a data source");
+  std::vector<std::string> names;
+  for (const DataFormat* f : data_formats()) names.push_back(f->name);
+  src.format = &data_format(r.require_choice("format", names, "data format"));
+  r.set_what(config::with_article(src.format->name) + " source");
+  std::vector<std::string> keys = {"format"};
+  for (const config::KeyDoc& k : src.format->keys) keys.push_back(k.name);
+  keys.push_back("take");
+  r.expect_keys(keys, source_key_note);
+  src.format->read(r, src);
+  src.take = r.get_int("take", src.take, 0);
+  r.finish();
+  return src;
+}
+
+// data.test may be null (no test set), which lets --set data.test=null drop it.
+DataSpec read_data_spec(const config::Value& value) {
+  DataSpec data;
+  config::Section r(value, "the data section");
+  data.path = value.path().empty() ? "data" : value.path();
+  r.expect_keys({"train", "test", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy"});
+  data.train = read_source_spec(r.require("train", " (the training data source)"));
+  const auto test = r.find("test");
+  if (test && !test->is_null()) {
+    data.has_test = true;
+    data.test = read_source_spec(*test);
+  }
+  data.shuffle_buffer = r.get_int("shuffle_buffer", data.shuffle_buffer, 0);
+  data.prefetch = r.get_int("prefetch", data.prefetch, 0);
+  data.drop_remainder = r.get_bool("drop_remainder", data.drop_remainder);
+  data.cache = r.get_bool("cache", data.cache);
+  const std::string policy = r.get_choice("shard_policy", "auto", {"auto", "data", "file", "off"}, "shard policy");
+  data.shard_policy = policy == "data"   ? ShardPolicy::kData
+                      : policy == "file" ? ShardPolicy::kFile
+                      : policy == "off"  ? ShardPolicy::kOff
+                                         : ShardPolicy::kAuto;
+  r.finish();
+  return data;
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,37 @@
+// Implementation of job_config.h: the top-level keys are declared first (an
+// unknown one is reported before anything else), then each section is read by its
+// owner, in the order a reader of the file meets them.
+#include "job/job_config.h"
+
+namespace dtrain::job {
+
+JobConfig parse_job_config(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  config::JobDocument document(text, source, overrides);
+  config::Section& r = document.root();
+  r.expect_keys({"device", "strategy", "model", "loss", "optimizer", "data", "train", "runtime", "output",
+                 "checkpoint", "cluster", "task", "rpc_layer"});
+  JobConfig job;
+  job.source = document.source();
+  if (const auto v = r.find("device")) job.device = config::read_device(*v);
+  if (const auto v = r.find("strategy")) job.strategy = strategy::read_strategy_spec(*v);
+  job.model = nn::read_model_spec(r.require("model"));
+  job.loss = nn::read_loss_spec(r.require("loss"));
+  job.optimizer = optim::read_optimizer_spec(r.require("optimizer"));
+  job.data = data::read_data_spec(r.require("data"));
+  job.train = config::read_train(r.require("train"));
+  if (const auto v = r.find("runtime")) job.runtime = config::read_runtime(*v);
+  if (const auto v = r.find("output")) job.output = config::read_output(*v);
+  if (const auto v = r.find("checkpoint")) job.checkpoint = config::read_checkpoint(*v);
+  config::read_cluster_keys(r, &job.cluster, &job.task);
+  r.finish();
+  job.normalized_json = document.normalized_json();
+  job.agreement_json = document.agreement_json();
+  return job;
+}
+
+JobConfig load_job_config(const std::string& file, const std::vector<std::string>& overrides) {
+  return parse_job_config(config::read_job_text(file), file, overrides);
+}
+
+}  // namespace dtrain::job

@@ -1,0 +1,96 @@
+// Implementation of model_spec.h: reading the model section through the layer
+// registry. Each layer object's keys are declared from its type's entry before
+// anything is read, so a misspelt key is reported as unknown (with the closest
+// valid key, or "'units' belongs to Dense layers"), not as a missing one.
+#include "nn/model_spec.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_registry.h"
+
+namespace dtrain::nn {
+namespace {
+
+std::vector<std::string> layer_type_names() {
+  std::vector<std::string> names;
+  for (const LayerType* t : layer_types()) names.push_back(t->name);
+  return names;
+}
+
+// "'units' belongs to Dense layers" when `key` is another layer type's.
+std::string layer_key_note(const std::string& key) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
+  for (const LayerType* t : layer_types()) owners.emplace_back(t->name, config::key_names(t->keys));
+  return config::owner_note(owners, "layers", key);
+}
+
+// Fails when an explicit layer name is used twice, anywhere in the model
+// (Residual blocks included); `names` maps each name to its layer's path.
+void check_unique_names(const config::Section& model, const std::vector<const LayerSpec*>& layers,
+                        std::map<std::string, std::string>& names) {
+  for (const LayerSpec* layer : layers) {
+    if (!layer->name.empty()) {
+      const auto [it, added] = names.emplace(layer->name, layer->path);
+      if (!added)
+        model.context().fail(str(layer->path, ".name"), str("the name '", layer->name, "' is already used by ",
+                                                             it->second, "; layer names must be unique"));
+    }
+    if (layer->type->children) check_unique_names(model, layer->type->children(*layer->options), names);
+  }
+}
+
+}  // namespace
+
+const std::string& LayerSpec::type_name() const {
+  static const std::string none = "(no type)";
+  return type ? type->name : none;
+}
+
+void LayerSpec::bad_options() const {
+  throw InternalError(str(path, ": the options of this ", type_name(), " layer are of another type"));
+}
+
+LayerSpec read_layer_spec(const config::Value& value) {
+  if (!value.is_object())
+    value.fail(str("expected a layer object such as {\"type\": \"Dense\", \"units\": 10}, got ", value.describe()));
+  config::Section r(value, "a layer");
+  LayerSpec layer;
+  layer.path = value.path();
+  layer.type = find_layer_type(r.require_choice("type", layer_type_names(), "layer type"));
+  r.set_what(config::with_article(layer.type->name) + " layer");
+  std::vector<std::string> keys = {"type", "name"};
+  for (const config::KeyDoc& k : layer.type->keys) keys.push_back(k.name);
+  r.expect_keys(keys, layer_key_note);
+  layer.name = r.get_string("name", "");
+  layer.options = layer.type->read(r);
+  r.finish();
+  return layer;
+}
+
+std::vector<LayerSpec> read_layer_list(const config::Value& value, const char* if_empty) {
+  if (!value.is_array()) value.fail(str("expected an array of layer objects, got ", value.describe()));
+  if (value.size() == 0 && if_empty) value.fail(if_empty);
+  std::vector<LayerSpec> layers;
+  for (size_t i = 0; i < value.size(); ++i) layers.push_back(read_layer_spec(value.at(i)));
+  return layers;
+}
+
+ModelSpec read_model_spec(const config::Value& value) {
+  ModelSpec model;
+  config::Section r(value, "the model section");
+  model.path = value.path().empty() ? "model" : value.path();
+  r.expect_keys({"input_shape", "layers"});
+  model.input_shape = r.require("input_shape").to_shape();
+  model.layers = read_layer_list(r.require("layers", " (an array of layer objects)"),
+                                 "the model needs at least one layer, got an empty array");
+  std::vector<const LayerSpec*> top;
+  for (const LayerSpec& l : model.layers) top.push_back(&l);
+  std::map<std::string, std::string> names;  // explicit name -> path of its layer
+  check_unique_names(r, top, names);
+  r.finish();
+  return model;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,66 @@
+// The README's reference tables are the registries' own text: the block between
+// the markers must be exactly what `dtrain reference` prints (regenerate it with
+// `build/dtrain reference` when a registry entry changes). And every entry's keys
+// are the keys its reader accepts: a job that sets each declared key parses.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "job/job_config.h"
+#include "job/reference.h"
+#include "nn/layer_registry.h"
+#include "optim/optimizer.h"
+
+using namespace dtrain;
+
+TEST_CASE("the README holds the reference tables the registries write") {
+  std::ifstream in(DTRAIN_SOURCE_DIR "/README.md");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const size_t begin = readme.find(job::kReferenceBegin);
+  const size_t end = readme.find(job::kReferenceEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  const std::string block = readme.substr(begin, end + std::string(job::kReferenceEnd).size() + 1 - begin);
+  CHECK(block == job::reference_markdown());
+}
+
+TEST_CASE("a key that belongs to another entry is reported with its owner") {
+  const auto error = [](const std::string& text) {
+    try {
+      job::parse_job_config(text, "job.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string base_data = R"("data": {"train": {"format": "synthetic", "shape": [4], "count": 8}}, "train": {})";
+  CHECK_THAT(error(R"({"model": {"input_shape": [4], "layers": [{"type": "Flatten", "units": 3}]},
+                      "loss": "mse", "optimizer": "sgd", )" + base_data + "}"),
+             Catch::Contains("'units' belongs to Dense layers"));
+  CHECK_THAT(error(R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 3}]},
+                      "loss": "mse", "optimizer": {"type": "adam", "momentum": 0.9}, )" + base_data + "}"),
+             Catch::Contains("'momentum' belongs to sgd optimizers"));
+  CHECK_THAT(error(R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 3}]},
+                      "loss": "mse", "optimizer": "sgd",
+                      "data": {"train": {"format": "synthetic", "shape": [4], "count": 8, "files": ["a"]}},
+                      "train": {}})"),
+             Catch::Contains("'files' belongs to cifar10 sources"));
+}
+
+TEST_CASE("every registry has entries and unique names") {
+  std::set<std::string> layers;
+  for (const nn::LayerType* t : nn::layer_types()) CHECK(layers.insert(t->name).second);
+  CHECK(layers.size() >= 10);
+  std::set<std::string> formats;
+  for (const data::DataFormat* f : data::data_formats()) CHECK(formats.insert(f->name).second);
+  CHECK(formats.count("idx"));
+  std::set<std::string> optimizers;
+  for (const optim::OptimizerType& t : optim::optimizer_types()) CHECK(optimizers.insert(t.name).second);
+  CHECK(optimizers.count("adamw"));
+}
