@@ -5,6 +5,7 @@
 // images channels-last, so each record is transposed to (32, 32, 3) as it is
 // read. A file whose size is not a whole number of records, or a label above 9, is
 // an IoError naming the file and its index in spec.files.
+// Its registry entry (dataset.h's DataFormat: keys, reader, loaders) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "data/byte_file.h"

@@ -8,6 +8,7 @@
 // the file really holds, in both directions (truncated data and trailing bytes),
 // and the two files must agree on N. The probe does the same checks without
 // keeping the data.
+// Its registry entry (dataset.h's DataFormat: keys, reader, loaders) closes the file.
 #include <cstdio>
 
 #include "core/error.h"

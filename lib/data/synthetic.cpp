@@ -7,6 +7,7 @@
 // distributions, no libm), so every platform produces the same bits, and any
 // sample can be generated on its own. The values go straight into `values`; the
 // spec's `rescale` does not apply.
+// Its registry entry (dataset.h's DataFormat: keys, reader, loaders) closes the file.
 #include <limits>
 
 #include "core/error.h"

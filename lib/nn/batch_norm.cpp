@@ -1,10 +1,11 @@
 // BatchNormalization over the channels axis, with Keras' moving statistics:
 // moving = momentum * moving + (1 - momentum) * batch (biased batch variance, as in Keras 3).
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 

@@ -1,10 +1,11 @@
 // Conv2D: a 2-D convolution on kernels::conv2d_* (oneDNN), with fused activation
 // for relu/sigmoid/tanh and a separate softmax over channels otherwise.
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 

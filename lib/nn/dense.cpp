@@ -1,10 +1,11 @@
 // Dense: a fully connected layer on kernels::dense_* (oneDNN matmul).
 // relu/sigmoid/tanh are fused into the matmul; softmax runs after it.
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 

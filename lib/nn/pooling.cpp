@@ -1,11 +1,12 @@
 // Pool2D: MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D on kernels::pool2d_*.
 // GlobalAveragePooling2D is an average pool whose window is the whole image; its
 // output (1, 1, C) per sample is presented as (C).
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 namespace {

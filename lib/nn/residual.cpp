@@ -3,12 +3,13 @@
 // input gradients. Sums go into the block's own tensors, never into a child's,
 // because a child's output may be its input (Dropout at inference) or be kept
 // for its own backward (an Activation's y).
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
-#include "core/rng.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 namespace {

@@ -1,10 +1,11 @@
 // Flatten, Dropout and Activation: layers without trainable params.
-#include "core/rng.h"
-#include "nn/layers.h"
+// Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "nn/layer_registry.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 
