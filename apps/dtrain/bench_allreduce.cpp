@@ -27,6 +27,7 @@ int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime:
   const std::filesystem::path logs = std::filesystem::temp_directory_path() / ("dtrain-bench-" + random_hex(6));
   launch::LaunchOptions launch;
   launch.job.output_dir = logs.string();
+  launch.tf_config = env.tf_config;  // ignored, with a warning: --workers builds the cluster
   launch.job_secret = env.job_secret;
   launch.omp_num_threads = env.host.omp_num_threads;
   launch.threads = 1;

@@ -1,6 +1,8 @@
 // BatchNormalization over the channels axis, with Keras' moving statistics:
 // moving = momentum * moving + (1 - momentum) * batch (biased batch variance, as in Keras 3).
 // Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
+#include <limits>
+
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
@@ -96,7 +98,7 @@ const LayerType& batch_normalization_layer_type() {
         o->scale = r.get_bool("scale", o->scale);
         if (const auto axis = r.find("axis")) {
           if (!axis->is_integer()) axis->fail(str("expected -1 (the channels axis), got ", axis->describe()));
-          if (axis->to_int(-1000000) != -1)
+          if (axis->to_int(std::numeric_limits<int64_t>::min()) != -1)
             axis->fail(str("only the channels axis -1 is supported (dtrain's tensors are channels-last), got ",
                            axis->show(), "; remove 'axis' or set it to -1"));
         }

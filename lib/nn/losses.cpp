@@ -66,11 +66,12 @@ const std::vector<LossType>& loss_types() {
 
 const LossType& loss_type(const std::string& name) { return config::find_entry(loss_types(), name, "loss"); }
 
-std::unique_ptr<Loss> make_loss(const LossSpec& spec) {
+const LossType& loss_type_of(const LossSpec& spec) {
   // A spec made in code without a type takes Keras' default loss for class labels.
-  const LossType& type = spec.type ? *spec.type : loss_type("sparse_categorical_crossentropy");
-  return type.make(spec);
+  return spec.type ? *spec.type : loss_type("sparse_categorical_crossentropy");
 }
+
+std::unique_ptr<Loss> make_loss(const LossSpec& spec) { return loss_type_of(spec).make(spec); }
 
 LossSpec read_loss_spec(const config::Value& value) {
   LossSpec loss;

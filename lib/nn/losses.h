@@ -64,6 +64,9 @@ const std::vector<LossType>& loss_types();
 // The entry named `name`; ConfigError listing the valid names otherwise.
 const LossType& loss_type(const std::string& name);
 
+// The entry of `spec` (sparse_categorical_crossentropy for a spec made in code without a type).
+const LossType& loss_type_of(const LossSpec& spec);
+
 std::unique_ptr<Loss> make_loss(const LossSpec& spec);
 
 }  // namespace dtrain::nn

@@ -191,9 +191,10 @@ const OptimizerType& optimizer_type(const std::string& name) {
   return config::find_entry(optimizer_types(), name, "optimizer");
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
-  DT_CHECK(spec.type != nullptr, spec.path, ": an optimizer spec without a type");
-  return spec.type->make(spec);
+const OptimizerType& optimizer_type_of(const OptimizerSpec& spec) {
+  return spec.type ? *spec.type : optimizer_type("adam");
 }
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) { return optimizer_type_of(spec).make(spec); }
 
 }  // namespace dtrain::optim

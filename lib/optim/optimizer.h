@@ -53,6 +53,9 @@ const std::vector<OptimizerType>& optimizer_types();
 // The entry named `name`; ConfigError listing the valid names otherwise.
 const OptimizerType& optimizer_type(const std::string& name);
 
+// The entry of `spec` (adam, Keras' default here, for a spec made in code without a type).
+const OptimizerType& optimizer_type_of(const OptimizerSpec& spec);
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
 
 }  // namespace dtrain::optim

@@ -25,7 +25,7 @@ struct LearningRateSpec {
 
 struct OptimizerSpec {
   std::string path = "optimizer";
-  const OptimizerType* type = nullptr;
+  const OptimizerType* type = nullptr;  // nullptr (a spec made in code): adam
   LearningRateSpec learning_rate;
   double momentum = 0.0;        // sgd
   bool nesterov = false;        // sgd

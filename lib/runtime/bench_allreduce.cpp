@@ -43,9 +43,9 @@ void bench_allreduce_task(const AllReduceBenchRequest& request, const Environmen
   spec.credentials = rendezvous::load_credentials({env.job_id, "", env.job_secret, ""}, cluster.spec);
   spec.agreement = {{"bench", str("allreduce sizes=", request.sizes, " iterations=", request.iterations,
                                   " warmup=", request.warmup)}};
-  spec.listen_fd = env.listen_fd;
+  spec.listen_fd = env.listen_socket();
   ClusterTask task(spec);
-  const double collective_deadline = spec.heartbeat_timeout + 20.0;
+  const double collective_deadline = 60.0;  // of connecting and of each all-reduce
   auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, strategy::Communication::kAuto);
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
   if (task.session().rank() == 0) print_table(results, request.json);

@@ -25,7 +25,7 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
   spec.rendezvous_timeout = job.runtime.rendezvous_timeout;
   spec.heartbeat_interval = job.runtime.heartbeat_interval;
   spec.heartbeat_timeout = job.runtime.heartbeat_timeout;
-  spec.listen_fd = env.listen_fd;
+  spec.listen_fd = env.listen_socket();
   return spec;
 }
 
@@ -69,6 +69,7 @@ void ClusterTask::rethrow_collective_failure(const Error& error) {
   const std::optional<std::string> failure = session_.wait_for_failure(2.0 * heartbeat_interval_ + 1.0);
   if (!failure) {
     if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(error.what());
+    if (dynamic_cast<const CommError*>(&error)) throw CommError(error.what());
     throw PeerLost(error.what());
   }
   if (*failure == error.what()) throw PeerLost(*failure);  // the heartbeat's own message

@@ -38,10 +38,10 @@ class ClusterTask {
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
                                                              strategy::Communication communication);
 
-  // A PeerLost or TimeoutError that a collective raised: the job's failure as the
-  // heartbeats know it (naming the lost task, its address and last step), waiting
-  // briefly for them to learn it, with the collective's own words after it; the
-  // error itself when the heartbeats know of no failure.
+  // A PeerLost, TimeoutError or CommError that a collective raised: the job's
+  // failure as the heartbeats know it (naming the lost task, its address and last
+  // step), waiting briefly for them to learn it, with the collective's own words
+  // after it; the error itself when the heartbeats know of no failure.
   [[noreturn]] void rethrow_collective_failure(const Error& error);
 
  private:

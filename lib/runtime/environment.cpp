@@ -14,17 +14,14 @@ std::string variable(const char* name) {
   return value ? value : "";
 }
 
-// A whole non-negative number, or -1 when unset or empty; `strict`: anything else
-// is a ConfigError (a variable dtrain sets itself), else it counts as unset (one
-// that other tools set, as they set it).
-int number(const char* name, bool strict) {
+// OMP_NUM_THREADS and LOCAL_RANK as other tools read them (atoi): the leading
+// whole number ("4,2", a nested OpenMP list, is 4), or -1 when there is none.
+int leading_number(const char* name) {
   const std::string text = variable(name);
-  if (text.empty()) return -1;
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
-  if (*end == '\0' && value >= 0 && value <= 1 << 30) return static_cast<int>(value);
-  if (strict) throw ConfigError(str(name, "='", text, "': expected a whole number >= 0"));
-  return -1;
+  if (end == text.c_str() || value < 0 || value > 1 << 30) return -1;
+  return static_cast<int>(value);
 }
 
 }  // namespace
@@ -34,12 +31,21 @@ Environment Environment::from_process() {
   if (const char* tf = std::getenv("TF_CONFIG")) env.tf_config = tf;
   env.job_secret = variable("DTRAIN_JOB_SECRET");
   env.job_id = variable("DTRAIN_JOB_ID");
-  env.listen_fd = number("DTRAIN_LISTEN_FD", true);
+  env.listen_fd = variable("DTRAIN_LISTEN_FD");
   env.inject = variable("DTRAIN_INJECT");
-  env.host.omp_num_threads = std::max(0, number("OMP_NUM_THREADS", false));
-  env.host.local_rank = number("LOCAL_RANK", false);
-  env.host.allow_tf32 = variable("DTRAIN_ALLOW_TF32") != "0";
+  env.host.omp_num_threads = std::max(0, leading_number("OMP_NUM_THREADS"));
+  env.host.local_rank = leading_number("LOCAL_RANK");
+  if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) env.host.allow_tf32 = std::string(tf32) != "0";
   return env;
+}
+
+int Environment::listen_socket() const {
+  if (listen_fd.empty()) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(listen_fd.c_str(), &end, 10);
+  if (*end != '\0' || fd < 0 || fd > 1 << 20)
+    throw ConfigError(str("DTRAIN_LISTEN_FD='", listen_fd, "': expected the number of an inherited listening socket"));
+  return static_cast<int>(fd);
 }
 
 }  // namespace dtrain::runtime

@@ -23,15 +23,20 @@ struct Environment {
   std::optional<std::string> tf_config;  // nullopt when unset
   std::string job_secret;
   std::string job_id;
-  int listen_fd = -1;
+  std::string listen_fd;  // DTRAIN_LISTEN_FD as set ("" = unset); read it with listen_socket()
   std::string inject;
   trainer::HostSettings host;  // OMP_NUM_THREADS, LOCAL_RANK, DTRAIN_ALLOW_TF32
 
   // TF_CONFIG as resolve_cluster() takes it (nullptr when unset).
   const char* tf_config_or_null() const { return tf_config ? tf_config->c_str() : nullptr; }
 
-  // Reads the variables above from this process's environment. Malformed numbers
-  // (DTRAIN_LISTEN_FD=x) are ConfigErrors naming the variable.
+  // The inherited listening socket, -1 when DTRAIN_LISTEN_FD is unset; a value
+  // that is not a descriptor number is a ConfigError naming the variable (only the
+  // tasks that serve the rendezvous ask).
+  int listen_socket() const;
+
+  // Reads the variables above from this process's environment; never throws (a
+  // bad value is reported by the code that needs it).
   static Environment from_process();
 };
 

@@ -19,9 +19,6 @@ namespace {
 // Trains as one task of a multi-task job.
 void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
                     trainer::RunOptions run, int64_t kill_step) {
-  // Log lines name the task ("[worker:1] dtrain: ..."); `dtrain launch` does not
-  // add its own prefix to lines that already carry it.
-  log::set_prefix(str("[", cluster.task.str(), "] "));
   ClusterTask task(session_spec(job, cluster, env));
   rendezvous::ClusterSession& session = task.session();
   run.write_metrics = session.is_chief();
@@ -48,6 +45,8 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
         task.rethrow_collective_failure(e);
       } catch (const TimeoutError& e) {
         task.rethrow_collective_failure(e);
+      } catch (const CommError& e) {
+        task.rethrow_collective_failure(e);
       }
     }
     session.finish();
@@ -65,6 +64,9 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
 
 void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request) {
   const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), request.task_flag);
+  // In a cluster, log lines (and the error line) name the task ("[worker:1] dtrain:
+  // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
+  if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.host = env.host;

@@ -31,7 +31,7 @@ bool keeps_to_cpu(const job::JobConfig& job) { return job.device == "auto" && jo
 }  // namespace
 
 Device select_job_device(const job::JobConfig& job, const HostSettings& host) {
-  kernels::set_allow_tf32(host.allow_tf32);
+  if (host.allow_tf32) kernels::set_allow_tf32(*host.allow_tf32);
   if (keeps_to_cpu(job)) {
     if (!kernels::list_gpus().gpus.empty())
       log::info("device auto: ", strategy::entry_of(job.strategy).name, " with ", job.strategy.replicas,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "job/job_config.h"
@@ -18,7 +19,8 @@ namespace dtrain::trainer {
 struct HostSettings {
   int omp_num_threads = 0;  // OMP_NUM_THREADS (0 = unset): the thread count when runtime.threads is 0
   int local_rank = -1;      // LOCAL_RANK (-1 = unset): a task's GPU is LOCAL_RANK % GPUs
-  bool allow_tf32 = true;   // DTRAIN_ALLOW_TF32=0 turns TF32 convolutions off
+  // DTRAIN_ALLOW_TF32 (0 turns TF32 convolutions off); unset leaves the backend's setting.
+  std::optional<bool> allow_tf32;
 };
 
 struct RunOptions {

@@ -36,8 +36,8 @@ void validate_job(const job::JobConfig& job, const HostSettings& host) {
   // checked against the cluster when the job runs).
   const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job.strategy_job(), {nullptr, 1});
-  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", entry.name.c_str(), job.loss.type->name.c_str(),
-              job.optimizer.type->name.c_str());
+  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", entry.name.c_str(), nn::loss_type_of(job.loss).name.c_str(),
+              optim::optimizer_type_of(job.optimizer).name.c_str());
   std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);

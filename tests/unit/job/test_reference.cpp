@@ -1,7 +1,7 @@
 // The README's reference tables are the registries' own text: the block between
 // the markers must be exactly what `dtrain reference` prints (regenerate it with
-// `build/dtrain reference` when a registry entry changes). And every entry's keys
-// are the keys its reader accepts: a job that sets each declared key parses.
+// `build/dtrain reference` when a registry entry changes). And the unknown-key
+// notes come from the entries' keys: a key of another entry names its owner.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <set>

@@ -63,7 +63,7 @@ TEST_CASE("registry: every strategy.type has an entry, and unknown names are Con
 TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one_device on both batches") {
   // The reference: one replica on the 8-row batch of both ranks together.
   std::vector<double> reference_loss;
-  std::string reference_hash;
+  double reference_eval = 0.0;  // after the last update, on a batch no step saw
   {
     const job::JobConfig one_job = job_of("one_device");
     auto one = strategy::make_strategy(one_job.strategy_job(), {nullptr, 1});
@@ -72,12 +72,15 @@ TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one
       one->train_step({batch(s, 0, 8)}, s, stats);
       reference_loss.push_back(stats.loss_sum / static_cast<double>(stats.count));
     }
-    reference_hash = one->model().params_sha256();
+    nn::LossStats eval;
+    one->eval_step(batch(99, 0, 8), eval);
+    reference_eval = eval.loss_sum / static_cast<double>(eval.count);
   }
 
   rendezvous::InMemoryStore store;
   std::vector<std::vector<double>> losses(2);
   std::vector<std::string> hashes(2);
+  std::vector<double> evals(2);
   const auto problems = test::run_on_threads(2, [&](int rank) -> std::string {
     comm::GlooOptions o;
     o.rank = rank;
@@ -94,10 +97,14 @@ TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one
       losses[rank].push_back(stats.loss_sum / static_cast<double>(stats.count));
     }
     hashes[rank] = s->model().params_sha256();
+    nn::LossStats eval;
+    s->eval_step(batch(99, 0, 8), eval);
+    evals[rank] = eval.loss_sum / static_cast<double>(eval.count);
     return "";
   });
   test::check_all_ok(problems);
   CHECK(hashes[0] == hashes[1]);
+  for (int rank = 0; rank < 2; ++rank) CHECK(evals[rank] == Approx(reference_eval).epsilon(1e-5));
   for (int rank = 0; rank < 2; ++rank)
     for (int step = 0; step < kSteps; ++step) {
       INFO("rank " << rank << " step " << step);
