@@ -20,6 +20,13 @@ std::vector<std::string> key_names(const std::vector<KeyDoc>& keys) {
   return names;
 }
 
+std::vector<std::string> declared_keys(std::vector<std::string> head, const std::vector<KeyDoc>& keys,
+                                       const std::vector<std::string>& tail) {
+  for (const KeyDoc& k : keys) head.push_back(k.name);
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
 std::string join_and(const std::vector<std::string>& names) {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i) {

@@ -205,20 +205,36 @@ template <class T>
 const T& registry_entry(const T* entry) {
   return *entry;
 }
+// The names of a registry table's entries, in order.
+template <class Table>
+std::vector<std::string> entry_names(const Table& table) {
+  std::vector<std::string> names;
+  for (const auto& e : table) names.push_back(registry_entry(e).name);
+  return names;
+}
+
 template <class Table>
 const auto& find_entry(const Table& table, const std::string& name, const std::string& noun) {
-  std::vector<std::string> names;
-  for (const auto& e : table) {
-    const auto& entry = registry_entry(e);
-    if (entry.name == name) return entry;
-    names.push_back(entry.name);
-  }
-  throw_unknown_entry(noun, name, names);
+  for (const auto& e : table)
+    if (registry_entry(e).name == name) return registry_entry(e);
+  throw_unknown_entry(noun, name, entry_names(table));
 }
+
+// What one entry's object may hold: `head` ("type", ...), the names of the
+// entry's `keys`, then `tail`.
+std::vector<std::string> declared_keys(std::vector<std::string> head, const std::vector<KeyDoc>& keys,
+                                       const std::vector<std::string>& tail = {});
 
 // The unknown-key note of a vocabulary: "'units' belongs to Dense layers" when `key`
 // is a key of other entries (`owners`: entry name -> its keys); "" otherwise.
 std::string owner_note(const std::vector<std::pair<std::string, std::vector<std::string>>>& owners,
                        const std::string& plural, const std::string& key);
+// The same over a registry table whose entries declare `keys` (KeyDocs).
+template <class Table>
+std::string entry_key_note(const Table& table, const std::string& plural, const std::string& key) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
+  for (const auto& e : table) owners.emplace_back(registry_entry(e).name, key_names(registry_entry(e).keys));
+  return owner_note(owners, plural, key);
+}
 
 }  // namespace dtrain::config

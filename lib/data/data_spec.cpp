@@ -7,28 +7,14 @@
 #include "data/dataset.h"
 
 namespace dtrain::data {
-namespace {
-
-std::string source_key_note(const std::string& key) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
-  for (const DataFormat* f : data_formats()) owners.emplace_back(f->name, config::key_names(f->keys));
-  return config::owner_note(owners, "sources", key);
-}
-
-}  // namespace
-
 DataSourceSpec read_source_spec(const config::Value& value) {
   DataSourceSpec src;
   src.path = value.path();
   config::Section r(value, "a data source");
-  std::vector<std::string> names;
-  for (const DataFormat* f : data_formats()) names.push_back(f->name);
-  src.format = &data_format(r.require_choice("format", names, "data format"));
+  src.format = &data_format(r.require_choice("format", config::entry_names(data_formats()), "data format"));
   r.set_what(config::with_article(src.format->name) + " source");
-  std::vector<std::string> keys = {"format"};
-  for (const config::KeyDoc& k : src.format->keys) keys.push_back(k.name);
-  keys.push_back("take");
-  r.expect_keys(keys, source_key_note);
+  r.expect_keys(config::declared_keys({"format"}, src.format->keys, {"take"}),
+                [](const std::string& key) { return config::entry_key_note(data_formats(), "sources", key); });
   src.format->read(r, src);
   src.take = r.get_int("take", src.take, 0);
   r.finish();

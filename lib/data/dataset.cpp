@@ -18,9 +18,7 @@ namespace dtrain::data {
 namespace {
 
 [[noreturn]] void missing_format(const DataSourceSpec& spec) {
-  std::vector<std::string> names;
-  for (const DataFormat* f : data_formats()) names.push_back(f->name);
-  throw ConfigError(str(spec.path, ".format: missing; use one of: ", join(names, ", ")));
+  throw ConfigError(str(spec.path, ".format: missing; use one of: ", join(config::entry_names(data_formats()), ", ")));
 }
 
 void check_common(const DataSourceSpec& spec) {

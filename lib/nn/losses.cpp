@@ -75,23 +75,19 @@ std::unique_ptr<Loss> make_loss(const LossSpec& spec) { return loss_type_of(spec
 
 LossSpec read_loss_spec(const config::Value& value) {
   LossSpec loss;
-  std::vector<std::string> names;
-  for (const LossType& t : loss_types()) names.push_back(t.name);
-  auto find = [](const std::string& name) { return &loss_type(name); };
+  const std::vector<std::string> names = config::entry_names(loss_types());
   loss.path = value.path().empty() ? "loss" : value.path();
   if (value.is_string()) {
-    loss.type = find(value.to_choice(names, "loss"));
+    loss.type = &loss_type(value.to_choice(names, "loss"));
     return loss;
   }
   if (!value.is_object())
     value.fail(str("expected a loss name (one of ", join(names, ", "),
                    ") or an object such as {\"type\": \"mse\"}, got ", value.describe()));
   config::Section r(value, "the loss");
-  loss.type = find(r.require_choice("type", names, "loss"));
+  loss.type = &loss_type(r.require_choice("type", names, "loss"));
   r.set_what(str("the ", loss.type->name, " loss"));
-  std::vector<std::string> keys = {"type"};
-  for (const config::KeyDoc& k : loss.type->keys) keys.push_back(k.name);
-  r.expect_keys(keys, [](const std::string& key) {
+  r.expect_keys(config::declared_keys({"type"}, loss.type->keys), [](const std::string& key) {
     return key == "from_logits" ? std::string("from_logits applies only to the crossentropy losses") : std::string();
   });
   if (!loss.type->keys.empty()) loss.from_logits = r.get_bool("from_logits", loss.from_logits);  // the crossentropies

@@ -13,19 +13,6 @@
 namespace dtrain::nn {
 namespace {
 
-std::vector<std::string> layer_type_names() {
-  std::vector<std::string> names;
-  for (const LayerType* t : layer_types()) names.push_back(t->name);
-  return names;
-}
-
-// "'units' belongs to Dense layers" when `key` is another layer type's.
-std::string layer_key_note(const std::string& key) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
-  for (const LayerType* t : layer_types()) owners.emplace_back(t->name, config::key_names(t->keys));
-  return config::owner_note(owners, "layers", key);
-}
-
 // Fails when an explicit layer name is used twice, anywhere in the model
 // (Residual blocks included); `names` maps each name to its layer's path.
 void check_unique_names(const config::Section& model, const std::vector<const LayerSpec*>& layers,
@@ -58,11 +45,11 @@ LayerSpec read_layer_spec(const config::Value& value) {
   config::Section r(value, "a layer");
   LayerSpec layer;
   layer.path = value.path();
-  layer.type = find_layer_type(r.require_choice("type", layer_type_names(), "layer type"));
+  layer.type = find_layer_type(r.require_choice("type", config::entry_names(layer_types()), "layer type"));
   r.set_what(config::with_article(layer.type->name) + " layer");
-  std::vector<std::string> keys = {"type", "name"};
-  for (const config::KeyDoc& k : layer.type->keys) keys.push_back(k.name);
-  r.expect_keys(keys, layer_key_note);
+  // "'units' belongs to Dense layers" for a key of another layer type.
+  r.expect_keys(config::declared_keys({"type", "name"}, layer.type->keys),
+                [](const std::string& key) { return config::entry_key_note(layer_types(), "layers", key); });
   layer.name = r.get_string("name", "");
   layer.options = layer.type->read(r);
   r.finish();

@@ -9,24 +9,6 @@
 #include "optim/schedule.h"
 
 namespace dtrain::optim {
-namespace {
-
-template <class Table>
-std::vector<std::string> names_of(const Table& table) {
-  std::vector<std::string> names;
-  for (const auto& t : table) names.push_back(t.name);
-  return names;
-}
-
-template <class Table>
-std::string key_note(const Table& table, const std::string& plural, const std::string& key) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> owners;
-  for (const auto& t : table) owners.emplace_back(t.name, config::key_names(t.keys));
-  return config::owner_note(owners, plural, key);
-}
-
-}  // namespace
-
 LearningRateSpec read_learning_rate_spec(const config::Value& value) {
   LearningRateSpec lr;
   lr.path = value.path();
@@ -40,13 +22,11 @@ LearningRateSpec read_learning_rate_spec(const config::Value& value) {
                    "\"initial_learning_rate\": 0.1, \"decay_steps\": 1000}, got ",
                    value.describe()));
   config::Section r(value, "a learning-rate schedule");
-  const ScheduleType& type = schedule_type(r.require_choice("type", names_of(schedule_types()), "learning-rate schedule"));
+  const ScheduleType& type = schedule_type(r.require_choice("type", config::entry_names(schedule_types()), "learning-rate schedule"));
   lr.type = &type;
   r.set_what(str("a ", type.name, " learning-rate schedule"));
-  std::vector<std::string> keys = {"type", "initial_learning_rate"};
-  for (const config::KeyDoc& k : type.keys) keys.push_back(k.name);
-  keys.push_back("warmup_steps");
-  r.expect_keys(keys, [](const std::string& key) { return key_note(schedule_types(), "schedules", key); });
+  r.expect_keys(config::declared_keys({"type", "initial_learning_rate"}, type.keys, {"warmup_steps"}),
+                [](const std::string& key) { return config::entry_key_note(schedule_types(), "schedules", key); });
   lr.initial_learning_rate = r.require_double("initial_learning_rate", config::kPositive);
   type.read(r, lr);
   lr.warmup_steps = r.get_int("warmup_steps", lr.warmup_steps, 0);
@@ -59,7 +39,7 @@ OptimizerSpec read_optimizer_spec(const config::Value& value) {
   opt.path = value.path().empty() ? "optimizer" : value.path();
   opt.learning_rate.path = config::child_path(opt.path, "learning_rate");
   opt.learning_rate.type = &schedule_type("constant");
-  const std::vector<std::string> names = names_of(optimizer_types());
+  const std::vector<std::string> names = config::entry_names(optimizer_types());
   if (value.is_string()) {
     opt.type = &optimizer_type(value.to_choice(names, "optimizer"));
     opt.learning_rate.initial_learning_rate = opt.type->default_learning_rate;
@@ -72,9 +52,8 @@ OptimizerSpec read_optimizer_spec(const config::Value& value) {
   config::Section r(value, "the optimizer");
   opt.type = &optimizer_type(r.require_choice("type", names, "optimizer"));
   r.set_what(str("the ", opt.type->name, " optimizer"));
-  std::vector<std::string> keys = {"type", "learning_rate"};
-  for (const config::KeyDoc& k : opt.type->keys) keys.push_back(k.name);
-  r.expect_keys(keys, [](const std::string& key) { return key_note(optimizer_types(), "optimizers", key); });
+  r.expect_keys(config::declared_keys({"type", "learning_rate"}, opt.type->keys),
+                [](const std::string& key) { return config::entry_key_note(optimizer_types(), "optimizers", key); });
   if (const auto lr = r.find("learning_rate"))
     opt.learning_rate = read_learning_rate_spec(*lr);
   else

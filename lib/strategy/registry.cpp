@@ -41,6 +41,13 @@ const std::vector<config::KeyDoc>& strategy_keys() {
   return keys;
 }
 
+std::vector<std::string> available_strategy_names() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategies())
+    if (e.available()) names.push_back(e.name);
+  return names;
+}
+
 const StrategyEntry& entry_of(const StrategySpec& spec) { return spec.type ? *spec.type : strategies().front(); }
 
 StrategySpec read_strategy_spec(const config::Value& value) {
@@ -48,16 +55,12 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   strategy.path = value.path().empty() ? "strategy" : value.path();
   config::Section r(value, "the strategy section");
   r.expect_keys(config::key_names(strategy_keys()));
-  std::vector<std::string> names, available;
-  for (const StrategyEntry& e : strategies()) {
-    names.push_back(e.name);
-    if (e.available()) available.push_back(e.name);
-  }
-  const StrategyEntry& entry = find_strategy(r.get_choice("type", "one_device", names, "strategy type"));
+  const StrategyEntry& entry =
+      find_strategy(r.get_choice("type", "one_device", config::entry_names(strategies()), "strategy type"));
   strategy.type = &entry;
   if (!entry.available())
     r.fail("type", str("'", entry.name, "' is not available in this version of dtrain; available: ",
-                       join(available, ", ")));
+                       join(available_strategy_names(), ", ")));
   const auto devices = r.find("devices");
   const bool has_replicas = r.has("replicas");
   if ((devices || has_replicas) && !entry.local_replicas)

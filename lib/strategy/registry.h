@@ -36,6 +36,8 @@ const std::vector<config::KeyDoc>& strategy_keys();
 
 // Every strategy, in the README's order.
 const std::vector<StrategyEntry>& strategies();
+// The names of the strategies that are built (available()).
+std::vector<std::string> available_strategy_names();
 // The entry named `name`; ConfigError naming strategy.type and the valid names otherwise.
 const StrategyEntry& find_strategy(const std::string& name);
 

@@ -9,13 +9,10 @@ namespace dtrain::strategy {
 
 std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyContext& context) {
   const StrategyEntry& entry = entry_of(job.strategy);
-  if (!entry.available()) {
-    std::vector<std::string> available;
-    for (const StrategyEntry& e : strategies())
-      if (e.available()) available.push_back(e.name);
+  if (!entry.available())
     throw ConfigError(str(job.strategy.path, ".type: '", entry.name,
-                          "' is not available in this version of dtrain; available: ", join(available, ", ")));
-  }
+                          "' is not available in this version of dtrain; available: ",
+                          join(available_strategy_names(), ", ")));
   if (entry.cross_task == CrossTask::kAllReduce && !context.workers)
     throw ConfigError(str(job.strategy.path, ".type: ", entry.name,
                           " needs a cluster: run the job with `dtrain launch` "
