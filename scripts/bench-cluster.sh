@@ -30,7 +30,7 @@ trap 'rm -rf "$out"' EXIT
 echo "== start-up: dtrain launch --workers $tasks (time until all tasks are past the agreement barrier)"
 times=()
 for i in $(seq "$repeats"); do
-  timeout 120 "$dtrain" launch --workers "$tasks" --config "$job" --set output.dir="$out/launch$i" \
+  timeout 120 "$dtrain" launch --workers "$tasks" --config "$job" --set strategy.type=multi_worker_mirrored --set output.dir="$out/launch$i" \
     >"$out/launch$i.log" 2>&1 || { echo "launch failed:"; tail -20 "$out/launch$i.log"; exit 1; }
   t=$(grep -o 'past the agreement barrier in [0-9.]* s' "$out/launch$i.log" | grep -o '[0-9.]*' | head -1)
   echo "  run $i: $t s"
@@ -53,7 +53,7 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
   for i in 0 1; do
     # No `timeout` wrapper: the kill below must hit dtrain itself, not a wrapper.
     TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-      "$dtrain" run --config "$job" --set train.epochs=100000 --set data.train.count=4096 \
+      "$dtrain" run --config "$job" --set strategy.type=multi_worker_mirrored --set train.epochs=100000 --set data.train.count=4096 \
       >"$out/detect$i.log" 2>&1 &
     pids+=($!)
   done

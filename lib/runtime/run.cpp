@@ -67,6 +67,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   // In a cluster, log lines (and the error line) name the task ("[worker:1] dtrain:
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
+  strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.host = env.host;
@@ -82,6 +83,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {
   const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), task_flag);
+  strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
   if (!cluster.single_process()) {
     const std::string address = cluster.spec.address(cluster.task);
     rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));

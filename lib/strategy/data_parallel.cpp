@@ -40,7 +40,7 @@ void add_stats(nn::LossStats& into, const nn::LossStats& s) {
 
 }  // namespace
 
-DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context)
+DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context, Combine combine)
     : name_(entry_of(job.strategy).name),
       seed_(job.train.seed),
       accumulation_(job.train.gradient_accumulation_steps),
@@ -54,8 +54,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
                           " is not supported yet (several GPUs in one process need NCCL); use one_device, "
                           "or multi_worker_mirrored with one GPU per task, or \"device\": \"cpu\""));
+  if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
   std::vector<std::unique_ptr<comm::Communicator>> local;
-  if (n > 1) local = comm::make_local_group(n);
+  if (n > 1 && !central_) local = comm::make_local_group(n);
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
     Replica& r = replicas_[i];
@@ -74,7 +75,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     }
     if (accumulation_ > 1)
       for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), device_);
-    if (n > 1) r.local = std::move(local[i]);
+    if (!local.empty()) r.local = std::move(local[i]);
   }
   if (workers_) {
     // The chief's parameters are the starting point of every worker.
@@ -104,6 +105,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
                                         int64_t step) {
   r.stats = {};
   r.comm_wait = 0.0;
+  if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
   const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
   const nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
@@ -140,7 +142,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     });
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
   }
-  r.optimizer->apply(r.trainable, step);
+  if (!central_) r.optimizer->apply(r.trainable, step);
 }
 
 std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
@@ -173,6 +175,12 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   } else {
     replica_step(replicas_[0], 0, micro_batches, step);
   }
+  if (central_) {
+    std::vector<nn::Sequential*> models;
+    for (Replica& r : replicas_) models.push_back(r.model.get());
+    central_->apply(models, step);
+    replicas_behind_ = true;
+  }
   // The next step's batches travel to the device while this step computes; then
   // reading the loss waits for this step to finish.
   // (Only with one local replica: mirrored replicas look up batches from several threads.)
@@ -202,6 +210,10 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
 
 void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {
   const nn::StepContext ctx{false, seed_, 0};
+  if (replicas_behind_) {
+    central_->read_into(*replicas_[0].model);  // evaluate the central values
+    replicas_behind_ = false;
+  }
   staged_.clear();  // training batches staged but not used (a stop) must not match
   const auto [images, labels] = on_device(batch);
   const Tensor output = replicas_[0].model->forward(images, ctx);
@@ -228,6 +240,10 @@ void copy_named(const std::vector<nn::Param*>& into, const Strategy::TensorLooku
 }  // namespace
 
 void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {
+  if (central_) {
+    copy_named(central_->model().params(), model, "model");
+    copy_named(central_->optimizer().state(), optimizer, "optimizer state");
+  }
   for (Replica& r : replicas_) {
     copy_named(r.model->params(), model, "model");
     r.optimizer->create_state(r.trainable);
@@ -236,6 +252,12 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
 }
 
 void DataParallelStrategy::sync_state() {
+  if (central_) {
+    // The central copy holds the state: every replica reads it.
+    for (Replica& r : replicas_) central_->read_into(*r.model);
+    replicas_behind_ = false;
+    return;
+  }
   const size_t n = replicas_.size();
   std::vector<std::vector<nn::Param*>> states;
   for (const Replica& r : replicas_) states.push_back(state_params(*r.model));

@@ -4,6 +4,10 @@
 // task, gradients averaged over Gloo). The chief's initial parameters are
 // broadcast; every replica applies the same averaged update, so all stay identical.
 //
+// central_storage is the same replicas with another way to combine them: one
+// central copy of the variables (CentralCopy) that every replica reads before a
+// step, its gradients averaged into it and one optimizer update there.
+//
 // A step with gradient accumulation K runs K micro-batches: the first K-1 only
 // accumulate gradients locally; the last one's backward starts the bucketed
 // all-reduce (one per update, overlapping with backward), then the optimizer runs.
@@ -13,15 +17,23 @@
 #include <utility>
 #include <vector>
 
+#include "strategy/central_copy.h"
 #include "strategy/gradient_reducer.h"
 #include "strategy/replica_pool.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::strategy {
 
+// Where the replicas' gradients meet.
+enum class Combine {
+  kAllReduce,  // every replica gets the mean and applies the same update (mirrored, multi-worker)
+  kCentral,    // the mean goes into one central copy, updated once (central_storage)
+};
+
 class DataParallelStrategy : public Strategy {
  public:
-  DataParallelStrategy(const StrategyJob& job, const StrategyContext& context);
+  DataParallelStrategy(const StrategyJob& job, const StrategyContext& context,
+                       Combine combine = Combine::kAllReduce);
   ~DataParallelStrategy() override;
 
   std::string name() const override { return name_; }
@@ -38,8 +50,8 @@ class DataParallelStrategy : public Strategy {
   void request_stop() override { stop_requested_ = true; }
   bool stop_agreed() const override { return stop_agreed_; }
   void load_state(const TensorLookup& model, const TensorLookup& optimizer) override;
-  nn::Sequential& model() override { return *replicas_[0].model; }
-  optim::Optimizer& optimizer() override { return *replicas_[0].optimizer; }
+  nn::Sequential& model() override { return central_ ? central_->model() : *replicas_[0].model; }
+  optim::Optimizer& optimizer() override { return central_ ? central_->optimizer() : *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }
 
  private:
@@ -77,6 +89,8 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<nn::Loss> loss_;
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<CentralCopy> central_;  // central_storage only
+  bool replicas_behind_ = false;          // central_storage: the central copy was updated after the replicas read it
   Device device_;
   std::vector<Staged> staged_;
   int threads_ = 1;

@@ -12,6 +12,10 @@ std::unique_ptr<Strategy> data_parallel(const StrategyJob& job, const StrategyCo
   return std::make_unique<DataParallelStrategy>(job, context);
 }
 
+std::unique_ptr<Strategy> central_storage(const StrategyJob& job, const StrategyContext& context) {
+  return std::make_unique<DataParallelStrategy>(job, context, Combine::kCentral);
+}
+
 }  // namespace
 
 const std::vector<StrategyEntry>& strategies() {
@@ -21,8 +25,10 @@ const std::vector<StrategyEntry>& strategies() {
        CrossTask::kNothing, true, data_parallel},
       {"multi_worker_mirrored", "one replica per training task, gradients averaged with a bucketed all-reduce",
        CrossTask::kAllReduce, false, data_parallel},
-      {"central_storage", "variables on the host, replicas compute (not built yet)", CrossTask::kNothing, true,
-       nullptr},
+      {"central_storage",
+       "N replicas on threads of one process read one central copy of the variables on the host; their mean "
+       "gradient updates it once per step",
+       CrossTask::kNothing, true, central_storage},
       {"parameter_server", "variables on ps tasks, asynchronous workers (not built yet)", CrossTask::kNothing,
        false, nullptr},
   };
@@ -31,10 +37,10 @@ const std::vector<StrategyEntry>& strategies() {
 
 const std::vector<config::KeyDoc>& strategy_keys() {
   static const std::vector<config::KeyDoc> keys = {
-      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`; `central_storage` and "
-               "`parameter_server` are recognised but not built yet"},
-      {"replicas", "mirrored: N replicas in this process (1)"},
-      {"devices", "mirrored: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
+      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`; "
+               "`parameter_server` is recognised but not built yet"},
+      {"replicas", "mirrored, central_storage: N replicas in this process (1)"},
+      {"devices", "mirrored, central_storage: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
       {"communication", "`auto` (Gloo's own choice, today its ring) or `ring` (Gloo's ring by name); `nccl` is "
                         "refused until the NCCL communicator exists"},
       {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"}};
@@ -65,7 +71,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   const bool has_replicas = r.has("replicas");
   if ((devices || has_replicas) && !entry.local_replicas)
     r.fail(devices ? "devices" : "replicas",
-           str("only the mirrored strategy takes several replicas in one process; '", entry.name,
+           str("only mirrored and central_storage take several replicas in one process; '", entry.name,
                "' runs one replica per task"));
   if (devices && has_replicas) r.fail("replicas", "give either 'devices' or 'replicas', not both");
   if (devices) {
@@ -88,6 +94,32 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   r.finish();
   return strategy;
+}
+
+void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec& cluster, const std::string& source) {
+  if (cluster.empty()) return;
+  const StrategyEntry& entry = entry_of(strategy);
+  const int training = cluster.world_size();
+  const int ps = cluster.count("ps");
+  const std::string where = str(strategy.path, ".type '", entry.name, "': ");
+  if (entry.cross_task == CrossTask::kNothing && training > 1)
+    throw ConfigError(str(where, "the cluster (", source, ") has ", training,
+                          " training tasks (chief and workers), but this strategy trains in one task: they would "
+                          "train independent models; set strategy.type to multi_worker_mirrored or parameter_server, "
+                          "or run one task"));
+  if (entry.cross_task != CrossTask::kParameterServer && ps > 0)
+    throw ConfigError(str(where, "the cluster (", source, ") has ", ps,
+                          " ps task(s), but this strategy keeps no variables on ps tasks: they would idle; remove "
+                          "cluster.ps or set strategy.type to parameter_server"));
+  if (entry.cross_task == CrossTask::kParameterServer) {
+    if (ps == 0)
+      throw ConfigError(str(where, "the cluster (", source,
+                            ") has no ps task to hold the variables; add cluster.ps (`dtrain launch --ps 1`)"));
+    if (cluster.count("worker") - (cluster.count("chief") == 0 ? 1 : 0) < 1)
+      throw ConfigError(str(where, "the cluster (", source,
+                            ") has no worker besides the coordinator (the chief, or worker:0 without one) to "
+                            "compute; add a worker"));
+  }
 }
 
 const StrategyEntry& find_strategy(const std::string& name) {

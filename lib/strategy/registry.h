@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/cluster_spec.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::strategy {
@@ -19,6 +20,7 @@ namespace dtrain::strategy {
 enum class CrossTask {
   kNothing,    // trains in one task (one_device, mirrored); several tasks are an error
   kAllReduce,  // a communicator over the training tasks (chief + workers)
+  kParameterServer,  // variables on ps tasks, a coordinator handing out work to workers
 };
 
 struct StrategyEntry {
@@ -33,6 +35,12 @@ struct StrategyEntry {
 
 // The keys of the strategy section, for the README's table.
 const std::vector<config::KeyDoc>& strategy_keys();
+
+// Checks that the cluster's task types make sense for the strategy: several
+// training tasks need a cross-task strategy (else they would train independent
+// models), ps tasks need parameter_server (else they would idle). ConfigError
+// saying what to change otherwise. `source` names where the cluster came from.
+void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec& cluster, const std::string& source);
 
 // Every strategy, in the README's order.
 const std::vector<StrategyEntry>& strategies();

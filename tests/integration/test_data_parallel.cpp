@@ -99,6 +99,14 @@ TEST_CASE("mirrored replicas in one process match one device at the same global 
   require_same_trajectory(base, run_single(job, mirrored), "mirrored x2");
 }
 
+TEST_CASE("central_storage with 2 replicas matches one device at the same global batch") {
+  TempDir single, central;
+  const auto base = run_single(equivalence_job(single, "one_device", 128), single);
+  json job = equivalence_job(central, "central_storage", 64);
+  job["strategy"]["replicas"] = 2;
+  require_same_trajectory(base, run_single(job, central), "central_storage x2");
+}
+
 TEST_CASE("accumulation across 2 workers: one all-reduce per update still matches") {
   TempDir single, workers;
   const auto base = run_single(equivalence_job(single, "one_device", 128), single);

@@ -39,6 +39,7 @@ std::vector<std::string> small_job_args(const TempDir& tmp, int epochs = 1) {
           "--set",    "data.train.take=1024",
           "--set",    "data.test.take=256",
           "--set",    "train.epochs=" + std::to_string(epochs),
+          "--set",    "strategy.type=multi_worker_mirrored",
           "--set",    "output.dir=" + tmp.file("out")};
 }
 
@@ -188,6 +189,7 @@ int free_port() {
 nlohmann::json job_with_cluster(const TempDir& tmp, const nlohmann::json& cluster) {
   nlohmann::json job = small_mlp_job(1024, 256);
   job["cluster"] = cluster;
+  job["strategy"] = {{"type", "multi_worker_mirrored"}};
   job["output"] = {{"dir", tmp.file("out")}};
   return job;
 }
@@ -226,19 +228,17 @@ TEST_CASE("launch --workers 2 trains, prefixes every line, logs, and sums up", "
   check_no_process_left(s["job_id"]);
 }
 
-TEST_CASE("launch --workers 3 --ps 1 --chief runs every task to the end", "[integration]") {
+TEST_CASE("launch --workers 3 --chief runs every task to the end", "[integration]") {
   TempDir tmp;
-  const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--ps", "1", "--chief",
+  const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--chief",
                                          "--summary", tmp.file("launch.json")},
                                         small_job_args(tmp)),
                                  within(110));
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("all 5 tasks past the agreement barrier"));
+  CHECK_THAT(r.out, Contains("all 4 tasks past the agreement barrier"));
   const nlohmann::json s = read_json_file(tmp.file("launch.json"));
-  CHECK(s["exit_codes"] ==
-        nlohmann::json(
-            {{"chief:0", 0}, {"worker:0", 0}, {"worker:1", 0}, {"worker:2", 0}, {"ps:0", 0}}));
+  CHECK(s["exit_codes"] == nlohmann::json({{"chief:0", 0}, {"worker:0", 0}, {"worker:1", 0}, {"worker:2", 0}}));
   check_no_process_left(s["job_id"]);
 }
 

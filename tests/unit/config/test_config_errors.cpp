@@ -202,7 +202,7 @@ TEST_CASE("non-objects and empty layer lists and bad shapes are rejected", "[con
 TEST_CASE("strategy options: replicas only for mirrored, nccl not built yet", "[config][errors]") {
   json job = minimal_job();
   job["strategy"] = {{"type", "multi_worker_mirrored"}, {"replicas", 2}};
-  CHECK_THAT(config_error(job), Contains("strategy.replicas: only the mirrored strategy"));
+  CHECK_THAT(config_error(job), Contains("strategy.replicas: only mirrored and central_storage"));
   job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "cpu:1", "cpu:2"}}};
   CHECK(parse_job_config(job.dump(), "job.json").strategy.replicas == 3);
   job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "tpu:1"}}};

@@ -55,7 +55,7 @@ TEST_CASE("registry: every strategy.type has an entry, and unknown names are Con
     CHECK(strategy::find_strategy(name).name == name);
   CHECK(strategy::find_strategy("multi_worker_mirrored").cross_task == strategy::CrossTask::kAllReduce);
   CHECK(strategy::find_strategy("mirrored").local_replicas);
-  CHECK_FALSE(strategy::find_strategy("parameter_server").available());
+  CHECK(strategy::find_strategy("central_storage").local_replicas);
   CHECK_THROWS_WITH(strategy::find_strategy("mirrorred"), Contains("unknown strategy 'mirrorred'"));
   CHECK_THROWS_WITH(strategy::make_strategy(job_of("multi_worker_mirrored").strategy_job()), Contains("needs a cluster"));
 }
@@ -110,4 +110,48 @@ TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one
       INFO("rank " << rank << " step " << step);
       CHECK(losses[rank][step] == Approx(reference_loss[step]).epsilon(1e-5));
     }
+}
+
+TEST_CASE("central_storage with 2 replicas follows mirrored's loss trajectory and parameters") {
+  std::vector<std::vector<double>> losses(2);
+  std::vector<double> evals(2);
+  const char* names[2] = {"mirrored", "central_storage"};
+  for (int k = 0; k < 2; ++k) {
+    job::JobConfig job = job_of(names[k]);
+    job.strategy.replicas = 2;
+    auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 2});
+    REQUIRE(s->local_replicas() == 2);
+    for (int64_t step = 0; step < 20; ++step) {
+      nn::LossStats stats;
+      s->train_step({batch(step % 2, 0, 8)}, step, stats);  // two batches in turn, 4 rows per replica
+      losses[k].push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    nn::LossStats eval;
+    s->eval_step(batch(99, 0, 8), eval);  // the central copy's values, after the last update
+    evals[k] = eval.loss_sum / static_cast<double>(eval.count);
+  }
+  for (int step = 0; step < 20; ++step) {
+    INFO("step " << step);
+    CHECK(losses[1][step] == Approx(losses[0][step]).epsilon(1e-4));
+  }
+  CHECK(losses[1][19] < losses[1][0] * 0.9);  // it learns
+  CHECK(evals[1] == Approx(evals[0]).epsilon(1e-4));
+}
+
+TEST_CASE("cluster roles: several training tasks need a cross-task strategy, ps tasks need parameter_server") {
+  config::ClusterSpec two_workers;
+  two_workers.tasks["worker"] = {"localhost:1", "localhost:2"};
+  CHECK_THROWS_WITH(strategy::check_cluster_roles(job_of("one_device").strategy, two_workers, "TF_CONFIG"),
+                    Contains("set strategy.type to multi_worker_mirrored or parameter_server"));
+  CHECK_THROWS_WITH(strategy::check_cluster_roles(job_of("mirrored").strategy, two_workers, "TF_CONFIG"),
+                    Contains("would train independent models"));
+  CHECK_NOTHROW(strategy::check_cluster_roles(job_of("multi_worker_mirrored").strategy, two_workers, "TF_CONFIG"));
+  config::ClusterSpec with_ps = two_workers;
+  with_ps.tasks["ps"] = {"localhost:3"};
+  CHECK_THROWS_WITH(strategy::check_cluster_roles(job_of("multi_worker_mirrored").strategy, with_ps, "TF_CONFIG"),
+                    Contains("they would idle"));
+  config::ClusterSpec one_with_evaluator;
+  one_with_evaluator.tasks["worker"] = {"localhost:1"};
+  one_with_evaluator.tasks["evaluator"] = {"localhost:4"};
+  CHECK_NOTHROW(strategy::check_cluster_roles(job_of("one_device").strategy, one_with_evaluator, "TF_CONFIG"));
 }
