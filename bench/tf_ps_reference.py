@@ -30,6 +30,9 @@ How TF's PS training maps onto dtrain's options
       every step process B*N samples on a single worker). An epoch is
       60000 // B steps, i.e. one pass worth of samples across all workers
       together (each worker does about 60000 / (B*N) steps of it).
+    * Threads: --threads T sets intra- and inter-op threads in every process,
+      except that workers get max(T, 2) inter-op threads: with 1 a worker
+      deadlocks on the first step (TF 2.21), see server_inter_op_threads().
     * Model.fit needs steps_per_epoch with PSS (the dataset repeats forever).
       At the end of every epoch Keras joins the coordinator, so per-epoch wall
       times cover all scheduled steps.
@@ -51,6 +54,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,11 +111,11 @@ def die_with_parent():
         pass
 
 
-def session_config(tf, threads):
-    return tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=threads,
-        inter_op_parallelism_threads=threads,
-    )
+def server_inter_op_threads(task_type, threads):
+    """A worker whose inter-op pool has one thread deadlocks under PSS (the
+    first scheduled train_function never finishes; measured with TF 2.21), so
+    workers get at least 2 inter-op threads. ps tasks run with `threads`."""
+    return max(threads, 2) if task_type == "worker" else threads
 
 
 def run_server(threads):
@@ -119,12 +123,16 @@ def run_server(threads):
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=threads,
+        inter_op_parallelism_threads=server_inter_op_threads(resolver.task_type, threads),
+    )
     server = tf.distribute.Server(
         resolver.cluster_spec(),
         job_name=resolver.task_type,
         task_index=resolver.task_id,
         protocol="grpc",
-        config=session_config(tf, threads),
+        config=config,
         start=True,
     )
     server.join()
@@ -163,7 +171,7 @@ def wait_for_ports(procs, deadline):
                 time.sleep(0.2)
 
 
-def run_chief(args, cluster, log_dir):
+def run_chief(args):
     import numpy as np
     import tensorflow as tf
 
@@ -260,6 +268,7 @@ def run_chief(args, cluster, log_dir):
         "train_accuracy": round(float(timer.logs[-1].get("accuracy", float("nan"))), 4),
         "input_context": seen_context,
         "partitioned": partitioner is not None,
+        "worker_inter_op_threads": server_inter_op_threads("worker", args.threads),
     }
 
 
@@ -338,7 +347,7 @@ def main():
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
         wait_for_ports(procs, time.monotonic() + 120)
 
-        result = run_chief(args, cluster, log_dir)
+        result = run_chief(args)
         result["wall_seconds"] = round(time.monotonic() - t_start, 1)
         print(f"tensorflow PSS: {args.workers} workers, {args.ps} ps, batch {args.batch}/step, "
               f"{args.threads} thread(s), {args.epochs} epoch(s): "
@@ -357,6 +366,8 @@ def main():
     finally:
         guard.cancel()
         kill_children()
+        if status == 0:
+            shutil.rmtree(log_dir, ignore_errors=True)  # kept on failure
     sys.stdout.flush()
     sys.stderr.flush()
     # The coordinator keeps non-daemon threads alive; leave without joining them.

@@ -112,6 +112,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.task_args = [&options](const launch::TaskStart& start) { return run_task_args(options.job, start); };
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
+  launch.workers_expendable = job.survives_lost_workers();
   launch.grace_period = options.grace_period;
   const launch::LaunchReport report = launch::launch_with_restarts(launch, options.max_restarts);
   if (!options.summary.empty()) write_launch_summary(report, options.summary);

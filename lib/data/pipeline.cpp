@@ -77,6 +77,7 @@ struct Pipeline::Impl {
   std::vector<int64_t> shard_order;  // this shard's sample indices for the current epoch
   bool started = false;
   int64_t next_batch = 0;       // prefetch == 0: the batch next() assembles
+  int64_t first = 0, end = 0;   // the batches of this epoch to give (start_range)
 
   // Prefetch state; everything below is guarded by `mutex`.
   std::thread worker;
@@ -116,7 +117,7 @@ Batch Pipeline::Impl::assemble(int64_t b) const {
 
 void Pipeline::Impl::produce() {
   try {
-    for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t b = first; b < end; ++b) {
       {
         std::unique_lock lock(mutex);
         room.wait(lock, [&] { return stop || static_cast<int64_t>(queue.size()) < options.prefetch; });
@@ -200,8 +201,11 @@ const Dataset& Pipeline::dataset() const { return *impl_->dataset; }
 int64_t Pipeline::samples_per_epoch() const { return impl_->samples; }
 int64_t Pipeline::batches_per_epoch() const { return impl_->batches; }
 
-void Pipeline::start_epoch(int64_t epoch) {
+void Pipeline::start_epoch(int64_t epoch) { start_range(epoch, 0, impl_->batches); }
+
+void Pipeline::start_range(int64_t epoch, int64_t first, int64_t end) {
   Impl& p = *impl_;
+  DT_CHECK(0 <= first && first <= end && end <= p.batches, "batches [", first, ", ", end, ") of ", p.batches);
   p.stop_worker();  // it reads shard_order: stop it before that changes
   const std::vector<int64_t> order =
       epoch_order(p.dataset->count, p.options.shuffle_buffer, p.options.seed, epoch);
@@ -210,9 +214,11 @@ void Pipeline::start_epoch(int64_t epoch) {
   for (int64_t j = 0; j < p.samples; ++j)
     p.shard_order[static_cast<size_t>(j)] =
         order[static_cast<size_t>(p.options.shard_index + j * p.options.shard_count)];
-  p.next_batch = 0;
+  p.first = first;
+  p.end = end;
+  p.next_batch = first;
   p.started = true;
-  if (p.options.prefetch > 0 && p.batches > 0) {
+  if (p.options.prefetch > 0 && end > first) {
     p.worker_done = false;
     try {
       p.worker = std::thread([&p] { p.produce(); });
@@ -227,7 +233,7 @@ bool Pipeline::next(Batch& out) {
   Impl& p = *impl_;
   DT_CHECK(p.started, "Pipeline::next() called before start_epoch()");
   if (p.options.prefetch == 0) {
-    if (p.next_batch >= p.batches) return false;
+    if (p.next_batch >= p.end) return false;
     out = p.assemble(p.next_batch++);
     return true;
   }

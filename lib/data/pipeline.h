@@ -52,6 +52,9 @@ class Pipeline {
 
   // Begins epoch `epoch` (0-based). Any batches left from the previous epoch are dropped.
   void start_epoch(int64_t epoch);
+  // Begins epoch `epoch` with only its batches [first, end) (a parameter server's
+  // work unit): the same batches start_epoch() would give at those positions.
+  void start_range(int64_t epoch, int64_t first, int64_t end);
   // The next batch of the current epoch; false when the epoch is exhausted.
   bool next(Batch& out);
 

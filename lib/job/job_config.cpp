@@ -3,6 +3,8 @@
 // owner, in the order a reader of the file meets them.
 #include "job/job_config.h"
 
+#include "strategy/registry.h"
+
 namespace dtrain::job {
 
 JobConfig parse_job_config(const std::string& text, const std::string& source,
@@ -32,6 +34,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
 
 JobConfig load_job_config(const std::string& file, const std::vector<std::string>& overrides) {
   return parse_job_config(config::read_job_text(file), file, overrides);
+}
+
+bool JobConfig::survives_lost_workers() const {
+  return strategy::entry_of(strategy).cross_task == strategy::CrossTask::kParameterServer;
 }
 
 }  // namespace dtrain::job

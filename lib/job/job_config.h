@@ -48,6 +48,8 @@ struct JobConfig {
   config::FileCluster file_cluster() const { return {source, cluster, task}; }
   // What the strategy is built from (views into this job).
   strategy::StrategyJob strategy_job() const { return {strategy, model, loss, optimizer, train}; }
+  // Whether the job survives the loss of a worker (parameter_server, as TF promises).
+  bool survives_lost_workers() const;
 };
 
 // Reads, overrides and checks a job file. Throws ConfigError (with the file's line

@@ -133,8 +133,8 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
   for (const std::string& value : values) {
     const std::string where = str("--inject '", value, "': ");
     const std::string usage =
-        "expected kill:TYPE:INDEX@step=N or kill:TYPE:INDEX@ckpt_byte=N, e.g. --inject "
-        "kill:worker:1@step=20";
+        "expected kill:TYPE:INDEX@step=N, kill:TYPE:INDEX@ckpt_byte=N or kill:TYPE:INDEX@seconds=S, e.g. "
+        "--inject kill:worker:1@step=20";
     const size_t at = value.find('@');
     const std::string what = value.substr(0, at);
     const std::string when = at == std::string::npos ? "" : value.substr(at + 1);
@@ -150,12 +150,13 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
     if (!cluster.contains(task))
       throw ConfigError(where + str(task.str(), " is not a task of this cluster (its tasks: ",
                                     task_list(cluster), ")"));
-    // step=N: at step N; ckpt_byte=N: once N bytes of checkpoint files are written.
+    // step=N: at step N; ckpt_byte=N: once N bytes of checkpoint files are written;
+    // seconds=S: S seconds after the task started (any task type).
     const std::string key = when.substr(0, when.find('=') == std::string::npos ? 0 : when.find('=') + 1);
     const std::string number = when.substr(key.size());
-    if ((key != "step=" && key != "ckpt_byte=") || !all_digits(number) || number.size() > 15)
-      throw ConfigError(where + str("'", when, "' is not step=N (a step number) or ckpt_byte=N (a byte count); ",
-                                    usage));
+    if ((key != "step=" && key != "ckpt_byte=" && key != "seconds=") || !all_digits(number) || number.size() > 15)
+      throw ConfigError(where + str("'", when, "' is not step=N (a step number), ckpt_byte=N (a byte count) or "
+                                    "seconds=S; ", usage));
     for (const Injection& other : out)
       if (other.task == task)
         throw ConfigError(where + str(task.str(), " already has a fault (", other.value,

@@ -152,6 +152,7 @@ class Launcher {
   const int restart_;
   std::vector<std::unique_ptr<Task>> tasks_;
   std::string agree_line_;  // what every task logs once the rendezvous agrees
+  std::string chief_;       // the chief's name
   size_t agreed_ = 0;
   Clock::time_point start_;
   Phase phase_ = Phase::kRunning;
@@ -228,6 +229,14 @@ void Launcher::check_exits() {
     t->report.status = t->process->status();
     t->report.exit_seconds = since(start_);
     if (t->report.status.ok() || !report_.first_failure.empty()) continue;
+    const config::TaskId& id = t->report.task;
+    if (phase_ == Phase::kRunning && !t->report.stopped &&
+        (id.type == "evaluator" || (options_.workers_expendable && id.type == "worker" && t->name != chief_))) {
+      t->report.expendable = true;
+      note(str(t->name, " ended with ", t->report.status.str(), " after ", format_seconds(t->report.exit_seconds),
+               "; the job goes on without it"));
+      continue;
+    }
     report_.first_failure = t->name;
     if (phase_ != Phase::kRunning) continue;
     phase_ = Phase::kGrace;
@@ -306,6 +315,7 @@ LaunchReport Launcher::run() {
   ClusterPlan plan = plan_cluster(options_.job.file_cluster, options_.cluster,
                                   options_.tf_config ? options_.tf_config->c_str() : nullptr);
   const std::vector<Injection> injections = parse_injections(options_.injections, plan.spec);
+  chief_ = plan.spec.chief().str();
   if (options_.grace_period < 0) throw ConfigError("--grace-period cannot be negative");
 
   const fs::path log_dir =
@@ -359,7 +369,10 @@ LaunchReport Launcher::run() {
     // device is "auto" or "gpu" takes GPU LOCAL_RANK % (GPUs here).
     spec.env.push_back(str("LOCAL_RANK=", tasks_.size()));
     if (!t->report.injection.empty()) spec.env.push_back("DTRAIN_INJECT=" + t->report.injection);
-    if (p.task == plan.spec.chief()) {
+    // Tasks that serve on their own address get its reserved socket: the chief
+    // (the rendezvous store) and ps tasks (parameter_server's variables).
+    const bool serves = p.task == plan.spec.chief() || p.task.type == "ps";
+    if (serves) {
       spec.inherit_fd = p.port.socket.get();
       spec.env.push_back(str("DTRAIN_LISTEN_FD=", spec.inherit_fd));
     }
@@ -367,8 +380,8 @@ LaunchReport Launcher::run() {
     t->report.pid = t->process->pid();
     t->pipes[0] = t->process->take_stdout();
     t->pipes[1] = t->process->take_stderr();
-    // The chief serves on the socket now; the others stay reserved here until the end.
-    if (p.task == plan.spec.chief()) p.port.socket.reset();
+    // The chief and ps tasks serve on their sockets now; the others stay reserved here until the end.
+    if (serves) p.port.socket.reset();
     tasks_.push_back(std::move(t));
   }
 

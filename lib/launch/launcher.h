@@ -55,6 +55,10 @@ struct LaunchOptions {
   ClusterRequest cluster;               // --workers/--ps/--chief/--evaluator
   std::vector<std::string> injections;  // --inject kill:worker:1@step=20
   double grace_period = 5.0;            // seconds, for each of the two stopping stages
+  // The job survives the loss of its workers (parameter_server: every worker but
+  // the chief). An evaluator's loss never stops the job. Such a task's failure is
+  // reported and the others go on; the job's exit code is then the others'.
+  bool workers_expendable = false;
   // What each task runs: `program` with the arguments task_args gives for it.
   // Tests use a stand-in program; `dtrain launch` passes `run --config ...`,
   // `dtrain bench allreduce` its own command.
@@ -73,6 +77,7 @@ struct TaskReport {
   ExitStatus status;
   double exit_seconds = 0.0;  // when it ended, from the start of spawning
   bool stopped = false;       // the launcher signalled it (another task failed, or on SIGINT)
+  bool expendable = false;    // its failure did not stop the job (an evaluator; a parameter_server worker)
   std::string injection;      // its DTRAIN_INJECT, "" for none
   std::string summary_json;   // the --summary file it wrote, "" when none
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log

@@ -44,7 +44,8 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     : cluster_(spec.cluster),
       credentials_(spec.credentials),
       heartbeat_interval_(spec.heartbeat_interval),
-      rendezvous_timeout_(spec.rendezvous_timeout) {
+      rendezvous_timeout_(spec.rendezvous_timeout),
+      expendable_(spec.expendable) {
   Stopwatch& timer = started_;
   const config::TaskId chief = cluster_.spec.chief();
   const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
@@ -53,6 +54,7 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     so.credentials = credentials_;
     so.heartbeat_timeout = spec.heartbeat_timeout;
     so.chief = chief.str();
+    so.expendable = spec.expendable;
     for (const auto& t : cluster_.spec.all_tasks()) so.tasks.push_back({t.str(), cluster_.spec.address(t)});
     // Listen on every interface of the chief's port, so the other machines reach it.
     server_ = spec.listen_fd >= 0 ? std::make_unique<StoreServer>(spec.listen_fd, so)
@@ -80,6 +82,7 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     throw;
   }
   join_seconds_ = timer.seconds();
+  incarnation_ = std::stoll(store_->get("incarnation/" + cluster_.task.str()).value_or("1"));
   log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
             credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
 }
@@ -246,12 +249,19 @@ void ClusterSession::fail(const std::string& message) {
 }
 
 void ClusterSession::finish() {
-  const auto tasks = cluster_.spec.all_tasks();
+  std::vector<config::TaskId> essential, expendable;
+  for (const auto& t : cluster_.spec.all_tasks()) (expendable_.count(t.str()) ? expendable : essential).push_back(t);
   store_->set("finish/" + cluster_.task.str(), "1");
   // No overall deadline: the wait ends early with PeerLost if any task is lost
   // (the chief fails pending waits), and heartbeats detect a lost chief.
   Stopwatch waited;
-  while (!store_->wait(keys_for("finish/", tasks), 5.0)) {
+  const auto through = [&](const config::TaskId& t) {
+    return store_->get("finish/" + t.str()) || store_->get("status/" + t.str()).value_or("") == "lost";
+  };
+  while (true) {
+    if (store_->wait(keys_for("finish/", essential), expendable.empty() ? 5.0 : 0.2) &&
+        std::all_of(expendable.begin(), expendable.end(), through))
+      break;
     check_health();
     if (waited.seconds() > 60.0) {
       log::info("rendezvous: waiting for the other tasks to finish");

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -44,6 +45,8 @@ struct SessionSpec {
   double heartbeat_interval = 1.0;    // seconds between heartbeats
   double heartbeat_timeout = 10.0;    // seconds of silence after which a task is lost
   int listen_fd = -1;  // chief: serve on this inherited listening socket (from `dtrain launch`)
+  // Tasks ("evaluator:0", "worker:1") whose loss the job survives (ServerOptions::expendable).
+  std::set<std::string> expendable;
 };
 
 class ClusterSession {
@@ -82,8 +85,11 @@ class ClusterSession {
   // Tells the chief this task is failing (the job fails with it).
   void fail(const std::string& message);
   // The final barrier: waits (as long as every task stays alive) until every task
-  // got here, then leaves cleanly. The chief also waits for the others to leave.
+  // got here, then leaves cleanly; an expendable task that was lost is not waited
+  // for. The chief also waits for the others to leave.
   void finish();
+  // This task's incarnation: 1, or more when it was started again into a running job.
+  int64_t incarnation() const { return incarnation_; }
 
  private:
   void wait_for_all_tasks();
@@ -102,6 +108,8 @@ class ClusterSession {
   double join_seconds_ = 0.0;
   Stopwatch started_;  // when the session began joining
   bool finished_ = false;
+  std::set<std::string> expendable_;
+  int64_t incarnation_ = 1;
 
   std::atomic<int64_t> step_{-1};
   std::atomic<int64_t> last_sent_ms_{0};  // when the last heartbeat went out (steady clock)

@@ -82,6 +82,8 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   void accept_next();
   void sweep();
   void fail_job(const std::string& why);
+  // A task is gone (`why`): the job fails, unless the task is expendable.
+  void task_lost(const std::string& task, const std::string& why);
   void wake_waiters();
   void update_all_done();
   std::string describe(const std::string& task) const {
@@ -203,7 +205,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (is_control()) {
       auto& t = server_->tasks[task_];
       t.seen = t.connected = true;
+      t.done = false;
       t.last_heartbeat = Clock::now();
+      std::string& incarnation = server_->kv["incarnation/" + task_];
+      incarnation = std::to_string(incarnation.empty() ? 1 : std::stoll(incarnation) + 1);
+      server_->kv["status/" + task_] = "up";
+      server_->wake_waiters();
     }
     reply({Op::kWelcome, 0, {}});
   }
@@ -263,7 +270,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         return reply({Op::kOk, 0, {}});
       case Op::kFail:
-        s.fail_job(str("task ", s.describe(task_), " failed: ", m.fields.empty() ? "" : m.fields[0]));
+        s.task_lost(task_, str("task ", s.describe(task_), " failed: ", m.fields.empty() ? "" : m.fields[0]));
         return reply({Op::kOk, 0, {}});
       default:
         return reject(str("sent an unexpected '", op_name(m.op), "' request"));
@@ -276,8 +283,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto& t = s.tasks[task_];
     t.connected = false;
     if (!t.done) {
-      s.fail_job(str("task ", s.describe(task_), " was lost ", step_text(t.last_step),
-                     ": its connection closed (the process died or was killed)"));
+      s.task_lost(task_, str("task ", s.describe(task_), " was lost ", step_text(t.last_step),
+                             ": its connection closed (the process died or was killed)"));
     }
     s.update_all_done();
   }
@@ -315,9 +322,9 @@ void ServerState::sweep() {
   const auto limit = std::chrono::duration<double>(options.heartbeat_timeout);
   for (auto& [name, t] : tasks) {
     if (t.connected && !t.done && now - t.last_heartbeat > limit) {
-      fail_job(str("task ", describe(name), " was lost ", step_text(t.last_step), ": no heartbeat for ",
-                   options.heartbeat_timeout, " s (the process hangs or the network is cut)"));
       t.connected = false;
+      task_lost(name, str("task ", describe(name), " was lost ", step_text(t.last_step), ": no heartbeat for ",
+                          options.heartbeat_timeout, " s (the process hangs or the network is cut)"));
     }
   }
   for (auto it = waiters.begin(); it != waiters.end();) {
@@ -340,6 +347,18 @@ void ServerState::fail_job(const std::string& why) {
   log::warn("rendezvous: the job failed: ", why);
   for (auto& w : waiters) w.connection->reply({Op::kError, 0, {why}});
   waiters.clear();
+  update_all_done();
+}
+
+void ServerState::task_lost(const std::string& task, const std::string& why) {
+  if (!options.expendable.count(task)) return fail_job(why);
+  if (kv["status/" + task] == "lost") return;
+  kv["status/" + task] = "lost";
+  std::string& count = kv["lost_count"];
+  count = std::to_string(count.empty() ? 1 : std::stoll(count) + 1);
+  kv["lost/" + count] = task + "#" + kv["incarnation/" + task];
+  log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
+  wake_waiters();
   update_all_done();
 }
 

@@ -8,10 +8,14 @@
 // done, or when no heartbeat came for heartbeat_timeout, and from then on every
 // reply tells the other tasks that the job failed and why. Connections that fail
 // the handshake, send garbage or oversized frames are dropped and logged; the job
-// goes on. All state lives on the server's one I/O thread.
+// goes on. All state lives on the server's one I/O thread. Each control
+// connection that comes up counts in incarnation/<task> and sets status/<task>
+// to "up", so a task restarted into a running job is told apart from its
+// earlier self.
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +34,10 @@ struct ServerOptions {
   std::string chief;                // the chief's name: heartbeat replies carry its step
   double heartbeat_timeout = 10.0;  // seconds
   double handshake_timeout = 5.0;   // seconds a new connection has to authenticate
+  // Tasks whose loss the job survives (an evaluator; workers under
+  // parameter_server): the server records it in the store (status/<task> =
+  // "lost", lost_count) instead of failing the job, and the task may come back.
+  std::set<std::string> expendable;
 };
 
 struct ServerState;  // the server's state, owned by its I/O thread (store_server.cpp)

@@ -1,6 +1,9 @@
 // Implementation of fault_injection.h.
 #include "runtime/fault_injection.h"
 
+#include <chrono>
+#include <thread>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -16,7 +19,8 @@ InjectedFault parse_injected_fault(const std::string& text) {
   InjectedFault fault;
   if (text.empty()) return fault;
   for (auto [prefix, target] : {std::pair{"kill@step=", &fault.kill_step},
-                                std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte}}) {
+                                std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte},
+                                std::pair{"kill@seconds=", &fault.kill_seconds}}) {
     const std::string p = prefix;
     if (text.rfind(p, 0) != 0) continue;
     const std::string digits = text.substr(p.size());
@@ -29,13 +33,18 @@ InjectedFault parse_injected_fault(const std::string& text) {
       return fault;
     }
   }
-  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N or kill@ckpt_byte=N with N > 0"));
+  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N, kill@ckpt_byte=N or kill@seconds=N with N > 0"));
 }
 
 int64_t arm_injected_fault(const InjectedFault& fault) {
   if (fault.kill_ckpt_byte > 0)
     checkpoint::set_write_hook(static_cast<uint64_t>(fault.kill_ckpt_byte),
                                [](uint64_t) { std::raise(SIGKILL); });  // mid-save, for tests and demos
+  if (fault.kill_seconds > 0)
+    std::thread([s = fault.kill_seconds] {
+      std::this_thread::sleep_for(std::chrono::seconds(s));
+      std::raise(SIGKILL);
+    }).detach();
   return fault.kill_step;
 }
 

@@ -3,7 +3,8 @@
 // when it reaches step N; kill@ckpt_byte=N once this process has written N bytes of
 // checkpoint files (counted over every file of every save, so N can land inside the
 // second checkpoint), to show that a crash while saving leaves earlier checkpoints
-// loadable.
+// loadable; kill@seconds=S S seconds after arming (any task type, a ps or an
+// evaluator too). On a ps task, kill@step=N counts the updates that ps applied.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +15,14 @@ namespace dtrain::runtime {
 struct InjectedFault {
   int64_t kill_step = -1;       // -1: none
   int64_t kill_ckpt_byte = -1;  // -1: none
+  int64_t kill_seconds = -1;    // -1: none
 };
 
 // Parses a DTRAIN_INJECT value ("" = no fault); ConfigError for anything else.
 InjectedFault parse_injected_fault(const std::string& text);
 
-// Arms a kill@ckpt_byte fault (lib/checkpoint's write hook) and returns the
-// kill@step step, or -1.
+// Arms a kill@ckpt_byte fault (lib/checkpoint's write hook) or a kill@seconds
+// timer and returns the kill@step step, or -1.
 int64_t arm_injected_fault(const InjectedFault& fault);
 
 }  // namespace dtrain::runtime

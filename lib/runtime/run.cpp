@@ -1,12 +1,16 @@
 // Implementation of run.h: run_job and validate_task.
 #include "runtime/run.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "ps/ps_server.h"
+#include "ps/shard_store.h"
 #include "rendezvous/store_server.h"
 #include "runtime/cluster_task.h"
 #include "runtime/fault_injection.h"
@@ -16,38 +20,41 @@
 namespace dtrain::runtime {
 namespace {
 
-// Trains as one task of a multi-task job.
-void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
-                    trainer::RunOptions run, int64_t kill_step) {
-  ClusterTask task(session_spec(job, cluster, env));
+// The tasks whose loss the job survives: an evaluator always; under
+// parameter_server every training worker but the coordinator (TF's promise).
+std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool parameter_server) {
+  std::set<std::string> out;
+  for (const config::TaskId& t : cluster.all_tasks())
+    if (t.type == "evaluator" || (parameter_server && t.type == "worker" && !(t == cluster.chief())))
+      out.insert(t.str());
+  return out;
+}
+
+// A parameter_server job's placement of the model's variables over its ps tasks.
+ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec& cluster) {
+  return ps::plan_placement(ps::model_variables(job.model, job.train.seed), cluster.count("ps"),
+                            job.strategy.partitioner);
+}
+
+// The training workers of a parameter_server job: every worker but the coordinator.
+std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
+  std::vector<std::string> out;
+  for (const config::TaskId& t : cluster.all_tasks())
+    if (t.type == "worker" && !(t == cluster.chief())) out.push_back(t.str());
+  return out;
+}
+
+void run_session(ClusterTask& task, const std::function<void()>& body) {
   rendezvous::ClusterSession& session = task.session();
-  run.write_metrics = session.is_chief();
-  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   try {
-    if (session.rank() < 0) {
-      log::info(task.name(), " has no work under strategy ", entry.name,
-                "; waiting for the training tasks to finish");
-    } else {
-      std::unique_ptr<comm::Communicator> workers;
-      if (entry.cross_task == strategy::CrossTask::kAllReduce) {
-        workers = task.connect_training_tasks("comm/workers/", job.runtime.heartbeat_timeout + 20.0,
-                                              job.strategy.communication);
-        run.workers = workers.get();
-      }
-      run.on_step = [&](int64_t step) {
-        if (step == kill_step) std::raise(SIGKILL);  // fault injection for tests and demos
-        session.report_step(step);
-        session.check_health();
-      };
-      try {
-        trainer::run_training(job, run);
-      } catch (const PeerLost& e) {
-        task.rethrow_collective_failure(e);
-      } catch (const TimeoutError& e) {
-        task.rethrow_collective_failure(e);
-      } catch (const CommError& e) {
-        task.rethrow_collective_failure(e);
-      }
+    try {
+      body();
+    } catch (const PeerLost& e) {
+      task.rethrow_collective_failure(e);
+    } catch (const TimeoutError& e) {
+      task.rethrow_collective_failure(e);
+    } catch (const CommError& e) {
+      task.rethrow_collective_failure(e);
     }
     session.finish();
   } catch (const PeerLost&) {
@@ -58,6 +65,85 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     session.fail(str(task.name(), ": ", e.what()));
     throw;
   }
+}
+
+// A ps task of a parameter_server job: serves its shards until the job ends.
+void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
+                 rendezvous::SessionSpec spec, int64_t kill_step) {
+  const ps::Placement placement = job_placement(job, cluster.spec);
+  ps::ShardStore shards(placement, cluster.task.index, job.model, job.train.seed, job.optimizer);
+  ps::PsServerOptions options;
+  options.credentials = spec.credentials;
+  options.task = cluster.task.str();
+  options.mode = job.strategy.mode;
+  options.max_staleness = job.strategy.max_staleness;
+  options.workers = training_workers(cluster.spec);
+  if (kill_step > 0)  // fault injection: this ps's applied updates count
+    options.on_update = [kill_step](int64_t version) {
+      if (version == kill_step) std::raise(SIGKILL);
+    };
+  const config::HostPort address = config::parse_host_port(cluster.spec.address(cluster.task), "this ps's address");
+  // Served before joining, so the workers find it as soon as they look.
+  ps::PsServer server(shards, options, env.listen_socket(), "0.0.0.0", address.port);
+  ClusterTask task(spec);
+  log::info(task.name(), " serves ", shards.elements(), " floats of variables (",
+            job.strategy.mode == ps::UpdateMode::kSync    ? "sync"
+            : job.strategy.mode == ps::UpdateMode::kStale ? "stale"
+                                                          : "async",
+            " updates) until the job ends");
+  run_session(task, [&] {});
+  log::info(task.name(), " applied ", server.version(), " updates");
+}
+
+// Trains as one task of a multi-task job.
+void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
+                    trainer::RunOptions run, int64_t kill_step) {
+  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
+  const bool parameter_server = entry.cross_task == strategy::CrossTask::kParameterServer;
+  rendezvous::SessionSpec spec = session_spec(job, cluster, env);
+  spec.expendable = expendable_tasks(cluster.spec, parameter_server);
+  if (parameter_server && cluster.task.type == "ps") return run_ps_task(job, cluster, env, spec, kill_step);
+  ClusterTask task(spec);
+  rendezvous::ClusterSession& session = task.session();
+  run.write_metrics = session.is_chief();
+  run.on_step = [&](int64_t step) {
+    if (step == kill_step) std::raise(SIGKILL);  // fault injection for tests and demos
+    session.report_step(step);
+    session.check_health();
+  };
+  run_session(task, [&] {
+    if (cluster.task.type == "evaluator" || (!parameter_server && session.rank() < 0)) {
+      log::info(task.name(), " has no work under strategy ", entry.name,
+                "; waiting for the training tasks to finish");
+      return;
+    }
+    std::unique_ptr<comm::Communicator> workers;
+    std::unique_ptr<ps::PsGroup> group;
+    if (entry.cross_task == strategy::CrossTask::kAllReduce) {
+      workers = task.connect_training_tasks("comm/workers/", job.runtime.heartbeat_timeout + 20.0,
+                                            job.strategy.communication);
+      run.workers = workers.get();
+    }
+    if (parameter_server) {
+      std::vector<std::string> addresses;
+      for (int i = 0; i < cluster.spec.count("ps"); ++i) addresses.push_back(cluster.spec.address({"ps", i}));
+      ps::PsClientOptions options;
+      options.credentials = spec.credentials;
+      options.task = task.name();
+      options.connect_timeout = job.runtime.rendezvous_timeout;
+      options.request_timeout = std::max(60.0, 3.0 * job.runtime.heartbeat_timeout);
+      group = std::make_unique<ps::PsGroup>(job_placement(job, cluster.spec), addresses, options);
+      const std::vector<std::string> trainers = training_workers(cluster.spec);
+      run.ps.group = group.get();
+      run.ps.store = &session.store();
+      run.ps.coordinator = session.is_chief();
+      run.ps.owner = str(task.name(), "#", session.incarnation());
+      run.ps.num_workers = static_cast<int>(trainers.size());
+      run.ps.worker_index =
+          static_cast<int>(std::find(trainers.begin(), trainers.end(), task.name()) - trainers.begin());
+    }
+    trainer::run_training(job, run);
+  });
 }
 
 }  // namespace

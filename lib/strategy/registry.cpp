@@ -4,12 +4,17 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "strategy/data_parallel.h"
+#include "strategy/parameter_server.h"
 
 namespace dtrain::strategy {
 namespace {
 
 std::unique_ptr<Strategy> data_parallel(const StrategyJob& job, const StrategyContext& context) {
   return std::make_unique<DataParallelStrategy>(job, context);
+}
+
+std::unique_ptr<Strategy> parameter_server(const StrategyJob& job, const StrategyContext& context) {
+  return std::make_unique<ParameterServerStrategy>(job, context);
 }
 
 std::unique_ptr<Strategy> central_storage(const StrategyJob& job, const StrategyContext& context) {
@@ -29,21 +34,30 @@ const std::vector<StrategyEntry>& strategies() {
        "N replicas on threads of one process read one central copy of the variables on the host; their mean "
        "gradient updates it once per step",
        CrossTask::kNothing, true, central_storage},
-      {"parameter_server", "variables on ps tasks, asynchronous workers (not built yet)", CrossTask::kNothing,
-       false, nullptr},
+      {"parameter_server",
+       "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take work units from "
+       "the coordinator",
+       CrossTask::kParameterServer, false, parameter_server},
   };
   return table;
 }
 
 const std::vector<config::KeyDoc>& strategy_keys() {
   static const std::vector<config::KeyDoc> keys = {
-      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`; "
-               "`parameter_server` is recognised but not built yet"},
+      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`"},
       {"replicas", "mirrored, central_storage: N replicas in this process (1)"},
       {"devices", "mirrored, central_storage: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
       {"communication", "`auto` (Gloo's own choice, today its ring) or `ring` (Gloo's ring by name); `nccl` is "
                         "refused until the NCCL communicator exists"},
-      {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"}};
+      {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"},
+      {"mode", "parameter_server: `async` (default, TF's: every push applied as it arrives), `sync` (one push per "
+               "worker per step, averaged: multi_worker_mirrored's trajectory) or `stale` (bounded staleness)"},
+      {"max_staleness", "parameter_server, mode stale: no worker runs more than K steps ahead of the slowest (0)"},
+      {"variable_partitioner",
+       "parameter_server: `{\"type\": \"min_size\", \"min_shard_bytes\": 262144, \"max_shards\": N}`, "
+       "`{\"type\": \"max_size\", \"max_shard_bytes\": B}` or `{\"type\": \"fixed\", \"num_shards\": N}` "
+       "(TF's partitioners, along the first axis); absent: whole variables"},
+      {"steps_per_work_unit", "parameter_server: batches per work unit the coordinator hands out (20)"}};
   return keys;
 }
 
@@ -55,6 +69,36 @@ std::vector<std::string> available_strategy_names() {
 }
 
 const StrategyEntry& entry_of(const StrategySpec& spec) { return spec.type ? *spec.type : strategies().front(); }
+
+namespace {
+
+ps::PartitionerSpec read_partitioner(const config::Value& value) {
+  config::Section r(value, "the variable partitioner");
+  ps::PartitionerSpec p;
+  if (!r.has("type")) r.fail("type", "is required: \"min_size\", \"max_size\" or \"fixed\"");
+  const std::string type = r.get_choice("type", "", {"min_size", "max_size", "fixed"}, "partitioner");
+  if (type == "min_size") {
+    r.expect_keys({"type", "min_shard_bytes", "max_shards"});
+    p.type = ps::PartitionerSpec::Type::kMinSize;
+    p.min_shard_bytes = r.get_int("min_shard_bytes", 256 << 10, 1);
+    p.max_shards = r.get_int("max_shards", 1, 1);
+  } else if (type == "max_size") {
+    r.expect_keys({"type", "max_shard_bytes", "max_shards"});
+    p.type = ps::PartitionerSpec::Type::kMaxSize;
+    if (!r.has("max_shard_bytes")) r.fail("max_shard_bytes", "is required for the max_size partitioner");
+    p.max_shard_bytes = r.get_int("max_shard_bytes", 0, 4);
+    p.max_shards = r.get_int("max_shards", 0, 1);
+  } else {
+    r.expect_keys({"type", "num_shards"});
+    p.type = ps::PartitionerSpec::Type::kFixed;
+    if (!r.has("num_shards")) r.fail("num_shards", "is required for the fixed partitioner");
+    p.num_shards = r.get_int("num_shards", 1, 1);
+  }
+  r.finish();
+  return p;
+}
+
+}  // namespace
 
 StrategySpec read_strategy_spec(const config::Value& value) {
   StrategySpec strategy;
@@ -92,6 +136,16 @@ StrategySpec read_strategy_spec(const config::Value& value) {
            "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
   strategy.communication = communication == "ring" ? Communication::kRing : Communication::kAuto;
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
+  const bool ps = entry.cross_task == CrossTask::kParameterServer;
+  for (const char* key : {"mode", "max_staleness", "variable_partitioner", "steps_per_work_unit"})
+    if (!ps && r.has(key)) r.fail(key, str("only parameter_server takes '", key, "'; '", entry.name, "' does not"));
+  const std::string mode = r.get_choice("mode", "async", {"async", "sync", "stale"}, "update mode");
+  strategy.mode = mode == "sync" ? ps::UpdateMode::kSync : mode == "stale" ? ps::UpdateMode::kStale : ps::UpdateMode::kAsync;
+  strategy.max_staleness = r.get_int("max_staleness", 0, 0);
+  if (r.has("max_staleness") && strategy.mode != ps::UpdateMode::kStale)
+    r.fail("max_staleness", "applies only to \"mode\": \"stale\"");
+  strategy.steps_per_unit = r.get_int("steps_per_work_unit", strategy.steps_per_unit, 1);
+  if (const auto p = r.find("variable_partitioner")) strategy.partitioner = read_partitioner(*p);
   r.finish();
   return strategy;
 }

@@ -20,6 +20,7 @@
 #include "nn/losses.h"
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
+#include "ps/ps_client.h"
 #include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
@@ -39,6 +40,8 @@ struct StrategyContext {
   comm::Communicator* workers = nullptr;
   int threads = 1;  // compute threads of this process (shared among local replicas)
   Device device = Device::cpu();  // where the replicas compute (kernels::select_device)
+  // parameter_server: this task's connections to every ps task.
+  ps::PsGroup* ps = nullptr;
 };
 
 // Where the step time went, summed since the start.

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "config/section.h"
+#include "ps/placement.h"
+#include "ps/ps_server.h"
 
 namespace dtrain::strategy {
 
@@ -26,6 +28,11 @@ struct StrategySpec {
   int64_t replicas = 1;
   Communication communication = Communication::kAuto;
   int64_t bytes_per_pack = 25 << 20;  // gradient bucket size (PyTorch DDP's 25 MiB); 0 = auto
+  // parameter_server:
+  ps::UpdateMode mode = ps::UpdateMode::kAsync;  // strategy.mode: async | sync | stale
+  int64_t max_staleness = 0;                     // stale: at most this many steps ahead of the slowest
+  ps::PartitionerSpec partitioner;               // strategy.variable_partitioner
+  int64_t steps_per_unit = 20;                   // strategy.steps_per_work_unit
 };
 
 // The registry entry of `spec` (one_device when the section was absent).

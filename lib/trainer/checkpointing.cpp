@@ -90,6 +90,13 @@ void Checkpointer::after_step(int64_t global_step, int64_t epoch, int64_t step_i
   if (global_step % job_.checkpoint.every_steps == 0) save(global_step, epoch, step_in_epoch, global_batch);
 }
 
+void Checkpointer::after_steps(int64_t from, int64_t to, int64_t epoch, int64_t step_in_epoch,
+                               int64_t global_batch) {
+  if (!enabled() || job_.checkpoint.every_steps <= 0 || to <= from) return;
+  if (to / job_.checkpoint.every_steps > from / job_.checkpoint.every_steps)
+    save(to, epoch, step_in_epoch, global_batch);
+}
+
 void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch) {
   if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
   if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);

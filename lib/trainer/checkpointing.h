@@ -43,6 +43,9 @@ class Checkpointer {
   // after an epoch: saves when checkpoint.every_steps / every_epochs say so.
   void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
   void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch);
+  // After the global step jumped from `from` to `to` (the parameter-server
+  // coordinator polls it): saves once if a multiple of checkpoint.every_steps lies in (from, to].
+  void after_steps(int64_t from, int64_t to, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
   // Saves now (preemption), wherever a checkpoint directory can be derived even if
   // periodic saving is off. Returns the checkpoint's directory, or "" if none.
   std::string save_now(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);

@@ -84,6 +84,11 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["params_sha256"] = s.params_sha256;
   j["config_sha256"] = sha256_hex(job.normalized_json);
   j["dtrain_version"] = DTRAIN_VERSION;
+  if (s.work_units)
+    j["work_units"] = {{"total", s.work_units->total},
+                       {"completed", s.work_units->completed},
+                       {"requeued", s.work_units->requeued},
+                       {"workers_lost", s.work_units->workers_lost}};
 
   const std::filesystem::path target(path);
   if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");

@@ -13,7 +13,9 @@
 #include "strategy/strategy.h"
 #include "trainer/checkpointing.h"
 #include "trainer/job_setup.h"
+#include "strategy/registry.h"
 #include "trainer/progress.h"
+#include "trainer/ps_training.h"
 #include "trainer/records.h"
 
 namespace dtrain::trainer {
@@ -33,6 +35,8 @@ nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
 }  // namespace
 
 RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
+  if (strategy::entry_of(job.strategy).cross_task == strategy::CrossTask::kParameterServer)
+    return options.ps.coordinator ? run_ps_coordinator(job, options) : run_ps_worker(job, options);
   Stopwatch wall;
   RunSummary summary;
   summary.threads = setup_threads(job, options.host);

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "job/job_config.h"
+#include "ps/ps_client.h"
+#include "rendezvous/store.h"
 
 namespace dtrain::comm {
 class Communicator;
@@ -36,6 +38,23 @@ struct RunOptions {
   std::function<bool()> stop_requested;
   // Write output.dir/metrics.jsonl: in a cluster only the chief does (as in TF).
   bool write_metrics = true;
+  // parameter_server: this task's part (from the cluster runtime).
+  struct ParameterServerRole {
+    ps::PsGroup* group = nullptr;        // connections to every ps
+    rendezvous::Store* store = nullptr;  // the job's store: the work queue, lost workers
+    bool coordinator = false;            // the chief: hands out work, evaluates, checkpoints
+    std::string owner;                   // "worker:1#1": task and incarnation, owner of work units
+    int worker_index = 0;                // among the training workers (sync: the data shard)
+    int num_workers = 1;
+  } ps;
+};
+
+// What the coordinator of a parameter_server job counts.
+struct WorkUnitCounts {
+  int64_t total = 0;      // work units of the epochs this run trained
+  int64_t completed = 0;  // of those, completed by a live worker
+  int64_t requeued = 0;   // handed out again after their worker was lost
+  int64_t workers_lost = 0;
 };
 
 struct RunSummary {
@@ -54,6 +73,7 @@ struct RunSummary {
   int threads = 1;
   std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
+  std::optional<WorkUnitCounts> work_units;  // parameter_server's coordinator
 };
 
 // Trains and evaluates the job, printing progress to stdout, writing

@@ -234,12 +234,22 @@ TEST_CASE("the checkpoint section: defaults, ranges and the resume modes", "[con
   CHECK_THAT(config_error(job), Contains("did you mean 'every_steps'?"));
 }
 
-TEST_CASE("a strategy that is known but not built says what is available", "[config][errors]") {
+TEST_CASE("parameter_server's keys are checked, and only it takes them", "[config][errors]") {
   json job = minimal_job();
-  job["strategy"] = {{"type", "parameter_server"}};
-  CHECK_THAT(config_error(job),
-             Contains("job.json: strategy.type: 'parameter_server' is not available in this version of "
-                      "dtrain; available: one_device, mirrored, multi_worker_mirrored"));
+  job["strategy"] = {{"type", "parameter_server"}, {"mode", "stale"}, {"max_staleness", -1}};
+  CHECK_THAT(config_error(job), Contains("strategy.max_staleness"));
+  job["strategy"] = {{"type", "parameter_server"}, {"max_staleness", 2}};
+  CHECK_THAT(config_error(job), Contains("applies only to \"mode\": \"stale\""));
+  job["strategy"] = {{"type", "parameter_server"}, {"variable_partitioner", {{"type", "min_size"}, {"max_shards", 0}}}};
+  CHECK_THAT(config_error(job), Contains("max_shards"));
+  job["strategy"] = {{"type", "parameter_server"}, {"variable_partitioner", {{"type", "fixed"}}}};
+  CHECK_THAT(config_error(job), Contains("num_shards"));
+  job["strategy"] = {{"type", "parameter_server"}, {"variable_partitioner", {{"type", "max_size"}, {"max_shard_bytes", 0}}}};
+  CHECK_THAT(config_error(job), Contains("max_shard_bytes"));
+  job["strategy"] = {{"type", "parameter_server"}, {"mode", "eventually"}};
+  CHECK_THAT(config_error(job), Contains("mode"));
+  job["strategy"] = {{"type", "multi_worker_mirrored"}, {"mode", "sync"}};
+  CHECK_THAT(config_error(job), Contains("only parameter_server takes 'mode'"));
   job["strategy"] = {{"type", "mirored"}};
   CHECK_THAT(config_error(job),
              Contains("unknown strategy type 'mirored'; did you mean 'mirrored'?"));

@@ -153,8 +153,8 @@ TEST_CASE("every task gets its TF_CONFIG, the job's secret and id, the chief its
     CHECK_THAT(out, Contains("\"task\": {\"type\": \"" + t.task.type +
                              "\", \"index\": " + std::to_string(t.task.index) + "}}"));
     CHECK_THAT(out, Contains(p + "partial line\n"));
-    const bool chief = name == "chief:0";
-    CHECK_THAT(out, Contains(p + "env LISTEN_FD=" + (chief ? "" : "none")));
+    const bool serves = name == "chief:0" || t.task.type == "ps";  // the rendezvous store, the variables
+    CHECK_THAT(out, Contains(p + "env LISTEN_FD=" + (serves ? "" : "none")));
     CHECK_THAT(out, Contains(" JOB=" + r.job_id + " "));
     const std::string log = Fixture::read(t.log_path);
     CHECK(t.log_path ==

@@ -1,0 +1,373 @@
+// Implementation of ps_server.h on standalone Asio: one io_context on one
+// thread; each PsConnection reads one request, handles it and writes its reply
+// (a sync round or the staleness bound may hold a push's reply back), then reads
+// the next.
+#include "ps/ps_server.h"
+
+#include <asio.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "ps/ps_wire.h"
+#include "rendezvous/wire.h"
+
+namespace dtrain::ps {
+
+using asio::ip::tcp;
+using rendezvous::Message;
+using rendezvous::Op;
+
+class PsConnection;
+
+struct PsServerState : std::enable_shared_from_this<PsServerState> {
+  PsServerState(ShardStore& s, PsServerOptions o) : shards(s), options(std::move(o)), acceptor(io) {
+    live.insert(options.workers.begin(), options.workers.end());
+    for (const auto& w : options.workers) clocks[w] = 0;
+  }
+
+  ShardStore& shards;
+  PsServerOptions options;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  std::thread thread;
+  std::atomic<int64_t> version{0};
+  std::atomic<int> rejected{0};
+  int64_t pushes = 0;
+
+  // Touched only on the I/O thread:
+  std::set<std::string> live;                                   // workers whose pushes count
+  std::map<std::string, std::shared_ptr<PsConnection>> round;   // sync: this round's pushers
+  std::vector<float> round_sum;                                 // sync: their payloads summed
+  std::map<std::string, int64_t> clocks;                        // stale: pushes per live worker
+  std::vector<std::shared_ptr<PsConnection>> parked;            // stale: replies held back
+
+  bool is_worker(const std::string& task) const {
+    return std::find(options.workers.begin(), options.workers.end(), task) != options.workers.end();
+  }
+  void accept_next();
+  void applied() {
+    const int64_t v = ++version;
+    if (options.on_update) options.on_update(v);
+  }
+  void push(const std::shared_ptr<PsConnection>& c, const std::string& task, const float* payload, int64_t clock);
+  void worker_joined(const std::string& task);
+  void worker_left(const std::string& task);
+  void maybe_finish_round();
+  int64_t slowest_clock() const;
+  void release_parked();
+};
+
+class PsConnection : public std::enable_shared_from_this<PsConnection> {
+ public:
+  PsConnection(tcp::socket socket, std::shared_ptr<PsServerState> server)
+      : socket_(std::move(socket)), server_(std::move(server)), timer_(server_->io) {
+    std::error_code ec;
+    const auto endpoint = socket_.remote_endpoint(ec);
+    peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
+  }
+
+  void start() {
+    timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(server_->options.handshake_timeout * 1000)));
+    auto self = shared_from_this();
+    timer_.async_wait([self](const std::error_code& ec) {
+      if (!ec && !self->ready_) self->reject("did not complete the handshake in time");
+    });
+    read_handshake_frame();
+  }
+
+  const std::string& task() const { return task_; }
+
+  // Sends a reply whose payload is copied now (the variables may change before
+  // the write completes), then reads the next request.
+  void send(PsOp op, int64_t a, int64_t b, const void* data, size_t bytes, bool close_after = false) {
+    out_header_ = PsHeader{static_cast<uint32_t>(op), 0, a, b, bytes};
+    out_.resize(bytes);
+    if (bytes) std::memcpy(out_.data(), data, bytes);
+    write(close_after);
+  }
+  void send_values() {
+    const int64_t n = server_->shards.elements();
+    out_header_ = PsHeader{static_cast<uint32_t>(PsOp::kValues), 0, server_->version.load(), 0,
+                           static_cast<uint64_t>(n) * 4};
+    out_.resize(static_cast<size_t>(n) * 4);
+    server_->shards.write_values(reinterpret_cast<float*>(out_.data()));
+    write(false);
+  }
+  void send_error(const std::string& message) { send(PsOp::kError, 0, 0, message.data(), message.size(), true); }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    std::error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    if (ready_ && server_->is_worker(task_) && !said_bye_) server_->worker_left(task_);
+  }
+
+ private:
+  void write(bool close_after) {
+    auto self = shared_from_this();
+    // Scatter/gather: the header and the payload in one write, no copy into a frame.
+    std::vector<asio::const_buffer> buffers = {asio::buffer(&out_header_, sizeof out_header_), asio::buffer(out_)};
+    asio::async_write(socket_, buffers, [self, close_after](const std::error_code& ec, size_t) {
+      if (ec || close_after) return self->close();
+      self->read_request();
+    });
+  }
+
+  void reject(const std::string& why) {
+    if (closed_) return;
+    ++server_->rejected;
+    log::warn(server_->options.task, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
+              ": it ", why);
+    close();
+  }
+
+  // --- handshake: rendezvous frames and proofs ---
+  void read_handshake_frame() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(hs_header_), [self](const std::error_code& ec, size_t) {
+      if (ec) return self->close();
+      const uint32_t length = rendezvous::decode_length(self->hs_header_);
+      if (length > 4096) return self->reject(str("sent a handshake frame of ", length, " bytes"));
+      self->hs_body_.assign(length, '\0');
+      asio::async_read(self->socket_, asio::buffer(self->hs_body_), [self](const std::error_code& ec2, size_t) {
+        if (ec2) return self->close();
+        Message m;
+        if (!rendezvous::decode_payload(self->hs_body_, m)) return self->reject("sent a malformed frame");
+        self->handle_handshake(m);
+      });
+    });
+  }
+
+  void send_handshake(const Message& m, bool then_requests) {
+    auto self = shared_from_this();
+    auto frame = std::make_shared<std::string>(rendezvous::encode_frame(m));
+    asio::async_write(socket_, asio::buffer(*frame), [self, frame, then_requests](const std::error_code& ec, size_t) {
+      if (ec) return self->close();
+      if (then_requests) return self->read_request();
+      self->read_handshake_frame();
+    });
+  }
+
+  void handle_handshake(const Message& m) {
+    const auto& creds = server_->options.credentials;
+    if (client_nonce_.empty()) {
+      if (m.op != Op::kHello || m.fields.size() != 5 || m.fields[0] != kPsProtocolMagic)
+        return reject("is not a dtrain task (no dtrain ps hello)");
+      if (m.fields[1] != creds.job_id) return reject(str("belongs to job '", m.fields[1], "'"));
+      task_ = m.fields[2];
+      client_nonce_ = m.fields[4];
+      if (client_nonce_.empty()) return reject("sent an empty nonce");
+      server_nonce_ = rendezvous::make_nonce();
+      return send_handshake(
+          {Op::kChallenge, 0, {server_nonce_, rendezvous::server_proof(creds, client_nonce_, server_nonce_)}}, false);
+    }
+    if (m.op != Op::kProof || m.fields.size() != 1 ||
+        !constant_time_equal(m.fields[0], rendezvous::client_proof(creds, task_, server_nonce_, client_nonce_)))
+      return reject("does not know the job secret (wrong HMAC proof)");
+    ready_ = true;
+    timer_.cancel();
+    if (server_->is_worker(task_)) server_->worker_joined(task_);
+    send_handshake({Op::kWelcome, 0, {}}, true);
+  }
+
+  // --- requests ---
+  void read_request() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(&in_header_, sizeof in_header_), [self](const std::error_code& ec, size_t) {
+      if (ec) return self->close();
+      const uint64_t limit = self->payload_limit(self->in_header_.op);
+      if (self->in_header_.payload_bytes > limit)
+        return self->reject(str("sent a ", ps_op_name(self->in_header_.op), " request with ",
+                                self->in_header_.payload_bytes, " payload bytes (at most ", limit, " here)"));
+      self->in_.resize(self->in_header_.payload_bytes);
+      asio::async_read(self->socket_, asio::buffer(self->in_), [self](const std::error_code& ec2, size_t) {
+        if (ec2) return self->close();
+        self->handle_request();
+      });
+    });
+  }
+
+  uint64_t payload_limit(uint32_t op) const {
+    switch (static_cast<PsOp>(op)) {
+      case PsOp::kPushPull: return static_cast<uint64_t>(server_->shards.elements()) * 4;
+      case PsOp::kAssign: return static_cast<uint64_t>(server_->shards.state_elements()) * 4;
+      default: return 0;
+    }
+  }
+
+  void handle_request() {
+    PsServerState& s = *server_;
+    const PsHeader h = in_header_;
+    const auto* floats = reinterpret_cast<const float*>(in_.data());
+    switch (static_cast<PsOp>(h.op)) {
+      case PsOp::kPull:
+        return send_values();
+      case PsOp::kPushPull:
+        if (h.payload_bytes != static_cast<uint64_t>(s.shards.elements()) * 4)
+          return send_error(str("a push to ", s.options.task, " carries ", s.shards.elements() * 4, " bytes, not ",
+                                h.payload_bytes, ": another model or placement?"));
+        if (!s.is_worker(task_)) return reject("pushed gradients but is not a training worker");
+        said_bye_ = false;  // a worker that paused (bye) and got more work counts again
+        s.worker_joined(task_);
+        return s.push(shared_from_this(), task_, floats, h.a);
+      case PsOp::kFetch: {
+        std::vector<float> state(static_cast<size_t>(s.shards.state_elements()));
+        s.shards.write_state(state.data());
+        return send(PsOp::kState, s.version.load(), 0, state.data(), state.size() * 4);
+      }
+      case PsOp::kAssign:
+        if (h.payload_bytes != static_cast<uint64_t>(s.shards.state_elements()) * 4)
+          return send_error(str("an assign to ", s.options.task, " must carry ", s.shards.state_elements() * 4,
+                                " bytes, not ", h.payload_bytes));
+        s.shards.read_state(floats);
+        s.version = h.a;
+        return send(PsOp::kOk, s.version.load(), 0, nullptr, 0);
+      case PsOp::kStats:
+        return send(PsOp::kOk, s.version.load(), s.pushes, nullptr, 0);
+      case PsOp::kBye:
+        said_bye_ = true;
+        if (s.is_worker(task_)) s.worker_left(task_);
+        return send(PsOp::kOk, s.version.load(), 0, nullptr, 0);
+      default:
+        return reject(str("sent an unknown request (op ", h.op, ")"));
+    }
+  }
+
+  tcp::socket socket_;
+  std::shared_ptr<PsServerState> server_;
+  asio::steady_timer timer_;
+  std::string peer_, task_, client_nonce_, server_nonce_;
+  unsigned char hs_header_[4] = {};
+  std::string hs_body_;
+  PsHeader in_header_{}, out_header_{};
+  std::vector<char> in_, out_;
+  bool ready_ = false, closed_ = false, said_bye_ = false;
+};
+
+void PsServerState::accept_next() {
+  acceptor.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true));
+      std::make_shared<PsConnection>(std::move(socket), self)->start();
+    }
+    self->accept_next();
+  });
+}
+
+void PsServerState::push(const std::shared_ptr<PsConnection>& c, const std::string& task, const float* payload,
+                         int64_t clock) {
+  ++pushes;
+  if (options.mode == UpdateMode::kSync) {
+    if (round.count(task)) return c->send_error(str(task, " pushed twice in one round"));
+    const size_t n = static_cast<size_t>(shards.elements());
+    if (round.empty()) {
+      round_sum.assign(payload, payload + n);
+    } else {
+      for (size_t i = 0; i < n; ++i) round_sum[i] += payload[i];
+    }
+    round[task] = c;
+    live.insert(task);
+    return maybe_finish_round();
+  }
+  shards.apply(payload, 1.0f, version.load());
+  applied();
+  if (options.mode == UpdateMode::kAsync) return c->send_values();
+  clocks[task] = std::max(clocks[task], clock + 1);
+  parked.push_back(c);
+  release_parked();
+}
+
+void PsServerState::maybe_finish_round() {
+  if (round.empty()) return;
+  for (const std::string& w : live)
+    if (!round.count(w)) return;  // still waiting for a live worker's push
+  shards.apply(round_sum.data(), 1.0f / static_cast<float>(round.size()), version.load());
+  applied();
+  auto pushers = std::move(round);
+  round.clear();
+  for (auto& [task, c] : pushers) c->send_values();
+}
+
+int64_t PsServerState::slowest_clock() const {
+  int64_t slowest = INT64_MAX;
+  for (const std::string& w : live) slowest = std::min(slowest, clocks.at(w));
+  return slowest == INT64_MAX ? 0 : slowest;
+}
+
+void PsServerState::release_parked() {
+  const int64_t slowest = slowest_clock();
+  std::vector<std::shared_ptr<PsConnection>> still;
+  for (auto& c : parked) {
+    if (clocks[c->task()] > slowest + options.max_staleness && live.count(c->task()))
+      still.push_back(c);
+    else
+      c->send_values();
+  }
+  parked = std::move(still);
+}
+
+void PsServerState::worker_joined(const std::string& task) {
+  if (live.count(task)) return;
+  // A worker that comes back counts from now: at the slowest live worker's clock.
+  clocks[task] = slowest_clock();
+  live.insert(task);
+}
+
+void PsServerState::worker_left(const std::string& task) {
+  if (!live.erase(task)) return;
+  round.erase(task);
+  maybe_finish_round();
+  release_parked();
+}
+
+PsServer::PsServer(ShardStore& shards, PsServerOptions options, int listen_fd, const std::string& host, int port)
+    : state_(std::make_shared<PsServerState>(shards, std::move(options))) {
+  std::error_code ec;
+  if (listen_fd >= 0) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      throw ConfigError(str("DTRAIN_LISTEN_FD=", listen_fd, " is not a socket"));
+    state_->acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
+    if (ec) throw ConfigError(str("cannot serve on the inherited socket ", listen_fd, ": ", ec.message()));
+  } else {
+    const tcp::endpoint endpoint(asio::ip::make_address(host, ec), static_cast<uint16_t>(port));
+    if (ec) throw ConfigError(str(state_->options.task, ": cannot listen on '", host, "': ", ec.message()));
+    state_->acceptor.open(endpoint.protocol(), ec);
+    if (!ec) state_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) state_->acceptor.bind(endpoint, ec);
+    if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      throw ConfigError(str(state_->options.task, ": cannot listen on ", host, ":", port, ": ", ec.message(),
+                            ec == asio::error::address_in_use ? "; another process holds that port" : ""));
+  }
+  state_->accept_next();
+  state_->thread = std::thread([s = state_] { s->io.run(); });
+}
+
+PsServer::~PsServer() {
+  asio::post(state_->io, [s = state_] {
+    std::error_code ignored;
+    s->acceptor.close(ignored);
+    s->io.stop();
+  });
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+int PsServer::port() const { return state_->acceptor.local_endpoint().port(); }
+int64_t PsServer::version() const { return state_->version.load(); }
+int PsServer::rejected_connections() const { return state_->rejected.load(); }
+
+}  // namespace dtrain::ps

@@ -1,0 +1,52 @@
+// The parameter-server wire format, after the handshake (which is the
+// rendezvous's: rendezvous/wire.h frames and the HMAC challenge-response of
+// rendezvous/auth.h, with its own magic, so only tasks of this job get in).
+//
+//   request / reply = header (32 bytes, little-endian) | payload
+//   header          = u32 op | u32 reserved | i64 a | i64 b | u64 payload bytes
+//
+// Payloads are raw little-endian float32 (values, gradients, optimizer slots in
+// the placement's shard order) or UTF-8 text (an error message). Each side
+// bounds the payload it accepts by what the op can carry for this ps; anything
+// else drops the connection.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::ps {
+
+inline constexpr const char* kPsProtocolMagic = "dtrain-ps-1";
+
+enum class PsOp : uint32_t {
+  // requests
+  kPull = 1,      // reply kValues: a = version
+  kPushPull = 2,  // payload: gradients (deltas for non-trainable shards); a = the worker's step count;
+                  // reply kValues once the push is applied (sync: its round; stale: within the bound)
+  kFetch = 3,     // reply kState: values then optimizer slots; a = version
+  kAssign = 4,    // payload: a state as kFetch gives it; a = version to continue from; reply kOk
+  kStats = 5,     // reply kOk: a = version (updates applied), b = pushes received
+  kBye = 6,       // a worker leaves or pauses (no work now): its pushes stop counting until its next; reply kOk
+  // replies
+  kValues = 20,
+  kState = 21,
+  kOk = 22,
+  kError = 23,  // payload: message; the server closes the connection after it
+};
+
+struct PsHeader {
+  uint32_t op = 0;
+  uint32_t reserved = 0;
+  int64_t a = 0;
+  int64_t b = 0;
+  uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(PsHeader) == 32, "the header is 32 bytes on the wire");
+
+// This is a little-endian build (x86-64, aarch64): the header and float payloads
+// are copied as they are in memory.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dtrain's ps protocol assumes a little-endian host");
+
+const char* ps_op_name(uint32_t op);
+
+}  // namespace dtrain::ps

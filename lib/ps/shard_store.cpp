@@ -1,0 +1,91 @@
+// Implementation of shard_store.h.
+#include "ps/shard_store.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/ops.h"
+#include "nn/sequential.h"
+
+namespace dtrain::ps {
+
+std::vector<VariableInfo> model_variables(const nn::ModelSpec& model, uint64_t seed) {
+  const nn::Sequential m(model, seed);
+  std::vector<VariableInfo> out;
+  for (const nn::Param* p : m.params()) out.push_back({p->name, p->value.shape(), p->trainable()});
+  return out;
+}
+
+ShardStore::ShardStore(const Placement& placement, int ps, const nn::ModelSpec& model, uint64_t seed,
+                       const optim::OptimizerSpec& optimizer)
+    : optimizer_(optim::make_optimizer(optimizer)) {
+  const nn::Sequential initial(model, seed);  // the same initial values every task computes
+  const std::vector<nn::Param*> variables = initial.params();
+  DT_CHECK_EQ(variables.size(), placement.variables.size());
+  for (int i : placement.ps_shards[ps]) {
+    const Shard& s = placement.shards[i];
+    const nn::Param& v = *variables[s.variable];
+    auto p = std::make_unique<nn::Param>();
+    p->name = placement.shard_name(s);
+    p->value = Tensor({s.count});
+    std::memcpy(p->value.data(), v.value.data() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
+    if (v.trainable()) {
+      p->grad = Tensor({s.count});
+      trainable_.push_back(p.get());
+      trainable_elements_ += s.count;
+    }
+    elements_ += s.count;
+    params_.push_back(std::move(p));
+  }
+  optimizer_->create_state(trainable_);
+  slots_ = trainable_.empty() ? 0 : static_cast<int>(optimizer_->state().size() / trainable_.size());
+  DT_CHECK_EQ(optimizer_->state().size(), static_cast<size_t>(slots_) * trainable_.size());
+}
+
+ShardStore::~ShardStore() = default;
+
+int64_t ShardStore::state_elements() const { return elements_ + slots_ * trainable_elements_; }
+
+void ShardStore::write_values(float* out) const {
+  for (const auto& p : params_) {
+    std::memcpy(out, p->value.data(), p->value.bytes());
+    out += p->value.numel();
+  }
+}
+
+void ShardStore::apply(const float* payload, float scale, int64_t step) {
+  for (const auto& p : params_) {
+    const int64_t n = p->value.numel();
+    float* target = p->trainable() ? p->grad.data() : p->value.data();
+    if (p->trainable()) {
+      for (int64_t i = 0; i < n; ++i) target[i] = payload[i] * scale;
+    } else {
+      for (int64_t i = 0; i < n; ++i) target[i] += payload[i] * scale;
+    }
+    payload += n;
+  }
+  if (!trainable_.empty()) optimizer_->apply(trainable_, step);
+}
+
+void ShardStore::write_state(float* out) const {
+  write_values(out);
+  out += elements_;
+  const std::vector<nn::Param*> state = optimizer_->state();
+  for (const nn::Param* s : state) {  // slot-major: slot k of every trainable shard, then k + 1
+    std::memcpy(out, s->value.data(), s->value.bytes());
+    out += s->value.numel();
+  }
+}
+
+void ShardStore::read_state(const float* in) {
+  for (const auto& p : params_) {
+    std::memcpy(p->value.data(), in, p->value.bytes());
+    in += p->value.numel();
+  }
+  for (nn::Param* s : optimizer_->state()) {
+    std::memcpy(s->value.data(), in, s->value.bytes());
+    in += s->value.numel();
+  }
+}
+
+}  // namespace dtrain::ps

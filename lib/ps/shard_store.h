@@ -1,0 +1,49 @@
+// ShardStore: the variables one ps task holds (its shards of the placement) and
+// the optimizer that updates them, with its slots beside each shard. The ps's
+// initial values are the model's own (same model spec and seed as every task).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nn/model_spec.h"
+#include "nn/layer.h"
+#include "optim/optimizer.h"
+#include "ps/placement.h"
+
+namespace dtrain::ps {
+
+// The model's variables, in params() order, for a placement.
+std::vector<VariableInfo> model_variables(const nn::ModelSpec& model, uint64_t seed);
+
+class ShardStore {
+ public:
+  ShardStore(const Placement& placement, int ps, const nn::ModelSpec& model, uint64_t seed,
+             const optim::OptimizerSpec& optimizer);
+  ~ShardStore();
+
+  int64_t elements() const { return elements_; }  // floats of a pull / push payload
+  int64_t state_elements() const;                 // floats of a fetch / assign payload
+  int slots() const { return slots_; }
+
+  // The values of every shard, concatenated in the placement's order for this ps.
+  void write_values(float* out) const;
+  // One update as step `step` (0-based) from a push payload times `scale`: the
+  // trainable shards get it as their gradient, the others (batch-norm moving
+  // statistics) add it to their value.
+  void apply(const float* payload, float scale, int64_t step);
+  // Values, then slot k of every trainable shard for k = 0..slots-1.
+  void write_state(float* out) const;
+  void read_state(const float* in);
+
+ private:
+  std::vector<std::unique_ptr<nn::Param>> params_;  // one per shard, in order
+  std::vector<nn::Param*> trainable_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  int slots_ = 0;
+  int64_t elements_ = 0;
+  int64_t trainable_elements_ = 0;
+};
+
+}  // namespace dtrain::ps
