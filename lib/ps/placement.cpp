@@ -48,7 +48,8 @@ int64_t num_partitions(const PartitionerSpec& spec, const Shape& shape) {
     case PartitionerSpec::Type::kNone:
       return 1;
     case PartitionerSpec::Type::kMinSize:  // as many as keep every shard >= min_shard_bytes
-      n = std::min(spec.max_shards, std::max<int64_t>(1, bytes / std::max<int64_t>(1, spec.min_shard_bytes)));
+      n = std::max<int64_t>(1, bytes / std::max<int64_t>(1, spec.min_shard_bytes));
+      if (spec.max_shards > 0) n = std::min(n, spec.max_shards);
       break;
     case PartitionerSpec::Type::kMaxSize:  // as few as keep every shard <= max_shard_bytes
       n = (bytes + spec.max_shard_bytes - 1) / std::max<int64_t>(1, spec.max_shard_bytes);

@@ -22,7 +22,7 @@ struct PartitionerSpec {
   enum class Type { kNone, kMinSize, kMaxSize, kFixed };
   Type type = Type::kNone;    // kNone: every variable whole
   int64_t min_shard_bytes = 256 << 10;  // min_size
-  int64_t max_shards = 1;               // min_size; max_size when > 0
+  int64_t max_shards = 0;               // min_size, max_size: at most this many parts (0: no cap)
   int64_t max_shard_bytes = 0;          // max_size
   int64_t num_shards = 1;               // fixed
 };

@@ -376,4 +376,39 @@ TEST_CASE("a bad --inject is a config error", "[integration]") {
               2, {"--inject 'kill:worker:1'", "kill:TYPE:INDEX@step=N"});
 }
 
+TEST_CASE("parameter_server: a killed worker does not stop the job, every work unit completes, a killed ps ends it",
+          "[integration]") {
+  TempDir tmp;
+  std::vector<std::string> args = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--inject",
+                                          "kill:worker:1@step=10", "--summary", tmp.file("launch.json")},
+                                         small_job_args(tmp, 2));
+  args.insert(args.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
+  const RunOutput r = run_dtrain(args, within(110));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);  // the job's: the chief finished
+  CHECK_THAT(r.err, Contains("worker:1 ended with signal 9 (SIGKILL)"));
+  CHECK_THAT(r.err, Contains("the job goes on without it"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  CHECK(s["exit_codes"]["worker:1"] == -9);
+  CHECK(s["exit_codes"]["chief:0"] == 0);
+  const nlohmann::json& units = s["tasks"]["chief:0"]["work_units"];
+  CHECK(units["total"].get<int>() > 0);
+  CHECK(units["completed"] == units["total"]);
+  CHECK(units["workers_lost"] == 1);
+  CHECK(s["tasks"]["chief:0"]["test_accuracy"].get<double>() > 0.5);
+
+  TempDir ps_tmp;
+  std::vector<std::string> ps_args = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--inject",
+                                             "kill:ps:0@step=20", "--summary", ps_tmp.file("launch.json")},
+                                            small_job_args(ps_tmp, 50));
+  ps_args.insert(ps_args.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
+  const RunOutput killed = run_dtrain(ps_args, within(60));
+  INFO(describe(killed));
+  CHECK(killed.exit_code == 128 + SIGKILL);
+  const nlohmann::json k = read_json_file(ps_tmp.file("launch.json"));
+  for (const char* task : {"chief:0", "worker:0", "worker:1"}) CHECK(k["exit_codes"][task] == 4);
+  CHECK_THAT(killed.out + killed.err, Contains("task ps:0"));
+  check_no_process_left(k["job_id"]);
+}
+
 }  // namespace dtrain::integration
