@@ -4,11 +4,11 @@
 
 #include <asio.hpp>
 #include <chrono>
-#include <thread>
 
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "rendezvous/deadline_socket.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::ps {
@@ -27,21 +27,10 @@ Clock::duration seconds(double s) {
 struct PsChannel::Impl {
   PsClientOptions options;
   std::string name;
-  asio::io_context io;
-  tcp::socket socket{io};
+  rendezvous::DeadlineSocket link;
+  tcp::socket& socket = link.socket;
 
-  // Runs until `done` or the deadline; on the deadline closes the socket (cancelling).
-  bool run_until(const bool& done, Clock::duration timeout) {
-    io.restart();
-    const auto deadline = Clock::now() + timeout;
-    while (!done && Clock::now() < deadline) io.run_one_until(deadline);
-    if (done) return true;
-    std::error_code ignored;
-    socket.close(ignored);
-    io.restart();
-    io.run();
-    return false;
-  }
+  bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
 
   [[noreturn]] void fail(const std::error_code& ec, const char* doing) {
     if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
@@ -91,33 +80,8 @@ struct PsChannel::Impl {
 
   void connect(const std::string& address) {
     const size_t colon = address.rfind(':');
-    tcp::resolver resolver(io);
-    std::error_code ec;
-    const auto endpoints = resolver.resolve(address.substr(0, colon), address.substr(colon + 1), ec);
-    if (ec) throw ConfigError(str("cannot resolve ", name, ": ", ec.message()));
-    const auto deadline = Clock::now() + seconds(options.connect_timeout);
-    while (true) {
-      bool done = false;
-      asio::async_connect(socket, endpoints, [&](const std::error_code& e, const tcp::endpoint&) {
-        ec = e;
-        done = true;
-      });
-      if (!run_until(done, std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(2))))
-        ec = asio::error::timed_out;
-      if (!ec) {
-        std::error_code e1, e2;  // a loopback connect to itself is no connection (TCP simultaneous open)
-        if (socket.local_endpoint(e1) != socket.remote_endpoint(e2) || e1 || e2) break;
-        ec = asio::error::connection_refused;
-      }
-      std::error_code ignored;
-      socket.close(ignored);
-      if (Clock::now() >= deadline)
-        throw TimeoutError(str("could not reach ", name, " within ", options.connect_timeout, " s (last error: ",
-                               ec.message(), "); is that ps task running? raise runtime.rendezvous_timeout to wait "
-                               "longer"));
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    socket.set_option(tcp::no_delay(true));
+    link.connect(address.substr(0, colon), address.substr(colon + 1), options.connect_timeout, name,
+                 "is that ps task running? raise runtime.rendezvous_timeout to wait longer");
     const auto& c = options.credentials;
     const std::string nonce = rendezvous::make_nonce();
     const Message challenge = handshake_roundtrip({Op::kHello, 0, {kPsProtocolMagic, c.job_id, options.task, "ps", nonce}});

@@ -5,11 +5,11 @@
 #include <asio.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "rendezvous/deadline_socket.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -27,67 +27,16 @@ Clock::duration seconds(double s) {
 
 struct StoreClient::Impl {
   ClientOptions options;
-  asio::io_context io;
-  tcp::socket socket{io};
+  DeadlineSocket link;
+  asio::io_context& io = link.io;
+  tcp::socket& socket = link.socket;
   std::string where;  // "the chief (chief:0 at 127.0.0.1:2222)"
 
-  // Runs the io_context until `done` or the deadline; on the deadline closes the
-  // socket (cancelling the operations) and drains their handlers.
-  bool run_until(const bool& done, Clock::duration timeout) {
-    io.restart();
-    const auto deadline = Clock::now() + timeout;
-    while (!done && Clock::now() < deadline) io.run_one_until(deadline);
-    if (done) return true;
-    std::error_code ignored;
-    socket.close(ignored);
-    io.restart();
-    io.run();
-    return false;
-  }
-
-  // Connects once; returns the error (empty on success).
-  std::error_code connect_once(const tcp::resolver::results_type& endpoints, Clock::duration timeout) {
-    bool done = false;
-    std::error_code result;
-    asio::async_connect(socket, endpoints, [&](const std::error_code& ec, const tcp::endpoint&) {
-      result = ec;
-      done = true;
-    });
-    if (!run_until(done, timeout)) return asio::error::timed_out;
-    return result;
-  }
+  bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
 
   void connect(const std::string& host, int port) {
-    tcp::resolver resolver(io);
-    std::error_code ec;
-    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) throw ConfigError(str("cannot resolve ", where, ": ", ec.message()));
-    const auto start = Clock::now();
-    const auto deadline = start + seconds(options.connect_timeout);
-    auto next_report = start + std::chrono::seconds(5);
-    while (true) {
-      const auto left = deadline - Clock::now();
-      ec = connect_once(endpoints, std::min<Clock::duration>(left, std::chrono::seconds(2)));
-      // On loopback, a connect to a port in the ephemeral range with no listener
-      // can "succeed" by connecting the socket to itself (TCP simultaneous open).
-      if (!ec) {
-        std::error_code e1, e2;
-        if (socket.local_endpoint(e1) != socket.remote_endpoint(e2) || e1 || e2) break;
-        ec = asio::error::connection_refused;
-      }
-      std::error_code ignored;
-      socket.close(ignored);
-      if (Clock::now() >= deadline)
-        throw TimeoutError(str("could not reach ", where, " within ", options.connect_timeout,
-                               " s (last error: ", ec.message(),
-                               "); is that task running? raise runtime.rendezvous_timeout to wait longer"));
-      if (options.on_waiting && Clock::now() >= next_report) {
-        options.on_waiting(str("waiting for ", where, " (", ec.message(), ")"));
-        next_report += std::chrono::seconds(5);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    socket.set_option(tcp::no_delay(true));
+    link.connect(host, std::to_string(port), options.connect_timeout, where,
+                 "is that task running? raise runtime.rendezvous_timeout to wait longer", options.on_waiting);
     handshake();
   }
 

@@ -1,6 +1,7 @@
 // Implementation of job_setup.h.
 #include "trainer/job_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -138,6 +139,29 @@ data::PipelineOptions eval_pipeline_options(const job::JobConfig& job) {
   o.prefetch = job.data.prefetch;
   o.cache = job.data.cache;
   return o;
+}
+
+double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
+double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
+
+nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
+  nn::LossStats stats;
+  pipeline.start_epoch(0);
+  data::Batch batch;
+  while (pipeline.next(batch)) strategy.eval_step(batch, stats);
+  return stats;
+}
+
+EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats) {
+  EpochReport report;
+  report.epoch = epoch;
+  report.epochs = epochs;
+  report.steps = steps;
+  report.seconds = seconds;
+  report.samples_per_sec = stats.count / std::max(seconds, 1e-9);
+  report.loss = mean_loss(stats);
+  report.accuracy = accuracy(stats);
+  return report;
 }
 
 }  // namespace dtrain::trainer

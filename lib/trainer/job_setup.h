@@ -10,6 +10,7 @@
 #include "data/pipeline.h"
 #include "nn/sequential.h"
 #include "strategy/strategy.h"
+#include "trainer/progress.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::trainer {
@@ -52,5 +53,15 @@ data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const st
 
 // Evaluation batches: the whole test set in order, on every task.
 data::PipelineOptions eval_pipeline_options(const job::JobConfig& job);
+
+// Mean loss and accuracy of summed stats (0 with no samples).
+double mean_loss(const nn::LossStats& s);
+double accuracy(const nn::LossStats& s);
+
+// The whole test set through the strategy's eval_step, in order.
+nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline);
+
+// An epoch's report from its training stats (validation filled in by the caller).
+EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats);
 
 }  // namespace dtrain::trainer

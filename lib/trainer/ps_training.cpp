@@ -29,9 +29,6 @@
 namespace dtrain::trainer {
 namespace {
 
-double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
-double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
-
 bool is_sync(const job::JobConfig& job) { return job.strategy.mode == ps::UpdateMode::kSync; }
 
 // What both sides agree on: the work units of the job.
@@ -276,21 +273,11 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
     const double seconds = epoch_time.seconds();
     train_seconds += seconds;
     train_samples += epoch_stats.count;
-    EpochReport report;
-    report.epoch = epoch + 1;
-    report.epochs = job.train.epochs;
-    report.steps = s.plan.steps_per_epoch;
-    report.seconds = seconds;
-    report.samples_per_sec = epoch_stats.count / std::max(seconds, 1e-9);
-    report.loss = mean_loss(epoch_stats);
-    report.accuracy = accuracy(epoch_stats);
+    EpochReport report = epoch_report(epoch + 1, job.train.epochs, s.plan.steps_per_epoch, seconds, epoch_stats);
     s.strategy->sync_state();  // the ps's current values, for evaluation
     version = std::max(version, s.ps->version());
     if (test_pipeline) {
-      nn::LossStats val;
-      test_pipeline->start_epoch(0);
-      data::Batch batch;
-      while (test_pipeline->next(batch)) s.strategy->eval_step(batch, val);
+      const nn::LossStats val = evaluate(*s.strategy, *test_pipeline);
       report.has_validation = true;
       report.val_loss = summary.test_loss = mean_loss(val);
       report.val_accuracy = summary.test_accuracy = accuracy(val);

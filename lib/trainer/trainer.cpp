@@ -19,20 +19,6 @@
 #include "trainer/records.h"
 
 namespace dtrain::trainer {
-namespace {
-
-double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
-double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
-
-nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
-  nn::LossStats stats;
-  pipeline.start_epoch(0);
-  data::Batch batch;
-  while (pipeline.next(batch)) strategy.eval_step(batch, stats);
-  return stats;
-}
-
-}  // namespace
 
 RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   if (strategy::entry_of(job.strategy).cross_task == strategy::CrossTask::kParameterServer)
@@ -143,14 +129,7 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
     train_seconds += seconds;
     train_samples += epoch_stats.count;
 
-    EpochReport report;
-    report.epoch = epoch + 1;
-    report.epochs = job.train.epochs;
-    report.steps = step_in_epoch;
-    report.seconds = seconds;
-    report.samples_per_sec = epoch_stats.count / std::max(seconds, 1e-9);
-    report.loss = mean_loss(epoch_stats);
-    report.accuracy = accuracy(epoch_stats);
+    EpochReport report = epoch_report(epoch + 1, job.train.epochs, step_in_epoch, seconds, epoch_stats);
     strategy->sync_state();
     if (test_pipeline) {
       const nn::LossStats val = evaluate(*strategy, *test_pipeline);

@@ -16,33 +16,18 @@
 #include "strategy/parameter_server.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
+#include "support/tiny_dense_job.h"
 
 using namespace dtrain;
 
 namespace {
 
 job::JobConfig job_of(const std::string& strategy, const std::string& extra = "") {
-  return job::parse_job_config(R"({
-    "strategy": {"type": ")" + strategy + "\"" + extra + R"(},
-    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
-                                             {"type": "Dense", "units": 3}]},
-    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-    "optimizer": {"type": "adam", "learning_rate": 0.01},
-    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
-    "train": {"batch_size_per_replica": 4, "seed": 7}})",
-                               "job.json");
+  return test::tiny_dense_job(strategy, extra);
 }
 
-data::Batch batch(int64_t step, int64_t first, int64_t rows) {
-  data::Batch b;
-  b.images = Tensor({rows, 6});
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < 6; ++c)
-      b.images.data()[r * 6 + c] = u64_to_unit_float(hash_u64(step % 3, first + r, c)) * 2.0f - 1.0f;
-    b.labels.push_back(static_cast<int32_t>(hash_u64(step % 3, first + r, 99) % 3));
-  }
-  return b;
-}
+// Three batches in turn: the model can learn them.
+data::Batch batch(int64_t step, int64_t first, int64_t rows) { return test::tiny_dense_batch(step % 3, first, rows); }
 
 ps::PartitionerSpec fixed(int64_t n) {
   ps::PartitionerSpec p;
