@@ -177,7 +177,7 @@ std::string CheckpointStore::verify(const std::string& path) {
   return "";
 }
 
-std::vector<CheckpointEntry> CheckpointStore::list() const {
+std::vector<CheckpointEntry> CheckpointStore::entries() const {
   std::vector<CheckpointEntry> out;
   std::error_code ec;
   if (!fs::is_directory(dir_, ec)) return out;
@@ -186,23 +186,21 @@ std::vector<CheckpointEntry> CheckpointStore::list() const {
     if (step >= 0 && e.is_directory()) out.push_back({e.path().string(), step, ""});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+std::vector<CheckpointEntry> CheckpointStore::list() const {
+  std::vector<CheckpointEntry> out = entries();
   for (CheckpointEntry& c : out) c.problem = verify(c.path);
   return out;
 }
 
 std::optional<std::string> CheckpointStore::latest_good(std::vector<std::string>* skipped) const {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  if (!fs::is_directory(dir_, ec)) return std::nullopt;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-    const int64_t step = step_of(e.path().filename().string());
-    if (step >= 0 && e.is_directory()) found.emplace_back(step, e.path().string());
-  }
-  std::sort(found.rbegin(), found.rend());
-  for (const auto& [step, path] : found) {
-    const std::string problem = verify(path);
-    if (problem.empty()) return path;
-    const std::string message = str("skipping checkpoint ", path, ": ", problem);
+  const std::vector<CheckpointEntry> found = entries();
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    const std::string problem = verify(it->path);
+    if (problem.empty()) return it->path;
+    const std::string message = str("skipping checkpoint ", it->path, ": ", problem);
     if (skipped) skipped->push_back(message);
     else log::warn(message);
   }

@@ -63,6 +63,8 @@ class CheckpointStore {
 
   // Every ckpt-* directory, oldest first, each verified (SHA-256 of every file).
   std::vector<CheckpointEntry> list() const;
+  // The same directories, oldest first, without reading them (problem left "").
+  std::vector<CheckpointEntry> entries() const;
 
   // The newest good checkpoint, or nullopt. Each newer one skipped is reported
   // with the reason: appended to `skipped` when given, else through log::warn.

@@ -21,17 +21,23 @@ DataSourceSpec read_source_spec(const config::Value& value) {
   return src;
 }
 
-// data.test may be null (no test set), which lets --set data.test=null drop it.
+// data.test and data.validation may be null (no such set), which lets --set
+// data.test=null drop it.
 DataSpec read_data_spec(const config::Value& value) {
   DataSpec data;
   config::Section r(value, "the data section");
   data.path = value.path().empty() ? "data" : value.path();
-  r.expect_keys({"train", "test", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy"});
+  r.expect_keys({"train", "test", "validation", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy"});
   data.train = read_source_spec(r.require("train", " (the training data source)"));
   const auto test = r.find("test");
   if (test && !test->is_null()) {
     data.has_test = true;
     data.test = read_source_spec(*test);
+  }
+  const auto validation = r.find("validation");
+  if (validation && !validation->is_null()) {
+    data.has_validation = true;
+    data.validation = read_source_spec(*validation);
   }
   data.shuffle_buffer = r.get_int("shuffle_buffer", data.shuffle_buffer, 0);
   data.prefetch = r.get_int("prefetch", data.prefetch, 0);

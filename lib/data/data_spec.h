@@ -13,7 +13,7 @@ namespace dtrain::data {
 
 struct DataFormat;  // dataset.h
 
-// One data source (data.train or data.test).
+// One data source (data.train, data.test or data.validation).
 struct DataSourceSpec {
   std::string path;                   // "data.train"
   const DataFormat* format = nullptr; // idx | cifar10 | synthetic (dataset.h's registry)
@@ -36,6 +36,9 @@ struct DataSpec {
   DataSourceSpec train;
   bool has_test = false;
   DataSourceSpec test;
+  // What an evaluator task evaluates checkpoints on, instead of data.test.
+  bool has_validation = false;
+  DataSourceSpec validation;
   int64_t shuffle_buffer = 10000;  // 0 or 1 = no shuffle
   int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
   bool drop_remainder = false;     // drop the last, smaller training batch

@@ -95,6 +95,27 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
   log::info(task.name(), " applied ", server.version(), " updates");
 }
 
+// The store key the chief sets to the final step once training ended and its
+// final checkpoint is saved.
+constexpr const char* kFinalStepKey = "train/final_step";
+
+// An evaluator task: evaluates the chief's checkpoints until the final one.
+void run_evaluator_task(const job::JobConfig& job, const trainer::RunOptions& run, ClusterTask& task) {
+  rendezvous::ClusterSession& session = task.session();
+  trainer::EvaluatorOptions options;
+  options.host = run.host;
+  options.summary_path = run.summary_path;
+  options.training_done = [&]() -> std::optional<int64_t> {
+    if (run.stop_requested && run.stop_requested())
+      throw Preempted("stopped by SIGTERM (an evaluator has nothing to save; the training goes on)");
+    session.check_health();
+    const std::optional<std::string> step = session.store().get(kFinalStepKey);
+    if (!step) return std::nullopt;
+    return std::stoll(*step);
+  };
+  run_session(task, [&] { trainer::run_evaluator(job, options); });
+}
+
 // Trains as one task of a multi-task job.
 void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
                     trainer::RunOptions run, int64_t kill_step) {
@@ -111,8 +132,10 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     session.report_step(step);
     session.check_health();
   };
+  if (cluster.task.type == "evaluator") return run_evaluator_task(job, run, task);
+  run.final_checkpoint = cluster.spec.count("evaluator") > 0;
   run_session(task, [&] {
-    if (cluster.task.type == "evaluator" || (!parameter_server && session.rank() < 0)) {
+    if (!parameter_server && session.rank() < 0) {
       log::info(task.name(), " has no work under strategy ", entry.name,
                 "; waiting for the training tasks to finish");
       return;
@@ -142,7 +165,9 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
       run.ps.worker_index =
           static_cast<int>(std::find(trainers.begin(), trainers.end(), task.name()) - trainers.begin());
     }
-    trainer::run_training(job, run);
+    const trainer::RunSummary summary = trainer::run_training(job, run);
+    // The final checkpoint is saved: an evaluator may stop after it.
+    if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
   });
 }
 
@@ -154,6 +179,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
+  if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.host = env.host;
@@ -170,6 +196,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {
   const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), task_flag);
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
+  if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   if (!cluster.single_process()) {
     const std::string address = cluster.spec.address(cluster.task);
     rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));

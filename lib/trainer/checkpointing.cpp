@@ -30,13 +30,16 @@ void check_same_parameters(comm::Communicator& workers, const std::string& hash,
 
 }  // namespace
 
+std::string checkpoint_dir(const job::JobConfig& job) {
+  if (!job.checkpoint.dir.empty()) return job.checkpoint.dir;
+  if (!job.output.dir.empty()) return (std::filesystem::path(job.output.dir) / "checkpoints").string();
+  return "";
+}
+
 Checkpointer::Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers)
     : job_(job), strategy_(strategy), workers_(workers) {
   writer_ = !workers_ || workers_->rank() == 0;
-  if (!job.checkpoint.dir.empty())
-    dir_ = job.checkpoint.dir;
-  else if (!job.output.dir.empty())
-    dir_ = (std::filesystem::path(job.output.dir) / "checkpoints").string();
+  dir_ = checkpoint_dir(job);
   const bool asked = job.checkpoint.every_steps > 0 || job.checkpoint.every_epochs > 0 ||
                      job.checkpoint.resume;
   if (asked && dir_.empty())
@@ -97,7 +100,11 @@ void Checkpointer::after_steps(int64_t from, int64_t to, int64_t epoch, int64_t 
     save(to, epoch, step_in_epoch, global_batch);
 }
 
-void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch) {
+void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final) {
+  if (final && !fallback_dir_.empty()) {
+    dir_ = fallback_dir_;
+    return save(global_step, epochs_done, 0, global_batch);
+  }
   if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
   if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);
 }

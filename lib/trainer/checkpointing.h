@@ -18,6 +18,10 @@
 
 namespace dtrain::trainer {
 
+// Where the job's checkpoints go: checkpoint.dir, else output.dir/checkpoints,
+// else "" (none).
+std::string checkpoint_dir(const job::JobConfig& job);
+
 // Where training continues.
 struct ResumePoint {
   int64_t global_step = 0;
@@ -42,7 +46,9 @@ class Checkpointer {
   // After a step (global_step steps done, step_in_epoch of them in `epoch`) and
   // after an epoch: saves when checkpoint.every_steps / every_epochs say so.
   void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
-  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch);
+  // `final`: the last epoch of a job whose final checkpoint is asked for
+  // (RunOptions::final_checkpoint): saved whatever checkpoint.every_* say.
+  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final = false);
   // After the global step jumped from `from` to `to` (the parameter-server
   // coordinator polls it): saves once if a multiple of checkpoint.every_steps lies in (from, to].
   void after_steps(int64_t from, int64_t to, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);

@@ -276,6 +276,10 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
     EpochReport report = epoch_report(epoch + 1, job.train.epochs, s.plan.steps_per_epoch, seconds, epoch_stats);
     s.strategy->sync_state();  // the ps's current values, for evaluation
     version = std::max(version, s.ps->version());
+    // Saved before evaluating (the save fetches the values again), so a final
+    // checkpoint holds the parameters the test figures are of.
+    checkpointer.after_epoch(version, epoch + 1, s.global_batch,
+                             options.final_checkpoint && epoch + 1 == job.train.epochs);
     if (test_pipeline) {
       const nn::LossStats val = evaluate(*s.strategy, *test_pipeline);
       report.has_validation = true;
@@ -284,7 +288,6 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
     }
     progress.epoch_done(report);
     metrics.epoch(report, version);
-    checkpointer.after_epoch(version, epoch + 1, s.global_batch);
     summary.train_loss = report.loss;
     summary.train_accuracy = report.accuracy;
   }

@@ -62,6 +62,11 @@ void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
   write_line(j.dump());
 }
 
+void MetricsLog::evaluation(int64_t step, double loss, double accuracy) {
+  write_line(nlohmann::json{{"kind", "eval"}, {"step", step}, {"test_loss", number(loss)}, {"test_accuracy", accuracy}}
+                 .dump());
+}
+
 void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,
                    const std::string& strategy) {
   nlohmann::json j;
@@ -89,6 +94,12 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
                        {"completed", s.work_units->completed},
                        {"requeued", s.work_units->requeued},
                        {"workers_lost", s.work_units->workers_lost}};
+  if (s.evaluations) {
+    j["evaluations"] = nlohmann::json::array();
+    for (const Evaluation& e : *s.evaluations)
+      j["evaluations"].push_back(
+          {{"step", e.step}, {"test_loss", number(e.loss)}, {"test_accuracy", e.accuracy}, {"checkpoint", e.checkpoint}});
+  }
 
   const std::filesystem::path target(path);
   if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");

@@ -23,6 +23,8 @@ class MetricsLog {
   void step(int64_t epoch, int64_t step, double loss, double accuracy, double learning_rate,
             double samples_per_sec);
   void epoch(const EpochReport& report, int64_t global_step);
+  // An evaluator's record of one checkpoint.
+  void evaluation(int64_t step, double loss, double accuracy);
 
  private:
   void write_line(const std::string& line);

@@ -131,6 +131,9 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
 
     EpochReport report = epoch_report(epoch + 1, job.train.epochs, step_in_epoch, seconds, epoch_stats);
     strategy->sync_state();
+    // Saved before evaluating, so a final checkpoint holds the parameters the test figures are of.
+    checkpointer.after_epoch(global_step, epoch + 1, global_batch,
+                             options.final_checkpoint && epoch + 1 == job.train.epochs);
     if (test_pipeline) {
       const nn::LossStats val = evaluate(*strategy, *test_pipeline);
       report.has_validation = true;
@@ -141,7 +144,6 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
     }
     progress.epoch_done(report);
     metrics.epoch(report, global_step);
-    checkpointer.after_epoch(global_step, epoch + 1, global_batch);
     summary.train_loss = report.loss;
     summary.train_accuracy = report.accuracy;
   }

@@ -38,6 +38,9 @@ struct RunOptions {
   std::function<bool()> stop_requested;
   // Write output.dir/metrics.jsonl: in a cluster only the chief does (as in TF).
   bool write_metrics = true;
+  // Save a checkpoint after the last epoch even when checkpoint.every_* would not
+  // (an evaluator task waits for it), in checkpoint.dir or output.dir/checkpoints.
+  bool final_checkpoint = false;
   // parameter_server: this task's part (from the cluster runtime).
   struct ParameterServerRole {
     ps::PsGroup* group = nullptr;        // connections to every ps
@@ -57,6 +60,14 @@ struct WorkUnitCounts {
   int64_t workers_lost = 0;
 };
 
+// One checkpoint evaluated by an evaluator task.
+struct Evaluation {
+  int64_t step = 0;
+  double loss = 0.0;
+  double accuracy = 0.0;
+  std::string checkpoint;  // its directory
+};
+
 struct RunSummary {
   double test_accuracy = -1.0;  // -1 when the job has no test data
   double test_loss = -1.0;
@@ -74,11 +85,32 @@ struct RunSummary {
   std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
   std::optional<WorkUnitCounts> work_units;  // parameter_server's coordinator
+  std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first
 };
 
 // Trains and evaluates the job, printing progress to stdout, writing
 // output.dir/metrics.jsonl and, if asked, the summary JSON.
 RunSummary run_training(const job::JobConfig& job, const RunOptions& options);
+
+// An evaluator task (TF's side-car evaluation): trains nothing, watches the
+// checkpoint directory and evaluates each new complete checkpoint on
+// data.validation, else data.test, oldest first.
+struct EvaluatorOptions {
+  HostSettings host;
+  std::string summary_path;  // --summary FILE ("" = none)
+  // Asked between looks at the directory: the training's final step once it
+  // ended (its final checkpoint is then saved), else nullopt. The cluster runtime
+  // checks the job's health here (and may throw: a lost chief).
+  std::function<std::optional<int64_t>()> training_done;
+  double poll_seconds = 0.25;
+};
+// Evaluates until the checkpoint of the final step is done, writing one
+// {"kind": "eval"} record per checkpoint to output.dir/eval/metrics.jsonl and the
+// summary's "evaluations".
+RunSummary run_evaluator(const job::JobConfig& job, const EvaluatorOptions& options);
+// ConfigError unless the job gives an evaluator work: a checkpoint directory
+// (checkpoint.dir or output.dir) and data.test or data.validation.
+void check_evaluator_job(const job::JobConfig& job);
 
 // Checks everything that can be checked without training: the model's shapes,
 // the data files' headers and sizes, input shape against the data. Prints what it

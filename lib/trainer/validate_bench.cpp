@@ -41,6 +41,7 @@ void validate_job(const job::JobConfig& job, const HostSettings& host) {
   std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
+  if (job.data.has_validation) validate_source(job.data.validation, model);
 }
 
 BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
