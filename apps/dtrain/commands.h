@@ -72,6 +72,16 @@ struct BenchAllReduceOptions {
   int threads = 0;                     // --threads: accepted, unused (the all-reduce uses Gloo's own threads)
 };
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env);
+// `dtrain bench ps` (bench_cluster.cpp, beside `bench allreduce`): push/pull bandwidth of local workers and ps tasks.
+struct BenchPsOptions {
+  int workers = 0;               // --workers N: launch N local workers (0: this is one task of the cluster)
+  int ps = 1;                    // --ps M
+  std::string sizes = "4K:64M";  // --sizes
+  int iterations = 20;           // timed pulls and pushes per size
+  int warmup = 5;
+  bool json = false;
+};
+int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& env);
 // Lists the usable GPUs (name, memory, compute capability), or says why there
 // are none (no CUDA backend, no driver, no device). Exit code 0 either way.
 int devices_command(bool json);

@@ -100,6 +100,18 @@ int main(int argc, char** argv) {
   bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);
   bench_allreduce->add_flag("--json", allreduce.json, "One JSON object per size");
   bench_allreduce->add_option("--threads", allreduce.threads, "Accepted for symmetry; the all-reduce uses Gloo's own threads");
+  dtrain::app::BenchPsOptions bench_ps;
+  CLI::App* bench_ps_cmd = bench_cmd->add_subcommand(
+      "ps", "Push and pull bandwidth per ps task (nccl-tests style) of N local workers and M ps tasks");
+  bench_ps_cmd->add_option("--workers", bench_ps.workers, "Local worker processes")->check(CLI::PositiveNumber);
+  bench_ps_cmd->add_option("--ps", bench_ps.ps, "Local ps tasks (1)")->check(CLI::PositiveNumber);
+  bench_ps_cmd->add_option("--sizes", bench_ps.sizes,
+                           "Variable sizes: MIN:MAX (powers of two) or a list, e.g. 4K:64M; split over the ps tasks");
+  bench_ps_cmd->add_option("--iterations", bench_ps.iterations, "Timed pulls and pushes per size")
+      ->check(CLI::PositiveNumber);
+  bench_ps_cmd->add_option("--warmup", bench_ps.warmup, "Untimed pulls and pushes per size")
+      ->check(CLI::NonNegativeNumber);
+  bench_ps_cmd->add_flag("--json", bench_ps.json, "One JSON object per size");
 
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints: inspect them, export the weights");
   ckpt_cmd->require_subcommand(1);
@@ -144,6 +156,7 @@ int main(int argc, char** argv) {
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate, env);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench, env);
     if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce, env);
+    if (bench_ps_cmd->parsed()) return dtrain::app::bench_ps_command(bench_ps, env);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
     if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);

@@ -22,14 +22,26 @@ ShardStore::ShardStore(const Placement& placement, int ps, const nn::ModelSpec& 
   const nn::Sequential initial(model, seed);  // the same initial values every task computes
   const std::vector<nn::Param*> variables = initial.params();
   DT_CHECK_EQ(variables.size(), placement.variables.size());
+  std::vector<const float*> values;
+  for (const nn::Param* v : variables) values.push_back(v->value.data());
+  init(placement, ps, values);
+}
+
+ShardStore::ShardStore(const Placement& placement, int ps, const std::vector<const float*>& initial_values,
+                       const optim::OptimizerSpec& optimizer)
+    : optimizer_(optim::make_optimizer(optimizer)) {
+  DT_CHECK_EQ(initial_values.size(), placement.variables.size());
+  init(placement, ps, initial_values);
+}
+
+void ShardStore::init(const Placement& placement, int ps, const std::vector<const float*>& values) {
   for (int i : placement.ps_shards[ps]) {
     const Shard& s = placement.shards[i];
-    const nn::Param& v = *variables[s.variable];
     auto p = std::make_unique<nn::Param>();
     p->name = placement.shard_name(s);
     p->value = Tensor({s.count});
-    std::memcpy(p->value.data(), v.value.data() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
-    if (v.trainable()) {
+    std::memcpy(p->value.data(), values[s.variable] + s.offset, static_cast<size_t>(s.count) * sizeof(float));
+    if (placement.variables[s.variable].trainable) {
       p->grad = Tensor({s.count});
       trainable_.push_back(p.get());
       trainable_elements_ += s.count;

@@ -21,6 +21,10 @@ class ShardStore {
  public:
   ShardStore(const Placement& placement, int ps, const nn::ModelSpec& model, uint64_t seed,
              const optim::OptimizerSpec& optimizer);
+  // Initial values given directly: one pointer per variable of the placement
+  // (`dtrain bench ps` serves variables that belong to no model).
+  ShardStore(const Placement& placement, int ps, const std::vector<const float*>& initial_values,
+             const optim::OptimizerSpec& optimizer);
   ~ShardStore();
 
   int64_t elements() const { return elements_; }  // floats of a pull / push payload
@@ -38,6 +42,8 @@ class ShardStore {
   void read_state(const float* in);
 
  private:
+  void init(const Placement& placement, int ps, const std::vector<const float*>& values);
+
   std::vector<std::unique_ptr<nn::Param>> params_;  // one per shard, in order
   std::vector<nn::Param*> trainable_;
   std::unique_ptr<optim::Optimizer> optimizer_;

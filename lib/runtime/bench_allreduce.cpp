@@ -7,7 +7,6 @@
 #include "comm/bench_allreduce.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "rendezvous/auth.h"
 #include "runtime/cluster_task.h"
 #include "runtime/run.h"
 
@@ -34,16 +33,11 @@ void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
 
 void bench_allreduce_task(const AllReduceBenchRequest& request, const Environment& env) {
   const std::vector<size_t> sizes = comm::parse_size_list(request.sizes);
-  const config::ClusterConfig cluster =
-      config::resolve_cluster(config::FileCluster{"bench allreduce", {}, {}}, env.tf_config_or_null(), "");
-  if (cluster.single_process())
+  const rendezvous::SessionSpec spec = bench_session_spec(
+      "bench allreduce", str("sizes=", request.sizes, " iterations=", request.iterations, " warmup=", request.warmup),
+      env);
+  if (spec.cluster.single_process())
     throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
-  rendezvous::SessionSpec spec;
-  spec.cluster = cluster;
-  spec.credentials = rendezvous::load_credentials({env.job_id, "", env.job_secret, ""}, cluster.spec);
-  spec.agreement = {{"bench", str("allreduce sizes=", request.sizes, " iterations=", request.iterations,
-                                  " warmup=", request.warmup)}};
-  spec.listen_fd = env.listen_socket();
   ClusterTask task(spec);
   const double collective_deadline = 60.0;  // of connecting and of each all-reduce
   auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, strategy::Communication::kAuto);

@@ -29,6 +29,18 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
   return spec;
 }
 
+rendezvous::SessionSpec bench_session_spec(const std::string& bench, const std::string& parameters,
+                                           const Environment& env) {
+  const config::ClusterConfig cluster =
+      config::resolve_cluster(config::FileCluster{bench, {}, {}}, env.tf_config_or_null(), "");
+  rendezvous::SessionSpec spec;
+  spec.cluster = cluster;
+  spec.credentials = rendezvous::load_credentials({env.job_id, "", env.job_secret, ""}, cluster.spec);
+  spec.agreement = {{"bench", str(bench, " ", parameters)}};
+  spec.listen_fd = env.listen_socket();
+  return spec;
+}
+
 ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
     : name_(spec.cluster.task.str()), heartbeat_interval_(spec.heartbeat_interval), session_(spec) {
   // Watchdog: normally the main thread notices a failed job at its next step and

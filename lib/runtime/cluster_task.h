@@ -23,6 +23,13 @@ namespace dtrain::runtime {
 rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::ClusterConfig& cluster,
                                      const Environment& env);
 
+// The session spec of one task of a `dtrain bench` over a cluster (`bench`:
+// "bench allreduce"): no job file; the cluster from TF_CONFIG, the secret and job
+// id from the environment (the launcher sets all three); the tasks agree on the
+// benchmark's `parameters` instead of a config hash.
+rendezvous::SessionSpec bench_session_spec(const std::string& bench, const std::string& parameters,
+                                           const Environment& env);
+
 class ClusterTask {
  public:
   // Joins the job; throws what the rendezvous throws (TimeoutError, ConfigError

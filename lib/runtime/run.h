@@ -43,6 +43,18 @@ void bench_allreduce_task(const AllReduceBenchRequest& request, const Environmen
 // Checks a --sizes list (ConfigError when malformed), before any task starts.
 void check_size_list(const std::string& sizes);
 
+// One task of `dtrain bench ps` (its cluster of workers and ps tasks from
+// TF_CONFIG, as the launcher sets it): a ps serves each size, a worker times
+// pulls and pushes (ps/bench_ps.h); worker 0 prints the nccl-tests-style table
+// (or one JSON object per size).
+struct PsBenchRequest {
+  std::string sizes = "4K:64M";
+  int iterations = 20;
+  int warmup = 5;
+  bool json = false;
+};
+void bench_ps_task(const PsBenchRequest& request, const Environment& env);
+
 // `dtrain devices` and `dtrain version`: the usable GPUs as text or JSON (or why
 // there are none), and the backends built in with their libraries' versions.
 std::string devices_report(bool json);

@@ -3,6 +3,7 @@
 // mirrored replicas, gradient accumulation), workers end with identical
 // parameters, and `dtrain bench allreduce` reports correct results.
 #include <catch2/catch.hpp>
+#include <sstream>
 #include <cmath>
 #include <map>
 
@@ -143,4 +144,28 @@ TEST_CASE("bench allreduce prints correct nccl-tests style JSON for every size")
     sizes.push_back(j["bytes"].get<size_t>());
   }
   CHECK(sizes == std::vector<size_t>{4096, 8192, 16384, 32768, 65536});
+}
+
+TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly, split over the ps") {
+  const RunOutput r = run_dtrain({"bench", "ps", "--workers", "3", "--ps", "2", "--sizes", "12,4K:16K", "--iterations",
+                                  "3", "--warmup", "1", "--json"},
+                                 {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  std::vector<size_t> sizes, per_ps;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    const json j = json::parse(line.substr(brace));
+    CHECK(j["correct"] == true);
+    CHECK(j["workers"] == 3);
+    CHECK(j["ps"] == 2);
+    for (const char* key : {"pull_us", "push_us", "pull_mbps_per_ps", "push_mbps_per_ps"})
+      CHECK(j[key].get<double>() > 0.0);
+    sizes.push_back(j["bytes"].get<size_t>());
+    per_ps.push_back(j["bytes_per_ps"].get<size_t>());
+  }
+  CHECK(sizes == std::vector<size_t>{12, 4096, 8192, 16384});
+  CHECK(per_ps == std::vector<size_t>{8, 2048, 4096, 8192});  // 3 floats: 2 on one ps, 1 on the other
 }

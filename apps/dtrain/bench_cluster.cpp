@@ -1,0 +1,75 @@
+// `dtrain bench allreduce` and `dtrain bench ps`: nccl-tests-style bandwidth of
+// dtrain's Gloo all-reduce and of its ps protocol. Given --workers N (and --ps M)
+// each launches a local cluster (through the same launcher as `dtrain launch`)
+// whose tasks run the same command again inside the cluster
+// (runtime::bench_allreduce_task, runtime::bench_ps_task): join the rendezvous,
+// time every size; the chief prints the table (or one JSON object per size). No
+// job file is involved.
+#include <filesystem>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "launch/launcher.h"
+#include "runtime/run.h"
+
+namespace dtrain::app {
+namespace {
+
+// Runs a benchmark's local cluster: `workers` workers and `ps` ps tasks, one
+// thread each, each task started with `task_args`. Returns the launch's exit code.
+int launch_bench(const runtime::Environment& env, int workers, int ps,
+                 std::function<std::vector<std::string>(const launch::TaskStart&)> task_args) {
+  // The task logs go to a directory of this run's own, removed afterwards.
+  const std::filesystem::path logs = std::filesystem::temp_directory_path() / ("dtrain-bench-" + random_hex(6));
+  launch::LaunchOptions launch;
+  launch.job.output_dir = logs.string();
+  launch.tf_config = env.tf_config;  // ignored, with a warning: --workers builds the cluster
+  launch.job_secret = env.job_secret;
+  launch.omp_num_threads = env.host.omp_num_threads;
+  launch.threads = 1;
+  launch.cluster.workers = workers;
+  launch.cluster.ps = ps;
+  launch.task_args = std::move(task_args);
+  const launch::LaunchReport report = launch::launch_cluster(launch);
+  std::error_code ignored;
+  std::filesystem::remove_all(logs, ignored);
+  return report.exit_code;
+}
+
+}  // namespace
+
+int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env) {
+  runtime::AllReduceBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
+  runtime::check_size_list(options.sizes);  // a bad list fails here, before any process starts
+  if (options.workers == 0) {
+    runtime::bench_allreduce_task(request, env);
+    return 0;
+  }
+  if (options.workers < 2) throw ConfigError("bench allreduce: --workers must be at least 2");
+  return launch_bench(env, options.workers, 0, [&options](const launch::TaskStart&) {
+    std::vector<std::string> args = {"bench", "allreduce", "--sizes", options.sizes, "--iterations",
+                                     std::to_string(options.iterations), "--warmup", std::to_string(options.warmup)};
+    if (options.json) args.push_back("--json");
+    return args;
+  });
+}
+
+int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& env) {
+  runtime::PsBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
+  runtime::check_size_list(options.sizes);
+  if (options.workers == 0) {
+    runtime::bench_ps_task(request, env);
+    return 0;
+  }
+  if (options.ps < 1) throw ConfigError("bench ps: --ps must be at least 1");
+  return launch_bench(env, options.workers, options.ps, [&options](const launch::TaskStart&) {
+    std::vector<std::string> args = {"bench", "ps", "--sizes", options.sizes, "--iterations",
+                                     std::to_string(options.iterations), "--warmup", std::to_string(options.warmup)};
+    if (options.json) args.push_back("--json");
+    return args;
+  });
+}
+
+}  // namespace dtrain::app
