@@ -48,6 +48,7 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
                      {"exit_seconds", t.exit_seconds},
                      {"stopped_by_launcher", t.stopped},
                      {"injection", t.injection},
+                     {"started_again", t.restarts},
                      {"log", t.log_path}};
   }
   nlohmann::json attempts = nlohmann::json::array();

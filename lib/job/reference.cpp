@@ -43,7 +43,7 @@ std::string reference_markdown() {
                "`initial_learning_rate` (required), `warmup_steps` (0: steps of linear warmup first) and its keys):",
                "schedule");
   for (const optim::ScheduleType& t : optim::schedule_types()) out += row(t.name, t.doc, t.keys);
-  out += table("Data formats (`data.train`, `data.test`: an object with `format`, `take` (0 = all samples) and "
+  out += table("Data formats (`data.train`, `data.test`, `data.validation`: an object with `format`, `take` (0 = all samples) and "
                "its keys):",
                "format");
   for (const data::DataFormat* f : data::data_formats()) out += row(f->name, f->doc, f->keys);

@@ -86,6 +86,7 @@ struct Task {
   std::unique_ptr<TaskOutput> output;
   bool agreed = false;
   TaskReport report;
+  SpawnSpec spawn;  // how it was started (a lost worker is started again from it)
 };
 
 enum class Phase { kRunning, kGrace, kTerminating, kKilling };
@@ -143,6 +144,7 @@ class Launcher {
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
+  void start_again(Task& t);
   void on_signal(int signal);
   void stop_all(int signal);
   size_t running() const;
@@ -158,6 +160,7 @@ class Launcher {
   Phase phase_ = Phase::kRunning;
   Clock::time_point deadline_;
   LaunchReport report_;
+  int worker_restarts_ = 0;  // lost workers started again alone so far
 };
 
 size_t Launcher::running() const {
@@ -233,8 +236,16 @@ void Launcher::check_exits() {
     if (phase_ == Phase::kRunning && !t->report.stopped &&
         (id.type == "evaluator" || (options_.workers_expendable && id.type == "worker" && t->name != chief_))) {
       t->report.expendable = true;
-      note(str(t->name, " ended with ", t->report.status.str(), " after ", format_seconds(t->report.exit_seconds),
-               "; the job goes on without it"));
+      const std::string ended =
+          str(t->name, " ended with ", t->report.status.str(), " after ", format_seconds(t->report.exit_seconds));
+      if (id.type == "worker" && worker_restarts_ < options_.worker_restarts) {
+        ++worker_restarts_;
+        note(str(ended, "; starting it again alone (restart ", worker_restarts_, " of ", options_.worker_restarts,
+                 "): it rejoins the running job"));
+        start_again(*t);
+        continue;
+      }
+      note(str(ended, "; the job goes on without it"));
       continue;
     }
     report_.first_failure = t->name;
@@ -246,6 +257,30 @@ void Launcher::check_exits() {
                format_seconds(t->report.exit_seconds), "; the others have ",
                format_seconds(options_.grace_period), " to stop by themselves"));
   }
+}
+
+void Launcher::start_again(Task& t) {
+  // What the ended process still had in its pipes goes out first (it has exited: end of file comes).
+  for (int s = 0; s < 2; ++s) {
+    for (int reads = 0; t.pipes[s].valid() && reads < 1024; ++reads) {
+      pollfd p{t.pipes[s].get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) break;
+      read_pipe(t, s);
+    }
+    if (t.pipes[s].valid()) {
+      t.lines[s].finish([&](std::string_view line) { on_line(t, s, line); });
+      t.pipes[s].reset();
+    }
+  }
+  // The fault was for the first start only.
+  std::erase_if(t.spawn.env, [](const std::string& e) { return e.rfind("DTRAIN_INJECT=", 0) == 0; });
+  t.process = Process::spawn(t.spawn);
+  t.report.pid = t.process->pid();
+  t.report.expendable = false;
+  t.report.status = {};
+  ++t.report.restarts;
+  t.pipes[0] = t.process->take_stdout();
+  t.pipes[1] = t.process->take_stderr();
 }
 
 void Launcher::watch() {
@@ -376,6 +411,7 @@ LaunchReport Launcher::run() {
       spec.inherit_fd = p.port.socket.get();
       spec.env.push_back(str("DTRAIN_LISTEN_FD=", spec.inherit_fd));
     }
+    t->spawn = spec;
     t->process = Process::spawn(spec);
     t->report.pid = t->process->pid();
     t->pipes[0] = t->process->take_stdout();
@@ -447,6 +483,7 @@ LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts
   const Clock::time_point start = Clock::now();
   SignalPipe signals;
   LaunchOptions attempt = options;
+  if (options.workers_expendable) attempt.worker_restarts = max_restarts;
   std::vector<AttemptReport> attempts;
   for (int restart = 0;; ++restart) {
     LaunchReport report = Launcher(attempt, signals, restart).run();
@@ -471,6 +508,7 @@ LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts
                   "; restarting the job from the newest checkpoint (restart ", restart + 1,
                   " of ", max_restarts, ")\n"));
     attempt.injections.clear();  // the fault was for the first start only
+    attempt.worker_restarts = 0;  // lost workers were started again in the first start only
   }
 }
 

@@ -59,6 +59,9 @@ struct LaunchOptions {
   // the chief). An evaluator's loss never stops the job. Such a task's failure is
   // reported and the others go on; the job's exit code is then the others'.
   bool workers_expendable = false;
+  // With workers_expendable: how many times a lost worker is started again alone
+  // (it rejoins the running job); launch_with_restarts sets it to --max-restarts.
+  int worker_restarts = 0;
   // What each task runs: `program` with the arguments task_args gives for it.
   // Tests use a stand-in program; `dtrain launch` passes `run --config ...`,
   // `dtrain bench allreduce` its own command.
@@ -78,6 +81,7 @@ struct TaskReport {
   double exit_seconds = 0.0;  // when it ended, from the start of spawning
   bool stopped = false;       // the launcher signalled it (another task failed, or on SIGINT)
   bool expendable = false;    // its failure did not stop the job (an evaluator; a parameter_server worker)
+  int restarts = 0;           // times it alone was started again after it was lost (worker_restarts)
   std::string injection;      // its DTRAIN_INJECT, "" for none
   std::string summary_json;   // the --summary file it wrote, "" when none
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log

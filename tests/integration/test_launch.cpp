@@ -397,6 +397,25 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
   CHECK(units["workers_lost"] == 1);
   CHECK(s["tasks"]["chief:0"]["test_accuracy"].get<double>() > 0.5);
 
+  // With --max-restarts the lost worker alone is started again and rejoins the running job.
+  TempDir again_tmp;
+  std::vector<std::string> again = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--max-restarts", "1",
+                                           "--inject", "kill:worker:1@step=10", "--summary",
+                                           again_tmp.file("launch.json")},
+                                          small_job_args(again_tmp, 6));
+  again.insert(again.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
+  const RunOutput restarted = run_dtrain(again, within(110));
+  INFO(describe(restarted));
+  REQUIRE(restarted.exit_code == 0);
+  CHECK_THAT(restarted.err, Contains("starting it again alone (restart 1 of 1)"));
+  const nlohmann::json a = read_json_file(again_tmp.file("launch.json"));
+  CHECK(a["restarts"] == 0);  // the job itself was not started again
+  CHECK(a["results"]["worker:1"]["started_again"] == 1);
+  for (const char* task : {"chief:0", "worker:0", "worker:1", "ps:0"}) CHECK(a["exit_codes"][task] == 0);
+  CHECK_FALSE(a["tasks"]["worker:1"].is_null());  // the second worker:1 joined and finished with the job
+  CHECK(a["tasks"]["chief:0"]["work_units"]["completed"] == a["tasks"]["chief:0"]["work_units"]["total"]);
+  CHECK(a["tasks"]["chief:0"]["work_units"]["workers_lost"] == 1);
+
   TempDir ps_tmp;
   std::vector<std::string> ps_args = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--inject",
                                              "kill:ps:0@step=20", "--summary", ps_tmp.file("launch.json")},
@@ -409,6 +428,36 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
   for (const char* task : {"chief:0", "worker:0", "worker:1"}) CHECK(k["exit_codes"][task] == 4);
   CHECK_THAT(killed.out + killed.err, Contains("task ps:0"));
   check_no_process_left(k["job_id"]);
+}
+
+TEST_CASE("parameter_server: a checkpoint written with 2 ps tasks resumes onto 1 ps", "[integration]") {
+  TempDir tmp;
+  const std::vector<std::string> ps_job = {"--set", "strategy.type=parameter_server",
+                                           "--set", "train.batch_size_per_replica=16",
+                                           "--set", "checkpoint.every_epochs=1",
+                                           "--set", "strategy.variable_partitioner={\"type\": \"fixed\", \"num_shards\": 2}"};
+  const RunOutput first = run_dtrain(
+      concat(concat({"launch", "--workers", "2", "--ps", "2", "--chief"}, small_job_args(tmp, 1)), ps_job), within(60));
+  INFO(describe(first));
+  REQUIRE(first.exit_code == 0);
+  const RunOutput second =
+      run_dtrain(concat(concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--summary", tmp.file("launch.json")},
+                               small_job_args(tmp, 2)),
+                        concat(ps_job, {"--set", "checkpoint.resume=auto"})),
+                 within(60));
+  INFO(describe(second));
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.out + second.err, Contains("checkpoint: resumed from"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  const nlohmann::json& chief = s["tasks"]["chief:0"];
+  // Only epoch 2 was trained: the work units of one epoch ("Work: S steps per epoch in U work units ...").
+  const std::string out = second.out;
+  const size_t at = out.find(" work units of ");
+  REQUIRE(at != std::string::npos);
+  const size_t begin = out.rfind(' ', at - 1) + 1;
+  CHECK(chief["work_units"]["total"].get<int>() == std::stoi(out.substr(begin, at - begin)));
+  CHECK(chief["epochs"] == 2);
+  CHECK(chief["test_accuracy"].get<double>() > 0.5);
 }
 
 }  // namespace dtrain::integration
