@@ -18,9 +18,10 @@ namespace dtrain::app {
 namespace {
 
 // Runs a benchmark's local cluster: `workers` workers and `ps` ps tasks, one
-// thread each, each task started with `task_args`. Returns the launch's exit code.
-int launch_bench(const runtime::Environment& env, int workers, int ps,
-                 std::function<std::vector<std::string>(const launch::TaskStart&)> task_args) {
+// thread each, each running `dtrain bench <name>` with `request`. Returns the
+// launch's exit code.
+int launch_bench(const runtime::Environment& env, const std::string& name, const runtime::ClusterBenchRequest& request,
+                 int workers, int ps) {
   // The task logs go to a directory of this run's own, removed afterwards.
   const std::filesystem::path logs = std::filesystem::temp_directory_path() / ("dtrain-bench-" + random_hex(6));
   launch::LaunchOptions launch;
@@ -31,7 +32,12 @@ int launch_bench(const runtime::Environment& env, int workers, int ps,
   launch.threads = 1;
   launch.cluster.workers = workers;
   launch.cluster.ps = ps;
-  launch.task_args = std::move(task_args);
+  launch.task_args = [&](const launch::TaskStart&) {
+    std::vector<std::string> args = {"bench", name, "--sizes", request.sizes, "--iterations",
+                                     std::to_string(request.iterations), "--warmup", std::to_string(request.warmup)};
+    if (request.json) args.push_back("--json");
+    return args;
+  };
   const launch::LaunchReport report = launch::launch_cluster(launch);
   std::error_code ignored;
   std::filesystem::remove_all(logs, ignored);
@@ -41,35 +47,25 @@ int launch_bench(const runtime::Environment& env, int workers, int ps,
 }  // namespace
 
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env) {
-  runtime::AllReduceBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
+  const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
   runtime::check_size_list(options.sizes);  // a bad list fails here, before any process starts
   if (options.workers == 0) {
     runtime::bench_allreduce_task(request, env);
     return 0;
   }
   if (options.workers < 2) throw ConfigError("bench allreduce: --workers must be at least 2");
-  return launch_bench(env, options.workers, 0, [&options](const launch::TaskStart&) {
-    std::vector<std::string> args = {"bench", "allreduce", "--sizes", options.sizes, "--iterations",
-                                     std::to_string(options.iterations), "--warmup", std::to_string(options.warmup)};
-    if (options.json) args.push_back("--json");
-    return args;
-  });
+  return launch_bench(env, "allreduce", request, options.workers, 0);
 }
 
 int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& env) {
-  runtime::PsBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
+  const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
   runtime::check_size_list(options.sizes);
   if (options.workers == 0) {
     runtime::bench_ps_task(request, env);
     return 0;
   }
   if (options.ps < 1) throw ConfigError("bench ps: --ps must be at least 1");
-  return launch_bench(env, options.workers, options.ps, [&options](const launch::TaskStart&) {
-    std::vector<std::string> args = {"bench", "ps", "--sizes", options.sizes, "--iterations",
-                                     std::to_string(options.iterations), "--warmup", std::to_string(options.warmup)};
-    if (options.json) args.push_back("--json");
-    return args;
-  });
+  return launch_bench(env, "ps", request, options.workers, options.ps);
 }
 
 }  // namespace dtrain::app

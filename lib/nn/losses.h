@@ -22,6 +22,12 @@ struct LossStats {
   double loss_sum = 0.0;  // sum of per-sample losses
   int64_t correct = 0;    // samples whose argmax equals the label
   int64_t count = 0;      // samples seen
+  // Adds another batch's (or replica's, or work unit's) sums.
+  void add(const LossStats& other) {
+    loss_sum += other.loss_sum;
+    correct += other.correct;
+    count += other.count;
+  }
 };
 
 // Per-row results of a loss, on the output's device, read later by add_stats()

@@ -31,11 +31,13 @@ void print_table(const std::vector<comm::AllReduceResult>& results, bool json) {
 
 void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
 
-void bench_allreduce_task(const AllReduceBenchRequest& request, const Environment& env) {
+std::string ClusterBenchRequest::parameters() const {
+  return str("sizes=", sizes, " iterations=", iterations, " warmup=", warmup);
+}
+
+void bench_allreduce_task(const ClusterBenchRequest& request, const Environment& env) {
   const std::vector<size_t> sizes = comm::parse_size_list(request.sizes);
-  const rendezvous::SessionSpec spec = bench_session_spec(
-      "bench allreduce", str("sizes=", request.sizes, " iterations=", request.iterations, " warmup=", request.warmup),
-      env);
+  const rendezvous::SessionSpec spec = bench_session_spec("bench allreduce", request.parameters(), env);
   if (spec.cluster.single_process())
     throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
   ClusterTask task(spec);

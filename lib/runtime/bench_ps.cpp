@@ -35,13 +35,12 @@ void print_table(const std::vector<ps::PsBenchResult>& results, bool json) {
 
 }  // namespace
 
-void bench_ps_task(const PsBenchRequest& request, const Environment& env) {
+void bench_ps_task(const ClusterBenchRequest& request, const Environment& env) {
   ps::PsBenchOptions options;
   options.sizes = comm::parse_size_list(request.sizes);
   options.iterations = request.iterations;
   options.warmup = request.warmup;
-  const rendezvous::SessionSpec spec = bench_session_spec(
-      "bench ps", str("sizes=", request.sizes, " iterations=", request.iterations, " warmup=", request.warmup), env);
+  const rendezvous::SessionSpec spec = bench_session_spec("bench ps", request.parameters(), env);
   const config::ClusterSpec& cluster = spec.cluster.spec;
   if (spec.cluster.single_process() || cluster.count("ps") == 0 || cluster.world_size() == 0)
     throw ConfigError("bench ps: give --workers N --ps M (or run it under TF_CONFIG with ps tasks and workers)");

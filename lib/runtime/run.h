@@ -29,17 +29,22 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 // cluster that its own address can be bound. Prints what it checked.
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag);
 
-// One task of `dtrain bench allreduce` (its cluster from TF_CONFIG, as the
-// launcher sets it): join, connect the training tasks with Gloo, time every size;
-// the chief prints an nccl-tests-style table (or one JSON object per size). Needs
-// no job file: the tasks agree on the benchmark's own parameters.
-struct AllReduceBenchRequest {
+// What a `dtrain bench` over a cluster measures (bench allreduce, bench ps): the
+// same for every task of it.
+struct ClusterBenchRequest {
   std::string sizes = "4K:64M";
   int iterations = 20;
   int warmup = 5;
   bool json = false;
+  // "sizes=4K:64M iterations=20 warmup=5": what the tasks agree on.
+  std::string parameters() const;
 };
-void bench_allreduce_task(const AllReduceBenchRequest& request, const Environment& env);
+
+// One task of `dtrain bench allreduce` (its cluster from TF_CONFIG, as the
+// launcher sets it): join, connect the training tasks with Gloo, time every size;
+// the chief prints an nccl-tests-style table (or one JSON object per size). Needs
+// no job file: the tasks agree on the benchmark's own parameters.
+void bench_allreduce_task(const ClusterBenchRequest& request, const Environment& env);
 // Checks a --sizes list (ConfigError when malformed), before any task starts.
 void check_size_list(const std::string& sizes);
 
@@ -47,13 +52,7 @@ void check_size_list(const std::string& sizes);
 // TF_CONFIG, as the launcher sets it): a ps serves each size, a worker times
 // pulls and pushes (ps/bench_ps.h); worker 0 prints the nccl-tests-style table
 // (or one JSON object per size).
-struct PsBenchRequest {
-  std::string sizes = "4K:64M";
-  int iterations = 20;
-  int warmup = 5;
-  bool json = false;
-};
-void bench_ps_task(const PsBenchRequest& request, const Environment& env);
+void bench_ps_task(const ClusterBenchRequest& request, const Environment& env);
 
 // `dtrain devices` and `dtrain version`: the usable GPUs as text or JSON (or why
 // there are none), and the backends built in with their libraries' versions.

@@ -32,12 +32,6 @@ std::vector<nn::Param*> state_params(const nn::Sequential& model) {
   return out;
 }
 
-void add_stats(nn::LossStats& into, const nn::LossStats& s) {
-  into.loss_sum += s.loss_sum;
-  into.correct += s.correct;
-  into.count += s.count;
-}
-
 }  // namespace
 
 DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context, Combine combine)
@@ -189,7 +183,7 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   double wait = 0.0;
   for (Replica& r : replicas_) {
     for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
-    add_stats(local, r.stats);
+    local.add(r.stats);
     wait = std::max(wait, r.comm_wait);
   }
   stop_agreed_ = stop_requested_;
@@ -202,7 +196,7 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
     stop_agreed_ = s[3] > 0.0f;
   }
-  add_stats(stats, local);
+  stats.add(local);
   timings_.steps += 1;
   timings_.comm_wait_seconds += wait;
   timings_.step_seconds += timer.seconds();

@@ -83,11 +83,8 @@ data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOption
   return o;
 }
 
-void add(nn::LossStats& into, const ps::UnitResult& r) {
-  into.loss_sum += r.loss_sum;
-  into.correct += r.correct;
-  into.count += r.count;
-}
+// A work unit's sums as loss statistics.
+nn::LossStats stats_of(const ps::UnitResult& r) { return {r.loss_sum, r.correct, r.count}; }
 
 }  // namespace
 
@@ -240,13 +237,13 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
           done = now >= u.epoch * s.plan.steps_per_epoch + u.end_step;
           for (int w = 0; done && w < options.ps.num_workers; ++w)
             if (const auto r = queue.result(*it, w)) {
-              add(epoch_stats, *r);
-              add(window_stats, *r);
+              epoch_stats.add(stats_of(*r));
+              window_stats.add(stats_of(*r));
             }
         } else if (const auto r = queue.result(*it)) {
           done = true;
-          add(epoch_stats, *r);
-          add(window_stats, *r);
+          epoch_stats.add(stats_of(*r));
+          window_stats.add(stats_of(*r));
         }
         if (!done) {
           ++it;

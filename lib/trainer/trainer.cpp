@@ -99,11 +99,8 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
       if (!std::isfinite(step_stats.loss_sum))
         throw RuntimeError(str("the loss became ", step_stats.loss_sum, " at step ", global_step + 1,
                                " (epoch ", epoch + 1, "); lower optimizer.learning_rate or check the data"));
-      for (nn::LossStats* s : {&epoch_stats, &window_stats}) {
-        s->loss_sum += step_stats.loss_sum;
-        s->correct += step_stats.correct;
-        s->count += step_stats.count;
-      }
+      epoch_stats.add(step_stats);
+      window_stats.add(step_stats);
       ++step_in_epoch;
       ++global_step;
       if (options.on_step) options.on_step(global_step);

@@ -376,14 +376,19 @@ TEST_CASE("a bad --inject is a config error", "[integration]") {
               2, {"--inject 'kill:worker:1'", "kill:TYPE:INDEX@step=N"});
 }
 
+// `dtrain launch` of the small job under parameter_server: chief + 2 workers + 1 ps,
+// with `flags` (--inject, --max-restarts), the launch summary in tmp/launch.json.
+std::vector<std::string> ps_launch_args(const TempDir& tmp, const std::vector<std::string>& flags, int epochs) {
+  return concat(concat(concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--summary", tmp.file("launch.json")},
+                              flags),
+                       small_job_args(tmp, epochs)),
+                {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
+}
+
 TEST_CASE("parameter_server: a killed worker does not stop the job, every work unit completes, a killed ps ends it",
           "[integration]") {
   TempDir tmp;
-  std::vector<std::string> args = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--inject",
-                                          "kill:worker:1@step=10", "--summary", tmp.file("launch.json")},
-                                         small_job_args(tmp, 2));
-  args.insert(args.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
-  const RunOutput r = run_dtrain(args, within(110));
+  const RunOutput r = run_dtrain(ps_launch_args(tmp, {"--inject", "kill:worker:1@step=10"}, 2), within(110));
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);  // the job's: the chief finished
   CHECK_THAT(r.err, Contains("worker:1 ended with signal 9 (SIGKILL)"));
@@ -399,12 +404,8 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
 
   // With --max-restarts the lost worker alone is started again and rejoins the running job.
   TempDir again_tmp;
-  std::vector<std::string> again = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--max-restarts", "1",
-                                           "--inject", "kill:worker:1@step=10", "--summary",
-                                           again_tmp.file("launch.json")},
-                                          small_job_args(again_tmp, 6));
-  again.insert(again.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
-  const RunOutput restarted = run_dtrain(again, within(110));
+  const RunOutput restarted = run_dtrain(
+      ps_launch_args(again_tmp, {"--max-restarts", "1", "--inject", "kill:worker:1@step=10"}, 6), within(110));
   INFO(describe(restarted));
   REQUIRE(restarted.exit_code == 0);
   CHECK_THAT(restarted.err, Contains("starting it again alone (restart 1 of 1)"));
@@ -417,11 +418,7 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
   CHECK(a["tasks"]["chief:0"]["work_units"]["workers_lost"] == 1);
 
   TempDir ps_tmp;
-  std::vector<std::string> ps_args = concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--inject",
-                                             "kill:ps:0@step=20", "--summary", ps_tmp.file("launch.json")},
-                                            small_job_args(ps_tmp, 50));
-  ps_args.insert(ps_args.end(), {"--set", "strategy.type=parameter_server", "--set", "train.batch_size_per_replica=16"});
-  const RunOutput killed = run_dtrain(ps_args, within(60));
+  const RunOutput killed = run_dtrain(ps_launch_args(ps_tmp, {"--inject", "kill:ps:0@step=20"}, 50), within(60));
   INFO(describe(killed));
   CHECK(killed.exit_code == 128 + SIGKILL);
   const nlohmann::json k = read_json_file(ps_tmp.file("launch.json"));
