@@ -142,9 +142,12 @@ int ckpt_inspect_command(const CkptInspectOptions& options) {
     std::printf("    %-22s %10llu bytes  sha256 %s\n", name.c_str(), static_cast<unsigned long long>(d.bytes),
                 d.sha256.c_str());
   std::printf("\n");
-  print_tensor_table(checkpoint::kModelFile, c.model);
+  // A sharded checkpoint's tensors are shown whole, as put together from the ps tasks' files.
+  const bool sharded = !m.sharded.empty();
+  const std::string from = str(" (whole, from the ", m.files.size(), " shard files)");
+  print_tensor_table(sharded ? "model" + from : checkpoint::kModelFile, c.model);
   std::printf("\n");
-  print_tensor_table(checkpoint::kOptimizerFile, c.optimizer);
+  print_tensor_table(sharded ? "optimizer" + from : checkpoint::kOptimizerFile, c.optimizer);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -47,6 +48,55 @@ std::map<std::string, std::string> file_metadata(const Manifest& m, const char* 
           {"dtrain_version", m.dtrain_version}};
 }
 
+// The first file the sharded layout names that `files` does not list, as
+// "<file> (which holds part of <tensor>)", or "".
+std::string unlisted_part(const Manifest& m) {
+  for (const auto* list : {&m.sharded.model, &m.sharded.optimizer})
+    for (const ShardedTensor& t : *list)
+      for (const TensorPart& part : t.parts)
+        if (!m.files.count(part.file)) return str(part.file, " (which holds part of ", t.name, ")");
+  return "";
+}
+
+// The whole tensors of a sharded checkpoint at `path`, each put together from its
+// parts, which must cover it exactly (no gap, no overlap). `files`: the part files
+// read so far, by name.
+SafetensorsFile assemble(const std::string& path, const Manifest& m, const std::vector<ShardedTensor>& tensors,
+                         const char* kind, std::map<std::string, SafetensorsFile>& files) {
+  SafetensorsFile out;
+  out.metadata = file_metadata(m, kind);
+  for (const ShardedTensor& t : tensors) {
+    NamedTensor whole{t.name, t.shape, Tensor(t.shape)};
+    const int64_t n = whole.tensor.numel();
+    std::vector<std::pair<int64_t, int64_t>> covered;  // (offset, elements) of each part
+    for (const TensorPart& part : t.parts) {
+      auto file = files.find(part.file);
+      if (file == files.end())
+        file = files.emplace(part.file, read_safetensors((fs::path(path) / part.file).string())).first;
+      const Tensor* piece = file->second.find(part.tensor);
+      if (!piece)
+        throw IoError(str("checkpoint ", path, ": ", part.file, " has no tensor '", part.tensor, "' (part of ",
+                          t.name, ")"));
+      if (part.offset + piece->numel() > n)
+        throw IoError(str("checkpoint ", path, ": the part '", part.tensor, "' of ", t.name, " (", piece->numel(),
+                          " elements at ", part.offset, ") runs past its ", n, " elements"));
+      std::memcpy(whole.tensor.data() + part.offset, piece->data(), piece->bytes());
+      covered.emplace_back(part.offset, piece->numel());
+    }
+    std::sort(covered.begin(), covered.end());
+    int64_t next = 0;
+    for (const auto& [offset, count] : covered) {
+      if (offset != next) break;
+      next += count;
+    }
+    if (next != n)
+      throw IoError(str("checkpoint ", path, ": the parts of ", t.name, " do not cover its ", n,
+                        " elements exactly (a gap or an overlap at element ", next, ")"));
+    out.tensors.push_back(std::move(whole));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<TensorRef> tensor_refs(const std::vector<nn::Param*>& params) {
@@ -70,8 +120,40 @@ std::string CheckpointStore::dir_name(int64_t step) {
   return buf;
 }
 
-std::string CheckpointStore::save(const Manifest& manifest_in, const std::vector<TensorRef>& model,
+std::string CheckpointStore::save(const Manifest& manifest, const std::vector<TensorRef>& model,
                                   const std::vector<TensorRef>& optimizer) {
+  return commit(manifest, [&](const std::string& tmp, Manifest& m) {
+    m.sharded = {};
+    for (const auto& [file, tensors, kind] :
+         {std::tuple{kModelFile, &model, "model"}, std::tuple{kOptimizerFile, &optimizer, "optimizer"}}) {
+      FileDigest d;
+      d.sha256 = write_safetensors((fs::path(tmp) / file).string(), *tensors, file_metadata(m, kind), &d.bytes);
+      m.files[file] = d;
+    }
+  });
+}
+
+std::string CheckpointStore::save_sharded(const Manifest& manifest, const FileWriter& write) {
+  if (manifest.sharded.model.empty()) throw InternalError("checkpoint: a sharded save needs the sharded layout");
+  return commit(manifest, [&](const std::string& tmp, Manifest& m) {
+    m.files = write(tmp);
+    for (const auto& [name, digest] : m.files) {
+      if (!is_plain_name(name) || name == kManifestFile || name == kDoneFile)
+        throw InternalError(str("checkpoint: a sharded save wrote a file called '", name, "'"));
+      std::error_code ec;
+      const uint64_t bytes = fs::file_size(fs::path(tmp) / name, ec);
+      if (ec || bytes != digest.bytes)
+        throw IoError(str("checkpoint: ", name, " is not in ", tmp, ec ? "" : str(" with its ", digest.bytes, " bytes"),
+                          " where its writer put it: checkpoint.dir must be the same directory for every task "
+                          "(a shared filesystem when the tasks are on several hosts)"));
+    }
+    if (const std::string missing = unlisted_part(m); !missing.empty())
+      throw InternalError(str("checkpoint: a sharded save did not write what its layout names: ", missing));
+  });
+}
+
+std::string CheckpointStore::commit(const Manifest& manifest_in,
+                                    const std::function<void(const std::string& tmp, Manifest&)>& fill) {
   if (manifest_in.step < 0) throw InternalError(str("checkpoint: negative step ", manifest_in.step));
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -87,12 +169,7 @@ std::string CheckpointStore::save(const Manifest& manifest_in, const std::vector
   if (!fs::create_directory(tmp, ec) || ec)
     throw IoError(str("cannot create ", tmp.string(), ": ", ec ? ec.message() : "it exists"));
   try {
-    for (const auto& [file, tensors, kind] :
-         {std::tuple{kModelFile, &model, "model"}, std::tuple{kOptimizerFile, &optimizer, "optimizer"}}) {
-      FileDigest d;
-      d.sha256 = write_safetensors((tmp / file).string(), *tensors, file_metadata(manifest, kind), &d.bytes);
-      manifest.files[file] = d;
-    }
+    fill(tmp.string(), manifest);
     const std::string manifest_sha = write_file_durably((tmp / kManifestFile).string(), manifest_to_json(manifest));
     fsync_dir(tmp.string());
 
@@ -160,8 +237,12 @@ std::string CheckpointStore::verify(const std::string& path) {
     const std::string text = read_file((dir / kManifestFile).string());
     if (sha256_hex(text) != done) return str(kManifestFile, " does not match the SHA-256 in DONE (corrupt)");
     const Manifest m = manifest_from_json(text, (dir / kManifestFile).string());
-    for (const char* required : {kModelFile, kOptimizerFile})
-      if (!m.files.count(required)) return str(kManifestFile, " does not list ", required);
+    if (m.sharded.empty()) {
+      for (const char* required : {kModelFile, kOptimizerFile})
+        if (!m.files.count(required)) return str(kManifestFile, " does not list ", required);
+    }
+    if (const std::string missing = unlisted_part(m); !missing.empty())
+      return str(kManifestFile, " does not list ", missing);
     for (const auto& [name, digest] : m.files) {
       if (!is_plain_name(name)) return str(kManifestFile, " lists a bad file name '", name, "'");
       const fs::path file = dir / name;
@@ -214,8 +295,14 @@ LoadedCheckpoint CheckpointStore::load(const std::string& path) {
   LoadedCheckpoint c;
   c.path = path;
   c.manifest = manifest_from_json(read_file((dir / kManifestFile).string()), (dir / kManifestFile).string());
-  c.model = read_safetensors((dir / kModelFile).string());
-  c.optimizer = read_safetensors((dir / kOptimizerFile).string());
+  if (c.manifest.sharded.empty()) {
+    c.model = read_safetensors((dir / kModelFile).string());
+    c.optimizer = read_safetensors((dir / kOptimizerFile).string());
+    return c;
+  }
+  std::map<std::string, SafetensorsFile> files;  // each part file read once
+  c.model = assemble(path, c.manifest, c.manifest.sharded.model, "model", files);
+  c.optimizer = assemble(path, c.manifest, c.manifest.sharded.optimizer, "optimizer", files);
   return c;
 }
 

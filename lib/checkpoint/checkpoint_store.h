@@ -11,9 +11,18 @@
 //
 // A checkpoint is "good" when it has DONE, its manifest matches DONE's hash and
 // every file matches the manifest's size and SHA-256.
+//
+// A sharded checkpoint (save_sharded: parameter_server, where each ps task writes
+// its own shards) has, instead of model.safetensors and optimizer.safetensors, the
+// files others wrote into the temporary directory, and the manifest's `sharded`
+// layout; load() puts the whole tensors together again, so a reader never sees
+// the difference:
+//
+//   <dir>/ckpt-00000100/  ps-00000-of-00002.safetensors  ps-00001-of-00002.safetensors  manifest.json  DONE
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +70,15 @@ class CheckpointStore {
   std::string save(const Manifest& manifest, const std::vector<TensorRef>& model,
                    const std::vector<TensorRef>& optimizer);
 
+  // Has the files of a checkpoint written into the temporary directory it is
+  // given (a path under dir()) and returns their digests by file name.
+  using FileWriter = std::function<std::map<std::string, FileDigest>(const std::string& tmp_dir)>;
+  // Saves a sharded checkpoint: `write` has others write (and fsync) the files
+  // manifest.sharded names; each must then be in the directory, of the size its
+  // digest says (IoError otherwise: a checkpoint.dir that is not one shared
+  // directory, say). The manifest is written last, then the commit as save()'s.
+  std::string save_sharded(const Manifest& manifest, const FileWriter& write);
+
   // Every ckpt-* directory, oldest first, each verified (SHA-256 of every file).
   std::vector<CheckpointEntry> list() const;
   // The same directories, oldest first, without reading them (problem left "").
@@ -73,13 +91,17 @@ class CheckpointStore {
   // Why the checkpoint at `path` is not good, or "" if it is.
   static std::string verify(const std::string& path);
 
-  // Verifies and reads a checkpoint. IoError naming the file when it is not good.
+  // Verifies and reads a checkpoint (a sharded one's tensors put together whole).
+  // IoError naming the file when it is not good.
   static LoadedCheckpoint load(const std::string& path);
 
   // "ckpt-00000100" for step 100.
   static std::string dir_name(int64_t step);
 
  private:
+  // The save protocol around `fill`, which writes the files into the temporary
+  // directory and lists them in the manifest's `files`.
+  std::string commit(const Manifest& manifest, const std::function<void(const std::string& tmp, Manifest&)>& fill);
   void prune(const std::string& just_saved) const;
 
   std::string dir_;

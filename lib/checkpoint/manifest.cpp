@@ -27,6 +27,45 @@ Json manifest_fields(const Manifest& m) {
           {"files", files}};
 }
 
+nlohmann::json layout_to_json(const std::vector<ShardedTensor>& tensors) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ShardedTensor& t : tensors) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const TensorPart& p : t.parts) parts.push_back({{"file", p.file}, {"tensor", p.tensor}, {"offset", p.offset}});
+    out.push_back({{"name", t.name}, {"shape", t.shape}, {"parts", parts}});
+  }
+  return out;
+}
+
+// `j` as sharded tensors; an error message through `fail` for anything malformed.
+template <class Fail>
+std::vector<ShardedTensor> layout_from_json(const nlohmann::json& j, const char* key, const Fail& fail) {
+  if (!j.is_array()) throw fail(str("sharded.", key, " is not a list"));
+  std::vector<ShardedTensor> out;
+  for (const nlohmann::json& t : j) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("shape") ||
+        !t["shape"].is_array() || !t.contains("parts") || !t["parts"].is_array())
+      throw fail(str("sharded.", key, " entries need \"name\" (string), \"shape\" and \"parts\" (lists)"));
+    ShardedTensor tensor;
+    tensor.name = t["name"].get<std::string>();
+    for (const nlohmann::json& d : t["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        throw fail(str("sharded tensor ", tensor.name, " has a bad shape"));
+      tensor.shape.push_back(d.get<int64_t>());
+    }
+    for (const nlohmann::json& p : t["parts"]) {
+      if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !p.contains("tensor") ||
+          !p["tensor"].is_string() || !p.contains("offset") || !p["offset"].is_number_integer() ||
+          p["offset"].get<int64_t>() < 0)
+        throw fail(str("sharded tensor ", tensor.name,
+                       ": each part needs \"file\", \"tensor\" (strings) and \"offset\" (integer >= 0)"));
+      tensor.parts.push_back({p["file"].get<std::string>(), p["tensor"].get<std::string>(), p["offset"].get<int64_t>()});
+    }
+    out.push_back(std::move(tensor));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string manifest_to_json(const Manifest& m) {
@@ -37,10 +76,16 @@ std::string manifest_to_json(const Manifest& m) {
   j["format"] = kFormat;
   j["format_version"] = kFormatVersion;
   j["rng"] = rng;
+  if (!m.sharded.empty())
+    j["sharded"] = {{"model", layout_to_json(m.sharded.model)}, {"optimizer", layout_to_json(m.sharded.optimizer)}};
   return j.dump(2) + "\n";
 }
 
-std::string manifest_summary_json(const Manifest& m) { return manifest_fields<nlohmann::ordered_json>(m).dump(2); }
+std::string manifest_summary_json(const Manifest& m) {
+  nlohmann::ordered_json j = manifest_fields<nlohmann::ordered_json>(m);
+  j["sharded"] = !m.sharded.empty();
+  return j.dump(2);
+}
 
 Manifest manifest_from_json(const std::string& text, const std::string& source) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -74,6 +119,14 @@ Manifest manifest_from_json(const std::string& text, const std::string& source) 
         !f["bytes"].is_number_unsigned())
       throw fail(str("files.", it.key(), " needs \"sha256\" (string) and \"bytes\" (integer)"));
     m.files[it.key()] = {f["sha256"].get<std::string>(), f["bytes"].get<uint64_t>()};
+  }
+  if (j.contains("sharded")) {
+    const nlohmann::json& sharded = j["sharded"];
+    if (!sharded.is_object() || !sharded.contains("model") || !sharded.contains("optimizer"))
+      throw fail("\"sharded\" needs \"model\" and \"optimizer\" lists");
+    m.sharded.model = layout_from_json(sharded["model"], "model", fail);
+    m.sharded.optimizer = layout_from_json(sharded["optimizer"], "optimizer", fail);
+    if (m.sharded.model.empty()) throw fail("\"sharded.model\" is empty");
   }
   return m;
 }

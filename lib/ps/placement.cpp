@@ -14,6 +14,14 @@ std::string Shard::name() const { return parts == 1 ? std::string() : str("/part
 
 std::string Placement::shard_name(const Shard& s) const { return variables[s.variable].name + s.name(); }
 
+Shape Placement::shard_shape(const Shard& s) const {
+  Shape shape = variables[s.variable].shape;
+  if (shape.empty() || shape[0] == 0) return shape;
+  const int64_t row = shape_numel(shape) / shape[0];
+  if (row > 0) shape[0] = s.count / row;
+  return shape;
+}
+
 int64_t Placement::ps_elements(int ps) const {
   int64_t n = 0;
   for (int i : ps_shards[ps]) n += shards[i].count;

@@ -56,6 +56,8 @@ struct Placement {
   // Floats of ps `ps`'s whole state: values, then `slots` optimizer slots per trainable element.
   int64_t ps_state_elements(int ps, int slots) const;
   std::string shard_name(const Shard& s) const;
+  // The shard's shape: its variable's, with the rows it holds on the first axis.
+  Shape shard_shape(const Shard& s) const;
   // One line per ps: "ps:0 holds 3 shards, 0.56 MB: dense/kernel, ...".
   std::string describe() const;
 };

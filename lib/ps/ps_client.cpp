@@ -4,10 +4,12 @@
 
 #include <asio.hpp>
 #include <chrono>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "ps/ps_checkpoint.h"
 #include "rendezvous/deadline_socket.h"
 #include "rendezvous/wire.h"
 
@@ -168,6 +170,23 @@ void PsGroup::assign_state(const std::vector<std::vector<float>>& states, int64_
   for (size_t p = 0; p < channels_.size(); ++p)
     channels_[p]->send(PsOp::kAssign, version, states[p].data(), states[p].size() * sizeof(float));
   for (auto& c : channels_) c->receive(PsOp::kOk, nullptr, 0);
+}
+
+std::map<std::string, checkpoint::FileDigest> PsGroup::save(const std::string& tmp_dir, int64_t step) {
+  const std::string name = std::filesystem::path(tmp_dir).filename().string();
+  for (auto& c : channels_) c->send(PsOp::kSave, step, name.data(), name.size());
+  std::map<std::string, checkpoint::FileDigest> files;
+  for (size_t p = 0; p < channels_.size(); ++p) {
+    checkpoint::FileDigest d;
+    d.sha256.resize(64);
+    try {
+      d.bytes = static_cast<uint64_t>(channels_[p]->receive(PsOp::kSaved, d.sha256.data(), d.sha256.size()).b);
+    } catch (const RuntimeError& e) {  // the ps refused: it could not write the file
+      throw IoError(str("checkpoint: ", e.what()));
+    }
+    files[shard_file_name(static_cast<int>(p), size())] = d;
+  }
+  return files;
 }
 
 std::pair<int64_t, int64_t> PsGroup::stats() {

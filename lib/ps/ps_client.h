@@ -10,10 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.h"
 #include "ps/placement.h"
 #include "ps/ps_wire.h"
 #include "rendezvous/auth.h"
@@ -69,6 +71,11 @@ class PsGroup {
   int64_t fetch_state(std::vector<std::vector<float>>& states);
   // Puts a whole state (from a checkpoint) on every ps and sets its version.
   void assign_state(const std::vector<std::vector<float>>& states, int64_t version);
+  // Has every ps write its shards into the checkpoint's temporary directory
+  // `tmp_dir` (ps_checkpoint.h; every ps resolves its name under its own
+  // checkpoint directory), all at once; returns the files' digests by name.
+  // IoError with the ps's reason when one cannot.
+  std::map<std::string, checkpoint::FileDigest> save(const std::string& tmp_dir, int64_t step);
   // ps:0's version (updates applied) and pushes received.
   std::pair<int64_t, int64_t> stats();
   // A worker leaves normally.

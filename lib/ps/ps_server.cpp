@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -202,6 +203,7 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
     switch (static_cast<PsOp>(op)) {
       case PsOp::kPushPull: return static_cast<uint64_t>(server_->shards.elements()) * 4;
       case PsOp::kAssign: return static_cast<uint64_t>(server_->shards.state_elements()) * 4;
+      case PsOp::kSave: return 255;  // a directory name
       default: return 0;
     }
   }
@@ -235,12 +237,33 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
         return send(PsOp::kOk, s.version.load(), 0, nullptr, 0);
       case PsOp::kStats:
         return send(PsOp::kOk, s.version.load(), s.pushes, nullptr, 0);
+      case PsOp::kSave:
+        return save(std::string(in_.begin(), in_.end()), h.a);
       case PsOp::kBye:
         said_bye_ = true;
         if (s.is_worker(task_)) s.worker_left(task_);
         return send(PsOp::kOk, s.version.load(), 0, nullptr, 0);
       default:
         return reject(str("sent an unknown request (op ", h.op, ")"));
+    }
+  }
+
+  // Writes this ps's shards into the checkpoint's temporary directory `name`
+  // (on the I/O thread: pushes wait meanwhile, so the file is one version).
+  void save(const std::string& name, int64_t step) {
+    PsServerState& s = *server_;
+    if (name.rfind(".tmp-ckpt-", 0) != 0 || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+      return reject(str("asked to save into '", name, "', which is not a checkpoint's temporary directory"));
+    if (s.options.checkpoint_dir.empty())
+      return send_error(str(s.options.task, " has no checkpoint directory (checkpoint.dir or output.dir) to save into"));
+    const std::string dir = (std::filesystem::path(s.options.checkpoint_dir) / name).string();
+    try {
+      const checkpoint::FileDigest d = s.shards.save(dir, step, s.version.load());
+      send(PsOp::kSaved, s.version.load(), static_cast<int64_t>(d.bytes), d.sha256.data(), d.sha256.size());
+    } catch (const Error& e) {
+      log::warn(s.options.task, ": could not write its checkpoint shards: ", e.what());
+      send_error(str("could not write its shards into ", dir, ": ", e.what()));
     }
   }
 

@@ -1,6 +1,7 @@
 // PsServer: a ps task's service. It holds the task's ShardStore and answers the
 // workers' pulls and pushes and the coordinator's fetch/assign/stats over TCP
-// (Asio, one I/O thread, so the variables need no locks).
+// (Asio, one I/O thread, so the variables need no locks), and writes its shards
+// into a checkpoint when the coordinator asks (ps_checkpoint.h).
 //
 // Every connection first passes the job's HMAC handshake (rendezvous/auth.h)
 // within a deadline; frames are bounded by what each op carries for this ps; a
@@ -35,6 +36,10 @@ struct PsServerOptions {
   int64_t max_staleness = 0;
   std::vector<std::string> workers;  // the training workers' task names (sync and stale count them)
   double handshake_timeout = 5.0;
+  // The job's checkpoint directory (checkpoint.dir, else output.dir/checkpoints),
+  // the same path for every task; "" when the job has none (a save is refused).
+  // A save writes only into a ".tmp-ckpt-*" directory right under it.
+  std::string checkpoint_dir;
   // Called on the I/O thread after every applied update with the new version.
   std::function<void(int64_t version)> on_update;
 };

@@ -11,10 +11,12 @@ const char* ps_op_name(uint32_t op) {
     case PsOp::kAssign: return "assign";
     case PsOp::kStats: return "stats";
     case PsOp::kBye: return "bye";
+    case PsOp::kSave: return "save";
     case PsOp::kValues: return "values";
     case PsOp::kState: return "state";
     case PsOp::kOk: return "ok";
     case PsOp::kError: return "error";
+    case PsOp::kSaved: return "saved";
   }
   return "unknown";
 }

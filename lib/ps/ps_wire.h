@@ -27,11 +27,15 @@ enum class PsOp : uint32_t {
   kAssign = 4,    // payload: a state as kFetch gives it; a = version to continue from; reply kOk
   kStats = 5,     // reply kOk: a = version (updates applied), b = pushes received
   kBye = 6,       // a worker leaves or pauses (no work now): its pushes stop counting until its next; reply kOk
+  kSave = 7,      // payload: the name of the checkpoint's temporary directory (".tmp-ckpt-...", under the ps's
+                  // checkpoint directory); a = the step; the ps writes its shards there (ps_checkpoint.h);
+                  // reply kSaved
   // replies
   kValues = 20,
   kState = 21,
   kOk = 22,
   kError = 23,  // payload: message; the server closes the connection after it
+  kSaved = 24,  // a = version, b = the file's bytes; payload: its SHA-256 (64 hex digits)
 };
 
 struct PsHeader {

@@ -2,6 +2,11 @@
 #include "ps/shard_store.h"
 
 #include <cstring>
+#include <filesystem>
+
+#include "checkpoint/safetensors.h"
+#include "core/strings.h"
+#include "ps/ps_checkpoint.h"
 
 #include "core/check.h"
 #include "kernels/ops.h"
@@ -35,11 +40,14 @@ ShardStore::ShardStore(const Placement& placement, int ps, const std::vector<con
 }
 
 void ShardStore::init(const Placement& placement, int ps, const std::vector<const float*>& values) {
+  ps_ = ps;
+  num_ps_ = placement.num_ps;
   for (int i : placement.ps_shards[ps]) {
     const Shard& s = placement.shards[i];
     auto p = std::make_unique<nn::Param>();
     p->name = placement.shard_name(s);
     p->value = Tensor({s.count});
+    shapes_.push_back(placement.shard_shape(s));
     std::memcpy(p->value.data(), values[s.variable] + s.offset, static_cast<size_t>(s.count) * sizeof(float));
     if (placement.variables[s.variable].trainable) {
       p->grad = Tensor({s.count});
@@ -98,6 +106,31 @@ void ShardStore::read_state(const float* in) {
     std::memcpy(s->value.data(), in, s->value.bytes());
     in += s->value.numel();
   }
+}
+
+std::string ShardStore::file_name() const { return shard_file_name(ps_, num_ps_); }
+
+checkpoint::FileDigest ShardStore::save(const std::string& dir, int64_t step, int64_t version) const {
+  std::vector<checkpoint::TensorRef> tensors;
+  for (size_t i = 0; i < params_.size(); ++i) tensors.push_back({params_[i]->name, shapes_[i], params_[i]->value.data()});
+  // Slot k of the trainable shards, in order: the same shapes as their shards.
+  const std::vector<nn::Param*> state = optimizer_->state();
+  for (size_t k = 0; k < state.size(); ++k) {
+    const nn::Param* owner = trainable_[k % trainable_.size()];
+    size_t i = 0;
+    while (params_[i].get() != owner) ++i;
+    tensors.push_back({state[k]->name, shapes_[i], state[k]->value.data()});
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "dtrain"},
+                                                       {"dtrain_kind", "ps_shards"},
+                                                       {"dtrain_ps", str(ps_, " of ", num_ps_)},
+                                                       {"dtrain_step", std::to_string(step)},
+                                                       {"dtrain_ps_version", std::to_string(version)},
+                                                       {"dtrain_version", DTRAIN_VERSION}};
+  checkpoint::FileDigest digest;
+  digest.sha256 = checkpoint::write_safetensors((std::filesystem::path(dir) / file_name()).string(), tensors, metadata,
+                                                &digest.bytes);
+  return digest;
 }
 
 }  // namespace dtrain::ps

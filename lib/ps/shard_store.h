@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/manifest.h"
 #include "nn/model_spec.h"
 #include "nn/layer.h"
 #include "optim/optimizer.h"
@@ -41,10 +42,20 @@ class ShardStore {
   void write_state(float* out) const;
   void read_state(const float* in);
 
+  // Writes this ps's shards and their optimizer slots, named as the placement
+  // names them ("dense/kernel/part_1", "dense/kernel/part_1/m"), into
+  // `dir`/shard_file_name(ps, num_ps) and fsyncs it (ps_checkpoint.h). `step`
+  // and `version` go into the file's metadata. Returns the file's digest;
+  // IoError when it cannot be written.
+  checkpoint::FileDigest save(const std::string& dir, int64_t step, int64_t version) const;
+  std::string file_name() const;
+
  private:
   void init(const Placement& placement, int ps, const std::vector<const float*>& values);
 
-  std::vector<std::unique_ptr<nn::Param>> params_;  // one per shard, in order
+  int ps_ = 0, num_ps_ = 1;
+  std::vector<Shape> shapes_;                        // each shard's shape (Placement::shard_shape)
+  std::vector<std::unique_ptr<nn::Param>> params_;  // one per shard, in order (flat)
   std::vector<nn::Param*> trainable_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   int slots_ = 0;

@@ -78,6 +78,7 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
   options.mode = job.strategy.mode;
   options.max_staleness = job.strategy.max_staleness;
   options.workers = training_workers(cluster.spec);
+  options.checkpoint_dir = trainer::checkpoint_dir(job);  // it writes its shards into the chief's checkpoints
   if (kill_step > 0)  // fault injection: this ps's applied updates count
     options.on_update = [kill_step](int64_t version) {
       if (version == kill_step) std::raise(SIGKILL);

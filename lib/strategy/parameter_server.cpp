@@ -8,6 +8,7 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
+#include "ps/ps_checkpoint.h"
 
 namespace dtrain::strategy {
 
@@ -172,6 +173,21 @@ void ParameterServerStrategy::assign_to_ps(int64_t version) {
   }
   group_.assign_state(states, version);
   version_ = version;
+}
+
+checkpoint::ShardedLayout ParameterServerStrategy::checkpoint_layout() {
+  // Slots are named "<variable>/<slot>" (optim::Optimizer::state()); the ps
+  // tasks' optimizers name their shards' slots the same way.
+  std::vector<std::string> suffixes;
+  if (!trainable_.empty()) {
+    const std::vector<nn::Param*> state = optimizer_->state();
+    const std::string& first = trainable_[0]->name;
+    for (size_t k = 0; k < state.size(); k += trainable_.size()) {
+      DT_CHECK(state[k]->name.rfind(first, 0) == 0, "optimizer slot names start with their variable's");
+      suffixes.push_back(state[k]->name.substr(first.size()));
+    }
+  }
+  return ps::checkpoint_layout(group_.placement(), suffixes);
 }
 
 void ParameterServerStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {

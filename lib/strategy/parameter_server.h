@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/manifest.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::strategy {
@@ -44,6 +45,9 @@ class ParameterServerStrategy : public Strategy {
   // Coordinator: puts the local model's values and optimizer slots (loaded from a
   // checkpoint by load_state) on every ps, continuing from update `version`.
   void assign_to_ps(int64_t version);
+  // The layout of the checkpoint files the ps tasks write (ps_checkpoint.h), for
+  // this model's placement and this optimizer's slots.
+  checkpoint::ShardedLayout checkpoint_layout();
 
  private:
   void receive_values();  // the outstanding reply into the model's params

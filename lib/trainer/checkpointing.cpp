@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "trainer/trainer.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -49,6 +50,11 @@ Checkpointer::Checkpointer(const job::JobConfig& job, strategy::Strategy& strate
 }
 
 Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::write_sharded(checkpoint::ShardedLayout layout, ShardWriter write) {
+  sharded_ = std::move(layout);
+  shard_writer_ = std::move(write);
+}
 
 ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) {
   ResumePoint point;
@@ -140,24 +146,32 @@ class HostParams {
 void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
   if (global_step == last_saved_step_) return;
   last_saved_step_ = global_step;
+  checkpoint::Manifest m;
+  m.step = global_step;
+  m.epoch = epoch;
+  m.samples_seen = global_step * global_batch;
+  m.world_size = strategy_.num_replicas_in_sync();
+  m.config_sha256 = sha256_hex(job_.agreement_json);
+  nlohmann::json rng = {{"seed", job_.train.seed},
+                        {"epoch", epoch},
+                        {"step_in_epoch", step_in_epoch},
+                        {"global_batch", global_batch},
+                        {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}};
+  checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
+  if (!sharded_.empty()) {  // the ps tasks write the tensors; this task has no copy of them to hash
+    m.rng_json = rng.dump();
+    m.sharded = sharded_;
+    const std::string path = store.save_sharded(
+        m, [&](const std::string& tmp_dir) { return shard_writer_(tmp_dir, global_step); });
+    log::info("checkpoint: saved ", path, " (step ", global_step, "; each ps task wrote its own shards)");
+    return;
+  }
   strategy_.sync_state();  // replicas' batch-norm statistics agree before they are written
   nn::Sequential& model = strategy_.model();
   const std::string hash = model.params_sha256();
   if (writer_) {
-    checkpoint::Manifest m;
-    m.step = global_step;
-    m.epoch = epoch;
-    m.samples_seen = global_step * global_batch;
-    m.world_size = strategy_.num_replicas_in_sync();
-    m.config_sha256 = sha256_hex(job_.agreement_json);
-    m.rng_json = nlohmann::json{{"seed", job_.train.seed},
-                                {"epoch", epoch},
-                                {"step_in_epoch", step_in_epoch},
-                                {"global_batch", global_batch},
-                                {"params_sha256", hash},
-                                {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}}
-                     .dump();
-    checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
+    rng["params_sha256"] = hash;
+    m.rng_json = rng.dump();
     HostParams model_host(model.params()), optimizer_host(strategy_.optimizer().state());
     const std::string path = store.save(m, checkpoint::tensor_refs(model_host.pointers()),
                                         checkpoint::tensor_refs(optimizer_host.pointers()));

@@ -9,18 +9,17 @@
 // position: steps done in the epoch are recomputed from samples seen.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "checkpoint/manifest.h"
 #include "comm/communicator.h"
 #include "job/job_config.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::trainer {
-
-// Where the job's checkpoints go: checkpoint.dir, else output.dir/checkpoints,
-// else "" (none).
-std::string checkpoint_dir(const job::JobConfig& job);
 
 // Where training continues.
 struct ResumePoint {
@@ -35,6 +34,13 @@ class Checkpointer {
   // workers: the training tasks' group (multi-worker) or nullptr; only its rank 0 writes.
   Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers);
   ~Checkpointer();
+
+  // Parameter-server jobs: the ps tasks write the tensors, each its own shards
+  // (`write` gets the checkpoint's temporary directory and the step, and returns
+  // the files' digests), and this task writes the manifest with `layout` last.
+  using ShardWriter =
+      std::function<std::map<std::string, checkpoint::FileDigest>(const std::string& tmp_dir, int64_t step)>;
+  void write_sharded(checkpoint::ShardedLayout layout, ShardWriter write);
 
   bool enabled() const { return !dir_.empty(); }
   const std::string& dir() const { return dir_; }
@@ -66,6 +72,8 @@ class Checkpointer {
   std::string dir_;
   std::string fallback_dir_;  // where a preemption save goes when periodic saving is off
   int64_t last_saved_step_ = -1;
+  checkpoint::ShardedLayout sharded_;  // empty: this task writes the tensors
+  ShardWriter shard_writer_;
 };
 
 }  // namespace dtrain::trainer

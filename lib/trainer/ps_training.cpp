@@ -194,6 +194,10 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
   rendezvous::Store& store = *options.ps.store;
   ps::WorkQueue queue(store, s.plan);
   Checkpointer checkpointer(job, *s.strategy, nullptr);
+  // Each ps writes its own shards into the checkpoint; this task writes the manifest last.
+  checkpointer.write_sharded(s.ps->checkpoint_layout(), [&](const std::string& tmp_dir, int64_t step) {
+    return options.ps.group->save(tmp_dir, step);
+  });
   const ResumePoint start = checkpointer.resume(s.global_batch, s.plan.steps_per_epoch);
   if (start.resumed) s.ps->assign_to_ps(start.global_step);
   const int64_t units = s.plan.units_per_epoch();

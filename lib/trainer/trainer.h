@@ -104,6 +104,10 @@ struct EvaluatorOptions {
   std::function<std::optional<int64_t>()> training_done;
   double poll_seconds = 0.25;
 };
+// Where the job's checkpoints go: checkpoint.dir, else output.dir/checkpoints,
+// else "" (none). A parameter_server job's ps tasks write their shards there too.
+std::string checkpoint_dir(const job::JobConfig& job);
+
 // Evaluates until the checkpoint of the final step is done, writing one
 // {"kind": "eval"} record per checkpoint to output.dir/eval/metrics.jsonl and the
 // summary's "evaluations".

@@ -427,6 +427,31 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
   check_no_process_left(k["job_id"]);
 }
 
+TEST_CASE("parameter_server: a killed ps with --max-restarts 1 restarts the job from the ps tasks' checkpoint",
+          "[integration]") {
+  TempDir tmp;
+  // 64 updates per epoch (1024 samples, batch 16, async); a checkpoint every 40; ps:0 dies at update 150.
+  const RunOutput r = run_dtrain(concat(ps_launch_args(tmp, {"--max-restarts", "1", "--inject", "kill:ps:0@step=150"}, 4),
+                                        {"--set", "checkpoint.every_steps=40"}),
+                                 within(120));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("dtrain launch: ps:0 was killed by signal 9 (SIGKILL)") &&
+                        Contains("restarting the job from the newest checkpoint (restart 1 of 1)"));
+  CHECK_THAT(r.err, Contains("resumed from"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  CHECK(s["restarts"] == 1);
+  CHECK(s["attempts"][0]["first_failure"] == "ps:0");
+  for (const char* task : {"chief:0", "worker:0", "worker:1", "ps:0"}) CHECK(s["exit_codes"][task] == 0);
+  const nlohmann::json& chief = s["tasks"]["chief:0"];
+  // Updates count from the checkpoint's step; units in flight when it was saved are trained again.
+  CHECK(chief["steps"].get<int>() >= 4 * 64);
+  // The second start trained only what the checkpoint did not hold: fewer units than the 4 epochs have.
+  CHECK(chief["work_units"]["completed"] == chief["work_units"]["total"]);
+  CHECK(chief["work_units"]["total"].get<int>() < 4 * 4);
+  CHECK(chief["test_accuracy"].get<double>() > 0.5);
+}
+
 TEST_CASE("parameter_server: a checkpoint written with 2 ps tasks resumes onto 1 ps", "[integration]") {
   TempDir tmp;
   const std::vector<std::string> ps_job = {"--set", "strategy.type=parameter_server",
@@ -437,6 +462,21 @@ TEST_CASE("parameter_server: a checkpoint written with 2 ps tasks resumes onto 1
       concat(concat({"launch", "--workers", "2", "--ps", "2", "--chief"}, small_job_args(tmp, 1)), ps_job), within(60));
   INFO(describe(first));
   REQUIRE(first.exit_code == 0);
+  // Each ps wrote its own shards, the chief the manifest: one model with Keras names comes back.
+  const std::string checkpoints = tmp.file("out") + "/checkpoints";
+  const RunOutput inspect = run_dtrain({"ckpt", "inspect", "--json", checkpoints}, within(30));
+  INFO(describe(inspect));
+  REQUIRE(inspect.exit_code == 0);
+  const nlohmann::json written = nlohmann::json::parse(inspect.out);
+  CHECK(written["sharded"] == true);
+  std::vector<std::string> files;
+  for (const auto& [name, digest] : written["files"].items()) files.push_back(name);
+  CHECK(files == std::vector<std::string>{"ps-00000-of-00002.safetensors", "ps-00001-of-00002.safetensors"});
+  REQUIRE(written["model"].size() == 6);
+  CHECK(written["model"][0]["name"] == "dense/kernel");
+  CHECK(written["model"][0]["shape"] == nlohmann::json::array({784, 256}));
+  CHECK(written["optimizer"].size() == 12);  // Adam's m and v of each variable, whole
+  CHECK(written["optimizer"][0]["shape"] == nlohmann::json::array({784, 256}));
   const RunOutput second =
       run_dtrain(concat(concat({"launch", "--workers", "2", "--ps", "1", "--chief", "--summary", tmp.file("launch.json")},
                                small_job_args(tmp, 2)),
@@ -455,6 +495,13 @@ TEST_CASE("parameter_server: a checkpoint written with 2 ps tasks resumes onto 1
   CHECK(chief["work_units"]["total"].get<int>() == std::stoi(out.substr(begin, at - begin)));
   CHECK(chief["epochs"] == 2);
   CHECK(chief["test_accuracy"].get<double>() > 0.5);
+  // The job on one ps wrote the next checkpoint as one shard file.
+  const RunOutput after = run_dtrain({"ckpt", "inspect", "--json", checkpoints}, within(30));
+  REQUIRE(after.exit_code == 0);
+  const nlohmann::json newest = nlohmann::json::parse(after.out);
+  CHECK(newest["epoch"] == 2);
+  CHECK(newest["files"].contains("ps-00000-of-00001.safetensors"));
+  CHECK(newest["files"].size() == 1);
 }
 
 }  // namespace dtrain::integration

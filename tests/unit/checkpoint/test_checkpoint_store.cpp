@@ -198,3 +198,119 @@ TEST_CASE("manifest JSON round trip and errors") {
   CHECK_THROWS_WITH(manifest_from_json("{}", "m.json"), Catch::Contains("m.json") && Catch::Contains("format"));
   CHECK_THROWS_AS(manifest_from_json("not json", "m.json"), IoError);
 }
+
+namespace {
+
+// The State's tensors cut in two parts each (rows of the kernel, halves of the
+// bias and the slot) over two files, as two ps tasks write them.
+ShardedLayout two_file_layout() {
+  auto whole = [](const char* name, std::vector<int64_t> shape, const char* a, int64_t a_at, const char* b,
+                  int64_t b_at) {
+    return ShardedTensor{name, shape, {{"ps-00000-of-00002.safetensors", a, a_at}, {"ps-00001-of-00002.safetensors", b, b_at}}};
+  };
+  ShardedLayout l;
+  l.model = {whole("dense/kernel", {2, 3}, "dense/kernel/part_0", 0, "dense/kernel/part_1", 3),
+             whole("dense/bias", {3}, "dense/bias/part_0", 0, "dense/bias/part_1", 1)};
+  std::swap(l.model[1].parts[0], l.model[1].parts[1]);  // parts in any order
+  l.optimizer = {whole("dense/kernel/m", {2, 3}, "dense/kernel/part_0/m", 0, "dense/kernel/part_1/m", 3)};
+  return l;
+}
+
+// Writes the two part files of State `s` into `dir` as two writers (ps tasks) would.
+std::map<std::string, FileDigest> write_parts(const std::string& dir, const State& s) {
+  const std::vector<std::vector<TensorRef>> files = {
+      {{"dense/kernel/part_0", {1, 3}, s.kernel.data()}, {"dense/bias/part_0", {1}, s.bias.data()},
+       {"dense/kernel/part_0/m", {1, 3}, s.m.data()}},
+      {{"dense/kernel/part_1", {1, 3}, s.kernel.data() + 3}, {"dense/bias/part_1", {2}, s.bias.data() + 1},
+       {"dense/kernel/part_1/m", {1, 3}, s.m.data() + 3}}};
+  std::map<std::string, FileDigest> out;
+  for (int p = 0; p < 2; ++p) {
+    const std::string name = "ps-0000" + std::to_string(p) + "-of-00002.safetensors";
+    FileDigest d;
+    d.sha256 = write_safetensors(dir + "/" + name, files[p], {{"format", "dtrain"}}, &d.bytes);
+    out[name] = d;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a sharded checkpoint (each part file written by another) loads back as whole tensors") {
+  test::TempDir tmp;
+  CheckpointStore store(tmp.file("ckpts"));
+  const State s(3.0f);
+  Manifest m = manifest(40);
+  m.sharded = two_file_layout();
+  std::string seen_tmp;
+  const std::string path = store.save_sharded(m, [&](const std::string& dir) {
+    seen_tmp = dir;
+    CHECK(fs::path(dir).filename().string().rfind(".tmp-ckpt-00000040-", 0) == 0);
+    CHECK_FALSE(fs::exists(fs::path(dir) / kManifestFile));  // the manifest comes after the parts
+    return write_parts(dir, s);
+  });
+  CHECK_FALSE(fs::exists(seen_tmp));
+  CHECK(names_in(path) == std::vector<std::string>{"DONE", "manifest.json", "ps-00000-of-00002.safetensors",
+                                                    "ps-00001-of-00002.safetensors"});
+  CHECK(CheckpointStore::verify(path).empty());
+  const LoadedCheckpoint c = CheckpointStore::load(path);
+  CHECK(c.manifest.step == 40);
+  CHECK(c.manifest.sharded.model.size() == 2);
+  REQUIRE(c.model.tensors.size() == 2);
+  CHECK(c.model.tensors[0].name == "dense/kernel");
+  CHECK(c.model.tensors[0].shape == Shape{2, 3});
+  CHECK(std::memcmp(c.model.find("dense/kernel")->data(), s.kernel.data(), 6 * sizeof(float)) == 0);
+  CHECK(std::memcmp(c.model.find("dense/bias")->data(), s.bias.data(), 3 * sizeof(float)) == 0);
+  CHECK(std::memcmp(c.optimizer.find("dense/kernel/m")->data(), s.m.data(), 6 * sizeof(float)) == 0);
+  CHECK(c.model.metadata.at("dtrain_step") == "40");
+
+  // A corrupt part file makes the checkpoint not good, naming the file.
+  flip_byte(path + "/ps-00001-of-00002.safetensors", 2);
+  CHECK_THAT(CheckpointStore::verify(path), Catch::Contains("ps-00001-of-00002.safetensors") && Catch::Contains("SHA-256"));
+}
+
+TEST_CASE("a sharded save whose files are not where the chief looks fails and leaves no checkpoint") {
+  test::TempDir tmp;
+  CheckpointStore store(tmp.file("ckpts"));
+  save_step(store, 10);
+  Manifest m = manifest(20);
+  m.sharded = two_file_layout();
+  // The writers wrote elsewhere (a checkpoint.dir that is not shared): only the digests come back.
+  fs::create_directories(tmp.file("elsewhere"));
+  CHECK_THROWS_WITH(store.save_sharded(m, [&](const std::string&) { return write_parts(tmp.file("elsewhere"), State(1)); }),
+                    Catch::Contains("ps-00000-of-00002.safetensors is not in") && Catch::Contains("shared filesystem"));
+  CHECK(names_in(tmp.file("ckpts")) == std::vector<std::string>{"ckpt-00000010"});
+  CHECK(store.latest_good().value() == tmp.file("ckpts") + "/ckpt-00000010");
+}
+
+TEST_CASE("a sharded layout whose parts leave a gap is refused on load, naming the tensor") {
+  test::TempDir tmp;
+  CheckpointStore store(tmp.file("ckpts"));
+  Manifest m = manifest(30);
+  m.sharded = two_file_layout();
+  m.sharded.model[1].parts[1].offset = 1;  // part_0 at 1 too: element 0 uncovered, element 1 twice
+  const std::string path = store.save_sharded(m, [&](const std::string& dir) { return write_parts(dir, State(2)); });
+  CHECK_THROWS_WITH(CheckpointStore::load(path),
+                    Catch::Contains("dense/bias") && Catch::Contains("do not cover its 3 elements exactly"));
+  // A part that names a tensor its file lacks.
+  Manifest m2 = manifest(31);
+  m2.sharded = two_file_layout();
+  m2.sharded.optimizer[0].parts[1].tensor = "dense/kernel/part_1/v";
+  const std::string path2 = store.save_sharded(m2, [&](const std::string& dir) { return write_parts(dir, State(2)); });
+  CHECK_THROWS_WITH(CheckpointStore::load(path2), Catch::Contains("has no tensor 'dense/kernel/part_1/v'"));
+}
+
+TEST_CASE("manifest JSON round trip of a sharded layout") {
+  Manifest m = manifest(5);
+  m.dtrain_version = "0.1.0";
+  m.sharded = two_file_layout();
+  const Manifest back = manifest_from_json(manifest_to_json(m), "m.json");
+  REQUIRE(back.sharded.model.size() == 2);
+  CHECK(back.sharded.model[0].shape == std::vector<int64_t>{2, 3});
+  CHECK(back.sharded.model[1].parts[0].tensor == "dense/bias/part_1");
+  CHECK(back.sharded.model[1].parts[0].offset == 1);
+  CHECK(back.sharded.optimizer[0].parts[1].file == "ps-00001-of-00002.safetensors");
+  CHECK(manifest_from_json(manifest_to_json(manifest(5)), "m.json").sharded.empty());
+  std::string text = manifest_to_json(m);
+  text.replace(text.find("\"offset\": 1"), 11, "\"offset\": -1");
+  CHECK_THROWS_WITH(manifest_from_json(text, "m.json"), Catch::Contains("offset"));
+}

@@ -1,9 +1,13 @@
 // Parameter servers: the partitioners and the placement rule; a ps task's service
 // on real TCP loopback with two workers on threads, whose sync mode follows
-// multi_worker_mirrored's per-step loss; a client that is no dtrain task is
-// dropped while the job goes on.
+// multi_worker_mirrored's per-step loss; checkpoints each ps writes its own shards
+// of, loaded back whole and onto another number of ps; a client that is no dtrain
+// task, or asks for a save outside the checkpoint directory, is dropped while the
+// job goes on.
 #include <asio.hpp>
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -11,11 +15,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "job/job_config.h"
+#include "checkpoint/checkpoint_store.h"
 #include "ps/ps_server.h"
 #include "rendezvous/store.h"
 #include "strategy/parameter_server.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
+#include "support/temp_dir.h"
 #include "support/tiny_dense_job.h"
 
 using namespace dtrain;
@@ -37,6 +43,45 @@ ps::PartitionerSpec fixed(int64_t n) {
 }
 
 const rendezvous::Credentials kCredentials{"ps-test", "a secret"};
+
+ps::PsClientOptions client(const std::string& task) {
+  ps::PsClientOptions o;
+  o.credentials = kCredentials;
+  o.task = task;
+  o.request_timeout = 30.0;
+  return o;
+}
+
+// The ps tasks of `plan` on loopback (async), writing checkpoints into `checkpoint_dir`.
+struct LocalPs {
+  std::vector<std::unique_ptr<ps::ShardStore>> shards;
+  std::vector<std::unique_ptr<ps::PsServer>> servers;
+  std::vector<std::string> addresses;
+  LocalPs(const ps::Placement& plan, const job::JobConfig& job, const std::string& checkpoint_dir) {
+    for (int p = 0; p < plan.num_ps; ++p) {
+      shards.push_back(std::make_unique<ps::ShardStore>(plan, p, job.model, job.train.seed, job.optimizer));
+      ps::PsServerOptions o;
+      o.credentials = kCredentials;
+      o.task = "ps:" + std::to_string(p);
+      o.workers = {"worker:0"};
+      o.checkpoint_dir = checkpoint_dir;
+      servers.push_back(std::make_unique<ps::PsServer>(*shards.back(), o, -1, "127.0.0.1", 0));
+      addresses.push_back("127.0.0.1:" + std::to_string(servers.back()->port()));
+    }
+  }
+};
+
+// Every tensor of `params` equals the one of the same name and shape in `file`, bit for bit.
+void check_same_tensors(const std::vector<nn::Param*>& params, const checkpoint::SafetensorsFile& file) {
+  CHECK(file.tensors.size() == params.size());
+  for (const nn::Param* p : params) {
+    INFO(p->name);
+    const Tensor* t = file.find(p->name);
+    REQUIRE(t != nullptr);
+    REQUIRE(t->shape() == p->value.shape());
+    CHECK(std::memcmp(t->data(), p->value.data(), p->value.bytes()) == 0);
+  }
+}
 
 }  // namespace
 
@@ -138,6 +183,58 @@ TEST_CASE("sync mode on two ps tasks over TCP follows multi_worker_mirrored's pe
   }
 }
 
+TEST_CASE("each of two ps writes its own shards into a checkpoint, which loads back whole and onto one ps") {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("ckpts");
+  const job::JobConfig job = job_of("parameter_server", R"(, "variable_partitioner": {"type": "fixed", "num_shards": 2})");
+  const ps::Placement two = ps::plan_placement(ps::model_variables(job.model, job.train.seed), 2, job.strategy.partitioner);
+  LocalPs servers(two, job, dir);
+  ps::PsGroup group(two, servers.addresses, client("worker:0"));
+  auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1, Device::cpu(), &group});
+  auto& trained = static_cast<strategy::ParameterServerStrategy&>(*s);
+  for (int step = 0; step < 5; ++step) {
+    nn::LossStats stats;
+    s->train_step({batch(step, 0, 4)}, step, stats);
+  }
+  trained.drain();
+
+  checkpoint::CheckpointStore store(dir);
+  checkpoint::Manifest m;
+  m.step = 5;
+  m.sharded = trained.checkpoint_layout();
+  const std::string path = store.save_sharded(m, [&](const std::string& tmp_dir) { return group.save(tmp_dir, 5); });
+  CHECK(std::filesystem::exists(path + "/ps-00000-of-00002.safetensors"));
+  CHECK(std::filesystem::exists(path + "/ps-00001-of-00002.safetensors"));
+  CHECK_FALSE(std::filesystem::exists(path + "/model.safetensors"));
+  // Each file holds only its ps's shards (values and both Adam slots).
+  const checkpoint::SafetensorsFile part = checkpoint::read_safetensors(path + "/ps-00001-of-00002.safetensors");
+  CHECK(part.tensors.size() == 3 * two.ps_shards[1].size());
+  REQUIRE(part.find("dense/kernel/part_1") != nullptr);
+  CHECK(part.find("dense/kernel/part_1")->shape() == Shape{3, 8});  // rows 3..5 of the [6, 8] kernel
+  CHECK(part.find("dense/kernel/part_1/m") != nullptr);
+  CHECK(part.metadata.at("dtrain_ps") == "1 of 2");
+
+  trained.sync_state();  // the ps tasks' values and slots into the local model and optimizer
+  const checkpoint::LoadedCheckpoint c = checkpoint::CheckpointStore::load(path);
+  check_same_tensors(trained.model().params(), c.model);
+  check_same_tensors(trained.optimizer().state(), c.optimizer);
+
+  // Onto one ps with unsplit variables: the same values and slots come back from it.
+  const ps::Placement one = ps::plan_placement(ps::model_variables(job.model, job.train.seed), 1, {});
+  LocalPs single(one, job, dir);
+  ps::PsGroup single_group(one, single.addresses, client("chief:0"));
+  auto s1 = strategy::make_strategy(job.strategy_job(), {nullptr, 1, Device::cpu(), &single_group});
+  auto& resumed = static_cast<strategy::ParameterServerStrategy&>(*s1);
+  s1->load_state([&](const std::string& n) { return c.model.find(n); },
+                 [&](const std::string& n) { return c.optimizer.find(n); });
+  resumed.assign_to_ps(5);
+  for (nn::Param* p : resumed.model().params()) p->value.zero();  // what comes back must come from the ps
+  resumed.sync_state();
+  CHECK(single.servers[0]->version() == 5);
+  check_same_tensors(resumed.model().params(), c.model);
+  check_same_tensors(resumed.optimizer().state(), c.optimizer);
+}
+
 TEST_CASE("a client that is no dtrain task is dropped by a ps, which goes on serving") {
   const job::JobConfig job = job_of("parameter_server");
   const ps::Placement plan = ps::plan_placement(ps::model_variables(job.model, job.train.seed), 1, {});
@@ -171,4 +268,16 @@ TEST_CASE("a client that is no dtrain task is dropped by a ps, which goes on ser
   group.start_pull();
   CHECK(group.finish(values) == 0);
   CHECK(values[0].size() == static_cast<size_t>(shards.elements()));
+
+  // A task of the job that asks for a save outside a checkpoint's temporary directory is dropped too.
+  ps::PsChannel channel("127.0.0.1:" + std::to_string(server.port()), "ps:0", right);
+  const std::string escape = "../../etc";
+  channel.send(ps::PsOp::kSave, 1, escape.data(), escape.size());
+  char digest[64];
+  CHECK_THROWS_AS(channel.receive(ps::PsOp::kSaved, digest, sizeof digest), PeerLost);
+  CHECK(server.rejected_connections() == 2);
+  // This ps has no checkpoint directory: a save is refused with the reason.
+  CHECK_THROWS_WITH(group.save("/somewhere/.tmp-ckpt-00000001-abcd", 1),
+                    Catch::Contains("has no checkpoint directory"));
+  CHECK(server.version() == 0);
 }
