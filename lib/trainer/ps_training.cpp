@@ -220,8 +220,10 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
     for (int64_t id = std::max(first_id, epoch * units); id < (epoch + 1) * units; ++id) pending.insert(id);
     counts.total += static_cast<int64_t>(pending.size());
     nn::LossStats epoch_stats, window_stats;
+    bool progressed = true;  // a unit finished in the last look: look again at once
     while (!pending.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      progressed = false;
       if (options.on_step) options.on_step(version);  // health and progress through the session
       // Workers lost since the last look: their unfinished units go back to the queue.
       for (const int64_t lost = store.add("lost_count", 0); lost_seen < lost;) {
@@ -254,6 +256,7 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
           continue;
         }
         ++counts.completed;
+        progressed = true;
         it = pending.erase(it);
       }
       const int64_t first_open = pending.empty() ? s.plan.steps_per_epoch : queue.unit(*pending.begin()).first_step;

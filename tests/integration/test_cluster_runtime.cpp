@@ -4,7 +4,8 @@
 // (late chief, a chief + worker + ps cluster), the agreement check, the job secret
 // (wrong, missing, from a file), a task that never comes, kill -9 of a worker and of
 // the chief (the survivor exits 4 within the bound, naming the lost task), a hung task
-// (SIGSTOP: found by the heartbeat timeout), the TF_CONFIG checks of `dtrain
+// (SIGSTOP: found by the heartbeat timeout), a parameter_server worker started
+// again by hand rejoining the running job, the TF_CONFIG checks of `dtrain
 // validate`, and junk sent to the chief's port. Every child runs under a deadline
 // (start_dtrain.h) and is killed when its test ends.
 #include <arpa/inet.h>
@@ -348,6 +349,37 @@ TEST_CASE("cluster: when the all-reduce sees a peer die first, every survivor st
       }
     }
   }
+}
+
+TEST_CASE("cluster: a parameter_server worker killed and started again by hand rejoins the running job",
+          "[cluster][kill]") {
+  const LocalCluster cluster({{"chief", 1}, {"worker", 2}, {"ps", 1}});
+  // About 5 s of work units (one epoch of 16 steps each) for two workers.
+  const std::vector<std::string> sets = {"strategy.type=parameter_server", "train.epochs=3000"};
+  auto ps = start_task(cluster, "ps", 0, sets);
+  auto chief = start_task(cluster, "chief", 0, sets);
+  auto worker0 = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief->err());
+  worker1->send(SIGKILL);
+  worker1->finish(5.0, SIGKILL);
+  if (!chief->wait_for_err("worker:1", 15.0)) FAIL("the chief did not see worker:1 go\n" << chief->err());
+  auto again = start_task(cluster, "worker", 1, sets);  // the same task, as a user or a cluster manager would
+  const RunOutput rc = chief->finish(60.0);
+  const RunOutput r1 = again->finish(30.0);
+  const RunOutput r0 = worker0->finish(30.0);
+  const RunOutput rp = ps->finish(30.0);
+  INFO(describe(rc) << "\n" << describe(r1));
+  CHECK(rc.exit_code == 0);
+  CHECK(r0.exit_code == 0);
+  CHECK(rp.exit_code == 0);
+  CHECK(r1.exit_code == 0);
+  CHECK_THAT(rc.err, Contains("the job goes on"));
+  CHECK_THAT(rc.out, Contains("3000 of 3000 work units completed") && Contains("1 worker(s) lost"));
+  // The second worker:1 trained work units of the running job.
+  const size_t at = r1.out.find("this worker trained ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stoll(r1.out.substr(at + 20)) > 0);
 }
 
 TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heartbeat_timeout", "[cluster][kill]") {
