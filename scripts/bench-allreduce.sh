@@ -28,7 +28,7 @@ have_torch=0
 
 for r in $(seq "$repeats"); do
   timeout 600 build/dtrain bench allreduce --workers "$workers" --sizes "$sizes" --iterations "$iterations" --json \
-    | sed -n 's/^[^{]*{/{/p' | sed "s/^/dtrain $r /" >>"$out/all"
+    2>/dev/null | sed "s/^/dtrain $r /" >>"$out/all"  # JSON lines only on stdout
   timeout 600 build/bench/gloo_allreduce_reference --size "$workers" --sizes "$sizes" --iters "$iterations" \
     | sed -n 's/^[^{]*{/{/p' | sed "s/^/gloo $r /" >>"$out/all"
   if [ "$have_torch" = 1 ]; then

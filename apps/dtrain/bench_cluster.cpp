@@ -32,6 +32,7 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
   launch.threads = 1;
   launch.cluster.workers = workers;
   launch.cluster.ps = ps;
+  launch.plain_stdout = request.json;  // JSON lines on stdout, nothing else there
   launch.task_args = [&](const launch::TaskStart&) {
     std::vector<std::string> args = {"bench", name, "--sizes", request.sizes, "--iterations",
                                      std::to_string(request.iterations), "--warmup", std::to_string(request.warmup)};

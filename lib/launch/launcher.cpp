@@ -174,7 +174,7 @@ void Launcher::on_line(Task& t, int stream, std::string_view line) {
   t.agreed = true;
   if (++agreed_ == tasks_.size()) {
     report_.cluster_up_seconds = since(start_);
-    write_all(options_.stdout_fd,
+    write_all(options_.plain_stdout ? options_.stderr_fd : options_.stdout_fd,
               str("dtrain launch: all ", tasks_.size(), " tasks past the agreement barrier in ",
                   seconds_3(report_.cluster_up_seconds), " s\n"));
   }
@@ -391,7 +391,7 @@ LaunchReport Launcher::run() {
       if (i.task == p.task) t->report.injection = i.value;
     t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path,
                                              options_.stdout_fd, options_.stderr_fd,
-                                             /*append=*/restart_ > 0);
+                                             /*append=*/restart_ > 0, /*plain_stdout=*/options_.plain_stdout);
 
     SpawnSpec spec;
     spec.program = options_.program;

@@ -69,6 +69,9 @@ struct LaunchOptions {
   std::function<std::vector<std::string>(const TaskStart&)> task_args;
   int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
   int stderr_fd = 2;  // where their stderr lines and the launcher's messages go
+  // The tasks' stdout lines go out as they are, without the "[worker:0] " prefix,
+  // and the launcher says nothing on stdout (`dtrain bench ... --json`: JSON lines).
+  bool plain_stdout = false;
 };
 // Threads: with no --threads, no runtime.threads and no OMP_NUM_THREADS, each task
 // gets threads = max(1, cores / tasks), so that N tasks do not fight over the cores.

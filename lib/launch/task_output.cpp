@@ -61,8 +61,8 @@ bool write_all(int fd, std::string_view bytes) {
 }
 
 TaskOutput::TaskOutput(std::string prefix, const std::string& log_path, int out_fd, int err_fd,
-                       bool append)
-    : prefix_(std::move(prefix)), log_path_(log_path), out_fd_(out_fd), err_fd_(err_fd) {
+                       bool append, bool plain_stdout)
+    : prefix_(std::move(prefix)), log_path_(log_path), out_fd_(out_fd), err_fd_(err_fd), plain_stdout_(plain_stdout) {
   log_fd_ = ::open(log_path.c_str(),
                    O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd_ < 0)
@@ -80,9 +80,11 @@ void TaskOutput::line(int stream, std::string_view text) {
   std::string out;
   out.reserve(prefix_.size() + text.size() + 1);
   out.append(named ? "" : prefix_).append(text).push_back('\n');
-  write_all(stream == 2 ? err_fd_ : out_fd_, out);
+  const std::string_view unprefixed = std::string_view(out).substr(named ? 0 : prefix_.size());
+  if (stream == 2) write_all(err_fd_, out);
+  else write_all(out_fd_, plain_stdout_ ? unprefixed : std::string_view(out));
   if (!log_failed_ &&
-      !write_all(log_fd_, std::string_view(out).substr(named ? 0 : prefix_.size()))) {
+      !write_all(log_fd_, unprefixed)) {
     log_failed_ = true;  // say it once; the job goes on
     write_all(err_fd_, str("dtrain: warning: cannot write ", log_path_, ": ", std::strerror(errno),
                            "; the task's lines still go to the terminal\n"));

@@ -39,9 +39,10 @@ class TaskOutput {
   // `prefix` e.g. "[worker:1] "; `log_path` is created, and truncated unless `append`
   // (a restarted job keeps the earlier starts' logs). Lines of the task's stdout go to
   // `out_fd`, of its stderr to `err_fd`. Throws IoError naming the file when it cannot
-  // be opened.
+  // be opened. `plain_stdout`: stdout lines go to `out_fd` without the prefix
+  // (machine-readable output); the log file has them as always.
   TaskOutput(std::string prefix, const std::string& log_path, int out_fd = 1, int err_fd = 2,
-             bool append = false);
+             bool append = false, bool plain_stdout = false);
   ~TaskOutput();
   TaskOutput(const TaskOutput&) = delete;
   TaskOutput& operator=(const TaskOutput&) = delete;
@@ -55,6 +56,7 @@ class TaskOutput {
   std::string log_path_;
   int out_fd_;
   int err_fd_;
+  bool plain_stdout_ = false;
   int log_fd_ = -1;
   bool log_failed_ = false;
 };

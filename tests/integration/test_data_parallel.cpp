@@ -122,22 +122,32 @@ TEST_CASE("multi_worker_mirrored without a cluster is a clear config error") {
   check_error(r, 2, {"multi_worker_mirrored needs a cluster", "dtrain launch"});
 }
 
-TEST_CASE("bench allreduce prints correct nccl-tests style JSON for every size") {
+namespace {
+
+// `out` as JSON lines: every line one JSON object, nothing else (no launcher
+// prefixes or messages), so a script can read it line by line.
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> objects;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    INFO("stdout line: " << line);
+    const json j = json::parse(line, nullptr, false);
+    CHECK(j.is_object());
+    if (j.is_object()) objects.push_back(j);
+  }
+  return objects;
+}
+
+}  // namespace
+
+TEST_CASE("bench allreduce prints correct nccl-tests style JSON lines for every size, and nothing else") {
   const RunOutput r = run_dtrain({"bench", "allreduce", "--workers", "2", "--sizes", "4K:64K", "--iterations", "3",
                                   "--json"},
                                  {120.0, ""});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   std::vector<size_t> sizes;
-  size_t start = 0;
-  while (start < r.out.size()) {
-    size_t end = r.out.find('\n', start);
-    if (end == std::string::npos) end = r.out.size();
-    const std::string line = r.out.substr(start, end - start);
-    start = end + 1;
-    const size_t brace = line.find('{');
-    if (brace == std::string::npos) continue;
-    const json j = json::parse(line.substr(brace));
+  for (const json& j : json_lines(r.out)) {
     for (const char* key : {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "correct"}) REQUIRE(j.contains(key));
     CHECK(j["correct"] == true);
     CHECK(j["busbw_gbps"].get<double>() > 0.0);
@@ -146,18 +156,14 @@ TEST_CASE("bench allreduce prints correct nccl-tests style JSON for every size")
   CHECK(sizes == std::vector<size_t>{4096, 8192, 16384, 32768, 65536});
 }
 
-TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly, split over the ps") {
+TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly, split over the ps (JSON lines)") {
   const RunOutput r = run_dtrain({"bench", "ps", "--workers", "3", "--ps", "2", "--sizes", "12,4K:16K", "--iterations",
                                   "3", "--warmup", "1", "--json"},
                                  {120.0, ""});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   std::vector<size_t> sizes, per_ps;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t brace = line.find('{');
-    if (brace == std::string::npos) continue;
-    const json j = json::parse(line.substr(brace));
+  for (const json& j : json_lines(r.out)) {
     CHECK(j["correct"] == true);
     CHECK(j["workers"] == 3);
     CHECK(j["ps"] == 2);
