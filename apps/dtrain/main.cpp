@@ -20,7 +20,7 @@ void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
       ->take_all()
       ->allow_extra_args(false);
   cmd->add_option("--threads", job.threads,
-                  "Compute threads (default: runtime.threads, else OMP_NUM_THREADS, else all cores)")
+                  "Compute threads (default: runtime.threads, else OMP_NUM_THREADS, else the cores shared by the tasks on this host)")
       ->check(CLI::PositiveNumber);
 }
 

@@ -33,7 +33,7 @@ struct TrainSpec {
 
 struct RuntimeSpec {
   std::string path = "runtime";
-  int64_t threads = 0;               // 0 = OMP_NUM_THREADS when set, else all cores
+  int64_t threads = 0;               // 0 = OMP_NUM_THREADS when set, else the cores shared by the tasks on this host
   double rendezvous_timeout = 300.0; // seconds a task waits for the others to join
   double heartbeat_interval = 1.0;   // seconds between heartbeats on the control channel
   double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost

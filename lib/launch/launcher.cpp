@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "launch/signals.h"
@@ -106,7 +107,7 @@ std::vector<std::string> base_environment() {
 int default_threads(const LaunchOptions& options, size_t tasks) {
   if (options.threads > 0) return options.threads;
   if (options.job.threads > 0 || options.omp_num_threads > 0) return 0;  // theirs to choose
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cores();
   return std::max(1, cores / static_cast<int>(tasks));
 }
 

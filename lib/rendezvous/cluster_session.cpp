@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
@@ -82,9 +83,15 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     throw;
   }
   join_seconds_ = timer.seconds();
+  for (const auto& t : cluster_.spec.all_tasks()) hosts_[t.str()] = store_->get("host/" + t.str()).value_or("");
   incarnation_ = std::stoll(store_->get("incarnation/" + cluster_.task.str()).value_or("1"));
   log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
             credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
+}
+
+int ClusterSession::tasks_on_this_host() const {
+  const std::string& mine = hosts_.at(cluster_.task.str());
+  return static_cast<int>(std::count_if(hosts_.begin(), hosts_.end(), [&](const auto& h) { return h.second == mine; }));
 }
 
 void ClusterSession::stop_heartbeats() {
@@ -119,6 +126,7 @@ std::string ClusterSession::describe(const config::TaskId& task) const {
 
 void ClusterSession::wait_for_all_tasks() {
   const auto tasks = cluster_.spec.all_tasks();
+  store_->set("host/" + cluster_.task.str(), host_identity());
   store_->set("join/" + cluster_.task.str(), "1");
   const auto keys = keys_for("join/", tasks);
   // The deadline counts from the session's start (connecting to the chief included).

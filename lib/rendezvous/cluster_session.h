@@ -5,7 +5,8 @@
 // announces itself, waits for all the others (printing every 5 s who is still
 // missing), and compares its description of the job (the SessionSpec's agreement
 // fields, plus the cluster, the dtrain version and the world size) with every other
-// task; a mismatch is a ConfigError that says what differs.
+// task; a mismatch is a ConfigError that says what differs. Each task also says
+// which machine it is on (hosts()), so tasks learn which of them share one.
 // Afterwards a heartbeat thread reports this task's step to the chief every
 // runtime.heartbeat_interval; check_health() throws PeerLost as soon as the chief
 // reports a lost task or the chief itself cannot be reached. finish() is the final
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,6 +92,11 @@ class ClusterSession {
   void finish();
   // This task's incarnation: 1, or more when it was started again into a running job.
   int64_t incarnation() const { return incarnation_; }
+  // Which machine each task runs on (core/host.h's host_identity(), as each task
+  // reported it when it joined), by task name ("worker:1").
+  const std::map<std::string, std::string>& hosts() const { return hosts_; }
+  // How many of the job's tasks run on this task's machine, itself included.
+  int tasks_on_this_host() const;
 
  private:
   void wait_for_all_tasks();
@@ -110,6 +117,7 @@ class ClusterSession {
   bool finished_ = false;
   std::set<std::string> expendable_;
   int64_t incarnation_ = 1;
+  std::map<std::string, std::string> hosts_;
 
   std::atomic<int64_t> step_{-1};
   std::atomic<int64_t> last_sent_ms_{0};  // when the last heartbeat went out (steady clock)

@@ -133,6 +133,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     session.report_step(step);
     session.check_health();
   };
+  run.host.tasks_on_host = session.tasks_on_this_host();
   if (cluster.task.type == "evaluator") return run_evaluator_task(job, run, task);
   run.final_checkpoint = cluster.spec.count("evaluator") > 0;
   run_session(task, [&] {

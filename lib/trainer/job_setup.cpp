@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "kernels/device.h"
@@ -19,7 +20,14 @@ namespace dtrain::trainer {
 int setup_threads(const job::JobConfig& job, const HostSettings& host) {
   int threads = static_cast<int>(job.runtime.threads);
   if (threads <= 0) threads = host.omp_num_threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) {
+    const int cores = usable_cores();
+    const int tasks = std::max(1, host.tasks_on_host);
+    threads = std::max(1, cores / tasks);
+    if (tasks > 1)
+      log::info("threads: ", threads, " per task (", cores, " cores shared by the ", tasks,
+                " tasks of this job on this host; runtime.threads or OMP_NUM_THREADS choose)");
+  }
   kernels::set_num_threads(threads);
   return threads;
 }

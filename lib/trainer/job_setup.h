@@ -15,7 +15,8 @@
 
 namespace dtrain::trainer {
 
-// runtime.threads, else OMP_NUM_THREADS, else all cores; applied to the compute backend.
+// runtime.threads, else OMP_NUM_THREADS, else usable cores / tasks on this host
+// (HostSettings::tasks_on_host); applied to the compute backend.
 int setup_threads(const job::JobConfig& job, const HostSettings& host);
 
 // The job's "device", resolved and made ready (kernels::select_device). "auto"

@@ -20,6 +20,10 @@ namespace dtrain::trainer {
 // rest of the environment, by the task runtime (runtime/environment.h).
 struct HostSettings {
   int omp_num_threads = 0;  // OMP_NUM_THREADS (0 = unset): the thread count when runtime.threads is 0
+  // Tasks of this job on this machine (from the rendezvous; 1 alone): without
+  // runtime.threads or OMP_NUM_THREADS each takes its share of the cores, so that
+  // tasks started by hand on one machine do not fight over them.
+  int tasks_on_host = 1;
   int local_rank = -1;      // LOCAL_RANK (-1 = unset): a task's GPU is LOCAL_RANK % GPUs
   // DTRAIN_ALLOW_TF32 (0 turns TF32 convolutions off); unset leaves the backend's setting.
   std::optional<bool> allow_tf32;

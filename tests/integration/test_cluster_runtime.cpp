@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -217,11 +218,13 @@ void wait_until_training(const std::vector<Child*>& children, double seconds) {
 
 }  // namespace
 
-TEST_CASE("cluster: two workers join although the chief starts last, and train the same model", "[cluster]") {
+TEST_CASE("cluster: two workers join although the chief starts last, train the same model and share the cores",
+          "[cluster]") {
   const LocalCluster cluster({{"worker", 2}});
-  auto worker1 = start_task(cluster, "worker", 1);
+  const std::vector<std::string> sets = {"runtime.threads=0"};  // no thread count given: the tasks choose
+  auto worker1 = start_task(cluster, "worker", 1, sets);
   std::this_thread::sleep_for(1500ms);  // worker:1 keeps retrying the chief's port meanwhile
-  auto chief = start_task(cluster, "worker", 0);
+  auto chief = start_task(cluster, "worker", 0, sets);
   const RunOutput r0 = chief->finish(kDeadline);
   const RunOutput r1 = worker1->finish(kDeadline);
   check_succeeded(r0, 2);
@@ -229,6 +232,15 @@ TEST_CASE("cluster: two workers join although the chief starts last, and train t
   INFO(describe(r0) << "\n" << describe(r1));
   REQUIRE(params_sha256(r0.out).size() == 64);
   CHECK(params_sha256(r0.out) == params_sha256(r1.out));
+  // Started by hand with no thread setting, the two tasks split this machine's cores between them.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  const int cores = CPU_COUNT(&cpus);
+  const std::string share = "threads: " + std::to_string(std::max(1, cores / 2)) + " per task (" +
+                            std::to_string(cores) + " cores shared by the 2 tasks of this job on this host";
+  CHECK_THAT(r0.err, Contains(share));
+  CHECK_THAT(r1.err, Contains(share));
 }
 
 TEST_CASE("cluster: ps tasks under a synchronous strategy are a config error, not idle tasks", "[cluster]") {
