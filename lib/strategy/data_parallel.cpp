@@ -78,6 +78,20 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   for (Replica& r : replicas_)
     if (comm::Communicator* group = group_of(r))
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack);
+  if (workers_ && replicas_.size() == 1 && replicas_[0].reducer) {
+    // The step's loss sums and the stop flag ride along with the last gradient
+    // bucket: no collective of their own on the step's critical path.
+    replicas_[0].reducer->ride_along(4, [this](float* out) {
+      Replica& r = replicas_[0];
+      nn::LossStats s;
+      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, s);
+      out[0] = static_cast<float>(s.loss_sum);
+      out[1] = static_cast<float>(s.correct);
+      out[2] = static_cast<float>(s.count);
+      out[3] = stop_requested_ ? 1.0f : 0.0f;
+    });
+    metrics_ride_along_ = true;
+  }
   if (n > 1) {
     threads_each_ = std::max(1, threads_ / n);
     pool_ = std::make_unique<ReplicaPool>(n, threads_each_);
@@ -99,6 +113,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
                                         int64_t step) {
   r.stats = {};
   r.comm_wait = 0.0;
+  Stopwatch compute;
   if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
   const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
@@ -136,7 +151,10 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     });
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
   }
+  r.compute = compute.seconds() - r.comm_wait;
+  Stopwatch update;
   if (!central_) r.optimizer->apply(r.trainable, step);
+  r.update = update.seconds();
 }
 
 std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
@@ -180,25 +198,33 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   // (Only with one local replica: mirrored replicas look up batches from several threads.)
   if (upcoming && replicas_.size() == 1) stage(*upcoming);
   nn::LossStats local;
-  double wait = 0.0;
+  double wait = 0.0, compute = 0.0, update = 0.0;  // the slowest replica's
   for (Replica& r : replicas_) {
     for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
     local.add(r.stats);
     wait = std::max(wait, r.comm_wait);
+    compute = std::max(compute, r.compute);
+    update = std::max(update, r.update);
   }
+  Stopwatch metrics;
   stop_agreed_ = stop_requested_;
   if (workers_) {
     // Report the loss and accuracy of the global batch, as TF does; the stop
-    // flag rides along, so every task learns that one of them was asked to stop.
+    // flag goes with them, so every task learns that one of them was asked to
+    // stop. They came with the gradients, or take an all-reduce of their own.
     float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                   static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
-    workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
+    if (metrics_ride_along_) std::copy_n(replicas_[0].reducer->extras().begin(), 4, s);
+    else workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
     local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
     stop_agreed_ = s[3] > 0.0f;
   }
   stats.add(local);
   timings_.steps += 1;
   timings_.comm_wait_seconds += wait;
+  timings_.compute_seconds += compute;
+  timings_.update_seconds += update;
+  timings_.metrics_seconds += metrics.seconds();
   timings_.step_seconds += timer.seconds();
 }
 

@@ -66,7 +66,9 @@ class DataParallelStrategy : public Strategy {
     std::unique_ptr<comm::Communicator> local;  // mirrored: this replica's member of the local group
     std::unique_ptr<GradientReducer> reducer;   // absent for a single replica with no workers
     nn::LossStats stats;
-    double comm_wait = 0.0;
+    double comm_wait = 0.0;  // this step's: waiting for the gradient all-reduces
+    double compute = 0.0;    // forward, loss, backward
+    double update = 0.0;     // the optimizer
   };
 
   void replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches, int64_t step);
@@ -98,6 +100,7 @@ class DataParallelStrategy : public Strategy {
   StepTimings timings_;
   bool stop_requested_ = false;
   bool stop_agreed_ = false;
+  bool metrics_ride_along_ = false;  // the loss sums and stop flag go with the last gradient bucket
 };
 
 }  // namespace dtrain::strategy

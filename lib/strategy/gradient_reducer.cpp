@@ -48,6 +48,13 @@ GradientReducer::~GradientReducer() {
   thread_.join();
 }
 
+void GradientReducer::ride_along(size_t count, std::function<void(float* values)> fill) {
+  DT_CHECK(extras_.empty() && count > 0, "ride_along is set once");
+  extras_.assign(count, 0.0f);
+  fill_extras_ = std::move(fill);
+  buckets_.back().buffer.resize(buckets_.back().buffer.size() + count);
+}
+
 void GradientReducer::begin_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   DT_CHECK(pending_ == 0 && queue_.empty(), "a step began while buckets were in flight");
@@ -66,6 +73,7 @@ void GradientReducer::param_ready(const nn::Param* p) {
     q->grad.copy_to_host(dst);
     dst += q->grad.numel();
   }
+  if (fill_extras_ && it->second + 1 == buckets_.size()) fill_extras_(dst);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(it->second);
@@ -100,6 +108,8 @@ void GradientReducer::comm_loop() {
         q->grad.copy_from_host(src);
         src += q->grad.numel();
       }
+      if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
+        for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = src[i] * static_cast<float>(comm_.size());
     } catch (...) {
       lock.lock();
       error_ = std::current_exception();

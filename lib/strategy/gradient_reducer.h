@@ -8,11 +8,16 @@
 // (mean), and copied back. finish_step() waits for the last bucket and returns
 // how long the caller had to wait: the share of step time spent waiting on
 // communication.
+//
+// A few small values per step (the loss sums and the stop flag) can ride along
+// in the last bucket's all-reduce instead of costing a collective of their own
+// (ride_along).
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +38,12 @@ class GradientReducer {
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   size_t bucket_count() const { return buckets_.size(); }
+
+  // `count` floats travel with the last bucket (the one backward finishes last):
+  // `fill` writes them when that bucket is packed, on the thread running
+  // backward; after finish_step(), extras() holds their sums over the group.
+  void ride_along(size_t count, std::function<void(float* values)> fill);
+  const std::vector<float>& extras() const { return extras_; }
 
   void begin_step();
   // p's gradient is final for this step (called from the thread running backward).
@@ -60,6 +71,8 @@ class GradientReducer {
   size_t pending_ = 0;        // buckets launched and not yet reduced
   bool stop_ = false;
   std::exception_ptr error_;
+  std::function<void(float*)> fill_extras_;
+  std::vector<float> extras_;  // summed over the group after finish_step()
 };
 
 }  // namespace dtrain::strategy

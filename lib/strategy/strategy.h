@@ -48,6 +48,10 @@ struct StrategyContext {
 struct StepTimings {
   double step_seconds = 0.0;       // whole train_step calls
   double comm_wait_seconds = 0.0;  // waiting for gradient all-reduces after backward
+  // Where a data-parallel step's time goes (the rest of step_seconds is in none):
+  double compute_seconds = 0.0;    // forward, loss and backward (all-reduces overlap it)
+  double update_seconds = 0.0;     // the optimizer
+  double metrics_seconds = 0.0;    // the loss/accuracy (and stop flag) all-reduce across tasks
   int64_t steps = 0;
 };
 

@@ -89,6 +89,11 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["params_sha256"] = s.params_sha256;
   j["config_sha256"] = sha256_hex(job.normalized_json);
   j["dtrain_version"] = DTRAIN_VERSION;
+  if (s.step_ms)
+    j["step_ms"] = {{"step", s.step_ms->step},       {"data", s.step_ms->data},
+                    {"compute", s.step_ms->compute}, {"gradient_wait", s.step_ms->gradient_wait},
+                    {"update", s.step_ms->update},   {"metrics", s.step_ms->metrics},
+                    {"other", s.step_ms->other}};
   if (s.work_units)
     j["work_units"] = {{"total", s.work_units->total},
                        {"completed", s.work_units->completed},

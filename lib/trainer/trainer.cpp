@@ -63,8 +63,8 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed);
   Progress progress(stdout_is_terminal());
   int64_t global_step = start.global_step;
-  double train_seconds = 0.0;
-  int64_t train_samples = 0;
+  double train_seconds = 0.0, data_seconds = 0.0;
+  int64_t train_samples = 0, trained_steps = 0;
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time;
     nn::LossStats epoch_stats, window_stats;
@@ -83,6 +83,7 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
       step_in_epoch = start.step_in_epoch;
     }
     while (step_in_epoch < steps_per_epoch) {
+      Stopwatch data_time;
       if (have_upcoming) {
         micro_batches.swap(upcoming);
         have_upcoming = false;
@@ -93,6 +94,8 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
         for (auto& b : upcoming) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
         have_upcoming = true;
       }
+      data_seconds += data_time.seconds();
+      ++trained_steps;
       nn::LossStats step_stats;
       if (options.stop_requested && options.stop_requested()) strategy->request_stop();
       strategy->train_step(micro_batches, global_step, step_stats, have_upcoming ? &upcoming : nullptr);
@@ -152,6 +155,21 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   summary.gradient_accumulation_steps = static_cast<int>(accumulation);
   const strategy::StepTimings timings = strategy->timings();
   summary.comm_wait_share = timings.step_seconds > 0 ? timings.comm_wait_seconds / timings.step_seconds : 0.0;
+  if (trained_steps > 0) {
+    const double ms = 1000.0 / static_cast<double>(trained_steps);
+    StepBreakdown b;
+    b.step = train_seconds * ms;  // epochs' time, evaluation excluded
+    b.data = data_seconds * ms;
+    b.compute = timings.compute_seconds * ms;
+    b.gradient_wait = timings.comm_wait_seconds * ms;
+    b.update = timings.update_seconds * ms;
+    b.metrics = timings.metrics_seconds * ms;
+    b.other = std::max(0.0, b.step - b.data - b.compute - b.gradient_wait - b.update - b.metrics);
+    summary.step_ms = b;
+    std::printf("Step: %.3f ms = data %.3f + compute %.3f + gradient wait %.3f + update %.3f + loss all-reduce %.3f "
+                "+ other %.3f\n",
+                b.step, b.data, b.compute, b.gradient_wait, b.update, b.metrics, b.other);
+  }
   summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
   summary.params_sha256 = model.params_sha256();
   summary.wall_seconds = wall.seconds();

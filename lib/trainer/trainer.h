@@ -72,6 +72,15 @@ struct Evaluation {
   std::string checkpoint;  // its directory
 };
 
+// Where a training step's time went, in milliseconds per step (averages over the
+// run): waiting for the data pipeline, forward + loss + backward, waiting for the
+// gradient all-reduces after backward, the optimizer, the loss/accuracy
+// all-reduce across tasks, and everything else (progress, health checks, thread
+// hand-offs between replicas).
+struct StepBreakdown {
+  double step = 0.0, data = 0.0, compute = 0.0, gradient_wait = 0.0, update = 0.0, metrics = 0.0, other = 0.0;
+};
+
 struct RunSummary {
   double test_accuracy = -1.0;  // -1 when the job has no test data
   double test_loss = -1.0;
@@ -88,6 +97,7 @@ struct RunSummary {
   int threads = 1;
   std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
+  std::optional<StepBreakdown> step_ms;      // the training loop's tasks (not parameter_server's)
   std::optional<WorkUnitCounts> work_units;  // parameter_server's coordinator
   std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first
 };

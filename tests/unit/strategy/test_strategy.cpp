@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "comm/gloo_communicator.h"
+#include "comm/local_communicator.h"
 #include "job/job_config.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "rendezvous/store.h"
+#include "strategy/gradient_reducer.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
@@ -136,4 +138,41 @@ TEST_CASE("cluster roles: several training tasks need a cross-task strategy, ps 
   one_with_evaluator.tasks["worker"] = {"localhost:1"};
   one_with_evaluator.tasks["evaluator"] = {"localhost:4"};
   CHECK_NOTHROW(strategy::check_cluster_roles(job_of("one_device").strategy, one_with_evaluator, "TF_CONFIG"));
+}
+
+TEST_CASE("gradient buckets average the gradients, and values riding along come back summed") {
+  constexpr int kRanks = 3;
+  auto group = comm::make_local_group(kRanks, 30.0);
+  std::vector<std::vector<float>> extras(kRanks), grads(kRanks);
+  test::check_all_ok(test::run_on_threads(kRanks, [&](int rank) -> std::string {
+    // Two params in small buckets (bytes_per_pack 16: a bucket each), gradients rank + 1.
+    std::vector<nn::Param> params(2);
+    for (int i = 0; i < 2; ++i) {
+      params[i].name = "p" + std::to_string(i);
+      params[i].value = Tensor({4});
+      params[i].grad = Tensor({4});
+      for (int e = 0; e < 4; ++e) params[i].grad.data()[e] = static_cast<float>(rank + 1);
+    }
+    std::vector<nn::Param*> pointers = {&params[0], &params[1]};
+    strategy::GradientReducer reducer(pointers, *group[rank], 16);
+    if (reducer.bucket_count() != 2) return "expected 2 buckets";
+    reducer.ride_along(2, [rank](float* out) {
+      out[0] = 10.0f * static_cast<float>(rank);  // a loss sum
+      out[1] = rank == 1 ? 1.0f : 0.0f;          // one rank asks to stop
+    });
+    for (int step = 0; step < 2; ++step) {
+      reducer.begin_step();
+      reducer.param_ready(&params[1]);  // backward order: the last param first
+      reducer.param_ready(&params[0]);
+      reducer.finish_step();
+    }
+    extras[rank] = reducer.extras();
+    grads[rank].assign(params[0].grad.data(), params[0].grad.data() + 4);
+    return "";
+  }));
+  for (int rank = 0; rank < kRanks; ++rank) {
+    INFO("rank " << rank);
+    CHECK(extras[rank] == std::vector<float>{30.0f, 1.0f});  // 0 + 10 + 20, and the stop flag seen by all
+    CHECK(grads[rank] == std::vector<float>(4, 2.0f));       // the mean of 1, 2, 3 (twice: it stays 2)
+  }
 }
