@@ -24,12 +24,16 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <set>
 #include <optional>
 
 #include "core/check.h"
@@ -42,6 +46,32 @@
 namespace dtrain::comm {
 
 namespace {
+
+// This process's thread ids (/proc/self/task).
+std::set<long> thread_ids() {
+  std::set<long> ids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) ids.insert(std::stol(name));
+  }
+  return ids;
+}
+
+// Gloo's TCP device runs an event-loop thread. When a message arrives while a
+// user thread holds that pair's lock (it is sending), the loop cannot take the
+// lock and polls again at once (level-triggered epoll): a spin. On cores that
+// several tasks share, the spinning loop threads take the CPU from the very
+// threads that hold the locks, and a 0.94 MB all-reduce of the MLP's gradients
+// took 2.2 ms in training against ~0.5 ms alone. So the threads the device
+// started run at the lowest priority (nice 19): a spinning loop yields to any
+// other work, and the loop still gets a core at once when the task's own threads
+// wait for its messages, which is when it has work to do.
+void lower_priority_of_new_threads(const std::set<long>& before) {
+  for (const long id : thread_ids())
+    if (!before.count(id) && setpriority(PRIO_PROCESS, static_cast<id_t>(id), 19) != 0)
+      log::warn("comm: could not lower the priority of Gloo's event-loop thread ", id, ": ", std::strerror(errno));
+}
 
 using Millis = std::chrono::milliseconds;
 
@@ -256,8 +286,10 @@ class GlooCommunicator final : public Communicator {
     Stopwatch watch;
     gloo::transport::tcp::attr attr;
     attr.hostname = options_.hostname;
+    const std::set<long> before = thread_ids();
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
+      lower_priority_of_new_threads(before);
     } catch (const gloo::EnforceNotMet& e) {
       throw ConfigError(str(name_, ": cannot bind Gloo's TCP transport to host '", options_.hostname,
                             "': ", e.what()));

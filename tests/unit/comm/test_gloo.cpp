@@ -1,11 +1,17 @@
 // The Gloo communicator over real TCP on 127.0.0.1: N ranks as threads of this
 // process, meeting through one InMemoryStore (no store sockets). Exact results of every collective (integer-valued floats, so sums are
 // exact), and what a dead or silent peer turns into.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -272,4 +278,37 @@ TEST_CASE("a peer that stops participating is a TimeoutError within the deadline
                           !Catch::Contains("wrong error type"));
   CHECK(elapsed >= 1.5);
   CHECK(elapsed < 10.0);
+}
+
+namespace {
+
+// The nice value of each thread of this process (field 19 of /proc/self/task/<tid>/stat).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Gloo's event-loop threads run at the lowest priority, the callers' threads as before") {
+  const int main_nice = getpriority(PRIO_PROCESS, 0);  // this thread's
+  std::vector<int> during;
+  check_all_ok(run_ranks(2, "nice", [&](Communicator& comm) {
+    std::vector<float> x(4, 1.0f);
+    comm.all_reduce(x.data(), x.size(), ReduceOp::kSum);
+    if (comm.rank() == 0) during = thread_nice_values();
+    comm.barrier();
+    return compare(x, std::vector<float>(4, 2.0f), "all_reduce");
+  }));
+  CHECK(std::count(during.begin(), during.end(), 19) >= 1);  // a spinning loop yields to the work
+  CHECK(getpriority(PRIO_PROCESS, 0) == main_nice);
 }
