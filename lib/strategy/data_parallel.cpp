@@ -75,8 +75,10 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // The chief's parameters are the starting point of every worker.
     for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
   }
+  // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
+  // no reducer, so no hand-off to a communication thread every step.
   for (Replica& r : replicas_)
-    if (comm::Communicator* group = group_of(r))
+    if (comm::Communicator* group = group_of(r); group && group->size() > 1)
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack);
   if (workers_ && replicas_.size() == 1 && replicas_[0].reducer) {
     // The step's loss sums and the stop flag ride along with the last gradient

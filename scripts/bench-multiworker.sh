@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Multi-worker benchmark (rerunnable), every process on this machine's cores,
+# one compute thread each, samples/s of the whole job:
+#   dtrain multi_worker_mirrored (`dtrain launch --workers N`): the MLP with 1
+#     and 2 workers x batch 64, 2 workers x batch 512, the CNN with 1 and 2
+#     workers x batch 64 (with each run's step breakdown, summary step_ms);
+#   PyTorch DistributedDataParallel over gloo, 2 processes (bench/torch_ddp_reference.py,
+#     PyTorch 2.x from PyPI in the venv scripts/torch-venv.sh makes);
+#   TensorFlow MultiWorkerMirroredStrategy, 2 worker processes, tf-keras
+#     Model.fit (bench/tf_mwms_reference.py, the venv of scripts/tf-venv.sh).
+# Prints a table and the ratios the multi-worker goals are stated in.
+# Usage: scripts/bench-multiworker.sh [--steps S (300)] [--no-torch] [--no-tf]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+steps=300 run_torch=1 run_tf=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps="$2"; shift 2 ;;
+    --no-torch) run_torch=0; shift ;;
+    --no-tf) run_tf=0; shift ;;
+    *) echo "usage: $0 [--steps S] [--no-torch] [--no-tf]" >&2; exit 2 ;;
+  esac
+done
+[ -x build/dtrain ] || bash scripts/build.sh
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+results=$out/results.txt
+
+# dtrain NAME MODEL WORKERS BATCH: one launch; records "NAME samples/s".
+dtrain() {
+  local name="$1" model="$2" workers="$3" batch="$4" config=configs/fashion_mnist_mlp.json
+  [ "$model" = cnn ] && config=configs/fashion_mnist_cnn_multiworker.json
+  timeout 900 build/dtrain launch --workers "$workers" --threads 1 --config "$config" \
+    --set strategy.type=multi_worker_mirrored --set train.epochs=1 --set train.steps_per_epoch="$steps" \
+    --set train.batch_size_per_replica="$batch" --set data.test.take=256 --set output.dir="$out/$name" \
+    --summary "$out/$name.json" >"$out/$name.log" 2>&1 || { echo "$name failed:"; tail -20 "$out/$name.log"; exit 1; }
+  python3 - "$out/$name.json" "$name" <<'PY' | tee -a "$results"
+import json, sys
+t = json.load(open(sys.argv[1]))["tasks"]["worker:0"]
+ms = t["step_ms"]
+print(f"{sys.argv[2]} {t['train_samples_per_sec']:.0f}  (step {ms['step']:.2f} ms: compute {ms['compute']:.2f}, "
+      f"gradient wait {ms['gradient_wait']:.2f}, update {ms['update']:.2f}, data {ms['data']:.2f}, "
+      f"other {ms['other'] + ms['metrics']:.2f})")
+PY
+}
+
+# reference NAME PYTHON SCRIPT ARGS...: one reference run; records "NAME samples/s".
+reference() {
+  local name="$1" python="$2" script="$3"
+  shift 3
+  timeout 900 "$python" "$script" "$@" >"$out/$name.log" 2>"$out/$name.err" ||
+    { echo "$name failed:"; tail -20 "$out/$name.err"; exit 1; }
+  python3 - "$out/$name.log" "$name" <<'PY' | tee -a "$results"
+import json, sys
+j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+version = j.get("torch_version") or j.get("tensorflow_version")
+print(f"{sys.argv[2]} {j['samples_per_sec']:.0f}  ({j['framework']} {version})")
+PY
+}
+
+echo "== samples/s of the whole job ($(nproc) cores, 1 thread per process, $steps steps)"
+dtrain dtrain_mlp_1w_b64 mlp 1 64
+dtrain dtrain_mlp_2w_b64 mlp 2 64
+dtrain dtrain_mlp_2w_b512 mlp 2 512
+dtrain dtrain_cnn_1w_b64 cnn 1 64
+dtrain dtrain_cnn_2w_b64 cnn 2 64
+if [ "$run_torch" = 1 ]; then
+  torch_py=$(bash scripts/torch-venv.sh)
+  reference ddp_mlp_2w_b64 "$torch_py" bench/torch_ddp_reference.py --model mlp --workers 2 --batch 64 --steps "$steps"
+  reference ddp_cnn_2w_b64 "$torch_py" bench/torch_ddp_reference.py --model cnn --workers 2 --batch 64 --steps "$steps"
+fi
+if [ "$run_tf" = 1 ]; then
+  tf_py=$(bash scripts/tf-venv.sh)
+  reference tf_mlp_2w_b64 "$tf_py" bench/tf_mwms_reference.py --model mlp --workers 2 --batch 64 --steps "$steps"
+  reference tf_cnn_2w_b64 "$tf_py" bench/tf_mwms_reference.py --model cnn --workers 2 --batch 64 --steps "$steps"
+fi
+
+echo "== ratios"
+python3 - "$results" <<'PY'
+import sys
+r = {line.split()[0]: float(line.split()[1]) for line in open(sys.argv[1])}
+def ratio(what, a, b, goal=None):
+    if a in r and b in r:
+        text = f"  {what}: {r[a] / r[b]:.2f}x ({r[a]:.0f} / {r[b]:.0f})"
+        print(text + (f"   goal >= {goal}x" if goal else ""))
+ratio("dtrain MLP 2 workers / PyTorch DDP", "dtrain_mlp_2w_b64", "ddp_mlp_2w_b64", 1.5)
+ratio("dtrain MLP 2 workers / TensorFlow MWMS", "dtrain_mlp_2w_b64", "tf_mlp_2w_b64", 4)
+ratio("dtrain CNN 2 workers / its 1 worker", "dtrain_cnn_2w_b64", "dtrain_cnn_1w_b64", 1.7)
+ratio("dtrain MLP 2 workers / its 1 worker", "dtrain_mlp_2w_b64", "dtrain_mlp_1w_b64")
+ratio("dtrain CNN 2 workers / PyTorch DDP", "dtrain_cnn_2w_b64", "ddp_cnn_2w_b64")
+ratio("dtrain CNN 2 workers / TensorFlow MWMS", "dtrain_cnn_2w_b64", "tf_cnn_2w_b64")
+PY
