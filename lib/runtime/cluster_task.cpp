@@ -1,12 +1,14 @@
 // Implementation of cluster_task.h.
 #include "runtime/cluster_task.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "comm/gloo_communicator.h"
+#include "comm/shm_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -42,7 +44,10 @@ rendezvous::SessionSpec bench_session_spec(const std::string& bench, const std::
 }
 
 ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
-    : name_(spec.cluster.task.str()), heartbeat_interval_(spec.heartbeat_interval), session_(spec) {
+    : name_(spec.cluster.task.str()),
+      job_id_(spec.credentials.job_id),
+      heartbeat_interval_(spec.heartbeat_interval),
+      session_(spec) {
   // Watchdog: normally the main thread notices a failed job at its next step and
   // exits with PeerLost. If it is stuck where it cannot look (inside a collective
   // with a stalled peer, whose own deadline is longer), end the process anyway a
@@ -71,7 +76,36 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   gloo.timeout_seconds = timeout_seconds;
   gloo.algorithm = communication == strategy::Communication::kRing ? comm::AllReduceAlgorithm::kRing
                                                                  : comm::AllReduceAlgorithm::kGlooDefault;
-  return comm::make_gloo_communicator(session_.store(), gloo);
+  // Which machine each training rank is on, as each task said at the rendezvous.
+  std::vector<std::string> host_of_rank(static_cast<size_t>(gloo.size));
+  for (const config::TaskId& t : cluster.spec.all_tasks())
+    if (const int r = cluster.spec.rank(t); r >= 0) host_of_rank[static_cast<size_t>(r)] = session_.hosts().at(t.str());
+  const comm::HostLayout layout = comm::HostLayout::from_keys(host_of_rank);
+  const bool shared = layout.hosts() < gloo.size;
+  const bool hierarchical = communication == strategy::Communication::kHierarchical ||
+                            (communication == strategy::Communication::kAuto && shared && layout.hosts() > 1);
+  if (!hierarchical) return comm::make_gloo_communicator(session_.store(), gloo);
+
+  const int host = layout.host_of[static_cast<size_t>(gloo.rank)];
+  comm::ShmOptions shm;
+  shm.rank = layout.local_rank_of[static_cast<size_t>(gloo.rank)];
+  shm.size = static_cast<int>(std::count(layout.host_of.begin(), layout.host_of.end(), host));
+  shm.prefix = str(prefix, "host", host, "/");
+  shm.job_id = job_id_;
+  shm.timeout_seconds = timeout_seconds;
+  std::unique_ptr<comm::Communicator> local = comm::make_shm_communicator(session_.store(), shm);
+  std::unique_ptr<comm::Communicator> leaders;
+  if (shm.rank == 0) {  // this machine's leader: one Gloo rank per machine
+    comm::GlooOptions across = gloo;
+    across.rank = host;
+    across.size = layout.hosts();
+    across.prefix = prefix + "leaders/";
+    leaders = comm::make_gloo_communicator(session_.store(), across);
+  }
+  if (gloo.rank == 0)
+    log::info("comm: hierarchical all-reduce: ", layout.hosts(), " machine(s), ", gloo.size,
+              " tasks; shared memory within a machine, Gloo between their leaders");
+  return comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders));
 }
 
 void ClusterTask::rethrow_collective_failure(const Error& error) {

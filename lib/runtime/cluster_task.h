@@ -39,9 +39,13 @@ class ClusterTask {
   rendezvous::ClusterSession& session() { return session_; }
   const std::string& name() const { return name_; }  // "worker:1"
 
-  // A Gloo communicator over the job's training tasks (chief + workers), keyed
-  // under `prefix` in the job's store, with the collective deadline
-  // `timeout_seconds`. The caller decides whether the strategy needs one.
+  // A communicator over the job's training tasks (chief + workers), keyed under
+  // `prefix` in the job's store, with the collective deadline `timeout_seconds`:
+  // Gloo's, or the hierarchical one (shared memory within each machine, Gloo
+  // between one leader per machine) when `communication` asks for it or, for
+  // kAuto, when several tasks share a machine and more than one machine takes
+  // part (machines as the rendezvous learned them). The caller decides whether
+  // the strategy needs one.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
                                                              strategy::Communication communication);
 
@@ -53,6 +57,7 @@ class ClusterTask {
 
  private:
   std::string name_;
+  std::string job_id_;
   double heartbeat_interval_;
   rendezvous::ClusterSession session_;
 };

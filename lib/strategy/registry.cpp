@@ -47,8 +47,10 @@ const std::vector<config::KeyDoc>& strategy_keys() {
       {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`"},
       {"replicas", "mirrored, central_storage: N replicas in this process (1)"},
       {"devices", "mirrored, central_storage: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
-      {"communication", "`auto` (Gloo's own choice, today its ring) or `ring` (Gloo's ring by name); `nccl` is "
-                        "refused until the NCCL communicator exists"},
+      {"communication", "`auto` (hierarchical when several tasks share a machine and more than one machine takes "
+                        "part, else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
+                        "`hierarchical` (each machine's tasks reduce through shared memory, one leader per machine "
+                        "all-reduces over Gloo); `nccl` is refused until the NCCL communicator exists"},
       {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"},
       {"mode", "parameter_server: `async` (default, TF's: every push applied as it arrives), `sync` (one push per "
                "worker per step, averaged: multi_worker_mirrored's trajectory) or `stale` (bounded staleness)"},
@@ -129,12 +131,14 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   }
   strategy.replicas = r.get_int("replicas", strategy.replicas, 1);
   const std::string communication =
-      r.get_choice("communication", "auto", {"auto", "ring", "nccl"}, "communication implementation");
+      r.get_choice("communication", "auto", {"auto", "ring", "hierarchical", "nccl"}, "communication implementation");
   if (communication == "nccl")
     r.fail("communication",
            "'nccl' is not available yet: no build of dtrain has an NCCL communicator so far (it is planned); "
            "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
-  strategy.communication = communication == "ring" ? Communication::kRing : Communication::kAuto;
+  strategy.communication = communication == "ring"           ? Communication::kRing
+                           : communication == "hierarchical" ? Communication::kHierarchical
+                                                             : Communication::kAuto;
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   const bool ps = entry.cross_task == CrossTask::kParameterServer;
   for (const char* key : {"mode", "max_staleness", "variable_partitioner", "steps_per_work_unit"})

@@ -17,7 +17,7 @@ struct StrategyEntry;  // registry.h
 // strategy.communication, TF's CommunicationImplementation: how the training
 // tasks' all-reduce runs. auto: Gloo's own choice; ring: Gloo's ring by name.
 // ("nccl" is refused while no build has an NCCL communicator.)
-enum class Communication { kAuto, kRing };
+enum class Communication { kAuto, kRing, kHierarchical };
 
 struct StrategySpec {
   std::string path = "strategy";

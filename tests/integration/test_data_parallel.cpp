@@ -84,6 +84,16 @@ TEST_CASE("1 worker at batch 128, 2 at 64 and 4 at 32 follow the same loss traje
   CHECK(base.back() < base.front());  // it does learn
 }
 
+TEST_CASE("3 workers on one machine through shared memory (hierarchical) follow one device's trajectory") {
+  TempDir one, shared;
+  const auto base = run_single(equivalence_job(one, "one_device", 96), one);
+  json job = equivalence_job(shared, "multi_worker_mirrored", 32);
+  job["strategy"]["communication"] = "hierarchical";
+  require_same_trajectory(base, run_workers(job, 3, shared), "3 workers, hierarchical");
+  CHECK_THAT(read_file(shared.file("out/logs/worker-0.log")),
+             Catch::Matchers::Contains("hierarchical all-reduce: 1 machine(s), 3 tasks"));
+}
+
 TEST_CASE("gradient accumulation of 2 micro-batches of 64 matches one step at 128") {
   TempDir big, accumulated;
   const auto base = run_single(equivalence_job(big, "one_device", 128), big);

@@ -1,0 +1,312 @@
+// Implementation of shm_communicator.h.
+#include "comm/shm_communicator.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <new>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "rendezvous/store.h"
+
+namespace dtrain::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x64747368;  // "dtsh"
+constexpr size_t kHeaderBytes = 4096;
+
+// The segment's first page. The atomics are lock-free and address-free, so they
+// work between processes that map the segment at different addresses.
+struct Header {
+  uint32_t magic;
+  int32_t size;
+  uint64_t capacity;                 // floats per slot
+  std::atomic<uint32_t> arrived;     // members in the current barrier
+  std::atomic<uint32_t> generation;  // barriers completed (the futex word)
+  std::atomic<uint32_t> broken;      // a member failed or left: every wait ends
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, Clock::duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// all_gather and reduce_scatter of a communicator made of its all_reduce: every
+// member's part in its place and zeros elsewhere (so the sum is exact), or the
+// whole reduction and this member's slice of it.
+void gather_by_all_reduce(Communicator& c, const float* in, size_t count, float* out) {
+  std::fill(out, out + count * c.size(), 0.0f);
+  std::memcpy(out + count * c.rank(), in, count * sizeof(float));
+  c.all_reduce(out, count * c.size(), ReduceOp::kSum);
+}
+
+void scatter_by_all_reduce(Communicator& c, const float* in, size_t count_per_rank, float* out, ReduceOp op) {
+  std::vector<float> all(in, in + count_per_rank * c.size());
+  c.all_reduce(all.data(), all.size(), op);
+  std::memcpy(out, all.data() + count_per_rank * c.rank(), count_per_rank * sizeof(float));
+}
+
+class ShmCommunicator : public Communicator {
+ public:
+  ShmCommunicator(rendezvous::Store& store, const ShmOptions& o) : options_(o) {
+    if (o.size < 1 || o.rank < 0 || o.rank >= o.size)
+      throw ConfigError(str("shared-memory group: rank ", o.rank, " outside 0..", o.size - 1));
+    DT_CHECK(o.capacity_floats > 0, "a shared-memory slot needs room");
+    timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_seconds));
+    if (o.size == 1) return;  // a group of one needs no segment
+    bytes_ = kHeaderBytes + (static_cast<size_t>(o.size) + 1) * o.capacity_floats * sizeof(float);
+    const std::string name = "/dtrain-" + sha256_hex(o.job_id + "|" + o.prefix).substr(0, 24);
+    const std::string key = o.prefix + "shm_segment";
+    if (o.rank == 0) {
+      create(name);
+      store.set(key, name);
+    } else {
+      if (!store.wait({key}, o.timeout_seconds))
+        throw TimeoutError(str("shared-memory group ", o.prefix, ": its first member did not create the segment "
+                               "within ", o.timeout_seconds, " s"));
+      attach(store.get(key).value_or(name));
+    }
+    try {
+      barrier();  // every member has mapped it
+    } catch (...) {
+      if (o.rank == 0) shm_unlink(name.c_str());
+      leave();
+      throw;
+    }
+    if (o.rank == 0) shm_unlink(name.c_str());  // the name can go: nothing is left in /dev/shm
+  }
+
+  ~ShmCommunicator() override { leave(); }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+
+  void all_reduce(float* data, size_t count, ReduceOp op) override {
+    if (options_.size > 1) {
+      const size_t cap = options_.capacity_floats;
+      for (size_t off = 0; off < count; off += cap) {
+        const size_t n = std::min(cap, count - off);
+        std::memcpy(slot(options_.rank), data + off, n * sizeof(float));
+        barrier();
+        // This member's share of the elements, summed over the slots in rank order.
+        const size_t lo = n * options_.rank / options_.size, hi = n * (options_.rank + 1) / options_.size;
+        float* out = result();
+        std::memcpy(out + lo, slot(0) + lo, (hi - lo) * sizeof(float));
+        for (int r = 1; r < options_.size; ++r) {
+          const float* in = slot(r);
+          for (size_t i = lo; i < hi; ++i) out[i] += in[i];
+        }
+        barrier();
+        std::memcpy(data + off, out, n * sizeof(float));
+        barrier();  // nobody writes a slot again before everyone has read the result
+      }
+    }
+    if (op == ReduceOp::kMean && options_.size > 1)
+      for (size_t i = 0; i < count; ++i) data[i] /= static_cast<float>(options_.size);
+  }
+
+  void broadcast(float* data, size_t count, int root) override {
+    DT_CHECK(root >= 0 && root < options_.size, "broadcast root ", root, " outside the group");
+    if (options_.size == 1) return;
+    const size_t cap = options_.capacity_floats;
+    for (size_t off = 0; off < count; off += cap) {
+      const size_t n = std::min(cap, count - off);
+      if (options_.rank == root) std::memcpy(result(), data + off, n * sizeof(float));
+      barrier();
+      if (options_.rank != root) std::memcpy(data + off, result(), n * sizeof(float));
+      barrier();
+    }
+  }
+
+  void all_gather(const float* in, size_t count, float* out) override { gather_by_all_reduce(*this, in, count, out); }
+  void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
+    scatter_by_all_reduce(*this, in, count_per_rank, out, op);
+  }
+
+  void barrier() override {
+    if (options_.size == 1) return;
+    Header& h = *header_;
+    if (h.broken.load()) throw PeerLost(str("shared-memory group ", options_.prefix, ": a member left or failed"));
+    const uint32_t generation = h.generation.load(std::memory_order_acquire);
+    if (h.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(options_.size)) {
+      h.arrived.store(0, std::memory_order_relaxed);
+      h.generation.fetch_add(1, std::memory_order_release);
+      futex_wake_all(&h.generation);
+      return;
+    }
+    const auto deadline = Clock::now() + timeout_;
+    for (int spin = 0; spin < 200 && h.generation.load(std::memory_order_acquire) == generation; ++spin) {
+    }
+    while (h.generation.load(std::memory_order_acquire) == generation) {
+      if (h.broken.load())
+        throw PeerLost(str("shared-memory group ", options_.prefix, ": a member left or failed"));
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        h.broken.store(1);  // the others must not wait for us any more either
+        futex_wake_all(&h.generation);
+        throw TimeoutError(str("shared-memory group ", options_.prefix, ": rank ", options_.rank, " waited ",
+                               options_.timeout_seconds, " s for the other members of this machine"));
+      }
+      futex_wait(&h.generation, generation, deadline - now);
+    }
+  }
+
+ private:
+  // Leaving ends the group: a member still waiting gets PeerLost, not a hang.
+  void leave() {
+    if (!header_) return;
+    header_->broken.store(1);
+    futex_wake_all(&header_->generation);
+    munmap(base_, bytes_);
+    header_ = nullptr;
+  }
+
+  void create(const std::string& name) {
+    shm_unlink(name.c_str());  // a segment left by a crashed run of the same job
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw IoError(str("cannot create shared memory ", name, " in /dev/shm: ", std::strerror(errno)));
+    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      const int e = errno;
+      close(fd);
+      shm_unlink(name.c_str());
+      throw IoError(str("cannot size shared memory ", name, " to ", bytes_, " bytes: ", std::strerror(e),
+                        " (is /dev/shm large enough?)"));
+    }
+    map(fd, name);
+    header_ = new (base_) Header{kMagic, options_.size, options_.capacity_floats, {0}, {0}, {0}};
+  }
+
+  void attach(const std::string& name) {
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) throw IoError(str("cannot open shared memory ", name, ": ", std::strerror(errno)));
+    struct stat st{};
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes_) {
+      close(fd);
+      throw CommError(str("shared memory ", name, " has another size than this group needs: another job?"));
+    }
+    map(fd, name);
+    header_ = reinterpret_cast<Header*>(base_);
+    if (header_->magic != kMagic || header_->size != options_.size || header_->capacity != options_.capacity_floats)
+      throw CommError(str("shared memory ", name, " was made for another group"));
+  }
+
+  void map(int fd, const std::string& name) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) throw IoError(str("cannot map shared memory ", name, ": ", std::strerror(e)));
+    base_ = static_cast<char*>(p);
+  }
+
+  float* slot(int r) {
+    return reinterpret_cast<float*>(base_ + kHeaderBytes) + static_cast<size_t>(r) * options_.capacity_floats;
+  }
+  float* result() { return slot(options_.size); }
+
+  ShmOptions options_;
+  Clock::duration timeout_{};
+  size_t bytes_ = 0;
+  char* base_ = nullptr;
+  Header* header_ = nullptr;
+};
+
+class HierarchicalCommunicator : public Communicator {
+ public:
+  HierarchicalCommunicator(int rank, HostLayout layout, std::unique_ptr<Communicator> local,
+                           std::unique_ptr<Communicator> leaders)
+      : rank_(rank), layout_(std::move(layout)), local_(std::move(local)), leaders_(std::move(leaders)) {
+    DT_CHECK(rank_ >= 0 && static_cast<size_t>(rank_) < layout_.host_of.size(), "rank outside the layout");
+    DT_CHECK((layout_.local_rank_of[rank_] == 0) == (leaders_ != nullptr), "leaders group on the leaders only");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(layout_.host_of.size()); }
+
+  void all_reduce(float* data, size_t count, ReduceOp op) override {
+    local_->all_reduce(data, count, ReduceOp::kSum);             // this machine's sum
+    if (leaders_) leaders_->all_reduce(data, count, ReduceOp::kSum);  // across machines
+    local_->broadcast(data, count, 0);                           // the leader's result to its machine
+    if (op == ReduceOp::kMean)
+      for (size_t i = 0; i < count; ++i) data[i] /= static_cast<float>(size());
+  }
+
+  void broadcast(float* data, size_t count, int root) override {
+    DT_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside the group");
+    const int root_host = layout_.host_of[root];
+    const bool mine = layout_.host_of[rank_] == root_host;
+    if (mine) local_->broadcast(data, count, layout_.local_rank_of[root]);  // to the root's machine
+    if (leaders_) leaders_->broadcast(data, count, root_host);              // to the other leaders
+    if (!mine) local_->broadcast(data, count, 0);                           // to their machines
+  }
+
+  void all_gather(const float* in, size_t count, float* out) override { gather_by_all_reduce(*this, in, count, out); }
+  void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
+    scatter_by_all_reduce(*this, in, count_per_rank, out, op);
+  }
+
+  void barrier() override {
+    local_->barrier();
+    if (leaders_) leaders_->barrier();
+    local_->barrier();
+  }
+
+ private:
+  int rank_;
+  HostLayout layout_;
+  std::unique_ptr<Communicator> local_;
+  std::unique_ptr<Communicator> leaders_;
+};
+
+}  // namespace
+
+int HostLayout::hosts() const {
+  return host_of.empty() ? 0 : *std::max_element(host_of.begin(), host_of.end()) + 1;
+}
+
+HostLayout HostLayout::from_keys(const std::vector<std::string>& host_of_rank) {
+  HostLayout layout;
+  std::map<std::string, int> number, members;
+  for (const std::string& key : host_of_rank) {
+    const auto [it, fresh] = number.emplace(key, static_cast<int>(number.size()));
+    layout.host_of.push_back(it->second);
+    layout.local_rank_of.push_back(members[key]++);
+  }
+  return layout;
+}
+
+std::unique_ptr<Communicator> make_shm_communicator(rendezvous::Store& store, const ShmOptions& options) {
+  return std::make_unique<ShmCommunicator>(store, options);
+}
+
+std::unique_ptr<Communicator> make_hierarchical_communicator(int rank, HostLayout layout,
+                                                             std::unique_ptr<Communicator> local,
+                                                             std::unique_ptr<Communicator> leaders) {
+  return std::make_unique<HierarchicalCommunicator>(rank, std::move(layout), std::move(local), std::move(leaders));
+}
+
+}  // namespace dtrain::comm
