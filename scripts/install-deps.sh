@@ -11,6 +11,7 @@ packages=(
   dataset-fashion-mnist
   zlib1g-dev libssl-dev
   python3-numpy
+  iproute2
 )
 
 missing=()

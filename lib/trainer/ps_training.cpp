@@ -154,6 +154,10 @@ RunSummary run_ps_worker(const job::JobConfig& job, const RunOptions& options) {
     result.count = stats.count;
     samples += stats.count;
     last = stats;
+    // A unit is complete once its last push is applied: when the coordinator has
+    // every unit of the last epoch, the ps tasks hold their final values (its
+    // final checkpoint, which the ps tasks write, and its evaluation agree).
+    s.ps->drain();
     queue.complete(*unit, result, is_sync(job) ? options.ps.worker_index : -1);
   }
   if (!paused) {
