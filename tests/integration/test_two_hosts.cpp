@@ -42,7 +42,8 @@ class TwoHosts {
           sh("ip -n " + s_ + " link add br0 type bridge") && sh("ip -n " + s_ + " link set br0 up");
     int i = 1;
     for (const std::string& ns : {a_, b_}) {
-      const std::string port = "v" + std::to_string(i);
+      std::string port = "v";
+      port += std::to_string(i);
       ok_ = ok_ && sh("ip -n " + s_ + " link add " + port + " type veth peer name eth0 netns " + ns) &&
             sh("ip -n " + s_ + " link set " + port + " master br0") && sh("ip -n " + s_ + " link set " + port + " up") &&
             sh("ip -n " + ns + " addr add 10.213.0." + std::to_string(i) + "/24 dev eth0") &&
