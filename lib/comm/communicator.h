@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "tensor/tensor.h"
 
@@ -44,5 +45,10 @@ class Communicator {
   void all_reduce(Tensor& t, ReduceOp op);
   void broadcast(Tensor& t, int root);
 };
+
+// A Communicator that forwards every call to `other`, which it does not own
+// (`other` must outlive it): to hand a group someone else owns to code that
+// takes ownership of its communicators.
+std::unique_ptr<Communicator> borrow(Communicator& other);
 
 }  // namespace dtrain::comm

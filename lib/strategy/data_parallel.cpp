@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "comm/local_communicator.h"
+#include "comm/shm_communicator.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
@@ -71,6 +72,20 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), device_);
     if (!local.empty()) r.local = std::move(local[i]);
   }
+  if (workers_ && n > 1) {
+    // Several replicas in each task: they reduce in the process (shared memory
+    // between threads), replica 0 across the tasks, then back to the others.
+    comm::HostLayout layout;
+    for (int g = 0; g < workers_->size() * n; ++g) {
+      layout.host_of.push_back(g / n);
+      layout.local_rank_of.push_back(g % n);
+    }
+    for (int i = 0; i < n; ++i) {
+      Replica& r = replicas_[i];
+      r.group = comm::make_hierarchical_communicator(workers_->rank() * n + i, layout, std::move(r.local),
+                                                     i == 0 ? comm::borrow(*workers_) : nullptr);
+    }
+  }
   if (workers_) {
     // The chief's parameters are the starting point of every worker.
     for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
@@ -107,6 +122,7 @@ int DataParallelStrategy::num_replicas_in_sync() const {
 }
 
 comm::Communicator* DataParallelStrategy::group_of(Replica& r) {
+  if (r.group) return r.group.get();
   if (workers_) return workers_;
   return r.local.get();
 }

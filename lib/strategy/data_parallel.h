@@ -64,6 +64,9 @@ class DataParallelStrategy : public Strategy {
     Tensor grad_output;
     std::vector<nn::LossRows> rows;             // per micro-batch, read after the step is issued
     std::unique_ptr<comm::Communicator> local;  // mirrored: this replica's member of the local group
+    // multi_worker_mirrored with several replicas per task: the local group first,
+    // then (replica 0) the tasks' group: a hierarchical communicator
+    std::unique_ptr<comm::Communicator> group;
     std::unique_ptr<GradientReducer> reducer;   // absent for a single replica with no workers
     nn::LossStats stats;
     double comm_wait = 0.0;  // this step's: waiting for the gradient all-reduces

@@ -28,8 +28,10 @@ const std::vector<StrategyEntry>& strategies() {
       {"one_device", "one replica on one device", CrossTask::kNothing, false, data_parallel},
       {"mirrored", "N replicas on threads of one process, gradients averaged in shared memory",
        CrossTask::kNothing, true, data_parallel},
-      {"multi_worker_mirrored", "one replica per training task, gradients averaged with a bucketed all-reduce",
-       CrossTask::kAllReduce, false, data_parallel},
+      {"multi_worker_mirrored",
+       "one replica per training task (or `replicas` per task, reduced in the process first), gradients "
+       "averaged with a bucketed all-reduce",
+       CrossTask::kAllReduce, true, data_parallel},
       {"central_storage",
        "N replicas on threads of one process read one central copy of the variables on the host; their mean "
        "gradient updates it once per step",
@@ -45,8 +47,9 @@ const std::vector<StrategyEntry>& strategies() {
 const std::vector<config::KeyDoc>& strategy_keys() {
   static const std::vector<config::KeyDoc> keys = {
       {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`"},
-      {"replicas", "mirrored, central_storage: N replicas in this process (1)"},
-      {"devices", "mirrored, central_storage: the replicas as device names, e.g. `[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
+      {"replicas", "mirrored, central_storage, multi_worker_mirrored: N replicas in this process (1)"},
+      {"devices", "mirrored, central_storage, multi_worker_mirrored: the replicas as device names, e.g. "
+                  "`[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
       {"communication", "`auto` (hierarchical when several tasks share a machine and more than one machine takes "
                         "part, else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
                         "`hierarchical` (each machine's tasks reduce through shared memory, one leader per machine "
@@ -117,7 +120,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   const bool has_replicas = r.has("replicas");
   if ((devices || has_replicas) && !entry.local_replicas)
     r.fail(devices ? "devices" : "replicas",
-           str("only mirrored and central_storage take several replicas in one process; '", entry.name,
+           str("only mirrored, central_storage and multi_worker_mirrored take several replicas in one process; '", entry.name,
                "' runs one replica per task"));
   if (devices && has_replicas) r.fail("replicas", "give either 'devices' or 'replicas', not both");
   if (devices) {

@@ -53,8 +53,9 @@ std::vector<double> run_single(const json& job, const TempDir& dir) {
 }
 
 // Runs the job as `workers` local tasks with `dtrain launch`; returns the chief's
-// step losses and checks that every worker ended with the same parameters.
-std::vector<double> run_workers(const json& job, int workers, const TempDir& dir) {
+// step losses and checks that every worker ended with the same parameters and
+// reports `replicas_in_sync` (default: one per worker).
+std::vector<double> run_workers(const json& job, int workers, const TempDir& dir, int replicas_in_sync = 0) {
   const std::string summary = dir.file("launch.json");
   const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", write_job(dir, job),
                                   "--threads", "1", "--summary", summary},
@@ -65,7 +66,7 @@ std::vector<double> run_workers(const json& job, int workers, const TempDir& dir
   std::string hash;
   for (const auto& [task, s] : launch["tasks"].items()) {
     REQUIRE(s.is_object());
-    CHECK(s["world_size"] == workers);
+    CHECK(s["world_size"] == (replicas_in_sync > 0 ? replicas_in_sync : workers));
     if (hash.empty()) hash = s["params_sha256"];
     CHECK(s["params_sha256"] == hash);
   }
@@ -82,6 +83,15 @@ TEST_CASE("1 worker at batch 128, 2 at 64 and 4 at 32 follow the same loss traje
   const auto four_workers = run_workers(equivalence_job(four, "multi_worker_mirrored", 32), 4, four);
   require_same_trajectory(base, four_workers, "4 workers");
   CHECK(base.back() < base.front());  // it does learn
+}
+
+TEST_CASE("2 workers with 2 replicas each (reduced in the task first) follow one device's trajectory") {
+  TempDir one, both;
+  const auto base = run_single(equivalence_job(one, "one_device", 128), one);
+  json job = equivalence_job(both, "multi_worker_mirrored", 32);
+  job["strategy"]["replicas"] = 2;
+  const auto workers = run_workers(job, 2, both, 4);
+  require_same_trajectory(base, workers, "2 workers x 2 replicas");
 }
 
 TEST_CASE("3 workers on one machine through shared memory (hierarchical) follow one device's trajectory") {

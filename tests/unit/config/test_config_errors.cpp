@@ -199,10 +199,13 @@ TEST_CASE("non-objects and empty layer lists and bad shapes are rejected", "[con
              Contains("model.input_shape[1]: must be a positive integer, got 0"));
 }
 
-TEST_CASE("strategy options: replicas only for mirrored, nccl not built yet", "[config][errors]") {
+TEST_CASE("strategy options: replicas only where a process holds several, nccl not built yet", "[config][errors]") {
   json job = minimal_job();
+  job["strategy"] = {{"type", "parameter_server"}, {"replicas", 2}};
+  CHECK_THAT(config_error(job),
+             Contains("strategy.replicas: only mirrored, central_storage and multi_worker_mirrored"));
   job["strategy"] = {{"type", "multi_worker_mirrored"}, {"replicas", 2}};
-  CHECK_THAT(config_error(job), Contains("strategy.replicas: only mirrored and central_storage"));
+  CHECK(parse_job_config(job.dump(), "job.json").strategy.replicas == 2);
   job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "cpu:1", "cpu:2"}}};
   CHECK(parse_job_config(job.dump(), "job.json").strategy.replicas == 3);
   job["strategy"] = {{"type", "mirrored"}, {"devices", {"cpu:0", "tpu:1"}}};
