@@ -37,6 +37,7 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
     std::vector<std::string> args = {"bench", name, "--sizes", request.sizes, "--iterations",
                                      std::to_string(request.iterations), "--warmup", std::to_string(request.warmup)};
     if (request.json) args.push_back("--json");
+    if (name == "allreduce") args.insert(args.end(), {"--communication", request.communication});
     return args;
   };
   const launch::LaunchReport report = launch::launch_cluster(launch);
@@ -48,7 +49,8 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
 }  // namespace
 
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env) {
-  const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json};
+  const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json,
+                                             options.communication};
   runtime::check_size_list(options.sizes);  // a bad list fails here, before any process starts
   if (options.workers == 0) {
     runtime::bench_allreduce_task(request, env);

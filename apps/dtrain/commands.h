@@ -70,6 +70,7 @@ struct BenchAllReduceOptions {
   int warmup = 5;
   bool json = false;
   int threads = 0;                     // --threads: accepted, unused (the all-reduce uses Gloo's own threads)
+  std::string communication = "auto";  // --communication auto|ring|hierarchical
 };
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env);
 // `dtrain bench ps` (bench_cluster.cpp, beside `bench allreduce`): push/pull bandwidth of local workers and ps tasks.

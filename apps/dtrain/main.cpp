@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
   bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(CLI::PositiveNumber);
   bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);
   bench_allreduce->add_flag("--json", allreduce.json, "One JSON object per size");
+  bench_allreduce->add_option("--communication", allreduce.communication,
+                              "auto, ring or hierarchical (shared memory between the tasks of a machine), as "
+                              "strategy.communication")
+      ->check(CLI::IsMember({"auto", "ring", "hierarchical"}));
   bench_allreduce->add_option("--threads", allreduce.threads, "Accepted for symmetry; the all-reduce uses Gloo's own threads");
   dtrain::app::BenchPsOptions bench_ps;
   CLI::App* bench_ps_cmd = bench_cmd->add_subcommand(

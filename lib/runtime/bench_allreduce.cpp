@@ -13,13 +13,14 @@
 namespace dtrain::runtime {
 namespace {
 
-void print_table(const std::vector<comm::AllReduceResult>& results, bool json) {
+void print_table(const std::vector<comm::AllReduceResult>& results, bool json, const std::string& communication) {
   if (json) {
     for (const auto& r : results) std::printf("%s\n", comm::to_json(r).c_str());
     return;
   }
-  std::printf("# dtrain all-reduce (Gloo, sum, float32), %d ranks, %d iterations per size\n",
-              results.empty() ? 0 : results[0].ranks, results.empty() ? 0 : results[0].iterations);
+  std::printf("# dtrain all-reduce (communication %s, sum, float32), %d ranks, %d iterations per size\n",
+              communication.c_str(), results.empty() ? 0 : results[0].ranks,
+              results.empty() ? 0 : results[0].iterations);
   std::printf("# %12s %12s %12s %12s %8s\n", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check");
   for (const auto& r : results)
     std::printf("  %12zu %12.1f %12.3f %12.3f %8s\n", r.bytes, r.time_us, r.algbw_gbps, r.busbw_gbps,
@@ -32,7 +33,7 @@ void print_table(const std::vector<comm::AllReduceResult>& results, bool json) {
 void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
 
 std::string ClusterBenchRequest::parameters() const {
-  return str("sizes=", sizes, " iterations=", iterations, " warmup=", warmup);
+  return str("sizes=", sizes, " iterations=", iterations, " warmup=", warmup, " communication=", communication);
 }
 
 void bench_allreduce_task(const ClusterBenchRequest& request, const Environment& env) {
@@ -42,9 +43,13 @@ void bench_allreduce_task(const ClusterBenchRequest& request, const Environment&
     throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
   ClusterTask task(spec);
   const double collective_deadline = 60.0;  // of connecting and of each all-reduce
-  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, strategy::Communication::kAuto);
+  const strategy::Communication communication = request.communication == "ring" ? strategy::Communication::kRing
+                                                : request.communication == "hierarchical"
+                                                    ? strategy::Communication::kHierarchical
+                                                    : strategy::Communication::kAuto;
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, communication);
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
-  if (task.session().rank() == 0) print_table(results, request.json);
+  if (task.session().rank() == 0) print_table(results, request.json, request.communication);
   communicator.reset();
   task.session().finish();
   bool all_correct = true;

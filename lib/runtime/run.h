@@ -36,7 +36,9 @@ struct ClusterBenchRequest {
   int iterations = 20;
   int warmup = 5;
   bool json = false;
-  // "sizes=4K:64M iterations=20 warmup=5": what the tasks agree on.
+  // bench allreduce: strategy.communication's choice ("auto", "ring", "hierarchical").
+  std::string communication = "auto";
+  // "sizes=4K:64M iterations=20 warmup=5 communication=auto": what the tasks agree on.
   std::string parameters() const;
 };
 

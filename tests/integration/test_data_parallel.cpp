@@ -176,6 +176,22 @@ TEST_CASE("bench allreduce prints correct nccl-tests style JSON lines for every 
   CHECK(sizes == std::vector<size_t>{4096, 8192, 16384, 32768, 65536});
 }
 
+TEST_CASE("bench allreduce --communication hierarchical: 3 workers through shared memory, every size exact") {
+  const RunOutput r = run_dtrain({"bench", "allreduce", "--workers", "3", "--sizes", "12,4K:4M", "--iterations", "3",
+                                  "--communication", "hierarchical", "--json"},
+                                 {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("hierarchical all-reduce: 1 machine(s), 3 tasks"));
+  std::vector<size_t> sizes;
+  for (const json& j : json_lines(r.out)) {
+    CHECK(j["correct"] == true);
+    CHECK(j["ranks"] == 3);
+    sizes.push_back(j["bytes"].get<size_t>());
+  }
+  CHECK(sizes.size() == 12);  // 12 bytes, then 4K..4M
+}
+
 TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly, split over the ps (JSON lines)") {
   const RunOutput r = run_dtrain({"bench", "ps", "--workers", "3", "--ps", "2", "--sizes", "12,4K:16K", "--iterations",
                                   "3", "--warmup", "1", "--json"},
