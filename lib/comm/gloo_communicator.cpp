@@ -13,6 +13,7 @@
 //    PyTorch's ProcessGroupGloo does, so messages of consecutive operations can
 //    never be matched to the wrong one.
 #include "comm/gloo_communicator.h"
+#include "comm/reduction.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -159,12 +160,6 @@ void sum_floats(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-// kMean: the sum divided by the group size (division, not a multiplication by
-// 1/size, so a mean that a float can hold comes out exact).
-void divide(float* data, size_t n, int size) {
-  const float d = static_cast<float>(size);
-  for (size_t i = 0; i < n; ++i) data[i] /= d;
-}
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -209,7 +204,7 @@ class GlooCommunicator final : public Communicator {
         gloo::allreduce(opts);
       });
     }
-    if (op == ReduceOp::kMean) divide(data, count, options_.size);
+    if (op == ReduceOp::kMean) divide_by_size(data, count, options_.size);
   }
 
   void broadcast(float* data, size_t count, int root) override {
@@ -267,7 +262,7 @@ class GlooCommunicator final : public Communicator {
     } else if (in != out) {
       std::memmove(out, in, count_per_rank * sizeof(float));
     }
-    if (op == ReduceOp::kMean) divide(out, count_per_rank, options_.size);
+    if (op == ReduceOp::kMean) divide_by_size(out, count_per_rank, options_.size);
   }
 
   void barrier() override {

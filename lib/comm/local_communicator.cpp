@@ -1,6 +1,7 @@
 // LocalCommunicator and the GroupState its members share: collectives between
 // threads of one process through shared memory (see local_communicator.h).
 #include "comm/local_communicator.h"
+#include "comm/reduction.h"
 
 #include <algorithm>
 #include <chrono>
@@ -167,15 +168,10 @@ class GroupState {
 // divided by size for kMean. Deterministic: the same additions in the same order.
 void reduce_in_rank_order(const GroupState& g, size_t offset, size_t n, float* out, ReduceOp op) {
   if (n == 0) return;
-  std::memcpy(out, g.slot(0).in + offset, n * sizeof(float));
-  for (int r = 1; r < g.size(); ++r) {
-    const float* in = g.slot(r).in + offset;
-    for (size_t i = 0; i < n; ++i) out[i] += in[i];
-  }
-  if (op == ReduceOp::kMean) {
-    const float d = static_cast<float>(g.size());
-    for (size_t i = 0; i < n; ++i) out[i] /= d;
-  }
+  std::vector<const float*> inputs;
+  for (int r = 0; r < g.size(); ++r) inputs.push_back(g.slot(r).in + offset);
+  sum_in_rank_order(inputs.data(), g.size(), n, out);
+  if (op == ReduceOp::kMean) divide_by_size(out, n, g.size());
 }
 
 class LocalCommunicator final : public Communicator {

@@ -1,5 +1,6 @@
 // Implementation of shm_communicator.h.
 #include "comm/shm_communicator.h"
+#include "comm/reduction.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -116,18 +117,15 @@ class ShmCommunicator : public Communicator {
         // This member's share of the elements, summed over the slots in rank order.
         const size_t lo = n * options_.rank / options_.size, hi = n * (options_.rank + 1) / options_.size;
         float* out = result();
-        std::memcpy(out + lo, slot(0) + lo, (hi - lo) * sizeof(float));
-        for (int r = 1; r < options_.size; ++r) {
-          const float* in = slot(r);
-          for (size_t i = lo; i < hi; ++i) out[i] += in[i];
-        }
+        std::vector<const float*> inputs;
+        for (int r = 0; r < options_.size; ++r) inputs.push_back(slot(r) + lo);
+        sum_in_rank_order(inputs.data(), options_.size, hi - lo, out + lo);
         barrier();
         std::memcpy(data + off, out, n * sizeof(float));
         barrier();  // nobody writes a slot again before everyone has read the result
       }
     }
-    if (op == ReduceOp::kMean && options_.size > 1)
-      for (size_t i = 0; i < count; ++i) data[i] /= static_cast<float>(options_.size);
+    if (op == ReduceOp::kMean && options_.size > 1) divide_by_size(data, count, options_.size);
   }
 
   void broadcast(float* data, size_t count, int root) override {
@@ -251,8 +249,7 @@ class HierarchicalCommunicator : public Communicator {
     local_->all_reduce(data, count, ReduceOp::kSum);             // this machine's sum
     if (leaders_) leaders_->all_reduce(data, count, ReduceOp::kSum);  // across machines
     local_->broadcast(data, count, 0);                           // the leader's result to its machine
-    if (op == ReduceOp::kMean)
-      for (size_t i = 0; i < count; ++i) data[i] /= static_cast<float>(size());
+    if (op == ReduceOp::kMean) divide_by_size(data, count, size());
   }
 
   void broadcast(float* data, size_t count, int root) override {

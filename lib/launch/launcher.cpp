@@ -26,7 +26,6 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <thread>
 
 #include "core/error.h"
 #include "core/host.h"

@@ -52,6 +52,7 @@ void ShardStore::init(const Placement& placement, int ps, const std::vector<cons
     if (placement.variables[s.variable].trainable) {
       p->grad = Tensor({s.count});
       trainable_.push_back(p.get());
+      trainable_shapes_.push_back(shapes_.back());
       trainable_elements_ += s.count;
     }
     elements_ += s.count;
@@ -115,12 +116,8 @@ checkpoint::FileDigest ShardStore::save(const std::string& dir, int64_t step, in
   for (size_t i = 0; i < params_.size(); ++i) tensors.push_back({params_[i]->name, shapes_[i], params_[i]->value.data()});
   // Slot k of the trainable shards, in order: the same shapes as their shards.
   const std::vector<nn::Param*> state = optimizer_->state();
-  for (size_t k = 0; k < state.size(); ++k) {
-    const nn::Param* owner = trainable_[k % trainable_.size()];
-    size_t i = 0;
-    while (params_[i].get() != owner) ++i;
-    tensors.push_back({state[k]->name, shapes_[i], state[k]->value.data()});
-  }
+  for (size_t k = 0; k < state.size(); ++k)
+    tensors.push_back({state[k]->name, trainable_shapes_[k % trainable_.size()], state[k]->value.data()});
   const std::map<std::string, std::string> metadata = {{"format", "dtrain"},
                                                        {"dtrain_kind", "ps_shards"},
                                                        {"dtrain_ps", str(ps_, " of ", num_ps_)},

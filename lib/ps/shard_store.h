@@ -55,6 +55,7 @@ class ShardStore {
 
   int ps_ = 0, num_ps_ = 1;
   std::vector<Shape> shapes_;                        // each shard's shape (Placement::shard_shape)
+  std::vector<Shape> trainable_shapes_;              // the trainable shards' (their slots' shapes)
   std::vector<std::unique_ptr<nn::Param>> params_;  // one per shard, in order (flat)
   std::vector<nn::Param*> trainable_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/cluster_task.h"
+#include "strategy/registry.h"
 #include "runtime/run.h"
 
 namespace dtrain::runtime {
@@ -43,11 +44,8 @@ void bench_allreduce_task(const ClusterBenchRequest& request, const Environment&
     throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
   ClusterTask task(spec);
   const double collective_deadline = 60.0;  // of connecting and of each all-reduce
-  const strategy::Communication communication = request.communication == "ring" ? strategy::Communication::kRing
-                                                : request.communication == "hierarchical"
-                                                    ? strategy::Communication::kHierarchical
-                                                    : strategy::Communication::kAuto;
-  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, communication);
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline,
+                                                  strategy::communication_by_name(request.communication));
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
   if (task.session().rank() == 0) print_table(results, request.json, request.communication);
   communicator.reset();

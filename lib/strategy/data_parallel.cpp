@@ -98,13 +98,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (workers_ && replicas_.size() == 1 && replicas_[0].reducer) {
     // The step's loss sums and the stop flag ride along with the last gradient
     // bucket: no collective of their own on the step's critical path.
+    // The replica's stats are read here, once (train_step does not read them again).
     replicas_[0].reducer->ride_along(4, [this](float* out) {
       Replica& r = replicas_[0];
-      nn::LossStats s;
-      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, s);
-      out[0] = static_cast<float>(s.loss_sum);
-      out[1] = static_cast<float>(s.correct);
-      out[2] = static_cast<float>(s.count);
+      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
+      out[0] = static_cast<float>(r.stats.loss_sum);
+      out[1] = static_cast<float>(r.stats.correct);
+      out[2] = static_cast<float>(r.stats.count);
       out[3] = stop_requested_ ? 1.0f : 0.0f;
     });
     metrics_ride_along_ = true;
@@ -218,7 +218,8 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   nn::LossStats local;
   double wait = 0.0, compute = 0.0, update = 0.0;  // the slowest replica's
   for (Replica& r : replicas_) {
-    for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
+    if (!metrics_ride_along_)  // else read when the last bucket was packed
+      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
     local.add(r.stats);
     wait = std::max(wait, r.comm_wait);
     compute = std::max(compute, r.compute);

@@ -139,9 +139,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("communication",
            "'nccl' is not available yet: no build of dtrain has an NCCL communicator so far (it is planned); "
            "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
-  strategy.communication = communication == "ring"           ? Communication::kRing
-                           : communication == "hierarchical" ? Communication::kHierarchical
-                                                             : Communication::kAuto;
+  strategy.communication = communication_by_name(communication);
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   const bool ps = entry.cross_task == CrossTask::kParameterServer;
   for (const char* key : {"mode", "max_staleness", "variable_partitioner", "steps_per_work_unit"})
@@ -181,6 +179,13 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
                             ") has no worker besides the coordinator (the chief, or worker:0 without one) to "
                             "compute; add a worker"));
   }
+}
+
+Communication communication_by_name(const std::string& name) {
+  if (name == "auto") return Communication::kAuto;
+  if (name == "ring") return Communication::kRing;
+  if (name == "hierarchical") return Communication::kHierarchical;
+  throw ConfigError(str("communication '", name, "': use auto, ring or hierarchical"));
 }
 
 const StrategyEntry& find_strategy(const std::string& name) {

@@ -48,5 +48,8 @@ const std::vector<StrategyEntry>& strategies();
 std::vector<std::string> available_strategy_names();
 // The entry named `name`; ConfigError naming strategy.type and the valid names otherwise.
 const StrategyEntry& find_strategy(const std::string& name);
+// strategy.communication's value named `name` ("auto", "ring", "hierarchical");
+// ConfigError for any other name.
+Communication communication_by_name(const std::string& name);
 
 }  // namespace dtrain::strategy
