@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/cluster_task.h"
-#include "strategy/registry.h"
 #include "runtime/run.h"
+#include "strategy/registry.h"
 
 namespace dtrain::runtime {
 namespace {
