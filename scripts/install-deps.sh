@@ -10,6 +10,7 @@ packages=(
   libgloo-dev
   dataset-fashion-mnist
   zlib1g-dev libssl-dev
+  libprotobuf-dev protobuf-compiler libboost-dev
   python3-numpy
   iproute2
 )

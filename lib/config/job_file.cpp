@@ -122,8 +122,9 @@ RuntimeSpec read_runtime(const Value& value) { return read_runtime(value.context
 OutputSpec read_output(const Value& value) {
   OutputSpec output;
   Section r(value, "the output section");
-  r.expect_keys({"dir"});
+  r.expect_keys({"dir", "tensorboard"});
   if (const auto dir = r.find("dir")) output.dir = dir->to_string(true);
+  output.tensorboard = r.get_bool("tensorboard", output.tensorboard);
   r.finish();
   return output;
 }

@@ -54,6 +54,7 @@ struct CheckpointSpec {
 struct OutputSpec {
   std::string path = "output";
   std::string dir;  // "" = no files written
+  bool tensorboard = true;  // the chief writes TensorBoard event files under dir/tensorboard
 };
 
 // A job file parsed, with the --set overrides applied. root() is its top-level

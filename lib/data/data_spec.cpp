@@ -27,7 +27,8 @@ DataSpec read_data_spec(const config::Value& value) {
   DataSpec data;
   config::Section r(value, "the data section");
   data.path = value.path().empty() ? "data" : value.path();
-  r.expect_keys({"train", "test", "validation", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy"});
+  r.expect_keys({"train", "test", "validation", "shuffle_buffer", "prefetch", "drop_remainder", "cache", "shard_policy",
+                 "num_parallel_calls"});
   data.train = read_source_spec(r.require("train", " (the training data source)"));
   const auto test = r.find("test");
   if (test && !test->is_null()) {
@@ -48,8 +49,16 @@ DataSpec read_data_spec(const config::Value& value) {
                       : policy == "file" ? ShardPolicy::kFile
                       : policy == "off"  ? ShardPolicy::kOff
                                          : ShardPolicy::kAuto;
+  data.num_parallel_calls = r.get_int("num_parallel_calls", 0, 0);
+  for (DataSourceSpec* source : {&data.train, &data.test, &data.validation})
+    source->parallel_calls = data.num_parallel_calls;
   r.finish();
   return data;
+}
+
+void use_model_input_shape(DataSpec& data, const std::vector<int64_t>& input_shape) {
+  for (DataSourceSpec* source : {&data.train, &data.test, &data.validation})
+    if (source->format && source->format->shape_from_model && source->shape.empty()) source->shape = input_shape;
 }
 
 }  // namespace dtrain::data

@@ -19,8 +19,12 @@ struct DataSourceSpec {
   const DataFormat* format = nullptr; // idx | cifar10 | synthetic (dataset.h's registry)
   std::string images;             // idx: images file (.gz or plain)
   std::string labels;             // idx: labels file
-  std::vector<std::string> files; // cifar10: binary batch files
-  std::vector<int64_t> shape;     // synthetic: sample shape, e.g. [28, 28, 1]
+  std::vector<std::string> files; // cifar10: binary batch files; tfrecord: paths or glob patterns
+  std::vector<int64_t> shape;     // synthetic, tfrecord: sample shape, e.g. [28, 28, 1]
+  std::string compression = "auto";  // tfrecord: auto | none | gzip
+  std::string image_key = "image";   // tfrecord: the tf.train.Example feature holding the image
+  std::string label_key = "label";   // tfrecord: ... and the one holding the label
+  int64_t parallel_calls = 0;        // threads decoding records (data.num_parallel_calls; 0 = the cores)
   int64_t classes = 10;           // synthetic: number of classes
   int64_t count = 0;              // synthetic: number of samples
   uint64_t seed = 0;              // synthetic: generator seed
@@ -44,11 +48,15 @@ struct DataSpec {
   bool drop_remainder = false;     // drop the last, smaller training batch
   bool cache = true;               // keep decoded float samples in memory after the first epoch
   ShardPolicy shard_policy = ShardPolicy::kAuto;
+  int64_t num_parallel_calls = 0;  // threads decoding records (0 = the usable cores)
 };
 
 // Reads the data section: train (required) and test sources, each through its
 // format's entry, and the pipeline keys.
 DataSpec read_data_spec(const config::Value& value);
+// Gives every source whose format takes its shape from the model (tfrecord) and
+// sets none `input_shape`.
+void use_model_input_shape(DataSpec& data, const std::vector<int64_t>& input_shape);
 DataSourceSpec read_source_spec(const config::Value& value);
 
 }  // namespace dtrain::data

@@ -5,6 +5,8 @@
 // uncached batches are bit-identical).
 #include "data/dataset.h"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -112,6 +114,25 @@ DatasetInfo probe_dataset(const DataSourceSpec& spec) {
   DatasetInfo info = spec.format->probe(spec);
   if (spec.take > 0) info.count = std::min(info.count, spec.take);
   return info;
+}
+
+std::vector<std::string> expand_files(const DataSourceSpec& spec) {
+  std::vector<std::string> files;
+  for (size_t i = 0; i < spec.files.size(); ++i) {
+    const std::string& pattern = spec.files[i];
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      files.push_back(pattern);
+      continue;
+    }
+    glob_t matches{};
+    const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+    for (size_t m = 0; rc == 0 && m < matches.gl_pathc; ++m) files.emplace_back(matches.gl_pathv[m]);
+    globfree(&matches);
+    if (rc == GLOB_NOMATCH)
+      throw IoError(str(spec.path, ".files[", i, "]: '", pattern, "' matches no file; fix the pattern or the path"));
+    if (rc != 0) throw IoError(str(spec.path, ".files[", i, "]: cannot expand '", pattern, "' (glob error ", rc, ")"));
+  }
+  return files;
 }
 
 Dataset load_dataset(const DataSourceSpec& spec) {

@@ -1,5 +1,5 @@
-// Datasets held in memory: the IDX (MNIST / Fashion-MNIST), CIFAR-10 binary and
-// synthetic readers, and what they produce.
+// Datasets held in memory: the IDX (MNIST / Fashion-MNIST), CIFAR-10 binary,
+// TFRecord and synthetic readers, and what they produce.
 //
 // Every reader loads the whole source into a Dataset. Samples are channels-last
 // (H, W, C) float32 after scaling by `rescale`; byte images are kept as bytes until
@@ -54,6 +54,8 @@ struct DataFormat {
   std::function<Dataset(const DataSourceSpec&)> load;      // the whole source (take not applied yet)
   std::function<DatasetInfo(const DataSourceSpec&)> probe;  // from headers only
   bool rescales = true;  // byte pixels scaled by `rescale`
+  bool shape_from_model = false;  // the sample shape is the model's input_shape unless `shape` is set
+  bool auto_shards_by_file = false;  // shard_policy auto means file (enough files) rather than data
 };
 const std::vector<const DataFormat*>& data_formats();
 // The entry named `name`; ConfigError listing the valid names otherwise.
@@ -63,5 +65,10 @@ DatasetInfo probe_dataset(const DataSourceSpec& spec);
 
 // Reads the whole source. Applies spec.take (first N samples).
 Dataset load_dataset(const DataSourceSpec& spec);
+
+// spec.files with glob patterns (`*`, `?`, `[...]`) replaced by the files they
+// match, sorted; a pattern matching nothing is an IoError naming it. Names
+// without a pattern stay as they are (their readers report a missing file).
+std::vector<std::string> expand_files(const DataSourceSpec& spec);
 
 }  // namespace dtrain::data

@@ -19,6 +19,10 @@ DatasetInfo probe_idx(const DataSourceSpec& spec);
 Dataset load_cifar10(const DataSourceSpec& spec);
 DatasetInfo probe_cifar10(const DataSourceSpec& spec);
 
+// TFRecord files of tf.train.Example records: spec.files (globs expanded), in order.
+Dataset load_tfrecord(const DataSourceSpec& spec);
+DatasetInfo probe_tfrecord(const DataSourceSpec& spec);
+
 // Synthetic class prototypes plus noise: spec.shape, classes, count, seed.
 Dataset load_synthetic(const DataSourceSpec& spec);
 DatasetInfo probe_synthetic(const DataSourceSpec& spec);

@@ -21,6 +21,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   job.loss = nn::read_loss_spec(r.require("loss"));
   job.optimizer = optim::read_optimizer_spec(r.require("optimizer"));
   job.data = data::read_data_spec(r.require("data"));
+  data::use_model_input_shape(job.data, job.model.input_shape);
   job.train = config::read_train(r.require("train"));
   if (const auto v = r.find("runtime")) job.runtime = config::read_runtime(*v);
   if (const auto v = r.find("output")) job.output = config::read_output(*v);

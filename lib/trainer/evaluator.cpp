@@ -78,7 +78,8 @@ RunSummary run_evaluator(const job::JobConfig& job, const EvaluatorOptions& opti
               source.path.c_str(), describe_device(device).c_str(), summary.threads);
   std::fflush(stdout);
 
-  MetricsLog metrics(job.output.dir.empty() ? std::string() : (fs::path(job.output.dir) / "eval").string());
+  MetricsLog metrics(job.output.dir.empty() ? std::string() : (fs::path(job.output.dir) / "eval").string(),
+                     /*append=*/false, tensorboard_dir(job));
   const checkpoint::CheckpointStore store(dir);
   std::vector<Evaluation> done;
   int64_t last_step = -1;  // newest checkpoint evaluated (or skipped)

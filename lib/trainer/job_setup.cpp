@@ -108,9 +108,19 @@ std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
   return dataset;
 }
 
+data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers) {
+  const data::ShardPolicy policy = job.data.shard_policy;
+  if (policy != data::ShardPolicy::kAuto || num_workers == 1) return policy;
+  const data::DataSourceSpec& train = job.data.train;
+  if (!train.format || !train.format->auto_shards_by_file) return data::ShardPolicy::kData;
+  return data::expand_files(train).size() >= static_cast<size_t>(num_workers) ? data::ShardPolicy::kFile
+                                                                              : data::ShardPolicy::kData;
+}
+
 data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers) {
   data::DataSourceSpec spec = job.data.train;
-  if (job.data.shard_policy != data::ShardPolicy::kFile || num_workers == 1) return spec;
+  if (num_workers == 1 || shard_policy(job, num_workers) != data::ShardPolicy::kFile) return spec;
+  spec.files = data::expand_files(spec);
   if (spec.files.size() < static_cast<size_t>(num_workers))
     throw ConfigError(str("data.shard_policy: 'file' gives each worker its own files, but ", spec.path, " has ",
                           spec.files.size(), " file(s) for ", num_workers,
@@ -131,8 +141,7 @@ data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const st
   o.drop_remainder = job.data.drop_remainder || s.num_replicas_in_sync() > 1;  // replicas need equal batches
   o.prefetch = job.data.prefetch;
   o.cache = job.data.cache;
-  const data::ShardPolicy policy = job.data.shard_policy;
-  if (num_workers > 1 && (policy == data::ShardPolicy::kAuto || policy == data::ShardPolicy::kData)) {
+  if (num_workers > 1 && shard_policy(job, num_workers) == data::ShardPolicy::kData) {
     o.shard_count = num_workers;
     o.shard_index = worker_rank;
   }
@@ -166,6 +175,7 @@ EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double se
   report.steps = steps;
   report.seconds = seconds;
   report.samples_per_sec = stats.count / std::max(seconds, 1e-9);
+  report.step_ms = steps > 0 ? seconds * 1000.0 / static_cast<double>(steps) : 0.0;
   report.loss = mean_loss(stats);
   report.accuracy = accuracy(stats);
   return report;

@@ -43,8 +43,14 @@ std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
 void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape,
                        const nn::Sequential& model);
 
+// data.shard_policy as it applies with `num_workers` training tasks: "auto" is
+// "file" for a source whose format shards by file (tfrecord) when it has at least
+// one file per worker, as TF's AUTO does for file-based datasets; else "data".
+data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers);
+
 // The training source this task reads: with shard_policy "file", only its share of
-// the source's files (round-robin over workers); otherwise the whole source.
+// the source's files (round-robin over workers, globs expanded); otherwise the
+// whole source.
 data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers);
 
 // Training batches of this task: per-replica batch x local replicas, sharded over

@@ -11,6 +11,9 @@ struct EpochReport {
   int64_t epoch = 0, epochs = 0, steps = 0;
   double seconds = 0.0, samples_per_sec = 0.0;
   double loss = 0.0, accuracy = 0.0;
+  double learning_rate = 0.0;    // at the epoch's last step (Keras' epoch_learning_rate)
+  double step_ms = 0.0;          // the epoch's time per step
+  double comm_wait_share = 0.0;  // share of the steps' time spent waiting for gradients
   bool has_validation = false;
   double val_loss = 0.0, val_accuracy = 0.0;
 };

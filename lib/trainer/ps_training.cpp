@@ -211,7 +211,8 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
               static_cast<long long>(s.plan.steps_per_epoch), static_cast<long long>(units),
               static_cast<long long>(s.plan.steps_per_unit), static_cast<long long>(s.global_batch));
 
-  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), start.resumed);
+  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), start.resumed,
+                     options.write_metrics ? tensorboard_dir(job) : std::string());
   Progress progress(stdout_is_terminal());
   WorkUnitCounts counts;
   int64_t lost_seen = std::max<int64_t>(0, store.add("lost_count", 0));
@@ -284,6 +285,7 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
     EpochReport report = epoch_report(epoch + 1, job.train.epochs, s.plan.steps_per_epoch, seconds, epoch_stats);
     s.strategy->sync_state();  // the ps's current values, for evaluation
     version = std::max(version, s.ps->version());
+    report.learning_rate = s.strategy->optimizer().learning_rate(std::max<int64_t>(0, version - 1));
     // Saved before evaluating (the save fetches the values again), so a final
     // checkpoint holds the parameters the test figures are of.
     checkpointer.after_epoch(version, epoch + 1, s.global_batch,

@@ -25,7 +25,8 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& dir, bool append) {
+MetricsLog::MetricsLog(const std::string& dir, bool append, const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardLog>(tensorboard_dir);
   if (dir.empty()) return;
   make_dirs(dir, "output.dir");
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
@@ -49,22 +50,54 @@ void MetricsLog::step(int64_t epoch, int64_t step, double loss, double accuracy,
                             {"accuracy", accuracy}, {"learning_rate", learning_rate},
                             {"samples_per_sec", samples_per_sec}}
                  .dump());
+  if (!tensorboard_) return;
+  SummaryWriter& train = tensorboard_->train();
+  train.scalar("batch_loss", step, loss);
+  train.scalar("batch_accuracy", step, accuracy);
+  train.flush();
 }
 
 void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
   nlohmann::json j{{"kind", "epoch"}, {"epoch", r.epoch}, {"step", global_step}, {"steps", r.steps},
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"seconds", r.seconds},
-                   {"samples_per_sec", r.samples_per_sec}};
+                   {"samples_per_sec", r.samples_per_sec}, {"learning_rate", r.learning_rate},
+                   {"step_ms", r.step_ms},           {"comm_wait_share", r.comm_wait_share}};
   if (r.has_validation) {
     j["val_loss"] = number(r.val_loss);
     j["val_accuracy"] = r.val_accuracy;
   }
   write_line(j.dump());
+  if (!tensorboard_) return;
+  // Keras writes epoch summaries at the 0-based epoch.
+  const int64_t at = r.epoch - 1;
+  SummaryWriter& train = tensorboard_->train();
+  train.scalar("epoch_loss", at, r.loss);
+  train.scalar("epoch_accuracy", at, r.accuracy);
+  train.scalar("epoch_learning_rate", at, r.learning_rate);
+  train.scalar("epoch_samples_per_sec", at, r.samples_per_sec);
+  train.scalar("epoch_step_ms", at, r.step_ms);
+  train.scalar("epoch_comm_wait_share", at, r.comm_wait_share);
+  if (r.has_validation) {
+    SummaryWriter& validation = tensorboard_->validation();
+    validation.scalar("epoch_loss", at, r.val_loss);
+    validation.scalar("epoch_accuracy", at, r.val_accuracy);
+  }
+  tensorboard_->flush();
 }
 
 void MetricsLog::evaluation(int64_t step, double loss, double accuracy) {
   write_line(nlohmann::json{{"kind", "eval"}, {"step", step}, {"test_loss", number(loss)}, {"test_accuracy", accuracy}}
                  .dump());
+  if (!tensorboard_) return;
+  SummaryWriter& evaluation = tensorboard_->evaluation();
+  evaluation.scalar("evaluation_loss_vs_iterations", step, loss);
+  evaluation.scalar("evaluation_accuracy_vs_iterations", step, accuracy);
+  evaluation.flush();
+}
+
+std::string tensorboard_dir(const job::JobConfig& job) {
+  if (job.output.dir.empty() || !job.output.tensorboard) return "";
+  return (std::filesystem::path(job.output.dir) / "tensorboard").string();
 }
 
 void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,

@@ -1,12 +1,15 @@
-// JSON records the trainer writes: output.dir/metrics.jsonl (one object per line,
-// appended as training goes) and the --summary file.
+// Records the trainer writes: output.dir/metrics.jsonl (one object per line,
+// appended as training goes), the same figures as TensorBoard scalars
+// (tensorboard.h, output.tensorboard), and the --summary file.
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "job/job_config.h"
 #include "trainer/progress.h"
+#include "trainer/tensorboard.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::trainer {
@@ -14,8 +17,11 @@ namespace dtrain::trainer {
 class MetricsLog {
  public:
   // Opens dir/metrics.jsonl for writing (truncating, or appending when a run
-  // resumes); dir "" = no log. Creates dir.
-  explicit MetricsLog(const std::string& dir, bool append = false);
+  // resumes); dir "" = no log. Creates dir. With `tensorboard_dir`, every record
+  // also goes to TensorBoard event files there (Keras' tags: step records as
+  // batch_loss/batch_accuracy, epochs as epoch_*, evaluations as
+  // evaluation_*_vs_iterations).
+  explicit MetricsLog(const std::string& dir, bool append = false, const std::string& tensorboard_dir = "");
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -30,7 +36,12 @@ class MetricsLog {
   void write_line(const std::string& line);
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<TensorBoardLog> tensorboard_;
 };
+
+// Where the chief's TensorBoard files go: <output.dir>/tensorboard, or "" when
+// output.dir is unset or output.tensorboard is false.
+std::string tensorboard_dir(const job::JobConfig& job);
 
 // Writes the run summary as a JSON object (atomically: a temporary file, then rename).
 void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,

@@ -60,13 +60,15 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   Checkpointer checkpointer(job, *strategy, options.workers);
   const ResumePoint start = checkpointer.resume(global_batch, steps_per_epoch);
 
-  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed);
+  MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed,
+                     options.write_metrics ? tensorboard_dir(job) : std::string());
   Progress progress(stdout_is_terminal());
   int64_t global_step = start.global_step;
   double train_seconds = 0.0, data_seconds = 0.0;
   int64_t train_samples = 0, trained_steps = 0;
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time;
+    const strategy::StepTimings timings_before = strategy->timings();
     nn::LossStats epoch_stats, window_stats;
     Stopwatch window_time;
     train_pipeline.start_epoch(epoch);
@@ -130,6 +132,11 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
     train_samples += epoch_stats.count;
 
     EpochReport report = epoch_report(epoch + 1, job.train.epochs, step_in_epoch, seconds, epoch_stats);
+    report.learning_rate = strategy->optimizer().learning_rate(std::max<int64_t>(0, global_step - 1));
+    const strategy::StepTimings timings_after = strategy->timings();
+    const double step_seconds = timings_after.step_seconds - timings_before.step_seconds;
+    report.comm_wait_share =
+        step_seconds > 0 ? (timings_after.comm_wait_seconds - timings_before.comm_wait_seconds) / step_seconds : 0.0;
     strategy->sync_state();
     // Saved before evaluating, so a final checkpoint holds the parameters the test figures are of.
     checkpointer.after_epoch(global_step, epoch + 1, global_batch,

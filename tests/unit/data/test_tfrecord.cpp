@@ -1,0 +1,209 @@
+// Tests of the TFRecord framing (CRC-32C test vectors, write/read round trips,
+// corrupt and truncated files) and of the tfrecord data format on files that
+// TensorFlow itself wrote (tests/fixtures/tfrecord, made by
+// tests/fixtures/make_tf_fixtures.py): bytes, gzip and float images, other
+// feature names, globs, and every kind of bad record.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/tfrecord.h"
+#include "support/temp_dir.h"
+
+using namespace dtrain;
+using namespace dtrain::data;
+using Catch::Matchers::Contains;
+using test::TempDir;
+
+namespace {
+
+const std::string kFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/fixtures/tfrecord/";
+
+nlohmann::json fixture_facts(const std::string& file) {
+  std::ifstream in(kFixtures + "fixtures.json");
+  return nlohmann::json::parse(in).at("files").at(file);
+}
+
+DataSourceSpec tfrecord_spec(std::vector<std::string> files) {
+  DataSourceSpec spec;
+  spec.path = "data.train";
+  spec.format = &data_format("tfrecord");
+  spec.files = std::move(files);
+  spec.shape = {28, 28, 1};
+  return spec;
+}
+
+// Checks the labels and each image's byte sum against fixtures.json.
+void check_against_facts(const Dataset& ds, const std::string& file) {
+  const nlohmann::json facts = fixture_facts(file);
+  REQUIRE(ds.count == facts.at("records").get<int64_t>());
+  const auto labels = facts.at("labels").get<std::vector<int32_t>>();
+  CHECK(ds.labels == labels);
+  const auto sums = facts.at(facts.contains("pixel_sums_u8") ? "pixel_sums_u8" : "pixel_sums").get<std::vector<int64_t>>();
+  std::vector<float> sample(static_cast<size_t>(ds.sample_numel()));
+  for (int64_t i = 0; i < ds.count; ++i) {
+    ds.copy_sample(i, sample.data());
+    double sum = 0.0;
+    for (float v : sample) sum += v;
+    // Bytes are rescaled by 1/255 and floats were stored as pixel/255: both sum to byte_sum / 255.
+    CHECK(sum * 255.0 == Approx(static_cast<double>(sums[static_cast<size_t>(i)])).epsilon(1e-5));
+  }
+}
+
+// A file of `records` with a few bytes each, written by dtrain's writer.
+std::string write_records(const TempDir& dir, const std::string& name, int records, bool gzip = false) {
+  TfRecordWriter writer(dir.file(name), "test", gzip);
+  for (int r = 0; r < records; ++r) writer.write(std::string(static_cast<size_t>(10 + r), static_cast<char>('a' + r)));
+  writer.close();
+  return dir.file(name);
+}
+
+}  // namespace
+
+TEST_CASE("crc32c matches the standard test vectors", "[tfrecord]") {
+  // RFC 3720 appendix B.4 and the common check value of CRC-32C.
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  std::string zeros(32, '\0'), ones(32, '\xff'), up(32, '\0'), down(32, '\0');
+  for (int i = 0; i < 32; ++i) {
+    up[i] = static_cast<char>(i);
+    down[i] = static_cast<char>(31 - i);
+  }
+  CHECK(crc32c(zeros.data(), 32) == 0x8A9136AAu);
+  CHECK(crc32c(ones.data(), 32) == 0x62A8AB43u);
+  CHECK(crc32c(up.data(), 32) == 0x46DD794Eu);
+  CHECK(crc32c(down.data(), 32) == 0x113FDB5Cu);
+  // TensorFlow's mask: rotate right by 15, add 0xa282ead8.
+  const uint32_t c = crc32c("123456789", 9);
+  CHECK(masked_crc32c("123456789", 9) == ((c >> 15) | (c << 17)) + 0xa282ead8u);
+}
+
+TEST_CASE("the writer's framing equals TensorFlow's bytes", "[tfrecord]") {
+  // The first record of TensorFlow's own file, written again by dtrain, gives the same bytes.
+  const std::string tf_file = test::slurp(kFixtures + "fashion_bytes.tfrecord");
+  TfRecordReader reader(kFixtures + "fashion_bytes.tfrecord", "test");
+  std::string first;
+  REQUIRE(reader.next(first));
+  TempDir dir;
+  TfRecordWriter writer(dir.file("one.tfrecord"), "test");
+  writer.write(first);
+  writer.close();
+  CHECK(test::slurp(dir.file("one.tfrecord")) == tf_file.substr(0, first.size() + 16));
+}
+
+TEST_CASE("records round-trip through plain and gzip files", "[tfrecord]") {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    const std::string path = write_records(dir, gzip ? "r.tfrecord.gz" : "r.tfrecord", 5, gzip);
+    TfRecordReader reader(path, "test");
+    CHECK(reader.compressed() == gzip);
+    std::string record;
+    for (int r = 0; r < 5; ++r) {
+      REQUIRE(reader.next(record));
+      CHECK(record == std::string(static_cast<size_t>(10 + r), static_cast<char>('a' + r)));
+      CHECK(reader.record_index() == r);
+    }
+    CHECK_FALSE(reader.next(record));
+  }
+}
+
+TEST_CASE("a corrupt or truncated record names the file and its offset", "[tfrecord]") {
+  TempDir dir;
+  const std::string path = write_records(dir, "r.tfrecord", 3);
+  const std::string good = test::slurp(path);
+  std::string record;
+  auto read_all = [&](const std::string& p) {
+    TfRecordReader reader(p, "data.train.files[0]");
+    while (reader.next(record)) {
+    }
+  };
+  // Record 1 starts at 10 + 16 = 26; its data at 38.
+  std::string flipped = good;
+  flipped[40] ^= 0x01;
+  test::spit(path, flipped);
+  CHECK_THROWS_AS(read_all(path), IoError);
+  CHECK_THROWS_WITH(read_all(path), Contains("r.tfrecord") && Contains("bad data CRC at record 1 (byte offset 26)"));
+  std::string bad_length = good;
+  bad_length[26] ^= 0x01;
+  test::spit(path, bad_length);
+  CHECK_THROWS_WITH(read_all(path), Contains("bad length CRC at record 1 (byte offset 26)"));
+  test::spit(path, good.substr(0, good.size() - 3));
+  CHECK_THROWS_WITH(read_all(path), Contains("ends inside record 2"));
+  test::spit(path, good.substr(0, 26 + 5));
+  CHECK_THROWS_WITH(read_all(path), Contains("ends inside the header of record 1"));
+}
+
+TEST_CASE("tfrecord sources read TensorFlow's files: bytes, gzip, floats, other keys", "[tfrecord]") {
+  check_against_facts(load_dataset(tfrecord_spec({kFixtures + "fashion_bytes.tfrecord"})), "fashion_bytes.tfrecord");
+  check_against_facts(load_dataset(tfrecord_spec({kFixtures + "fashion_bytes.tfrecord.gz"})),
+                      "fashion_bytes.tfrecord.gz");
+  const Dataset floats = load_dataset(tfrecord_spec({kFixtures + "fashion_floats.tfrecord"}));
+  CHECK(floats.pixels.empty());
+  CHECK_FALSE(floats.values.empty());
+  check_against_facts(floats, "fashion_floats.tfrecord");
+  DataSourceSpec custom = tfrecord_spec({kFixtures + "custom_keys.tfrecord"});
+  custom.image_key = "pixels";
+  custom.label_key = "class";
+  check_against_facts(load_dataset(custom), "custom_keys.tfrecord");
+}
+
+TEST_CASE("tfrecord images equal the IDX file TensorFlow wrote them from", "[tfrecord]") {
+  DataSourceSpec idx;
+  idx.path = "data.train";
+  idx.format = &data_format("idx");
+  idx.images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  idx.labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+  idx.take = 48;
+  const Dataset from_idx = load_dataset(idx);
+  const Dataset from_tf = load_dataset(tfrecord_spec({kFixtures + "fashion_bytes.tfrecord.gz"}));
+  CHECK(from_tf.pixels == from_idx.pixels);
+  CHECK(from_tf.labels == from_idx.labels);
+}
+
+TEST_CASE("tfrecord files are globbed in order and checked against compression", "[tfrecord]") {
+  DataSourceSpec spec = tfrecord_spec({kFixtures + "fashion_b*.tfrecord*"});
+  const auto files = expand_files(spec);
+  REQUIRE(files.size() == 2);
+  CHECK(files[0] == kFixtures + "fashion_bytes.tfrecord");
+  CHECK(files[1] == kFixtures + "fashion_bytes.tfrecord.gz");
+  CHECK(load_dataset(spec).count == 96);
+  CHECK(probe_dataset(spec).count == 96);
+  spec.take = 50;
+  CHECK(load_dataset(spec).count == 50);
+
+  const DataSourceSpec none = tfrecord_spec({kFixtures + "nothing-*.tfrecord"});
+  CHECK_THROWS_AS(load_dataset(none), IoError);
+  CHECK_THROWS_WITH(load_dataset(none), Contains("data.train.files[0]") && Contains("matches no file"));
+
+  DataSourceSpec wrong = tfrecord_spec({kFixtures + "fashion_bytes.tfrecord.gz"});
+  wrong.compression = "none";
+  CHECK_THROWS_WITH(load_dataset(wrong), Contains("is gzip-compressed") && Contains("compression"));
+  wrong = tfrecord_spec({kFixtures + "fashion_bytes.tfrecord"});
+  wrong.compression = "gzip";
+  CHECK_THROWS_WITH(load_dataset(wrong), Contains("is not gzip-compressed"));
+}
+
+TEST_CASE("a bad tf.train.Example names the feature, the record and what was expected", "[tfrecord]") {
+  DataSourceSpec spec = tfrecord_spec({kFixtures + "custom_keys.tfrecord"});
+  CHECK_THROWS_AS(load_dataset(spec), IoError);
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("record 0 (byte offset 0)") && Contains("no feature 'image'") &&
+                                            Contains("it has: class, pixels") && Contains("image_key"));
+  spec.image_key = "pixels";
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("no feature 'label'") && Contains("label_key"));
+  spec = tfrecord_spec({kFixtures + "fashion_bytes.tfrecord"});
+  spec.shape = {14, 14, 1};
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("feature 'image' holds 784 bytes; expected 196"));
+  spec = tfrecord_spec({kFixtures + "fashion_floats.tfrecord"});
+  spec.label_key = "id";
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("feature 'id' is a bytes_list; expected an int64_list"));
+  spec = tfrecord_spec({kFixtures + "fashion_bytes.tfrecord", kFixtures + "fashion_floats.tfrecord"});
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("data.train.files[1]") && Contains("is a float_list, but record 0"));
+
+  TempDir dir;
+  const std::string not_example = write_records(dir, "text.tfrecord", 1);
+  spec = tfrecord_spec({not_example});
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("is not a tf.train.Example"));
+}
