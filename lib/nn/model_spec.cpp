@@ -4,10 +4,15 @@
 // valid key, or "'units' belongs to Dense layers"), not as a missing one.
 #include "nn/model_spec.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "nn/keras_model.h"
 #include "nn/layer_registry.h"
 
 namespace dtrain::nn {
@@ -26,6 +31,14 @@ void check_unique_names(const config::Section& model, const std::vector<const La
     }
     if (layer->type->children) check_unique_names(model, layer->type->children(*layer->options), names);
   }
+}
+
+std::string read_keras_file(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw IoError(str("model.keras_json: cannot read '", file, "': ", std::strerror(errno),
+                      " (the path of the file Keras' model.to_json() wrote)"));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -65,10 +78,21 @@ std::vector<LayerSpec> read_layer_list(const config::Value& value, const char* i
 }
 
 ModelSpec read_model_spec(const config::Value& value) {
-  ModelSpec model;
   config::Section r(value, "the model section");
+  if (r.find("keras_json")) {
+    r.expect_keys({"keras_json"});
+    const std::string file = r.require("keras_json").to_string();
+    r.finish();
+    // The Keras file becomes a model section of its own, read like one in a job file.
+    const config::Document keras(keras_json_to_model_json(read_keras_file(file), file),
+                                 str(file, " (read as model.keras_json)"));
+    ModelSpec model = read_model_spec(keras.root());
+    model.keras_json = file;
+    return model;
+  }
+  ModelSpec model;
   model.path = value.path().empty() ? "model" : value.path();
-  r.expect_keys({"input_shape", "layers"});
+  r.expect_keys({"input_shape", "layers", "keras_json"});
   model.input_shape = r.require("input_shape").to_shape();
   model.layers = read_layer_list(r.require("layers", " (an array of layer objects)"),
                                  "the model needs at least one layer, got an empty array");

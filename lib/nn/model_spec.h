@@ -43,6 +43,7 @@ struct LayerSpec {
 
 struct ModelSpec {
   std::string path = "model";
+  std::string keras_json;  // the Keras file the model was read from (model.keras_json), or ""
   std::vector<int64_t> input_shape;  // e.g. [28, 28, 1] or [784]
   std::vector<LayerSpec> layers;
 };
@@ -54,7 +55,8 @@ struct LossSpec {
 };
 
 // Reads the model section: input_shape and layers (each through its type's entry),
-// with explicit layer names unique across the model (Residual blocks included).
+// with explicit layer names unique across the model (Residual blocks included);
+// or `keras_json` alone, the file of Keras' model.to_json() (keras_model.h).
 ModelSpec read_model_spec(const config::Value& value);
 // One layer object at value.path().
 LayerSpec read_layer_spec(const config::Value& value);
