@@ -122,9 +122,12 @@ RuntimeSpec read_runtime(const Value& value) { return read_runtime(value.context
 OutputSpec read_output(const Value& value) {
   OutputSpec output;
   Section r(value, "the output section");
-  r.expect_keys({"dir", "tensorboard"});
+  r.expect_keys({"dir", "tensorboard", "trace"});
   if (const auto dir = r.find("dir")) output.dir = dir->to_string(true);
   output.tensorboard = r.get_bool("tensorboard", output.tensorboard);
+  output.trace = r.get_bool("trace", output.trace);
+  if (output.trace && output.dir.empty())
+    value.fail("trace: true needs output.dir, where trace.json is written; set output.dir");
   r.finish();
   return output;
 }

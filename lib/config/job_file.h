@@ -55,6 +55,7 @@ struct OutputSpec {
   std::string path = "output";
   std::string dir;  // "" = no files written
   bool tensorboard = true;  // the chief writes TensorBoard event files under dir/tensorboard
+  bool trace = false;       // each task records a trace timeline (dir/trace.json)
 };
 
 // A job file parsed, with the --set overrides applied. root() is its top-level

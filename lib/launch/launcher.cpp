@@ -31,6 +31,7 @@
 #include "core/host.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "core/trace.h"
 #include "launch/signals.h"
 #include "launch/task_output.h"
 
@@ -141,6 +142,8 @@ class Launcher {
  private:
   void note(const std::string& message) { launch::note(options_.stderr_fd, message); }
   void watch();
+  // Joins the tasks' <output_dir>/trace/*.json (output.trace) into <output_dir>/trace.json.
+  void merge_task_traces();
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
@@ -355,6 +358,10 @@ LaunchReport Launcher::run() {
 
   const fs::path log_dir =
       fs::path(options_.job.output_dir.empty() ? "runs/launch" : options_.job.output_dir) / "logs";
+  if (!options_.job.output_dir.empty()) {  // no trace of an earlier launch may join this one's
+    std::error_code ignored;
+    fs::remove_all(fs::path(options_.job.output_dir) / "trace", ignored);
+  }
   std::error_code ec;
   fs::create_directories(log_dir, ec);
   if (ec)
@@ -423,6 +430,7 @@ LaunchReport Launcher::run() {
 
   watch();
   report_.wall_seconds = since(start_);
+  merge_task_traces();
   for (const auto& t : tasks_) {
     t->report.summary_json =
         read_whole(str(summaries.path(), "/", file_name(t->report.task), ".json"));
@@ -443,6 +451,25 @@ LaunchReport Launcher::run() {
   report_.attempts = {{report_.job_id, report_.first_failure, report_.exit_code,
                        report_.wall_seconds}};
   return report_;
+}
+
+void Launcher::merge_task_traces() {
+  if (options_.job.output_dir.empty()) return;
+  const fs::path dir = fs::path(options_.job.output_dir) / "trace";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  if (files.empty()) return;
+  std::sort(files.begin(), files.end());
+  const std::string merged = (fs::path(options_.job.output_dir) / "trace.json").string();
+  try {
+    trace::merge_traces(files, merged);
+    note(str("trace of ", files.size(), " tasks in ", merged));
+  } catch (const Error& e) {
+    note(str("could not merge the tasks' traces: ", e.what()));
+  }
 }
 
 const TaskReport* first_failure(const LaunchReport& report) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/flight_recorder.h"
 #include "comm/gloo_communicator.h"
 #include "comm/shm_communicator.h"
 #include "core/error.h"
@@ -55,6 +56,10 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
   session_.on_failure([task = name_](const std::string& why) {
     std::thread([task, why] {
       std::this_thread::sleep_for(std::chrono::seconds(2));
+      const std::string record = comm::flight_record();
+      if (!record.empty())
+        std::fprintf(stderr, "[%s] dtrain: the last collectives it started (oldest first):\n%s", task.c_str(),
+                     record.c_str());
       std::fprintf(stderr, "[%s] %s%s\n", task.c_str(), kErrorPrefix, why.c_str());
       std::fflush(stderr);
       std::_Exit(to_int(ExitCode::kPeerLost));
@@ -84,7 +89,7 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   const bool shared = layout.hosts() < gloo.size;
   const bool hierarchical = communication == strategy::Communication::kHierarchical ||
                             (communication == strategy::Communication::kAuto && shared && layout.hosts() > 1);
-  if (!hierarchical) return comm::make_gloo_communicator(session_.store(), gloo);
+  if (!hierarchical) return comm::make_recorded(comm::make_gloo_communicator(session_.store(), gloo), "workers");
 
   const int host = layout.host_of[static_cast<size_t>(gloo.rank)];
   comm::ShmOptions shm;
@@ -105,7 +110,8 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   if (gloo.rank == 0)
     log::info("comm: hierarchical all-reduce: ", layout.hosts(), " machine(s), ", gloo.size,
               " tasks; shared memory within a machine, Gloo between their leaders");
-  return comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders));
+  return comm::make_recorded(
+      comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders)), "workers");
 }
 
 void ClusterTask::rethrow_collective_failure(const Error& error) {

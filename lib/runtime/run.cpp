@@ -1,14 +1,18 @@
 // Implementation of run.h: run_job and validate_task.
+
 #include "runtime/run.h"
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 
+#include "comm/flight_recorder.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "core/trace.h"
 #include "ps/ps_server.h"
 #include "ps/shard_store.h"
 #include "rendezvous/store_server.h"
@@ -44,16 +48,25 @@ std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
   return out;
 }
 
+// Writes the collectives this task started last to its log (the flight recorder).
+void log_flight_record(const ClusterTask& task) {
+  const std::string record = comm::flight_record();
+  if (!record.empty()) log::warn(task.name(), ": the last collectives it started (oldest first):\n", record);
+}
+
 void run_session(ClusterTask& task, const std::function<void()>& body) {
   rendezvous::ClusterSession& session = task.session();
   try {
     try {
       body();
     } catch (const PeerLost& e) {
+      log_flight_record(task);
       task.rethrow_collective_failure(e);
     } catch (const TimeoutError& e) {
+      log_flight_record(task);
       task.rethrow_collective_failure(e);
     } catch (const CommError& e) {
+      log_flight_record(task);
       task.rethrow_collective_failure(e);
     }
     session.finish();
@@ -118,6 +131,34 @@ void run_evaluator_task(const job::JobConfig& job, const trainer::RunOptions& ru
 }
 
 // Trains as one task of a multi-task job.
+// Where a task's trace goes: <output.dir>/trace/<type>-<index>.json, joined by
+// `dtrain launch` into <output.dir>/trace.json; one task alone writes that directly.
+void write_trace(const job::JobConfig& job, const config::ClusterConfig& cluster) {
+  if (!job.output.trace) return;
+  const std::filesystem::path dir(job.output.dir);
+  if (cluster.single_process()) return trace::write((dir / "trace.json").string(), "dtrain", 0);
+  const std::vector<config::TaskId> tasks = cluster.spec.all_tasks();
+  const int pid = static_cast<int>(std::find(tasks.begin(), tasks.end(), cluster.task) - tasks.begin());
+  trace::write((dir / "trace" / str(cluster.task.type, "-", cluster.task.index, ".json")).string(), cluster.task.str(),
+               pid);
+}
+
+// Runs `body`, then writes the trace; a failed body writes it too (best effort: the
+// failure is what the caller needs to hear about).
+void with_trace(const job::JobConfig& job, const config::ClusterConfig& cluster, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (...) {
+    try {
+      write_trace(job, cluster);
+    } catch (const Error& e) {
+      log::warn("the trace could not be written: ", e.what());
+    }
+    throw;
+  }
+  write_trace(job, cluster);
+}
+
 void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
                     trainer::RunOptions run, int64_t kill_step) {
   const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
@@ -187,12 +228,17 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   run.host = env.host;
   run.summary_path = request.summary_path;
   run.stop_requested = request.stop_requested;
-  if (!cluster.single_process()) return run_in_cluster(job, cluster, env, run, kill_step);
+  if (job.output.trace) {
+    trace::enable();
+    trace::set_thread_name("main");
+  }
+  if (!cluster.single_process())
+    return with_trace(job, cluster, [&] { run_in_cluster(job, cluster, env, run, kill_step); });
   if (kill_step > 0)
     run.on_step = [kill_step](int64_t step) {
       if (step == kill_step) std::raise(SIGKILL);
     };
-  trainer::run_training(job, run);
+  with_trace(job, cluster, [&] { trainer::run_training(job, run); });
 }
 
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {

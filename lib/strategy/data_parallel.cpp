@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "strategy/registry.h"
@@ -144,19 +145,24 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
     const data::Batch mine = slice(task_batch, rows * index, rows);
     const auto [images, labels] = on_device(mine);
-    const Tensor output = r.model->forward(images, ctx);
-    if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
-      r.grad_output = Tensor(output.shape(), device_);
-    // The gradient of the mean loss over this replica's K micro-batches; the
-    // all-reduce (mean over replicas) makes it the mean over the global batch.
-    loss_->compute(output, labels, &r.grad_output, 1.0f / static_cast<float>(rows * k), r.rows[i]);
+    {
+      const trace::Span forward_span("forward", "compute");
+      const Tensor output = r.model->forward(images, ctx);
+      if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
+        r.grad_output = Tensor(output.shape(), device_);
+      // The gradient of the mean loss over this replica's K micro-batches; the
+      // all-reduce (mean over replicas) makes it the mean over the global batch.
+      loss_->compute(output, labels, &r.grad_output, 1.0f / static_cast<float>(rows * k), r.rows[i]);
+    }
     const bool last = i == k - 1;
     if (!last) {
+      const trace::Span backward_span("backward", "compute");
       r.model->backward(r.grad_output);
       for (size_t j = 0; j < r.trainable.size(); ++j) kernels::axpy(1.0f, r.trainable[j]->grad, r.accumulated[j]);
       continue;
     }
     if (r.reducer) r.reducer->begin_step();
+    trace::Span backward_span("backward", "compute");
     r.model->backward(r.grad_output, [&](size_t layer) {
       for (nn::Param* p : r.layer_params[layer]) {
         if (k > 1) {
@@ -167,9 +173,11 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
         if (r.reducer) r.reducer->param_ready(p);
       }
     });
+    backward_span.end();
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
   }
   r.compute = compute.seconds() - r.comm_wait;
+  const trace::Span update_span("update", "compute");
   Stopwatch update;
   if (!central_) r.optimizer->apply(r.trainable, step);
   r.update = update.seconds();

@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/strings.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 namespace dtrain::strategy {
 
@@ -83,6 +85,7 @@ void GradientReducer::param_ready(const nn::Param* p) {
 }
 
 double GradientReducer::finish_step() {
+  const trace::Span span("gradient wait", "comm");
   Stopwatch waited;
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return pending_ == 0 || error_; });
@@ -91,6 +94,7 @@ double GradientReducer::finish_step() {
 }
 
 void GradientReducer::comm_loop() {
+  trace::set_thread_name("gradient all-reduce");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -100,6 +104,9 @@ void GradientReducer::comm_loop() {
     lock.unlock();
     try {
       Bucket& bucket = buckets_[b];
+      const trace::Span span("all-reduce", "comm",
+                             trace::enabled() ? str("bucket ", b, ", ", bucket.buffer.size() * sizeof(float), " bytes")
+                                              : std::string());
       comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
       const float* src = bucket.buffer.data();
       for (nn::Param* q : bucket.params) {

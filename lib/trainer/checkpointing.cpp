@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "core/trace.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::trainer {
@@ -145,6 +146,7 @@ class HostParams {
 
 void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
   if (global_step == last_saved_step_) return;
+  const trace::Span span("checkpoint save", "checkpoint");
   last_saved_step_ = global_step;
   checkpoint::Manifest m;
   m.step = global_step;

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "strategy/strategy.h"
 #include "trainer/checkpointing.h"
 #include "trainer/job_setup.h"
@@ -85,16 +86,20 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
       step_in_epoch = start.step_in_epoch;
     }
     while (step_in_epoch < steps_per_epoch) {
+      const trace::Span step_span("step", "step");
       Stopwatch data_time;
-      if (have_upcoming) {
-        micro_batches.swap(upcoming);
-        have_upcoming = false;
-      } else {
-        for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
-      }
-      if (strategy->wants_upcoming() && step_in_epoch + 1 < steps_per_epoch) {
-        for (auto& b : upcoming) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
-        have_upcoming = true;
+      {
+        const trace::Span data_span("data", "data");
+        if (have_upcoming) {
+          micro_batches.swap(upcoming);
+          have_upcoming = false;
+        } else {
+          for (auto& b : micro_batches) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
+        }
+        if (strategy->wants_upcoming() && step_in_epoch + 1 < steps_per_epoch) {
+          for (auto& b : upcoming) DT_CHECK(train_pipeline.next(b), "the pipeline ran out of batches early");
+          have_upcoming = true;
+        }
       }
       data_seconds += data_time.seconds();
       ++trained_steps;

@@ -1,0 +1,111 @@
+// Implementation of flight_recorder.h: a ring of the last 64 entries under a
+// mutex, and a forwarding Communicator that adds one entry per call and marks it
+// completed, or failed with the error, when the call returns or throws.
+#include "comm/flight_recorder.h"
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace dtrain::comm {
+namespace {
+
+constexpr size_t kEntries = 64;
+
+struct Entry {
+  uint64_t seq = 0;  // 0: unused
+  std::string group;
+  const char* op = "";
+  size_t bytes = 0;
+  std::string state;
+};
+
+struct Ring {
+  std::mutex mutex;
+  std::array<Entry, kEntries> entries;
+  uint64_t next = 1;
+};
+
+Ring& ring() {
+  static Ring r;
+  return r;
+}
+
+uint64_t start(const std::string& group, const char* op, size_t bytes) {
+  Ring& r = ring();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const uint64_t seq = r.next++;
+  r.entries[seq % kEntries] = Entry{seq, group, op, bytes, "started"};
+  return seq;
+}
+
+void finish(uint64_t seq, const std::string& state) {
+  Ring& r = ring();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Entry& e = r.entries[seq % kEntries];
+  if (e.seq == seq) e.state = state;
+}
+
+class Recorded final : public Communicator {
+ public:
+  Recorded(std::unique_ptr<Communicator> inner, std::string group) : inner_(std::move(inner)), group_(std::move(group)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce(float* data, size_t count, ReduceOp op) override {
+    record("all_reduce", count, [&] { inner_->all_reduce(data, count, op); });
+  }
+  void broadcast(float* data, size_t count, int root) override {
+    record("broadcast", count, [&] { inner_->broadcast(data, count, root); });
+  }
+  void all_gather(const float* in, size_t count, float* out) override {
+    record("all_gather", count, [&] { inner_->all_gather(in, count, out); });
+  }
+  void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
+    record("reduce_scatter", count_per_rank * static_cast<size_t>(size()),
+           [&] { inner_->reduce_scatter(in, count_per_rank, out, op); });
+  }
+  void barrier() override {
+    record("barrier", 0, [&] { inner_->barrier(); });
+  }
+
+ private:
+  template <class F>
+  void record(const char* op, size_t count, F&& call) {
+    const uint64_t seq = start(group_, op, count * sizeof(float));
+    try {
+      call();
+    } catch (const std::exception& e) {
+      finish(seq, str("failed: ", e.what()));
+      throw;
+    }
+    finish(seq, "completed");
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  std::string group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_recorded(std::unique_ptr<Communicator> inner, std::string group) {
+  return std::make_unique<Recorded>(std::move(inner), std::move(group));
+}
+
+std::string flight_record() {
+  Ring& r = ring();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::string out;
+  const uint64_t first = r.next > kEntries ? r.next - kEntries : 1;
+  for (uint64_t seq = first; seq < r.next; ++seq) {
+    const Entry& e = r.entries[seq % kEntries];
+    if (e.seq != seq) continue;
+    out += str("#", e.seq, " ", e.group, " ", e.op, " ", e.bytes, " bytes: ", e.state, "\n");
+  }
+  return out;
+}
+
+}  // namespace dtrain::comm

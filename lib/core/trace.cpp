@@ -1,0 +1,136 @@
+// Implementation of trace.h: one process-wide event list under a mutex, thread
+// ids handed out in order of first use, nlohmann/json to write and merge.
+#include "core/trace.h"
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace dtrain::trace {
+namespace {
+
+struct Event {
+  const char* name;
+  const char* category;
+  int64_t start_us, dur_us;
+  int tid;
+  std::string detail;
+};
+
+// At most this many events are kept (about 100 MB of JSON); later ones are counted, not kept.
+constexpr size_t kMaxEvents = 1'000'000;
+
+struct Recorder {
+  std::atomic<bool> on{false};
+  std::mutex mutex;
+  std::vector<Event> events;
+  std::vector<std::pair<int, std::string>> thread_names;
+  int64_t dropped = 0;
+  int next_tid = 0;
+};
+
+Recorder& recorder() {
+  static Recorder r;
+  return r;
+}
+
+int this_thread_id() {
+  thread_local int tid = -1;
+  if (tid < 0) {
+    Recorder& r = recorder();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    tid = r.next_tid++;
+  }
+  return tid;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump() << "\n";
+    if (!out) throw IoError(str("output.trace: cannot write '", tmp, "'"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw IoError(str("output.trace: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+}
+
+}  // namespace
+
+void enable() { recorder().on = true; }
+bool enabled() { return recorder().on.load(std::memory_order_relaxed); }
+
+int64_t now_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
+}
+
+void set_thread_name(const std::string& name) {
+  const int tid = this_thread_id();
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.thread_names.emplace_back(tid, name);
+}
+
+void complete(const char* name, const char* category, int64_t start_us, int64_t dur_us, const std::string& detail) {
+  if (!enabled()) return;
+  const int tid = this_thread_id();
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.events.size() >= kMaxEvents) {
+    ++r.dropped;
+    return;
+  }
+  r.events.push_back({name, category, start_us, dur_us, tid, detail});
+}
+
+void write(const std::string& path, const std::string& process_name, int pid) {
+  Recorder& r = recorder();
+  nlohmann::json events = nlohmann::json::array();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", process_name}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    for (const auto& [tid, name] : r.thread_names)
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
+    for (const Event& e : r.events) {
+      nlohmann::json j{{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"ts", e.start_us},
+                       {"dur", e.dur_us}, {"pid", pid},   {"tid", e.tid}};
+      if (!e.detail.empty()) j["args"] = {{"detail", e.detail}};
+      events.push_back(std::move(j));
+    }
+    if (r.dropped > 0)
+      events.push_back({{"ph", "M"}, {"name", "dropped_events"}, {"pid", pid}, {"args", {{"count", r.dropped}}}});
+  }
+  const std::filesystem::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
+  write_json(path, {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}});
+}
+
+int merge_traces(const std::vector<std::string>& inputs, const std::string& path) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const std::string& input : inputs) {
+    std::ifstream in(input);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError(str("output.trace: '", input, "' is not a trace file: ", e.what()));
+    }
+    for (auto& e : j.at("traceEvents")) events.push_back(std::move(e));
+  }
+  write_json(path, {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}});
+  return static_cast<int>(inputs.size());
+}
+
+}  // namespace dtrain::trace

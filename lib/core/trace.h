@@ -1,0 +1,60 @@
+// A trace timeline in the Chrome trace format (loads in Perfetto and
+// chrome://tracing), recorded when output.trace is on.
+//
+// Spans are complete events ("ph": "X") with a name, a category, a start and a
+// duration in microseconds on the wall clock (CLOCK_REALTIME, so the tasks of a
+// machine share one time axis; across machines it is as good as their clock
+// sync) and the thread they ran on; each thread is its own track, named with
+// set_thread_name(). Recording costs two clock reads and one append under a
+// mutex per span, and nothing at all while tracing is off. write() saves one
+// process's events as {"traceEvents": [...]}; merge_traces() joins the files of
+// several tasks into one, a process per task.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::trace {
+
+void enable();    // start recording (idempotent)
+bool enabled();
+int64_t now_us(); // microseconds since the Unix epoch
+
+// Names the calling thread's track ("main", "gradient all-reduce", ...).
+void set_thread_name(const std::string& name);
+
+// Records one complete event that began at start_us and lasted dur_us on this thread.
+void complete(const char* name, const char* category, int64_t start_us, int64_t dur_us,
+              const std::string& detail = "");
+
+// RAII: records [construction, destruction) as a complete event.
+class Span {
+ public:
+  Span(const char* name, const char* category, std::string detail = "")
+      : name_(name), category_(category), detail_(std::move(detail)), start_(enabled() ? now_us() : -1) {}
+  ~Span() { end(); }
+  // Ends the span now (the destructor then records nothing more).
+  void end() {
+    if (start_ >= 0) complete(name_, category_, start_, now_us() - start_, detail_);
+    start_ = -1;
+  }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+ private:
+  const char* name_;
+  const char* category_;
+  std::string detail_;
+  int64_t start_;
+};
+
+// Writes the events recorded so far to `path` (atomically: a temporary file, then
+// rename) as process `pid` named `process_name`. IoError when it cannot.
+void write(const std::string& path, const std::string& process_name, int pid);
+
+// Joins trace files written by write() (one per task, each its own pid) into
+// `path`. Returns how many were joined; IoError for a file that is not a trace.
+int merge_traces(const std::vector<std::string>& inputs, const std::string& path);
+
+}  // namespace dtrain::trace
