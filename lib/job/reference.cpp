@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "nn/layer_registry.h"
 #include "nn/losses.h"
+#include "optim/clipping.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "strategy/registry.h"
@@ -36,11 +37,17 @@ std::string reference_markdown() {
   for (const nn::LayerType* t : nn::layer_types()) out += row(t->name, t->doc, t->keys);
   out += table("Losses (`loss`: a name, or an object with `type` and its keys):", "loss");
   for (const nn::LossType& t : nn::loss_types()) out += row(t.name, t.doc, t.keys);
-  out += table("Optimizers (`optimizer`: a name, or an object with `type`, `learning_rate` and its keys):",
+  out += table("Optimizers (`optimizer`: a name, or an object with `type`, `learning_rate`, the gradient-clipping "
+               "keys below and its keys):",
                "optimizer");
   for (const optim::OptimizerType& t : optim::optimizer_types()) out += row(t.name, t.doc, t.keys);
+  out += str("\nGradient clipping (keys of every optimizer; at most one of them, as in Keras; applied to the "
+             "aggregated gradient before the update; under parameter_server by each worker before its push, so a sync "
+             "round averages clipped gradients): ",
+             keys_cell(optim::clipping_keys()), "\n");
   out += table("Learning-rate schedules (`optimizer.learning_rate`: a number, or an object with `type`, "
-               "`initial_learning_rate` (required), `warmup_steps` (0: steps of linear warmup first) and its keys):",
+               "`initial_learning_rate` (required, except for piecewise_constant), `warmup_steps` (0: steps of "
+               "linear warmup first; the schedule's step `s` counts from its end) and its keys):",
                "schedule");
   for (const optim::ScheduleType& t : optim::schedule_types()) out += row(t.name, t.doc, t.keys);
   out += table("Data formats (`data.train`, `data.test`, `data.validation`: an object with `format`, `take` (0 = all samples) and "

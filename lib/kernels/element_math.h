@@ -1,7 +1,8 @@
 // Per-element and per-row formulas shared by the CPU loops and the CUDA kernels,
 // so both backends compute the same thing the same way: the class losses, the
-// optimizer updates and the point-wise activations. Plain inline functions
-// marked DT_HOST_DEVICE; no CUDA header is needed to include this file.
+// optimizer updates, gradient clipping and the point-wise activations. Plain
+// inline functions marked DT_HOST_DEVICE; no CUDA header is needed to include
+// this file.
 #pragma once
 
 #include <math.h>
@@ -91,6 +92,39 @@ DT_HOST_DEVICE inline void adam_element(float& w, float g, float& m, float& v, c
   m = k.b1 * m + (1.0f - k.b1) * g;
   v = k.b2 * v + (1.0f - k.b2) * g * g;
   w -= k.alpha * m / (::sqrtf(v) + k.eps);
+}
+
+// Keras' RMSprop; `m` is used when k.momentum > 0, `a` when k.centered.
+DT_HOST_DEVICE inline void rmsprop_element(float& w, float g, float& v, float& m, float& a, const RmspropCoeffs& k) {
+  v = k.rho * v + (1.0f - k.rho) * g * g;
+  float denominator = v + k.eps;
+  if (k.centered) {
+    a = k.rho * a + (1.0f - k.rho) * g;
+    denominator = v - a * a + k.eps;
+  }
+  const float step = k.lr * g / ::sqrtf(denominator);
+  if (k.momentum > 0.0f) {
+    m = k.momentum * m + step;
+    w -= m;
+  } else {
+    w -= step;
+  }
+}
+
+DT_HOST_DEVICE inline void adagrad_element(float& w, float g, float& a, const AdagradCoeffs& k) {
+  a += g * g;
+  w -= k.lr * g / ::sqrtf(a + k.eps);
+}
+
+// Keras' clip_by_norm of one element: x * clip / max(norm, clip). A NaN norm
+// fails `norm <= clip` and gives NaN (TF's maximum propagates NaN too).
+DT_HOST_DEVICE inline float clip_by_norm_element(float x, float norm, float clip) {
+  return x * clip / (norm <= clip ? clip : norm);
+}
+
+// min(max(x, -limit), limit), written so that NaN stays NaN.
+DT_HOST_DEVICE inline float clip_by_value_element(float x, float limit) {
+  return x < -limit ? -limit : (x > limit ? limit : x);
 }
 
 }  // namespace dtrain::kernels::math

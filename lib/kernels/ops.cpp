@@ -142,5 +142,28 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
   if (on_gpu("adam_update", w, g, m, v)) DT_GPU(adam_update(w, g, m, v, k));
   else cpu::adam_update(w, g, m, v, k);
 }
+void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
+                    const RmspropCoeffs& k) {
+  if (on_gpu("rmsprop_update", w, g, velocity, momentum, average_gradient))
+    DT_GPU(rmsprop_update(w, g, velocity, momentum, average_gradient, k));
+  else cpu::rmsprop_update(w, g, velocity, momentum, average_gradient, k);
+}
+void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k) {
+  if (on_gpu("adagrad_update", w, g, accumulator)) DT_GPU(adagrad_update(w, g, accumulator, k));
+  else cpu::adagrad_update(w, g, accumulator, k);
+}
+
+void sum_of_squares(const Tensor& x, Tensor& out) {
+  if (on_gpu("sum_of_squares", x, out)) DT_GPU(sum_of_squares(x, out));
+  else cpu::sum_of_squares(x, out);
+}
+void clip_by_norm(Tensor& x, const Tensor& squares, float clip_norm) {
+  if (on_gpu("clip_by_norm", x, squares)) DT_GPU(clip_by_norm(x, squares, clip_norm));
+  else cpu::clip_by_norm(x, squares, clip_norm);
+}
+void clip_by_value(Tensor& x, float limit) {
+  if (on_gpu("clip_by_value", x)) DT_GPU(clip_by_value(x, limit));
+  else cpu::clip_by_value(x, limit);
+}
 
 }  // namespace dtrain::kernels

@@ -116,5 +116,29 @@ struct AdamCoeffs {
 };
 // w -= decay*w; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; w -= alpha * m / (sqrt(v) + eps)
 void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoeffs& k);
+struct RmspropCoeffs {
+  float lr = 0.0f, rho = 0.9f, momentum = 0.0f, eps = 1e-7f;
+  bool centered = false;
+};
+// v = rho*v + (1-rho)*g^2; centered: a = rho*a + (1-rho)*g, d = v - a^2 + eps; else d = v + eps;
+// step = lr*g / sqrt(d); momentum > 0: m = momentum*m + step, w -= m; else w -= step.
+// `momentum` is needed when k.momentum > 0, `average_gradient` when k.centered (else null).
+void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
+                    const RmspropCoeffs& k);
+struct AdagradCoeffs {
+  float lr = 0.0f, eps = 1e-7f;
+};
+// a += g^2; w -= lr*g / sqrt(a + eps)
+void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k);
+
+// ---- Gradient clipping (Keras' clipnorm, global_clipnorm, clipvalue) ----
+// out (1) = sum of x^2 (summed in double). On a GPU the sum stays there: nothing waits for it.
+void sum_of_squares(const Tensor& x, Tensor& out);
+// x = x * clip_norm / max(norm, clip_norm), norm = sqrt(the sum of the elements of `squares`):
+// squares (1) holds x's own sum (clipnorm), squares (P) one sum per gradient (global_clipnorm).
+// A NaN norm makes x NaN, as in Keras.
+void clip_by_norm(Tensor& x, const Tensor& squares, float clip_norm);
+// x = min(max(x, -limit), limit); NaN stays NaN.
+void clip_by_value(Tensor& x, float limit);
 
 }  // namespace dtrain::kernels

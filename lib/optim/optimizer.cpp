@@ -1,7 +1,8 @@
 // Implementation of optimizer.h. The updates themselves are kernels (ops.h:
-// sgd_update, adam_update) on the params' device. When the params, their grads
-// and the slots each lie in one arena with the same layout (Sequential::place),
-// one update call covers all params as flat ranges; otherwise one call per param.
+// sgd_update, adam_update, rmsprop_update, adagrad_update) on the params'
+// device. When the params, their grads and the slots each lie in one arena with
+// the same layout (Sequential::place), one update call covers all params as flat
+// ranges; otherwise one call per param. Clipping comes first (clipping.h).
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -18,20 +19,31 @@ double Optimizer::learning_rate(int64_t step) const {
   return learning_rate_at(spec_.learning_rate, step);
 }
 
+void Optimizer::apply(const std::vector<nn::Param*>& params, int64_t step) {
+  clipper_.clip(params);
+  update(params, step);
+}
+
 namespace {
 
-// Makes one zero-filled slot per param, named "<param>/<suffix>", from the arena
-// when given, else on the param's device.
+// Makes one slot per param, named "<param>/<suffix>" and filled with `initial`
+// (Keras' initializer: zeros, or adagrad's initial_accumulator_value), from the
+// arena when given, else on the param's device.
 void ensure_slots(std::vector<nn::Param>& slots, const std::vector<nn::Param*>& params, const char* suffix,
-                  TensorArena* arena = nullptr) {
+                  TensorArena* arena = nullptr, float initial = 0.0f) {
   if (!slots.empty()) {
     DT_CHECK_EQ(slots.size(), params.size());
     return;
   }
   for (const nn::Param* p : params) {
     Tensor t = arena ? arena->take(p->value.shape()) : Tensor(p->value.shape(), p->value.device());
+    if (initial != 0.0f) t.fill(initial);  // both sources are zero-filled already
     slots.push_back({p->name + "/" + suffix, t, Tensor()});
   }
+}
+
+void append_state(std::vector<nn::Param*>& out, std::vector<nn::Param>& slots) {
+  for (auto& s : slots) out.push_back(&s);
 }
 
 // True when every list holds its tensors in one storage, in order, at the same
@@ -73,7 +85,7 @@ class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerSpec& spec) : Optimizer(spec) {}
 
-  void apply(const std::vector<nn::Param*>& params, int64_t step) override {
+  void update(const std::vector<nn::Param*>& params, int64_t step) override {
     const bool momentum = spec_.momentum != 0.0;
     if (momentum) ensure_slots(velocity_, params, "momentum");
     kernels::SgdCoeffs k;
@@ -113,7 +125,7 @@ class Adam : public Optimizer {
   Adam(const OptimizerSpec& spec, bool decoupled_decay)
       : Optimizer(spec), decoupled_decay_(decoupled_decay) {}
 
-  void apply(const std::vector<nn::Param*>& params, int64_t step) override {
+  void update(const std::vector<nn::Param*>& params, int64_t step) override {
     ensure_slots(m_, params, "m");
     ensure_slots(v_, params, "v");
     const double lr = learning_rate(step);
@@ -155,6 +167,94 @@ class Adam : public Optimizer {
   std::vector<nn::Param> m_, v_;
 };
 
+// Keras' RMSprop: slot "velocity" (the mean square), "momentum" when momentum > 0
+// and "average_gradient" when centered, in that order (Keras' build order).
+class Rmsprop : public Optimizer {
+ public:
+  explicit Rmsprop(const OptimizerSpec& spec) : Optimizer(spec) {}
+
+  void update(const std::vector<nn::Param*>& params, int64_t step) override {
+    create_state(params, nullptr);
+    kernels::RmspropCoeffs k;
+    k.lr = static_cast<float>(learning_rate(step));
+    k.rho = static_cast<float>(spec_.rho);
+    k.momentum = static_cast<float>(spec_.momentum);
+    k.eps = static_cast<float>(spec_.epsilon);
+    k.centered = spec_.centered;
+    std::vector<std::vector<const Tensor*>> lists = {values_of(params), grads_of(params), values_of(velocity_)};
+    if (has_momentum()) lists.push_back(values_of(momentum_));
+    if (spec_.centered) lists.push_back(values_of(average_));
+    if (same_flat_layout(lists)) {
+      Tensor w = flat(lists[0]), v = flat(lists[2]);
+      Tensor m = has_momentum() ? flat(lists[3]) : Tensor();
+      Tensor a = spec_.centered ? flat(lists.back()) : Tensor();
+      kernels::rmsprop_update(w, flat(lists[1]), v, has_momentum() ? &m : nullptr, spec_.centered ? &a : nullptr, k);
+      return;
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+      kernels::rmsprop_update(params[i]->value, params[i]->grad, velocity_[i].value,
+                              has_momentum() ? &momentum_[i].value : nullptr,
+                              spec_.centered ? &average_[i].value : nullptr, k);
+  }
+
+  int slots_per_param() const override { return 1 + (has_momentum() ? 1 : 0) + (spec_.centered ? 1 : 0); }
+
+  void create_state(const std::vector<nn::Param*>& params, TensorArena* arena) override {
+    ensure_slots(velocity_, params, "velocity", arena);
+    if (has_momentum()) ensure_slots(momentum_, params, "momentum", arena);
+    if (spec_.centered) ensure_slots(average_, params, "average_gradient", arena);
+  }
+
+  std::vector<nn::Param*> state() override {
+    std::vector<nn::Param*> out;
+    append_state(out, velocity_);
+    append_state(out, momentum_);
+    append_state(out, average_);
+    return out;
+  }
+
+ private:
+  bool has_momentum() const { return spec_.momentum > 0.0; }
+  std::vector<nn::Param> velocity_, momentum_, average_;
+};
+
+// Keras' Adagrad: slot "accumulator", starting at initial_accumulator_value.
+class Adagrad : public Optimizer {
+ public:
+  explicit Adagrad(const OptimizerSpec& spec) : Optimizer(spec) {}
+
+  void update(const std::vector<nn::Param*>& params, int64_t step) override {
+    create_state(params, nullptr);
+    kernels::AdagradCoeffs k;
+    k.lr = static_cast<float>(learning_rate(step));
+    k.eps = static_cast<float>(spec_.epsilon);
+    const std::vector<std::vector<const Tensor*>> lists = {values_of(params), grads_of(params),
+                                                           values_of(accumulator_)};
+    if (same_flat_layout(lists)) {
+      Tensor w = flat(lists[0]), a = flat(lists[2]);
+      kernels::adagrad_update(w, flat(lists[1]), a, k);
+      return;
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+      kernels::adagrad_update(params[i]->value, params[i]->grad, accumulator_[i].value, k);
+  }
+
+  int slots_per_param() const override { return 1; }
+
+  void create_state(const std::vector<nn::Param*>& params, TensorArena* arena) override {
+    ensure_slots(accumulator_, params, "accumulator", arena, static_cast<float>(spec_.initial_accumulator_value));
+  }
+
+  std::vector<nn::Param*> state() override {
+    std::vector<nn::Param*> out;
+    append_state(out, accumulator_);
+    return out;
+  }
+
+ private:
+  std::vector<nn::Param> accumulator_;
+};
+
 }  // namespace
 
 const std::vector<OptimizerType>& optimizer_types() {
@@ -183,6 +283,31 @@ const std::vector<OptimizerType>& optimizer_types() {
          o.weight_decay = r.get_double("weight_decay", o.weight_decay, config::kNonNegative);
        },
        [](const OptimizerSpec& spec) { return std::make_unique<Adam>(spec, true); }},
+      {"rmsprop",
+       "`v = rho v + (1-rho) g^2; w -= lr g / sqrt(v + epsilon)`; slots `velocity`, `momentum` (momentum > 0), "
+       "`average_gradient` (centered); learning_rate 0.001",
+       {{"rho", "0.9, in [0, 1) (decay of the mean square `v`)"},
+        {"momentum", "0, in [0, 1) (> 0: `m = momentum m + step; w -= m`)"},
+        {"epsilon", "1e-7, > 0 (inside the square root, as in Keras)"},
+        {"centered", "false (true: divide by `sqrt(v - a^2 + epsilon)`, `a` the mean gradient)"}},
+       0.001,
+       [](config::Section& r, OptimizerSpec& o) {
+         o.rho = r.get_double("rho", o.rho, config::kFraction);
+         o.momentum = r.get_double("momentum", o.momentum, config::kFraction);
+         o.epsilon = r.get_double("epsilon", o.epsilon, config::kPositive);
+         o.centered = r.get_bool("centered", o.centered);
+       },
+       [](const OptimizerSpec& spec) { return std::make_unique<Rmsprop>(spec); }},
+      {"adagrad", "`a += g^2; w -= lr g / sqrt(a + epsilon)`; slot `accumulator`; learning_rate 0.001",
+       {{"initial_accumulator_value", "0.1, >= 0 (the accumulator's starting value)"},
+        {"epsilon", "1e-7, > 0 (inside the square root, as in Keras)"}},
+       0.001,
+       [](config::Section& r, OptimizerSpec& o) {
+         o.initial_accumulator_value =
+             r.get_double("initial_accumulator_value", o.initial_accumulator_value, config::kNonNegative);
+         o.epsilon = r.get_double("epsilon", o.epsilon, config::kPositive);
+       },
+       [](const OptimizerSpec& spec) { return std::make_unique<Adagrad>(spec); }},
   };
   return table;
 }

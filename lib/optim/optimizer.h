@@ -4,6 +4,10 @@
 //   adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //             w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)
 //   adamw:    w -= lr * weight_decay * w, then the adam step
+//   rmsprop:  v = rho v + (1-rho) g^2;  w -= lr * g / sqrt(v + eps)
+//             (centered: a = rho a + (1-rho) g, sqrt(v - a^2 + eps); momentum: m = momentum m + step, w -= m)
+//   adagrad:  a += g^2;  w -= lr * g / sqrt(a + eps)     (a starts at initial_accumulator_value)
+// Every optimizer first clips the gradients (clipnorm, clipvalue, global_clipnorm: clipping.h).
 #pragma once
 
 #include <functional>
@@ -11,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/clipping.h"
 #include "optim/optimizer_spec.h"
 #include "nn/layer.h"
 #include "tensor/arena.h"
@@ -20,13 +25,15 @@ namespace dtrain::optim {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // Applies one update to every param (each must have a grad), as training step `step` (0-based).
-  virtual void apply(const std::vector<nn::Param*>& params, int64_t step) = 0;
+  // Applies one update to every param (each must have a grad), as training step `step` (0-based):
+  // clips the grads in place (the spec's clipping), then update().
+  void apply(const std::vector<nn::Param*>& params, int64_t step);
   // The learning rate used at `step`.
   double learning_rate(int64_t step) const;
-  // Optimizer state tensors (slots), named like "dense/kernel/m", in a fixed order.
+  // Optimizer state tensors (slots), named like "dense/kernel/m", in a fixed order:
+  // slot-major (slot k of every param, then slot k + 1), as checkpoints and ps tasks expect.
   virtual std::vector<nn::Param*> state() { return {}; }
-  // State tensors per trainable param (sgd: 0 or 1, adam: 2), for sizing an arena.
+  // State tensors per trainable param (sgd: 0 or 1, adam: 2, rmsprop: 1 to 3, adagrad: 1), for sizing an arena.
   virtual int slots_per_param() const { return 0; }
   // Creates the state slots for `params` now (apply() otherwise does it on its
   // first call, on the params' device), taking them from `arena` when given: with
@@ -34,8 +41,13 @@ class Optimizer {
   virtual void create_state(const std::vector<nn::Param*>& params, TensorArena* arena = nullptr) {}
 
  protected:
-  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec) {}
+  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec), clipper_(spec) {}
+  // The optimizer's own update from the (clipped) gradients.
+  virtual void update(const std::vector<nn::Param*>& params, int64_t step) = 0;
   OptimizerSpec spec_;
+
+ private:
+  GradientClipper clipper_;
 };
 
 // The optimizer registry: each `optimizer` type with its keys, its reader and its

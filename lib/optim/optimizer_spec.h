@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/section.h"
 
@@ -16,10 +17,16 @@ struct ScheduleType;   // schedule.h
 struct LearningRateSpec {
   std::string path = "optimizer.learning_rate";
   const ScheduleType* type = nullptr;  // nullptr: constant
-  double initial_learning_rate = 0.001;
-  int64_t decay_steps = 0;  // step, cosine (> 0 for them)
-  double decay_rate = 0.1;  // step: lr * decay_rate^floor(step / decay_steps)
+  double initial_learning_rate = 0.001;  // piecewise_constant: values[0]
+  int64_t decay_steps = 0;  // step, cosine, exponential_decay, polynomial_decay (> 0 for them)
+  double decay_rate = 0.1;  // step, exponential_decay: lr * decay_rate^(step / decay_steps)
+  bool staircase = false;   // exponential_decay: floor(step / decay_steps)
   double alpha = 0.0;       // cosine: final lr = initial * alpha
+  std::vector<int64_t> boundaries;  // piecewise_constant: increasing steps
+  std::vector<double> values;       // piecewise_constant: one more than boundaries
+  double end_learning_rate = 0.0001;  // polynomial_decay
+  double power = 1.0;                 // polynomial_decay
+  bool cycle = false;                 // polynomial_decay: restart at each multiple of decay_steps
   int64_t warmup_steps = 0; // linear warmup from 0 to the initial rate
 };
 
@@ -27,12 +34,19 @@ struct OptimizerSpec {
   std::string path = "optimizer";
   const OptimizerType* type = nullptr;  // nullptr (a spec made in code): adam
   LearningRateSpec learning_rate;
-  double momentum = 0.0;        // sgd
+  double momentum = 0.0;        // sgd, rmsprop
   bool nesterov = false;        // sgd
   double beta_1 = 0.9;          // adam, adamw
   double beta_2 = 0.999;        // adam, adamw
-  double epsilon = 1e-7;        // adam, adamw
+  double epsilon = 1e-7;        // adam, adamw, rmsprop, adagrad
   double weight_decay = 0.004;  // adamw (Keras' default)
+  double rho = 0.9;             // rmsprop: decay of the mean square
+  bool centered = false;        // rmsprop
+  double initial_accumulator_value = 0.1;  // adagrad
+  // Gradient clipping, every optimizer (clipping.h); 0: off. At most one is set.
+  double clipnorm = 0.0;         // each param's gradient to norm <= clipnorm
+  double clipvalue = 0.0;        // each element to [-clipvalue, clipvalue]
+  double global_clipnorm = 0.0;  // all gradients together to global norm <= global_clipnorm
 };
 
 // Reads the optimizer: a name ("adam"), or an object with "type", "learning_rate"

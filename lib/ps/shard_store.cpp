@@ -21,9 +21,12 @@ std::vector<VariableInfo> model_variables(const nn::ModelSpec& model, uint64_t s
   return out;
 }
 
+// A ps's optimizer clips nothing: a shard is only part of a variable, so the
+// workers clip whole gradients (per-variable and global norms) before they push
+// (ParameterServerStrategy::train_step, optim/clipping.h).
 ShardStore::ShardStore(const Placement& placement, int ps, const nn::ModelSpec& model, uint64_t seed,
                        const optim::OptimizerSpec& optimizer)
-    : optimizer_(optim::make_optimizer(optimizer)) {
+    : optimizer_(optim::make_optimizer(optim::without_clipping(optimizer))) {
   const nn::Sequential initial(model, seed);  // the same initial values every task computes
   const std::vector<nn::Param*> variables = initial.params();
   DT_CHECK_EQ(variables.size(), placement.variables.size());
@@ -34,7 +37,7 @@ ShardStore::ShardStore(const Placement& placement, int ps, const nn::ModelSpec& 
 
 ShardStore::ShardStore(const Placement& placement, int ps, const std::vector<const float*>& initial_values,
                        const optim::OptimizerSpec& optimizer)
-    : optimizer_(optim::make_optimizer(optimizer)) {
+    : optimizer_(optim::make_optimizer(optim::without_clipping(optimizer))) {
   DT_CHECK_EQ(initial_values.size(), placement.variables.size());
   init(placement, ps, initial_values);
 }

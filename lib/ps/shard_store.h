@@ -1,6 +1,8 @@
 // ShardStore: the variables one ps task holds (its shards of the placement) and
 // the optimizer that updates them, with its slots beside each shard. The ps's
 // initial values are the model's own (same model spec and seed as every task).
+// The optimizer never clips here: the workers clip whole gradients before they
+// push (the spec's clipnorm, clipvalue and global_clipnorm are ignored).
 #pragma once
 
 #include <cstdint>

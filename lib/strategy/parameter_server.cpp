@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "kernels/ops.h"
 #include "ps/ps_checkpoint.h"
 
@@ -34,7 +35,8 @@ ParameterServerStrategy::ParameterServerStrategy(const StrategyJob& job, const S
       seed_(job.train.seed),
       loss_(nn::make_loss(job.loss)),
       model_(std::make_unique<nn::Sequential>(job.model, job.train.seed)),
-      optimizer_(optim::make_optimizer(job.optimizer)) {
+      optimizer_(optim::make_optimizer(job.optimizer)),
+      clipper_(job.optimizer) {
   if (!context.device.is_cpu())
     throw ConfigError(str("strategy.type parameter_server computes on the CPU in this version of dtrain, not on ",
                           context.device.str(), "; set \"device\": \"cpu\""));
@@ -54,6 +56,7 @@ ParameterServerStrategy::ParameterServerStrategy(const StrategyJob& job, const S
 ParameterServerStrategy::~ParameterServerStrategy() = default;
 
 void ParameterServerStrategy::receive_values() {
+  const trace::Span span("ps pull", "ps");
   version_ = group_.finish(values_);
   const std::vector<float*> targets = value_pointers(params_);
   for (int p = 0; p < group_.size(); ++p) ps::scatter_shards(group_.placement(), p, values_[p].data(), targets);
@@ -93,6 +96,10 @@ void ParameterServerStrategy::train_step(const std::vector<data::Batch>& micro_b
         }
       }
   }
+  // Clipping (clipnorm, clipvalue, global_clipnorm) needs whole variables' norms,
+  // and a ps holds only shards: clip here, before the push; the ps tasks' optimizers
+  // do not clip (ShardStore). In sync mode the ps then averages clipped gradients.
+  clipper_.clip(trainable_);
   // The push: gradients of the trainable variables; for the others (batch-norm
   // moving statistics) the change this step made, so that concurrent workers'
   // changes add up on the ps.
@@ -109,7 +116,10 @@ void ParameterServerStrategy::train_step(const std::vector<data::Batch>& micro_b
     }
   }
   for (int p = 0; p < group_.size(); ++p) ps::gather_shards(group_.placement(), p, sources, payloads_[p].data());
-  group_.start_push(payloads_, clock_++);
+  {
+    const trace::Span span("ps push", "ps");
+    group_.start_push(payloads_, clock_++);
+  }
   timings_.steps += 1;
   timings_.comm_wait_seconds += waited;
   timings_.step_seconds += timer.seconds();

@@ -8,7 +8,9 @@
 // the start of the next step: the pull of the next step overlaps the time until
 // then. On the coordinator, sync_state() fetches the values (and the optimizer's
 // slots) into the local model for evaluation and checkpoints, and load_state()
-// puts a checkpoint's state on the ps tasks.
+// puts a checkpoint's state on the ps tasks. The optimizer's gradient clipping
+// runs on the worker, over whole gradients, before the push: a ps holds only
+// shards of a variable (optim/clipping.h).
 #pragma once
 
 #include <memory>
@@ -59,6 +61,7 @@ class ParameterServerStrategy : public Strategy {
   std::unique_ptr<nn::Loss> loss_;
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // its slots hold the fetched state (coordinator)
+  optim::GradientClipper clipper_;  // the optimizer's clipping, on whole gradients before the push
   std::vector<nn::Param*> params_, trainable_;
   std::vector<Tensor> accumulated_, before_;  // gradient sums (K > 1); non-trainable values as pulled
   std::vector<std::vector<float>> values_, payloads_;

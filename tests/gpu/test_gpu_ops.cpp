@@ -203,6 +203,31 @@ std::vector<OpCase> other_cases() {
                    kernels::sgd_update(w, t[1], &vel, s);
                    return Tensors{w, m, v, vel};
                  }});
+  out.push_back({"rmsprop (centered, momentum) and adagrad updates", {{5000}, {5000}}, [](Tensors& t) {
+                   Tensor w = t[0].clone(), v = on(t[0], {5000}), m = on(t[0], {5000}), a = on(t[0], {5000});
+                   kernels::RmspropCoeffs r;
+                   r.lr = 0.01f;
+                   r.momentum = 0.9f;
+                   r.centered = true;
+                   for (int i = 0; i < 3; ++i) kernels::rmsprop_update(w, t[1], v, &m, &a, r);
+                   Tensor acc = on(t[0], {5000});
+                   acc.fill(0.1f);
+                   kernels::AdagradCoeffs k;
+                   k.lr = 0.1f;
+                   kernels::adagrad_update(w, t[1], acc, k);
+                   return Tensors{w, v, m, a, acc};
+                 }});
+  out.push_back({"sum of squares, clip by norm (own and global) and by value", {{70000}, {300}}, [](Tensors& t) {
+                   Tensor squares = on(t[0], {2});
+                   Tensor s0 = squares.flat_slice(0, 1), s1 = squares.flat_slice(1, 1);
+                   kernels::sum_of_squares(t[0], s0);
+                   kernels::sum_of_squares(t[1], s1);
+                   Tensor own = t[1].clone(), global = t[0].clone(), value = t[0].clone();
+                   kernels::clip_by_norm(own, s1, 1.0f);
+                   kernels::clip_by_norm(global, squares, 1.0f);
+                   kernels::clip_by_value(value, 0.5f);
+                   return Tensors{squares, own, global, value};
+                 }});
   return out;
 }
 

@@ -92,8 +92,9 @@ TEST_CASE("an unknown layer, optimizer or loss type is exit 2 and lists the vali
                  "BatchNormalization"});
   }
   SECTION("optimizer type") {
-    job["optimizer"]["type"] = "rmsprop";
-    check_error(run_job(tmp, job), kConfigError, {"optimizer.type", "'rmsprop'", "sgd", "adam", "adamw"});
+    job["optimizer"]["type"] = "nadam";
+    check_error(run_job(tmp, job), kConfigError,
+                {"optimizer.type", "'nadam'", "sgd", "adam", "adamw", "rmsprop", "adagrad"});
   }
   SECTION("loss type") {
     job["loss"]["type"] = "hinge";

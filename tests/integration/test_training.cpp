@@ -2,9 +2,11 @@
 // samples for one epoch writes a complete --summary and a metrics.jsonl that agree;
 // the same seed gives bit-identical parameters (one thread, and two threads), a
 // different seed does not; --set really changes the run; the CNN runs end to end;
-// `bench train --json` prints one JSON object; a synthetic-data job trains. Every
+// `bench train --json` prints one JSON object; a synthetic-data job trains, also
+// with rmsprop, global_clipnorm and a piecewise_constant schedule. Every
 // run is small (seconds), so the whole file stays well under a minute on 2 cores.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "integration/job_files.h"
@@ -182,6 +184,27 @@ TEST_CASE("a synthetic-data job trains", "[integration]") {
   CHECK(t.summary["steps"] == 3 * ceil_div(512, 32));
   CHECK(t.summary["test_accuracy"].is_null());  // no test set
   CHECK(t.summary["train_accuracy"].get<double>() > 0.5);  // 4 well-separated classes; chance is 0.25
+}
+
+TEST_CASE("rmsprop with global_clipnorm and a piecewise_constant schedule trains to a finite loss", "[integration]") {
+  TempDir tmp;
+  nlohmann::json job = synthetic_job({8, 8, 1},
+                                     {{{"type", "Flatten"}},
+                                      {{"type", "Dense"}, {"units", 32}, {"activation", "relu"}},
+                                      {{"type", "Dense"}, {"units", 4}}},
+                                     2);
+  job["optimizer"] = {{"type", "rmsprop"},
+                      {"momentum", 0.5},
+                      {"centered", true},
+                      {"global_clipnorm", 1.0},
+                      {"learning_rate",
+                       {{"type", "piecewise_constant"}, {"boundaries", {16}}, {"values", {0.003, 0.001}}}}};
+  const Trained t = train(tmp, job, {"--threads", "1"}, "rmsprop");
+  INFO("summary: " << t.summary.dump(2));
+  CHECK(t.summary["steps"] == 2 * ceil_div(512, 32));
+  REQUIRE(t.summary["train_loss"].is_number());
+  CHECK(std::isfinite(t.summary["train_loss"].get<double>()));
+  CHECK(t.summary["train_accuracy"].get<double>() > 0.5);  // chance is 0.25
 }
 
 TEST_CASE("a ResNet-style model trains and resumes from a checkpoint with the uninterrupted run's parameters",

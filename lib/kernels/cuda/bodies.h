@@ -173,6 +173,78 @@ struct AdamBody {
   DT_HOST_DEVICE void operator()(int64_t i) const { math::adam_element(w[i], g[i], m[i], v[i], k); }
 };
 
+struct RmspropBody {
+  float* w;
+  const float* g;
+  float* v;
+  float* m;  // null without momentum
+  float* a;  // null unless centered
+  RmspropCoeffs k;
+  DT_HOST_DEVICE void operator()(int64_t i) const {
+    float unused_m = 0.0f, unused_a = 0.0f;
+    math::rmsprop_element(w[i], g[i], v[i], m ? m[i] : unused_m, a ? a[i] : unused_a, k);
+  }
+};
+
+struct AdagradBody {
+  float* w;
+  const float* g;
+  float* a;
+  AdagradCoeffs k;
+  DT_HOST_DEVICE void operator()(int64_t i) const { math::adagrad_element(w[i], g[i], a[i], k); }
+};
+
+// ---- gradient clipping ----
+
+// Parts of pass 1 of a sum of squares: about 256 elements each, at most 4096 parts.
+inline int64_t square_sum_parts(int64_t n) {
+  const int64_t parts = n / 256;
+  return parts < 1 ? 1 : (parts > 4096 ? 4096 : parts);
+}
+
+// Pass 1: index = part; partial[part] = sum of x[i]^2 over i = part, part + parts,
+// ... (adjacent indices read adjacent elements: coalesced).
+struct SquareSumPartBody {
+  const float* x;
+  int64_t n;
+  int64_t parts;
+  float* partial;
+  DT_HOST_DEVICE void operator()(int64_t part) const {
+    double s = 0.0;
+    for (int64_t i = part; i < n; i += parts) s += static_cast<double>(x[i]) * x[i];
+    partial[part] = static_cast<float>(s);
+  }
+};
+
+// One index: out[0] = the sum of x[0..n) (in double, in order). Pass 2 of a sum of
+// squares, and the total of clip_by_norm's sums of squares.
+struct SumBody {
+  const float* x;
+  int64_t n;
+  float* out;
+  DT_HOST_DEVICE void operator()(int64_t) const {
+    double s = 0.0;
+    for (int64_t k = 0; k < n; ++k) s += x[k];
+    out[0] = static_cast<float>(s);
+  }
+};
+
+// x = x * clip / max(sqrt(total[0]), clip); total is a device scalar (SumBody's out).
+struct ClipByNormBody {
+  float* x;
+  const float* total;
+  float clip;
+  DT_HOST_DEVICE void operator()(int64_t i) const {
+    x[i] = math::clip_by_norm_element(x[i], ::sqrtf(total[0]), clip);
+  }
+};
+
+struct ClipByValueBody {
+  float* x;
+  float limit;
+  DT_HOST_DEVICE void operator()(int64_t i) const { x[i] = math::clip_by_value_element(x[i], limit); }
+};
+
 // ---- column sums over rows (bias gradients, batch-norm statistics) ----
 
 // Values summed per column: x[r][c].

@@ -56,6 +56,11 @@ DT_DEFINE_LAUNCH(MovingAverageBody)
 DT_DEFINE_LAUNCH(ClassLossBody)
 DT_DEFINE_LAUNCH(SgdBody)
 DT_DEFINE_LAUNCH(AdamBody)
+DT_DEFINE_LAUNCH(RmspropBody)
+DT_DEFINE_LAUNCH(AdagradBody)
+DT_DEFINE_LAUNCH(SumBody)
+DT_DEFINE_LAUNCH(ClipByNormBody)
+DT_DEFINE_LAUNCH(ClipByValueBody)
 DT_DEFINE_LAUNCH(BatchNormApplyBody)
 DT_DEFINE_LAUNCH(BatchNormBackwardBody)
 DT_DEFINE_LAUNCH(BatchNormGammaGradBody)
@@ -76,6 +81,13 @@ void column_sums(const CenteredSquareValue& v, int64_t rows, int64_t cols, float
 }
 void column_sums(const CenteredProductValue& v, int64_t rows, int64_t cols, float scale, float* out) {
   column_sums_impl(v, rows, cols, scale, out);
+}
+
+void square_sum(const float* x, int64_t n, float* out) {
+  const int64_t parts = square_sum_parts(n);
+  Scratch partial(static_cast<size_t>(parts) * sizeof(float));
+  run(SquareSumPartBody{x, n, parts, partial.floats()}, parts, "square_sum (pass 1)");
+  run(SumBody{partial.floats(), parts, out}, 1, "square_sum (pass 2)");
 }
 
 }  // namespace dtrain::kernels::cuda

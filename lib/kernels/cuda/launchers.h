@@ -23,6 +23,11 @@ void launch(const MovingAverageBody& body, int64_t n);
 void launch(const ClassLossBody& body, int64_t rows);
 void launch(const SgdBody& body, int64_t n);
 void launch(const AdamBody& body, int64_t n);
+void launch(const RmspropBody& body, int64_t n);
+void launch(const AdagradBody& body, int64_t n);
+void launch(const SumBody& body, int64_t n);
+void launch(const ClipByNormBody& body, int64_t n);
+void launch(const ClipByValueBody& body, int64_t n);
 void launch(const BatchNormApplyBody& body, int64_t n);
 void launch(const BatchNormBackwardBody& body, int64_t n);
 void launch(const BatchNormGammaGradBody& body, int64_t cols);
@@ -38,5 +43,9 @@ void launch(const PoolBackwardBody& body, int64_t n);
 void column_sums(const ElementValue& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredSquareValue& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredProductValue& value, int64_t rows, int64_t cols, float scale, float* out);
+
+// out[0] = sum of x[i]^2 for i in [0, n): two passes (SquareSumPartBody, SumBody)
+// through a partial-sum scratch buffer; out is device memory.
+void square_sum(const float* x, int64_t n, float* out);
 
 }  // namespace dtrain::kernels::cuda

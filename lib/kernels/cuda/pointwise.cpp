@@ -1,6 +1,6 @@
 // The CUDA ops that are own kernels only: activations, batch normalization,
-// dropout, element-wise arithmetic, class losses and optimizer updates. Each
-// checks shapes and launches bodies from bodies.h on the compute stream.
+// dropout, element-wise arithmetic, class losses, optimizer updates and gradient
+// clipping. Each checks shapes and launches bodies from bodies.h on the compute stream.
 #include <initializer_list>
 
 #include "core/check.h"
@@ -125,5 +125,38 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
   DT_CHECK_EQ(w.numel(), v.numel());
   launch(AdamBody{w.data(), g.data(), m.data(), v.data(), k}, w.numel());
 }
+
+void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
+                    const RmspropCoeffs& k) {
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK_EQ(w.numel(), velocity.numel());
+  DT_CHECK(k.momentum == 0.0f || (momentum && momentum->numel() == w.numel()), "rmsprop with momentum needs its slot");
+  DT_CHECK(!k.centered || (average_gradient && average_gradient->numel() == w.numel()),
+           "centered rmsprop needs an average_gradient slot");
+  launch(RmspropBody{w.data(), g.data(), velocity.data(), k.momentum > 0.0f ? momentum->data() : nullptr,
+                     k.centered ? average_gradient->data() : nullptr, k},
+         w.numel());
+}
+
+void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k) {
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK_EQ(w.numel(), accumulator.numel());
+  launch(AdagradBody{w.data(), g.data(), accumulator.data(), k}, w.numel());
+}
+
+void sum_of_squares(const Tensor& x, Tensor& out) {
+  DT_CHECK_EQ(out.numel(), 1);
+  square_sum(x.data(), x.numel(), out.data());
+}
+
+void clip_by_norm(Tensor& x, const Tensor& squares, float clip_norm) {
+  // The total is summed on the device and read there by every element: the
+  // host never waits for the norm.
+  Scratch total(sizeof(float));
+  launch(SumBody{squares.data(), squares.numel(), total.floats()}, 1);
+  launch(ClipByNormBody{x.data(), total.floats(), clip_norm}, x.numel());
+}
+
+void clip_by_value(Tensor& x, float limit) { launch(ClipByValueBody{x.data(), limit}, x.numel()); }
 
 }  // namespace dtrain::kernels::cuda

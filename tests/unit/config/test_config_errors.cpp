@@ -97,7 +97,7 @@ TEST_CASE("unknown optimizer and loss and activation and format names are sugges
   json job = minimal_job();
   job["optimizer"] = "adm";
   CHECK_THAT(config_error(job), Contains("optimizer: unknown optimizer 'adm'; did you mean 'adam'? "
-                                         "(valid: sgd, adam, adamw)"));
+                                         "(valid: sgd, adam, adamw, rmsprop, adagrad)"));
   job = minimal_job();
   job["loss"] = {{"type", "categorical_crossentropi"}};
   CHECK_THAT(config_error(job), Contains("loss.type: unknown loss 'categorical_crossentropi'; "
@@ -109,7 +109,7 @@ TEST_CASE("unknown optimizer and loss and activation and format names are sugges
   job["data"]["train"]["format"] = "cifar";
   CHECK_THAT(config_error(job),
              Contains("data.train.format: unknown data format 'cifar'; "
-                      "did you mean 'cifar10'? (valid: idx, cifar10, synthetic)"));
+                      "did you mean 'cifar10'? (valid: idx, cifar10, tfrecord, synthetic)"));
 }
 
 TEST_CASE("a wrongly typed value names the path and the value and its kind", "[config][errors]") {
@@ -269,11 +269,11 @@ TEST_CASE("a key of another data format names that format", "[config][errors]") 
   json job = minimal_job();
   job["data"]["train"] = {{"format", "idx"}, {"images", "a"}, {"labels", "b"}, {"files", {"c"}}};
   CHECK_THAT(config_error(job), Contains("data.train: unknown key 'files' for an idx source; "
-                                         "'files' belongs to cifar10 sources"));
+                                         "'files' belongs to cifar10 and tfrecord sources"));
   job = minimal_job();
   job["data"]["train"]["rescale"] = 0.5;
   CHECK_THAT(config_error(job), Contains("unknown key 'rescale' for a synthetic source; "
-                                         "'rescale' belongs to idx and cifar10 sources"));
+                                         "'rescale' belongs to idx, cifar10 and tfrecord sources"));
   job = minimal_job();
   job["data"]["train"] = {{"format", "cifar10"}, {"files", json::array()}};
   CHECK_THAT(config_error(job),

@@ -45,12 +45,12 @@ TEST_CASE("a key that belongs to another entry is reported with its owner") {
              Catch::Contains("'units' belongs to Dense layers"));
   CHECK_THAT(error(R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 3}]},
                       "loss": "mse", "optimizer": {"type": "adam", "momentum": 0.9}, )" + base_data + "}"),
-             Catch::Contains("'momentum' belongs to sgd optimizers"));
+             Catch::Contains("'momentum' belongs to sgd and rmsprop optimizers"));
   CHECK_THAT(error(R"({"model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 3}]},
                       "loss": "mse", "optimizer": "sgd",
                       "data": {"train": {"format": "synthetic", "shape": [4], "count": 8, "files": ["a"]}},
                       "train": {}})"),
-             Catch::Contains("'files' belongs to cifar10 sources"));
+             Catch::Contains("'files' belongs to cifar10 and tfrecord sources"));
 }
 
 TEST_CASE("every registry has entries and unique names") {

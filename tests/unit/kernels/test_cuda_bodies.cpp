@@ -151,6 +151,71 @@ TEST_CASE("kernel bodies: adam and sgd steps are the CPU updates bit for bit") {
   require_close(w2, w1, 0, 0);
 }
 
+TEST_CASE("kernel bodies: rmsprop (every variant) and adagrad steps are the CPU updates bit for bit") {
+  const Tensor g = random_tensor({1000}, 21);
+  for (int variant = 0; variant < 4; ++variant) {
+    CAPTURE(variant);
+    kernels::RmspropCoeffs k;
+    k.lr = 0.01f;
+    k.momentum = variant & 1 ? 0.9f : 0.0f;
+    k.centered = (variant & 2) != 0;
+    Tensor w1 = random_tensor({1000}, 22), v1({1000}), m1({1000}), a1({1000});
+    Tensor w2 = w1.clone(), v2({1000}), m2({1000}), a2({1000});
+    for (int step = 0; step < 3; ++step) {
+      kernels::rmsprop_update(w1, g, v1, k.momentum > 0 ? &m1 : nullptr, k.centered ? &a1 : nullptr, k);
+      run_on_host(RmspropBody{w2.data(), g.data(), v2.data(), k.momentum > 0 ? m2.data() : nullptr,
+                              k.centered ? a2.data() : nullptr, k},
+                  w2.numel());
+    }
+    require_close(w2, w1, 0, 0);
+    require_close(v2, v1, 0, 0);
+    require_close(m2, m1, 0, 0);
+    require_close(a2, a1, 0, 0);
+  }
+  kernels::AdagradCoeffs k;
+  k.lr = 0.1f;
+  Tensor w1 = random_tensor({1000}, 23), acc1({1000}), w2 = w1.clone(), acc2({1000});
+  acc1.fill(0.1f);
+  acc2.fill(0.1f);
+  for (int step = 0; step < 3; ++step) {
+    kernels::adagrad_update(w1, g, acc1, k);
+    run_on_host(AdagradBody{w2.data(), g.data(), acc2.data(), k}, w2.numel());
+  }
+  require_close(w2, w1, 0, 0);
+  require_close(acc2, acc1, 0, 0);
+}
+
+TEST_CASE("kernel bodies: the sum of squares in two passes and the clipping bodies match the CPU") {
+  for (int64_t n : {1, 300, 5000, 2000000}) {
+    CAPTURE(n);
+    const Tensor x = random_tensor({n}, 24, -2, 2);
+    Tensor want({1});
+    kernels::sum_of_squares(x, want);
+    const int64_t parts = square_sum_parts(n);
+    std::vector<float> partial(static_cast<size_t>(parts));
+    float got = 0.0f;
+    run_on_host(SquareSumPartBody{x.data(), n, parts, partial.data()}, parts);
+    run_on_host(SumBody{partial.data(), parts, &got}, 1);
+    CHECK(got == Approx(want.data()[0]).epsilon(1e-6));
+  }
+  // Two gradients' sums (the global norm): the CPU op and the bodies scale alike.
+  const Tensor a = random_tensor({700}, 25, -1, 1), b = random_tensor({90}, 26, -1, 1);
+  Tensor squares({2});
+  Tensor sa = squares.flat_slice(0, 1), sb = squares.flat_slice(1, 1);
+  kernels::sum_of_squares(a, sa);
+  kernels::sum_of_squares(b, sb);
+  Tensor want = a.clone(), got = a.clone();
+  kernels::clip_by_norm(want, squares, 0.5f);
+  float total = 0.0f;
+  run_on_host(SumBody{squares.data(), 2, &total}, 1);
+  run_on_host(ClipByNormBody{got.data(), &total, 0.5f}, got.numel());
+  require_close(got, want, 0, 0);
+  Tensor clipped_want = a.clone(), clipped_got = a.clone();
+  kernels::clip_by_value(clipped_want, 0.3f);
+  run_on_host(ClipByValueBody{clipped_got.data(), 0.3f}, clipped_got.numel());
+  require_close(clipped_got, clipped_want, 0, 0);
+}
+
 TEST_CASE("kernel bodies: explicit padding turns an asymmetric convolution into an unpadded one") {
   // Keras "same" with stride 2 on an even input pads 0 before and 1 after.
   kernels::Conv2DParams same;

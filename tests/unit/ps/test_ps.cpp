@@ -3,7 +3,7 @@
 // multi_worker_mirrored's per-step loss; checkpoints each ps writes its own shards
 // of, loaded back whole and onto another number of ps; a client that is no dtrain
 // task, or asks for a save outside the checkpoint directory, is dropped while the
-// job goes on.
+// job goes on; gradient clipping on the worker over whole variables.
 #include <asio.hpp>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -233,6 +233,38 @@ TEST_CASE("each of two ps writes its own shards into a checkpoint, which loads b
   CHECK(single.servers[0]->version() == 5);
   check_same_tensors(resumed.model().params(), c.model);
   check_same_tensors(resumed.optimizer().state(), c.optimizer);
+}
+
+TEST_CASE("gradient clipping under parameter_server: the worker clips whole variables, the ps does not clip shards") {
+  // rmsprop (three slots) with a global_clipnorm small enough to act, on variables
+  // split in two shards over two ps: one async worker must follow one_device.
+  job::JobConfig job = job_of("parameter_server", R"(, "variable_partitioner": {"type": "fixed", "num_shards": 2})");
+  job.optimizer.type = &optim::optimizer_type("rmsprop");
+  job.optimizer.learning_rate.initial_learning_rate = 0.01;
+  job.optimizer.momentum = 0.5;
+  job.optimizer.centered = true;
+  for (const char* clip : {"clipnorm", "global_clipnorm"}) {
+    CAPTURE(clip);
+    job.optimizer.clipnorm = std::string(clip) == "clipnorm" ? 0.05 : 0.0;
+    job.optimizer.global_clipnorm = std::string(clip) == "global_clipnorm" ? 0.05 : 0.0;
+    job::JobConfig one_job = job_of("one_device");
+    one_job.optimizer = job.optimizer;
+    auto one = strategy::make_strategy(one_job.strategy_job(), {nullptr, 1});
+    const ps::Placement plan = ps::plan_placement(ps::model_variables(job.model, job.train.seed), 2, job.strategy.partitioner);
+    test::TempDir tmp;
+    LocalPs servers(plan, job, tmp.file("ckpts"));
+    ps::PsGroup group(plan, servers.addresses, client("worker:0"));
+    auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1, Device::cpu(), &group});
+    for (int step = 0; step < 10; ++step) {
+      INFO("step " << step);
+      nn::LossStats want, got;
+      one->train_step({batch(step, 0, 4)}, step, want);
+      s->train_step({batch(step, 0, 4)}, step, got);
+      CHECK(got.loss_sum == Approx(want.loss_sum).epsilon(1e-5));
+    }
+    static_cast<strategy::ParameterServerStrategy&>(*s).drain();
+    group.bye();
+  }
 }
 
 TEST_CASE("a client that is no dtrain task is dropped by a ps, which goes on serving") {

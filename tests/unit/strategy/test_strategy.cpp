@@ -1,10 +1,13 @@
 // Strategies from the registry, on threads of this process: multi_worker_mirrored
 // with two ranks whose Gloo communicator meets through an InMemoryStore (no store
 // sockets) trains exactly like one_device on the two ranks' batches together, and
-// both ranks end with the same parameters. Also the registry's own contract.
+// both ranks end with the same parameters. Gradient clipping acts on the averaged
+// gradient (mirrored and central_storage follow one_device), and rmsprop's and
+// adagrad's slots resume through load_state. Also the registry's own contract.
 // (The job is parsed with lib/job, which sits above strategy: tests may link up.)
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "job/job_config.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "optim/optimizer.h"
 #include "rendezvous/store.h"
 #include "strategy/gradient_reducer.h"
 #include "strategy/registry.h"
@@ -174,5 +178,88 @@ TEST_CASE("gradient buckets average the gradients, and values riding along come 
     INFO("rank " << rank);
     CHECK(extras[rank] == std::vector<float>{30.0f, 1.0f});  // 0 + 10 + 20, and the stop flag seen by all
     CHECK(grads[rank] == std::vector<float>(4, 2.0f));       // the mean of 1, 2, 3 (twice: it stays 2)
+  }
+}
+
+namespace {
+
+// The tiny job with rmsprop (centered, momentum) and the clipping option `clip`
+// ("clipnorm", "global_clipnorm" or "" for none) at a limit small enough to act.
+job::JobConfig clipped_job(const std::string& strategy, const std::string& clip) {
+  job::JobConfig job = job_of(strategy);
+  job.optimizer.type = &optim::optimizer_type("rmsprop");
+  job.optimizer.learning_rate.initial_learning_rate = 0.01;
+  job.optimizer.momentum = 0.5;
+  job.optimizer.centered = true;
+  if (clip == "clipnorm") job.optimizer.clipnorm = 0.05;
+  if (clip == "global_clipnorm") job.optimizer.global_clipnorm = 0.05;
+  return job;
+}
+
+// The per-step mean loss of `steps` steps on the 8-row batches, with `replicas` local replicas.
+std::vector<double> loss_curve(const job::JobConfig& job, int replicas, int steps) {
+  job::JobConfig j = job;
+  j.strategy.replicas = replicas;
+  auto s = strategy::make_strategy(j.strategy_job(), {nullptr, replicas});
+  std::vector<double> out;
+  for (int64_t step = 0; step < steps; ++step) {
+    nn::LossStats stats;
+    s->train_step({batch(step % 2, 0, 8)}, step, stats);
+    out.push_back(stats.loss_sum / static_cast<double>(stats.count));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("clipping acts on the averaged gradient: mirrored and central_storage follow one_device") {
+  for (const char* clip : {"clipnorm", "global_clipnorm"}) {
+    CAPTURE(clip);
+    const std::vector<double> reference = loss_curve(clipped_job("one_device", clip), 1, 10);
+    const std::vector<double> unclipped = loss_curve(clipped_job("one_device", ""), 1, 10);
+    CHECK(std::abs(reference[9] - unclipped[9]) > 1e-3);  // the clip limit really acts
+    for (const char* name : {"mirrored", "central_storage"}) {
+      CAPTURE(name);
+      const std::vector<double> losses = loss_curve(clipped_job(name, clip), 2, 10);
+      for (int step = 0; step < 10; ++step) {
+        INFO("step " << step);
+        CHECK(losses[step] == Approx(reference[step]).epsilon(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("rmsprop's and adagrad's slots go through load_state: a resumed run equals the uninterrupted one") {
+  for (const char* type : {"rmsprop", "adagrad"}) {
+    CAPTURE(type);
+    job::JobConfig job = clipped_job("one_device", "global_clipnorm");
+    job.optimizer.type = &optim::optimizer_type(type);
+    auto whole = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+    auto first = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+    for (int64_t step = 0; step < 5; ++step) {
+      nn::LossStats stats;
+      whole->train_step({batch(step, 0, 8)}, step, stats);
+      if (step < 3) first->train_step({batch(step, 0, 8)}, step, stats);
+    }
+    // What a checkpoint keeps: the params and the optimizer's slots, by name.
+    std::map<std::string, Tensor> model, optimizer;
+    for (const nn::Param* p : first->model().params()) model[p->name] = p->value.clone();
+    for (const nn::Param* p : first->optimizer().state()) optimizer[p->name] = p->value.clone();
+    const size_t slots = std::string(type) == "rmsprop" ? 3 : 1;
+    CHECK(optimizer.size() == slots * first->model().trainable_params().size());
+    CHECK(optimizer.count(std::string("dense/kernel/") + (slots == 3 ? "average_gradient" : "accumulator")));
+    auto resumed = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+    const auto lookup = [](const std::map<std::string, Tensor>& tensors) {
+      return [&tensors](const std::string& name) -> const Tensor* {
+        const auto it = tensors.find(name);
+        return it == tensors.end() ? nullptr : &it->second;
+      };
+    };
+    resumed->load_state(lookup(model), lookup(optimizer));
+    for (int64_t step = 3; step < 5; ++step) {
+      nn::LossStats stats;
+      resumed->train_step({batch(step, 0, 8)}, step, stats);
+    }
+    CHECK(resumed->model().params_sha256() == whole->model().params_sha256());
   }
 }
