@@ -3,7 +3,9 @@
 # one compute thread each, samples/s of the whole job:
 #   dtrain multi_worker_mirrored (`dtrain launch --workers N`): the MLP with 1
 #     and 2 workers x batch 64, 2 workers x batch 512, the CNN with 1 and 2
-#     workers x batch 64 (with each run's step breakdown, summary step_ms);
+#     workers x batch 64 over Gloo's ring and over shared memory (hierarchical),
+#     and two independent 1-worker CNN jobs at once: the cores' ceiling for 2
+#     workers (each run with its step breakdown, summary step_ms);
 #   PyTorch DistributedDataParallel over gloo, 2 processes (bench/torch_ddp_reference.py,
 #     PyTorch 2.x from PyPI in the venv scripts/torch-venv.sh makes);
 #   TensorFlow MultiWorkerMirroredStrategy, 2 worker processes, tf-keras
@@ -27,14 +29,15 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 results=$out/results.txt
 
-# dtrain NAME MODEL WORKERS BATCH: one launch; records "NAME samples/s".
+# dtrain NAME MODEL WORKERS BATCH [--set K=V...]: one launch; records "NAME samples/s".
 dtrain() {
   local name="$1" model="$2" workers="$3" batch="$4" config=configs/fashion_mnist_mlp.json
+  shift 4
   [ "$model" = cnn ] && config=configs/fashion_mnist_cnn_multiworker.json
   timeout 900 build/dtrain launch --workers "$workers" --threads 1 --config "$config" \
     --set strategy.type=multi_worker_mirrored --set train.epochs=1 --set train.steps_per_epoch="$steps" \
     --set train.batch_size_per_replica="$batch" --set data.test.take=256 --set output.dir="$out/$name" \
-    --summary "$out/$name.json" >"$out/$name.log" 2>&1 || { echo "$name failed:"; tail -20 "$out/$name.log"; exit 1; }
+    --summary "$out/$name.json" "$@" >"$out/$name.log" 2>&1 || { echo "$name failed:"; tail -20 "$out/$name.log"; exit 1; }
   python3 - "$out/$name.json" "$name" <<'PY' | tee -a "$results"
 import json, sys
 t = json.load(open(sys.argv[1]))["tasks"]["worker:0"]
@@ -65,6 +68,10 @@ dtrain dtrain_mlp_2w_b64 mlp 2 64
 dtrain dtrain_mlp_2w_b512 mlp 2 512
 dtrain dtrain_cnn_1w_b64 cnn 1 64
 dtrain dtrain_cnn_2w_b64 cnn 2 64
+dtrain dtrain_cnn_2w_b64_shm cnn 2 64 --set strategy.communication=hierarchical
+# The cores' own ceiling for the CNN: two independent 1-worker jobs at once (no
+# communication at all); their sum is the most 2 workers could reach here.
+dtrain dtrain_cnn_1w_pair_a cnn 1 64 & dtrain dtrain_cnn_1w_pair_b cnn 1 64 & wait
 if [ "$run_torch" = 1 ]; then
   torch_py=$(bash scripts/torch-venv.sh)
   reference ddp_mlp_2w_b64 "$torch_py" bench/torch_ddp_reference.py --model mlp --workers 2 --batch 64 --steps "$steps"
@@ -80,6 +87,8 @@ echo "== ratios"
 python3 - "$results" <<'PY'
 import sys
 r = {line.split()[0]: float(line.split()[1]) for line in open(sys.argv[1])}
+if "dtrain_cnn_1w_pair_a" in r and "dtrain_cnn_1w_pair_b" in r:
+    r["dtrain_cnn_1w_pair"] = r["dtrain_cnn_1w_pair_a"] + r["dtrain_cnn_1w_pair_b"]
 def ratio(what, a, b, goal=None):
     if a in r and b in r:
         text = f"  {what}: {r[a] / r[b]:.2f}x ({r[a]:.0f} / {r[b]:.0f})"
@@ -87,6 +96,9 @@ def ratio(what, a, b, goal=None):
 ratio("dtrain MLP 2 workers / PyTorch DDP", "dtrain_mlp_2w_b64", "ddp_mlp_2w_b64", 1.5)
 ratio("dtrain MLP 2 workers / TensorFlow MWMS", "dtrain_mlp_2w_b64", "tf_mlp_2w_b64", 4)
 ratio("dtrain CNN 2 workers / its 1 worker", "dtrain_cnn_2w_b64", "dtrain_cnn_1w_b64", 1.7)
+ratio("dtrain CNN 2 workers (shared memory) / its 1 worker", "dtrain_cnn_2w_b64_shm", "dtrain_cnn_1w_b64", 1.7)
+ratio("two independent 1-worker CNN jobs at once / one alone (the cores' ceiling)", "dtrain_cnn_1w_pair", "dtrain_cnn_1w_b64")
+ratio("dtrain CNN 2 workers (shared memory) / that ceiling", "dtrain_cnn_2w_b64_shm", "dtrain_cnn_1w_pair")
 ratio("dtrain MLP 2 workers / its 1 worker", "dtrain_mlp_2w_b64", "dtrain_mlp_1w_b64")
 ratio("dtrain CNN 2 workers / PyTorch DDP", "dtrain_cnn_2w_b64", "ddp_cnn_2w_b64")
 ratio("dtrain CNN 2 workers / TensorFlow MWMS", "dtrain_cnn_2w_b64", "tf_cnn_2w_b64")
