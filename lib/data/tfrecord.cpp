@@ -59,8 +59,8 @@ TfRecordReader::~TfRecordReader() = default;
 bool TfRecordReader::compressed() const { return file_->compressed(); }
 const std::string& TfRecordReader::path() const { return file_->path(); }
 
-std::string TfRecordReader::where() const {
-  return str("record ", index_ - 1, " (byte offset ", record_offset_, compressed() ? " of the uncompressed data)" : ")");
+std::string TfRecordReader::where(int64_t index, uint64_t offset) const {
+  return str("record ", index, " (byte offset ", offset, compressed() ? " of the uncompressed data)" : ")");
 }
 
 bool TfRecordReader::next(std::string& out) {

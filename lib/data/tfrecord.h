@@ -43,8 +43,10 @@ class TfRecordReader {
   // (uncompressed) file.
   int64_t record_index() const { return index_ - 1; }
   uint64_t record_offset() const { return record_offset_; }
-  // "record 12 (byte offset 9876)" or, for gzip files, "... of the uncompressed data)".
-  std::string where() const;
+  // "record 12 (byte offset 9876)" or, for gzip files, "... of the uncompressed data)":
+  // the record last returned, or any record by its number and offset.
+  std::string where() const { return where(record_index(), record_offset_); }
+  std::string where(int64_t index, uint64_t offset) const;
   const std::string& path() const;
 
  private:

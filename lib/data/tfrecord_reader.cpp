@@ -155,7 +155,7 @@ Dataset load_tfrecord(const DataSourceSpec& spec) {
   int64_t kind_record = -1;
   std::string kind_file;
   std::vector<std::string> chunk;
-  std::vector<std::string> where;
+  std::vector<std::pair<int64_t, uint64_t>> where;  // each record's number and offset, for errors
   for (size_t f = 0; f < files.size(); ++f) {
     auto reader = open_file(spec, files, f);
     bool more = true;
@@ -165,7 +165,7 @@ Dataset load_tfrecord(const DataSourceSpec& spec) {
       std::string record;
       while (chunk.size() < kChunkRecords && (more = reader->next(record))) {
         chunk.push_back(std::move(record));
-        where.push_back(reader->where());
+        where.emplace_back(reader->record_index(), reader->record_offset());
       }
       if (chunk.empty()) break;
       const int64_t n = static_cast<int64_t>(chunk.size());
@@ -173,7 +173,8 @@ Dataset load_tfrecord(const DataSourceSpec& spec) {
         int32_t unused = 0;
         const Decoded first = decode(spec, chunk[0], numel, nullptr, nullptr, &unused);
         if (!first.error.empty())
-          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", where[0], " ", first.error));
+          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", reader->where(where[0].first, where[0].second),
+                            " ", first.error));
         kind = first.floats ? 1 : 0;
         kind_record = 0;
         kind_file = files[f];
@@ -197,7 +198,8 @@ Dataset load_tfrecord(const DataSourceSpec& spec) {
                       kind_record, " of '", kind_file, "' had ", kind == 1 ? "a float_list" : "a bytes_list",
                       "; every record must store the image the same way");
         if (!error.empty())
-          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", where[i], " ", error));
+          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", reader->where(where[i].first, where[i].second),
+                            " ", error));
       }
       ds.count += n;
     }

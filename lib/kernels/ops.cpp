@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
@@ -144,11 +145,19 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
 }
 void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
                     const RmspropCoeffs& k) {
+  // The backends trust these (one check for both).
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK_EQ(w.numel(), velocity.numel());
+  DT_CHECK(k.momentum == 0.0f || (momentum && momentum->numel() == w.numel()), "rmsprop with momentum needs its slot");
+  DT_CHECK(!k.centered || (average_gradient && average_gradient->numel() == w.numel()),
+           "centered rmsprop needs an average_gradient slot");
   if (on_gpu("rmsprop_update", w, g, velocity, momentum, average_gradient))
     DT_GPU(rmsprop_update(w, g, velocity, momentum, average_gradient, k));
   else cpu::rmsprop_update(w, g, velocity, momentum, average_gradient, k);
 }
 void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k) {
+  DT_CHECK_EQ(w.numel(), g.numel());
+  DT_CHECK_EQ(w.numel(), accumulator.numel());
   if (on_gpu("adagrad_update", w, g, accumulator)) DT_GPU(adagrad_update(w, g, accumulator, k));
   else cpu::adagrad_update(w, g, accumulator, k);
 }

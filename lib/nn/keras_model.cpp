@@ -152,14 +152,15 @@ class Translator {
   void check_initializer(const std::string& key, const Json& value) const {
     if (value.is_null()) return;
     const std::string want = kInitializers.at(key);
-    std::string got = value.is_string() ? value.get<std::string>() : value.value("class_name", "?");
-    // The string forms: "glorot_uniform", "zeros", "ones".
-    std::string folded;
-    for (char c : got)
-      if (c != '_') folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string want_folded;
-    for (char c : want) want_folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (folded != want_folded)
+    const std::string got = value.is_string() ? value.get<std::string>() : value.value("class_name", "?");
+    // The class name ("GlorotUniform") or its string form ("glorot_uniform").
+    auto folded = [](const std::string& name) {
+      std::string out;
+      for (char c : name)
+        if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return out;
+    };
+    if (folded(got) != folded(want))
       fail_here(str("option '", key, "' is ", got, "; dtrain initialises it as ", want, " only"));
   }
 

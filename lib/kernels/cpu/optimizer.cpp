@@ -100,11 +100,6 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
 
 void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
                     const RmspropCoeffs& k) {
-  DT_CHECK_EQ(w.numel(), g.numel());
-  DT_CHECK_EQ(w.numel(), velocity.numel());
-  DT_CHECK(k.momentum == 0.0f || (momentum && momentum->numel() == w.numel()), "rmsprop with momentum needs its slot");
-  DT_CHECK(!k.centered || (average_gradient && average_gradient->numel() == w.numel()),
-           "centered rmsprop needs an average_gradient slot");
   float* pw = w.data();
   const float* pg = g.data();
   float* pv = velocity.data();
@@ -116,8 +111,6 @@ void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* moment
 }
 
 void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k) {
-  DT_CHECK_EQ(w.numel(), g.numel());
-  DT_CHECK_EQ(w.numel(), accumulator.numel());
   float* pw = w.data();
   const float* pg = g.data();
   float* pa = accumulator.data();

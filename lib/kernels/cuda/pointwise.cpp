@@ -128,19 +128,12 @@ void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamCoe
 
 void rmsprop_update(Tensor& w, const Tensor& g, Tensor& velocity, Tensor* momentum, Tensor* average_gradient,
                     const RmspropCoeffs& k) {
-  DT_CHECK_EQ(w.numel(), g.numel());
-  DT_CHECK_EQ(w.numel(), velocity.numel());
-  DT_CHECK(k.momentum == 0.0f || (momentum && momentum->numel() == w.numel()), "rmsprop with momentum needs its slot");
-  DT_CHECK(!k.centered || (average_gradient && average_gradient->numel() == w.numel()),
-           "centered rmsprop needs an average_gradient slot");
   launch(RmspropBody{w.data(), g.data(), velocity.data(), k.momentum > 0.0f ? momentum->data() : nullptr,
                      k.centered ? average_gradient->data() : nullptr, k},
          w.numel());
 }
 
 void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k) {
-  DT_CHECK_EQ(w.numel(), g.numel());
-  DT_CHECK_EQ(w.numel(), accumulator.numel());
   launch(AdagradBody{w.data(), g.data(), accumulator.data(), k}, w.numel());
 }
 
