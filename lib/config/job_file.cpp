@@ -100,11 +100,46 @@ std::string read_device(const Value& value) {
   return device;
 }
 
+namespace {
+
+// `monitor` and `mode` of a Keras callback's section.
+MonitorSpec read_monitor(Section& r) {
+  MonitorSpec m;
+  m.path = r.path();
+  m.monitor = r.get_choice("monitor", m.monitor, {"val_loss", "val_accuracy", "loss", "accuracy"}, "monitor");
+  m.mode = r.get_choice("mode", m.mode, {"auto", "min", "max"}, "mode");
+  return m;
+}
+
+EarlyStoppingSpec read_early_stopping(const Value& value) {
+  EarlyStoppingSpec es;
+  Section r(value, "the train.early_stopping section");
+  r.expect_keys({"monitor", "mode", "min_delta", "patience", "baseline", "restore_best_weights", "start_from_epoch"});
+  es.enabled = true;
+  es.monitor = read_monitor(r);
+  // Keras takes min_delta's absolute value; a negative one here is more likely a mistake.
+  es.min_delta = r.get_double("min_delta", es.min_delta, kNonNegative);
+  es.patience = r.get_int("patience", es.patience, 0);
+  if (const auto b = r.find("baseline"); b && !b->is_null())
+    es.baseline = b->to_double({-kInfinity, false, kInfinity, false, "a number"});
+  es.restore_best_weights = r.get_bool("restore_best_weights", es.restore_best_weights);
+  es.start_from_epoch = r.get_int("start_from_epoch", es.start_from_epoch, 0);
+  r.finish();
+  return es;
+}
+
+}  // namespace
+
+bool MonitorSpec::maximize() const {
+  if (mode != "auto") return mode == "max";
+  return monitor.find("accuracy") != std::string::npos;
+}
+
 TrainSpec read_train(const Value& value) {
   TrainSpec train;
   Section r(value, "the train section");
   r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps",
-                 "gradient_accumulation_steps", "deterministic", "eval_batch_size"});
+                 "gradient_accumulation_steps", "deterministic", "eval_batch_size", "early_stopping"});
   train.epochs = r.get_int("epochs", train.epochs, 1);
   train.batch_size_per_replica = r.get_int("batch_size_per_replica", train.batch_size_per_replica, 1);
   train.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(train.seed), 0));
@@ -113,6 +148,7 @@ TrainSpec read_train(const Value& value) {
   train.eval_batch_size = r.get_int("eval_batch_size", train.eval_batch_size, 0);
   train.gradient_accumulation_steps = r.get_int("gradient_accumulation_steps", train.gradient_accumulation_steps, 1);
   train.deterministic = r.get_bool("deterministic", train.deterministic);
+  if (const auto es = r.find("early_stopping"); es && !es->is_null()) train.early_stopping = read_early_stopping(*es);
   r.finish();
   return train;
 }
@@ -135,12 +171,22 @@ OutputSpec read_output(const Value& value) {
 CheckpointSpec read_checkpoint(const Value& value) {
   CheckpointSpec ck;
   Section r(value, "the checkpoint section");
-  r.expect_keys({"dir", "every_steps", "every_epochs", "keep", "resume"});
+  r.expect_keys({"dir", "every_steps", "every_epochs", "keep", "resume", "save_best_only", "monitor", "mode"});
   if (const auto dir = r.find("dir")) ck.dir = dir->to_string(true);
   ck.every_steps = r.get_int("every_steps", ck.every_steps, 0);
   ck.every_epochs = r.get_int("every_epochs", ck.every_epochs, 0);
   ck.keep = r.get_int("keep", ck.keep, 1);
   ck.resume = r.get_choice("resume", "never", {"never", "auto"}, "resume mode") == "auto";
+  ck.save_best_only = r.get_bool("save_best_only", ck.save_best_only);
+  ck.monitor = read_monitor(r);
+  if (ck.save_best_only) {
+    // The monitored figures exist at epoch ends; Keras' save_freq in batches compares
+    // one batch's loss, which is noise. Epoch saves are what "best" means here.
+    if (ck.every_steps > 0)
+      r.fail("every_steps", "save_best_only compares the epochs' figures, so it saves at epoch ends; "
+                            "remove checkpoint.every_steps (or save_best_only)");
+    if (ck.every_epochs == 0) ck.every_epochs = 1;
+  }
   r.finish();
   return ck;
 }

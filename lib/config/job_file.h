@@ -17,6 +17,26 @@
 
 namespace dtrain::config {
 
+// What a Keras callback watches at each epoch's end ("val_loss", "loss",
+// "val_accuracy", "accuracy") and which way is better.
+struct MonitorSpec {
+  std::string path;                 // where `monitor` is, for messages ("train.early_stopping")
+  std::string monitor = "val_loss";
+  std::string mode = "auto";        // "min", "max", or "auto": max for accuracy, min for loss
+  bool maximize() const;
+};
+
+// train.early_stopping, as Keras' EarlyStopping callback.
+struct EarlyStoppingSpec {
+  bool enabled = false;
+  MonitorSpec monitor;
+  double min_delta = 0.0;           // an improvement must beat the best by more than this
+  int64_t patience = 0;             // epochs without improvement before stopping
+  std::optional<double> baseline;   // the value to beat before `wait` resets
+  bool restore_best_weights = false;  // end with the best epoch's parameters
+  int64_t start_from_epoch = 0;     // epochs before the monitor is looked at
+};
+
 struct TrainSpec {
   std::string path = "train";
   int64_t epochs = 1;
@@ -29,6 +49,7 @@ struct TrainSpec {
   // Accepted for TF users (tf.config.experimental.enable_op_determinism): dtrain's
   // CPU path is always deterministic for a given seed and thread count.
   bool deterministic = true;
+  EarlyStoppingSpec early_stopping;
 };
 
 struct RuntimeSpec {
@@ -49,6 +70,10 @@ struct CheckpointSpec {
   int64_t every_epochs = 0; // save after every N epochs (0 = not by epochs)
   int64_t keep = 3;         // newest complete checkpoints kept
   bool resume = false;      // checkpoint.resume "auto": continue from the newest good checkpoint ("never": false)
+  // Keras' ModelCheckpoint(save_best_only=True): the epoch saves happen only when
+  // `monitor` improved on the best saved so far.
+  bool save_best_only = false;
+  MonitorSpec monitor;
 };
 
 struct OutputSpec {

@@ -3,9 +3,22 @@
 // owner, in the order a reader of the file meets them.
 #include "job/job_config.h"
 
+#include "core/error.h"
+#include "core/strings.h"
 #include "strategy/registry.h"
 
 namespace dtrain::job {
+namespace {
+
+// A Keras callback watching val_* needs the data the trainer evaluates after each epoch.
+void check_monitor(const JobConfig& job, const config::MonitorSpec& m) {
+  if (m.monitor.rfind("val_", 0) == 0 && !job.data.has_test)
+    throw ConfigError(str(job.source, ": ", m.path, ".monitor: '", m.monitor,
+                          "' is measured on data.test after each epoch, and this job has none; set data.test "
+                          "or monitor '", m.monitor.substr(4), "'"));
+}
+
+}  // namespace
 
 JobConfig parse_job_config(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
@@ -28,6 +41,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   if (const auto v = r.find("checkpoint")) job.checkpoint = config::read_checkpoint(*v);
   config::read_cluster_keys(r, &job.cluster, &job.task);
   r.finish();
+  if (job.train.early_stopping.enabled) check_monitor(job, job.train.early_stopping.monitor);
+  if (job.checkpoint.save_best_only) check_monitor(job, job.checkpoint.monitor);
   job.normalized_json = document.normalized_json();
   job.agreement_json = document.agreement_json();
   return job;

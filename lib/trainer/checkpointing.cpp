@@ -72,6 +72,7 @@ ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) 
   const nlohmann::json rng = nlohmann::json::parse(ckpt.manifest.rng_json);
   const int64_t saved_batch = rng.value("global_batch", global_batch);
   const int64_t saved_step_in_epoch = rng.value("step_in_epoch", int64_t{0});
+  if (rng.contains("callbacks")) point.callbacks_json = rng["callbacks"].dump();
   point.resumed = true;
   point.global_step = ckpt.manifest.step;
   point.epoch = ckpt.manifest.epoch;
@@ -107,12 +108,14 @@ void Checkpointer::after_steps(int64_t from, int64_t to, int64_t epoch, int64_t 
     save(to, epoch, step_in_epoch, global_batch);
 }
 
-void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final) {
+void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final,
+                               bool improved) {
   if (final && !fallback_dir_.empty()) {
     dir_ = fallback_dir_;
     return save(global_step, epochs_done, 0, global_batch);
   }
   if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
+  if (job_.checkpoint.save_best_only && !improved) return;
   if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);
 }
 
@@ -159,6 +162,7 @@ void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoc
                         {"step_in_epoch", step_in_epoch},
                         {"global_batch", global_batch},
                         {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}};
+  if (!callbacks_json_.empty() && callbacks_json_ != "{}") rng["callbacks"] = nlohmann::json::parse(callbacks_json_);
   checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
   if (!sharded_.empty()) {  // the ps tasks write the tensors; this task has no copy of them to hash
     m.rng_json = rng.dump();

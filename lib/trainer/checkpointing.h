@@ -27,6 +27,7 @@ struct ResumePoint {
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   bool resumed = false;
+  std::string callbacks_json;  // the Keras callbacks' state saved with it ("" = none)
 };
 
 class Checkpointer {
@@ -54,7 +55,12 @@ class Checkpointer {
   void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
   // `final`: the last epoch of a job whose final checkpoint is asked for
   // (RunOptions::final_checkpoint): saved whatever checkpoint.every_* say.
-  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final = false);
+  // `improved`: with checkpoint.save_best_only, whether the monitored figure
+  // improved (the epoch's save is skipped when not).
+  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final = false,
+                   bool improved = true);
+  // The Keras callbacks' state (a JSON object's text) that the next saves record.
+  void set_callbacks_state(std::string json) { callbacks_json_ = std::move(json); }
   // After the global step jumped from `from` to `to` (the parameter-server
   // coordinator polls it): saves once if a multiple of checkpoint.every_steps lies in (from, to].
   void after_steps(int64_t from, int64_t to, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
@@ -72,6 +78,7 @@ class Checkpointer {
   std::string dir_;
   std::string fallback_dir_;  // where a preemption save goes when periodic saving is off
   int64_t last_saved_step_ = -1;
+  std::string callbacks_json_;
   checkpoint::ShardedLayout sharded_;  // empty: this task writes the tensors
   ShardWriter shard_writer_;
 };

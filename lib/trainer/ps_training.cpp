@@ -47,6 +47,10 @@ PsSetup setup(const job::JobConfig& job, const RunOptions& options) {
   if (job.train.gradient_accumulation_steps > 1)
     throw ConfigError("train.gradient_accumulation_steps: parameter_server pushes every batch's gradients (TF's "
                       "asynchronous training has no accumulation); remove it or use multi_worker_mirrored");
+  if (job.train.early_stopping.enabled || job.checkpoint.save_best_only)
+    throw ConfigError(str(job.train.early_stopping.enabled ? "train.early_stopping" : "checkpoint.save_best_only",
+                          ": parameter_server jobs do not run Keras' epoch callbacks in this version of dtrain; "
+                          "remove it or use multi_worker_mirrored"));
   PsSetup s;
   s.threads = setup_threads(job, options.host);
   s.strategy = strategy::make_strategy(job.strategy_job(), {nullptr, s.threads, Device::cpu(), options.ps.group});

@@ -109,6 +109,8 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["train_loss"] = number(s.train_loss);
   j["train_accuracy"] = s.train_accuracy;
   j["epochs"] = s.epochs;
+  if (s.stopped_epoch > 0) j["stopped_epoch"] = s.stopped_epoch;
+  if (s.restored_epoch > 0) j["restored_epoch"] = s.restored_epoch;
   j["steps"] = s.steps;
   j["global_batch_size"] = s.global_batch_size;
   j["train_samples_per_sec"] = s.train_samples_per_sec;

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "strategy/strategy.h"
+#include "trainer/callback_runner.h"
 #include "trainer/checkpointing.h"
 #include "trainer/job_setup.h"
 #include "strategy/registry.h"
@@ -60,10 +61,13 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   const int64_t global_batch = job.train.batch_size_per_replica * strategy->num_replicas_in_sync() * accumulation;
   Checkpointer checkpointer(job, *strategy, options.workers);
   const ResumePoint start = checkpointer.resume(global_batch, steps_per_epoch);
+  CallbackRunner callbacks(job, *strategy, options.workers);
+  callbacks.resume(start.callbacks_json);
 
   MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed,
                      options.write_metrics ? tensorboard_dir(job) : std::string());
   Progress progress(stdout_is_terminal());
+  summary.epochs = job.train.epochs;
   int64_t global_step = start.global_step;
   double train_seconds = 0.0, data_seconds = 0.0;
   int64_t train_samples = 0, trained_steps = 0;
@@ -143,9 +147,6 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
     report.comm_wait_share =
         step_seconds > 0 ? (timings_after.comm_wait_seconds - timings_before.comm_wait_seconds) / step_seconds : 0.0;
     strategy->sync_state();
-    // Saved before evaluating, so a final checkpoint holds the parameters the test figures are of.
-    checkpointer.after_epoch(global_step, epoch + 1, global_batch,
-                             options.final_checkpoint && epoch + 1 == job.train.epochs);
     if (test_pipeline) {
       const nn::LossStats val = evaluate(*strategy, *test_pipeline);
       report.has_validation = true;
@@ -154,13 +155,31 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
       summary.test_loss = report.val_loss;
       summary.test_accuracy = report.val_accuracy;
     }
+    const CallbackRunner::Decision decision = callbacks.on_epoch_end(epoch, report);
+    checkpointer.set_callbacks_state(callbacks.state_json());
+    const bool last = epoch + 1 == job.train.epochs || decision.stop;
+    // The epoch's checkpoint holds the epoch's parameters (the test figures are of
+    // them), also when restore_best_weights then puts an earlier epoch's back, as
+    // Keras' ModelCheckpoint saves before EarlyStopping restores.
+    checkpointer.after_epoch(global_step, epoch + 1, global_batch, options.final_checkpoint && last, decision.save);
     progress.epoch_done(report);
     metrics.epoch(report, global_step);
     summary.train_loss = report.loss;
     summary.train_accuracy = report.accuracy;
+    if (decision.stop) summary.stopped_epoch = epoch + 1;
+    if (last) {
+      if (const std::optional<EpochReport> best = callbacks.restore_best()) {
+        summary.restored_epoch = best->epoch;
+        if (best->has_validation) {
+          summary.test_loss = best->val_loss;
+          summary.test_accuracy = best->val_accuracy;
+        }
+      }
+      break;
+    }
   }
 
-  summary.epochs = job.train.epochs;
+  if (summary.stopped_epoch > 0) summary.epochs = summary.stopped_epoch;
   summary.steps = global_step;
   summary.world_size = strategy->num_replicas_in_sync();
   summary.global_batch_size = job.train.batch_size_per_replica * summary.world_size;

@@ -86,7 +86,9 @@ struct RunSummary {
   double test_loss = -1.0;
   double train_loss = 0.0;      // last epoch
   double train_accuracy = 0.0;  // last epoch
-  int64_t epochs = 0;
+  int64_t epochs = 0;          // epochs trained to (fewer than train.epochs after early stopping)
+  int64_t stopped_epoch = 0;   // train.early_stopping: the epoch it stopped after (1-based), else 0
+  int64_t restored_epoch = 0;  // restore_best_weights: the epoch whose parameters the job ends with, else 0
   int64_t steps = 0;
   int64_t global_batch_size = 0;
   double train_samples_per_sec = 0.0;
