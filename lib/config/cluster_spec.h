@@ -47,9 +47,18 @@ struct ClusterSpec {
 struct ClusterConfig {
   ClusterSpec spec;   // empty: a single process without a cluster
   TaskId task;        // meaningful only when !spec.empty()
-  std::string source; // where the cluster came from, for messages: "TF_CONFIG" or the job file
+  // Where the cluster came from, for messages and `dtrain cluster`: the job file's
+  // name, "TF_CONFIG", "slurm", "kubernetes" or "env".
+  std::string source;
+  std::string job_id;  // a resolver's name for the job ("slurm-<job>.<step>"); "" = none
+  // The task's index on its machine when the resolver knows it (SLURM_LOCALID,
+  // LOCAL_RANK): picks its GPU when devices are auto.
+  std::optional<int> local_rank;
   bool single_process() const { return spec.empty(); }
 };
+
+// Environment variables by name, as the runtime read them (lib/config never calls getenv).
+using EnvVars = std::map<std::string, std::string>;
 
 // The job file's own `cluster` and `task` keys (both may be absent), for
 // resolve_cluster(); `source` names the file in messages.

@@ -34,6 +34,7 @@ struct Recorder {
   std::vector<std::pair<int, std::string>> thread_names;
   int64_t dropped = 0;
   int next_tid = 0;
+  int64_t clock_offset_us = 0;  // added to every timestamp written (set_clock_offset_us)
 };
 
 Recorder& recorder() {
@@ -74,6 +75,12 @@ int64_t now_us() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
 
+void set_clock_offset_us(int64_t offset_us) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.clock_offset_us = offset_us;
+}
+
 void set_thread_name(const std::string& name) {
   const int tid = this_thread_id();
   Recorder& r = recorder();
@@ -103,13 +110,15 @@ void write(const std::string& path, const std::string& process_name, int pid) {
     for (const auto& [tid, name] : r.thread_names)
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
     for (const Event& e : r.events) {
-      nlohmann::json j{{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"ts", e.start_us},
+      nlohmann::json j{{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"ts", e.start_us + r.clock_offset_us},
                        {"dur", e.dur_us}, {"pid", pid},   {"tid", e.tid}};
       if (!e.detail.empty()) j["args"] = {{"detail", e.detail}};
       events.push_back(std::move(j));
     }
     if (r.dropped > 0)
       events.push_back({{"ph", "M"}, {"name", "dropped_events"}, {"pid", pid}, {"args", {{"count", r.dropped}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "clock_offset_us"}, {"pid", pid}, {"args", {{"offset_us", r.clock_offset_us}}}});
   }
   const std::filesystem::path target(path);
   std::error_code ec;

@@ -2,9 +2,10 @@
 // chrome://tracing), recorded when output.trace is on.
 //
 // Spans are complete events ("ph": "X") with a name, a category, a start and a
-// duration in microseconds on the wall clock (CLOCK_REALTIME, so the tasks of a
-// machine share one time axis; across machines it is as good as their clock
-// sync) and the thread they ran on; each thread is its own track, named with
+// duration in microseconds on the wall clock (CLOCK_REALTIME) and the thread they
+// ran on. The tasks of a cluster put their events on the chief's clock: each
+// measures its offset to it through the rendezvous (set_clock_offset_us), which
+// write() adds to every timestamp; each thread is its own track, named with
 // set_thread_name(). Recording costs two clock reads and one append under a
 // mutex per span, and nothing at all while tracing is off. write() saves one
 // process's events as {"traceEvents": [...]}; merge_traces() joins the files of
@@ -20,6 +21,10 @@ namespace dtrain::trace {
 void enable();    // start recording (idempotent)
 bool enabled();
 int64_t now_us(); // microseconds since the Unix epoch
+
+// How far the reference clock (the chief's) is ahead of this machine's; write()
+// shifts every timestamp by it and records it as a "clock_offset_us" metadata event.
+void set_clock_offset_us(int64_t offset_us);
 
 // Names the calling thread's track ("main", "gradient all-reduce", ...).
 void set_thread_name(const std::string& name);

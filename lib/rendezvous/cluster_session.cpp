@@ -103,6 +103,8 @@ void ClusterSession::stop_heartbeats() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
+int64_t ClusterSession::measure_clock_offset_us() { return is_chief() ? 0 : store_->clock_offset_us(); }
+
 ClusterSession::~ClusterSession() {
   stop_heartbeats();
   if (server_ && !finished_) {

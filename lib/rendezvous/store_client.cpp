@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "core/trace.h"
 #include "rendezvous/deadline_socket.h"
 #include "rendezvous/wire.h"
 
@@ -153,6 +154,20 @@ HeartbeatReply StoreClient::heartbeat(int64_t step) {
 }
 
 void StoreClient::done() { impl_->request({Op::kDone, 0, {}}, seconds(impl_->options.request_timeout)); }
+
+int64_t StoreClient::clock_offset_us(int samples) {
+  int64_t best_round_trip = -1, offset = 0;
+  for (int i = 0; i < samples; ++i) {
+    const int64_t sent = trace::now_us();
+    const Message r = impl_->request({Op::kClock, 0, {}}, seconds(impl_->options.request_timeout));
+    const int64_t received = trace::now_us();
+    if (best_round_trip < 0 || received - sent < best_round_trip) {
+      best_round_trip = received - sent;
+      offset = r.number - (sent + received) / 2;
+    }
+  }
+  return offset;
+}
 
 void StoreClient::fail(const std::string& message) {
   impl_->roundtrip({Op::kFail, 0, {message}}, seconds(impl_->options.request_timeout));

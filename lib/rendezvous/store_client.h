@@ -53,6 +53,11 @@ class StoreClient final : public Store {
   void done();
   // This task is failing with `message`: the job fails with it.
   void fail(const std::string& message);
+  // How far the server's wall clock is ahead of this machine's, in microseconds:
+  // of `samples` round trips, the one that took least time, assuming the server
+  // read its clock halfway through it (NTP's estimate; off by at most half that
+  // round trip).
+  int64_t clock_offset_us(int samples = 8);
 
  private:
   struct Impl;

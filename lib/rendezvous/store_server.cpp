@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "core/trace.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -269,6 +270,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
           s.update_all_done();
         }
         return reply({Op::kOk, 0, {}});
+      case Op::kClock:
+        return reply({Op::kValue, trace::now_us(), {}});
       case Op::kFail:
         s.task_lost(task_, str("task ", s.describe(task_), " failed: ", m.fields.empty() ? "" : m.fields[0]));
         return reply({Op::kOk, 0, {}});

@@ -47,7 +47,7 @@ class Reader {
 };
 
 bool known_op(uint8_t op) {
-  return (op >= 1 && op <= 4) || (op >= 10 && op <= 16) || (op >= 30 && op <= 35);
+  return (op >= 1 && op <= 4) || (op >= 10 && op <= 17) || (op >= 30 && op <= 35);
 }
 
 }  // namespace
@@ -65,6 +65,7 @@ const char* op_name(Op op) {
     case Op::kHeartbeat: return "heartbeat";
     case Op::kDone: return "done";
     case Op::kFail: return "fail";
+    case Op::kClock: return "clock";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kNotFound: return "not-found";

@@ -32,6 +32,7 @@ enum class Op : uint8_t {
   kHeartbeat = 14,  // number = last step reached
   kDone = 15,       // the task is finishing normally: its disconnect is not a loss
   kFail = 16,       // {message}: the task is failing; the job fails with it
+  kClock = 17,      // the server's wall clock: a kValue reply, number = microseconds since the Unix epoch
   // replies (server -> client)
   kOk = 30,
   kValue = 31,      // {value} or number

@@ -49,6 +49,14 @@ std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
 }
 
 // Writes the collectives this task started last to its log (the flight recorder).
+// With output.trace, this task's trace goes on the chief's clock (trace.h).
+void align_trace_clock(const job::JobConfig& job, ClusterTask& task) {
+  if (!job.output.trace) return;
+  const int64_t offset = task.session().measure_clock_offset_us();
+  trace::set_clock_offset_us(offset);
+  if (!task.session().is_chief()) log::info("trace: the chief's clock is ", offset, " us ahead of this task's");
+}
+
 void log_flight_record(const ClusterTask& task) {
   const std::string record = comm::flight_record();
   if (!record.empty()) log::warn(task.name(), ": the last collectives it started (oldest first):\n", record);
@@ -100,6 +108,7 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
   // Served before joining, so the workers find it as soon as they look.
   ps::PsServer server(shards, options, env.listen_socket(), "0.0.0.0", address.port);
   ClusterTask task(spec);
+  align_trace_clock(job, task);
   log::info(task.name(), " serves ", shards.elements(), " floats of variables (",
             job.strategy.mode == ps::UpdateMode::kSync    ? "sync"
             : job.strategy.mode == ps::UpdateMode::kStale ? "stale"
@@ -167,6 +176,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
   spec.expendable = expendable_tasks(cluster.spec, parameter_server);
   if (parameter_server && cluster.task.type == "ps") return run_ps_task(job, cluster, env, spec, kill_step);
   ClusterTask task(spec);
+  align_trace_clock(job, task);
   rendezvous::ClusterSession& session = task.session();
   run.write_metrics = session.is_chief();
   run.on_step = [&](int64_t step) {

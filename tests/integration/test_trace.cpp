@@ -1,7 +1,9 @@
 // The trace timeline and the flight recorder end to end:
 //  - a 2-worker launch with output.trace gets one <output.dir>/trace.json with a
-//    process per task, one all-reduce per gradient bucket per step and every span
-//    inside its step (tests/python/check_trace.py, standard library only);
+//    process per task, one all-reduce per gradient bucket per step, every span
+//    inside its step, and the tasks' clocks aligned: each records its offset to
+//    the chief, and every bucket's all-reduce overlaps in time on both tasks
+//    (tests/python/check_trace.py, standard library only);
 //  - one task alone writes trace.json itself; output.trace needs output.dir;
 //  - a worker killed mid-training: the survivor's log lists the collectives it
 //    started last, the one it was in when the peer was lost included.

@@ -5,9 +5,12 @@ Usage: check_trace.py TRACE_JSON TASKS
 Checks that the Chrome-trace file has one process per task (named worker:0,
 ...), that every step of every task has exactly one all-reduce span per
 gradient bucket (bucket 0..B-1, each once), and that every span of a task lies
-inside one of its steps (the all-reduces, on their own thread, too). Prints the
-mean duration of each span kind per task, and exits 0 when all checks pass, 1
-with what failed otherwise. Standard library only.
+inside one of its steps (the all-reduces, on their own thread, too), that each
+task recorded its clock offset to the chief, and that the clocks agree: the
+all-reduce of one bucket in one step overlaps in time on every task (no task can
+finish a collective before another has started it). Prints the mean duration of
+each span kind per task, and exits 0 when all checks pass, 1 with what failed
+otherwise. Standard library only.
 """
 import collections
 import json
@@ -22,7 +25,12 @@ def main():
     errors = []
     if sorted(names.values()) != sorted(f"worker:{i}" for i in range(tasks)):
         errors.append(f"processes {sorted(names.values())}, expected worker:0..worker:{tasks - 1}")
+    offsets = {e["pid"]: e["args"]["offset_us"] for e in events if e["ph"] == "M" and e["name"] == "clock_offset_us"}
+    if sorted(offsets) != sorted(names):
+        errors.append(f"clock offsets recorded for processes {sorted(offsets)}, expected {sorted(names)}")
     spans = [e for e in events if e["ph"] == "X"]
+    # (step index, bucket) -> [(start, end)] of every task, for the overlap check.
+    collectives = collections.defaultdict(list)
     for pid, task in sorted(names.items()):
         mine = [e for e in spans if e["pid"] == pid]
         steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in mine if e["name"] == "step")
@@ -41,6 +49,7 @@ def main():
             if e["name"] == "all-reduce":
                 bucket = int(re.match(r"bucket (\d+)", e["args"]["detail"]).group(1))
                 buckets_per_step[inside[0]].append(bucket)
+                collectives[(inside[0], bucket)].append((e["ts"], e["ts"] + e["dur"]))
         if outside:
             errors.append(f"{task}: {outside} spans outside every step")
         bucket_count = max((max(b) for b in buckets_per_step.values()), default=-1) + 1
@@ -52,7 +61,13 @@ def main():
         for e in mine:
             means[e["name"]].append(e["dur"] / 1000.0)
         summary = ", ".join(f"{n} {sum(v) / len(v):.3f}" for n, v in sorted(means.items(), key=lambda kv: -sum(kv[1])))
-        print(f"{task}: {len(steps)} steps, {bucket_count} bucket(s) per step; mean ms: {summary}")
+        print(f"{task}: {len(steps)} steps, {bucket_count} bucket(s) per step, clock offset "
+              f"{offsets.get(pid, '?')} us; mean ms: {summary}")
+    apart = [key for key, times in collectives.items()
+             if len(times) == len(names) and max(a for a, _ in times) > min(b for _, b in times)]
+    if apart:
+        errors.append(f"{len(apart)} of {len(collectives)} all-reduces do not overlap across the tasks "
+                      f"(first: step {apart[0][0]}, bucket {apart[0][1]}): their clocks disagree")
     if errors:
         print("\n".join(errors))
         sys.exit(1)

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
@@ -260,4 +261,13 @@ TEST_CASE("heartbeat replies carry the chief's step") {
   StoreClient worker("127.0.0.1", server.port(), client_options("worker:0", "control"));
   chief.heartbeat(42);
   CHECK(worker.heartbeat(1).chief_step == 42);
+}
+
+TEST_CASE("the server's clock is read through the store: on one machine the offset is about zero") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  // The same clock on both ends: the estimate is off by at most half the fastest
+  // round trip (well under 2 ms on loopback), whatever the units would be otherwise.
+  const int64_t offset = a.clock_offset_us();
+  CHECK(std::llabs(offset) < 2000);
 }
