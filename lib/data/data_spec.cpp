@@ -50,8 +50,11 @@ DataSpec read_data_spec(const config::Value& value) {
                       : policy == "off"  ? ShardPolicy::kOff
                                          : ShardPolicy::kAuto;
   data.num_parallel_calls = r.get_int("num_parallel_calls", 0, 0);
-  for (DataSourceSpec* source : {&data.train, &data.test, &data.validation})
+  for (DataSourceSpec* source : {&data.train, &data.test, &data.validation}) {
     source->parallel_calls = data.num_parallel_calls;
+    // Without the cache, a format that can stream reads its files every epoch.
+    source->stream = !data.cache && source->format && source->format->stream;
+  }
   r.finish();
   return data;
 }

@@ -25,6 +25,7 @@ struct DataSourceSpec {
   std::string image_key = "image";   // tfrecord: the tf.train.Example feature holding the image
   std::string label_key = "label";   // tfrecord: ... and the one holding the label
   int64_t parallel_calls = 0;        // threads decoding records (data.num_parallel_calls; 0 = the cores)
+  bool stream = false;               // read the samples from the files every epoch (data.cache false, tfrecord)
   int64_t classes = 10;           // synthetic: number of classes
   int64_t count = 0;              // synthetic: number of samples
   uint64_t seed = 0;              // synthetic: generator seed

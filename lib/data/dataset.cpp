@@ -64,6 +64,7 @@ int64_t Dataset::sample_numel() const { return shape_numel(sample_shape); }
 
 void Dataset::copy_sample(int64_t i, float* out) const {
   DT_CHECK(i >= 0 && i < count, "sample ", i, " of ", count, " in ", name);
+  DT_CHECK(!stream, name, " is streamed: its samples are read in order through the stream");
   const auto numel = static_cast<size_t>(sample_numel());
   const size_t begin = static_cast<size_t>(i) * numel;
   if (!values.empty()) {
@@ -137,7 +138,7 @@ std::vector<std::string> expand_files(const DataSourceSpec& spec) {
 
 Dataset load_dataset(const DataSourceSpec& spec) {
   check_common(spec);
-  Dataset ds = spec.format->load(spec);
+  Dataset ds = spec.stream && spec.format->stream ? spec.format->stream(spec) : spec.format->load(spec);
   finish(ds, spec.take);
   return ds;
 }

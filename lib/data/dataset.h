@@ -13,11 +13,28 @@
 #include <vector>
 
 #include <functional>
+#include <memory>
 
 #include "data/data_spec.h"
 #include "tensor/tensor.h"
 
 namespace dtrain::data {
+
+// A source read sample by sample each epoch instead of held in memory (tfrecord
+// with data.cache false: files larger than memory). The count and the labels are
+// read up front; the images each time an epoch reads them.
+class SampleStream {
+ public:
+  virtual ~SampleStream() = default;
+  // Reads from the first sample on, in the source's order.
+  class Cursor {
+   public:
+    virtual ~Cursor() = default;
+    // Writes the next sample's sample_numel floats, rescaled as copy_sample() would.
+    virtual void next(float* out) = 0;
+  };
+  virtual std::unique_ptr<Cursor> open() const = 0;
+};
 
 struct Dataset {
   std::string name;          // the spec's JSON path, e.g. "data.train"
@@ -29,6 +46,9 @@ struct Dataset {
   std::vector<int32_t> labels;  // count labels, each >= 0
   int32_t max_label = -1;       // largest label
   int64_t max_label_index = -1; // the sample that has it (for error messages)
+  // Set for a streamed source: the samples are read in order from here (pixels and
+  // values stay empty; copy_sample() cannot be used, the pipeline reads the stream).
+  std::shared_ptr<const SampleStream> stream;
 
   int64_t sample_numel() const;
   // Writes sample i (sample_numel floats) to out.
@@ -56,6 +76,8 @@ struct DataFormat {
   bool rescales = true;  // byte pixels scaled by `rescale`
   bool shape_from_model = false;  // the sample shape is the model's input_shape unless `shape` is set
   bool auto_shards_by_file = false;  // shard_policy auto means file (enough files) rather than data
+  // A Dataset whose samples stream (spec.stream); nullptr: the format always loads.
+  std::function<Dataset(const DataSourceSpec&)> stream;
 };
 const std::vector<const DataFormat*>& data_formats();
 // The entry named `name`; ConfigError listing the valid names otherwise.

@@ -11,16 +11,20 @@
 // batches queued before it. Decoding a shared Dataset (cache=true) is guarded by a
 // process-wide reader/writer lock, which batch assembly holds shared: two
 // pipelines over one Dataset decode it once, and never read it while it changes.
+// A streamed Dataset (tfrecord without the cache) is read in order each epoch
+// through a cursor of the pipeline's own, with the same batches as from memory.
 #include "data/pipeline.h"
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
 #include <numeric>
 #include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "core/check.h"
@@ -89,12 +93,56 @@ struct Pipeline::Impl {
   bool worker_done = true;
   std::exception_ptr error;
 
-  Batch assemble(int64_t b) const;
+  // A streamed dataset (dataset->stream): the epoch reads the samples in order;
+  // those this shard takes at a later position wait in `pending` (with a shuffle
+  // buffer of B, at most about B of them).
+  std::unique_ptr<SampleStream::Cursor> cursor;
+  int64_t next_read = 0;             // the cursor's next sample
+  std::vector<bool> wanted;          // sample index -> this shard still takes it this epoch
+  std::unordered_map<int64_t, std::vector<float>> pending;
+  std::vector<float> skipped;        // where samples other shards take are read to
+
+  Batch assemble(int64_t b);
+  void copy_streamed(int64_t sample, float* out);
+  void restart_stream(int64_t first_position);
   void produce();
   void stop_worker();
 };
 
-Batch Pipeline::Impl::assemble(int64_t b) const {
+void Pipeline::Impl::restart_stream(int64_t first_position) {
+  cursor = dataset->stream->open();
+  next_read = 0;
+  pending.clear();
+  wanted.assign(static_cast<size_t>(dataset->count), false);
+  for (int64_t j = first_position; j < samples; ++j) wanted[static_cast<size_t>(shard_order[static_cast<size_t>(j)])] = true;
+}
+
+void Pipeline::Impl::copy_streamed(int64_t sample, float* out) {
+  const auto numel = static_cast<size_t>(dataset->sample_numel());
+  if (const auto it = pending.find(sample); it != pending.end()) {
+    std::memcpy(out, it->second.data(), numel * sizeof(float));
+    pending.erase(it);
+    return;
+  }
+  // Samples come out of the shuffle in an order no more than the buffer ahead of
+  // the source's: read on to `sample`, keeping the ones this shard takes later.
+  DT_CHECK(sample >= next_read, "sample ", sample, " was read already (next ", next_read, ")");
+  while (next_read < sample) {
+    const int64_t i = next_read++;
+    if (wanted[static_cast<size_t>(i)]) {
+      std::vector<float>& keep = pending[i];
+      keep.resize(numel);
+      cursor->next(keep.data());
+    } else {
+      skipped.resize(numel);
+      cursor->next(skipped.data());
+    }
+  }
+  ++next_read;
+  cursor->next(out);
+}
+
+Batch Pipeline::Impl::assemble(int64_t b) {
   const int64_t begin = b * options.batch_size;
   const int64_t n = std::min(options.batch_size, samples - begin);
   DT_CHECK(n > 0, "batch ", b, " of ", batches);
@@ -109,7 +157,8 @@ Batch Pipeline::Impl::assemble(int64_t b) const {
   std::shared_lock lock(dataset_guard());
   for (int64_t k = 0; k < n; ++k) {
     const int64_t sample = shard_order[static_cast<size_t>(begin + k)];
-    dataset->copy_sample(sample, out + k * numel);
+    if (dataset->stream) copy_streamed(sample, out + k * numel);
+    else dataset->copy_sample(sample, out + k * numel);
     batch.labels[static_cast<size_t>(k)] = dataset->labels[static_cast<size_t>(sample)];
   }
   return batch;
@@ -176,7 +225,7 @@ Pipeline::Pipeline(std::shared_ptr<Dataset> dataset, PipelineOptions options)
     std::shared_lock lock(dataset_guard());
     DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count);
     const auto stored = static_cast<int64_t>(std::max(ds.pixels.size(), ds.values.size()));
-    DT_CHECK_EQ(stored, ds.count * ds.sample_numel());
+    if (!ds.stream) DT_CHECK_EQ(stored, ds.count * ds.sample_numel());
   }
 
   impl_->samples = ds.count / options.shard_count;
@@ -214,6 +263,7 @@ void Pipeline::start_range(int64_t epoch, int64_t first, int64_t end) {
   for (int64_t j = 0; j < p.samples; ++j)
     p.shard_order[static_cast<size_t>(j)] =
         order[static_cast<size_t>(p.options.shard_index + j * p.options.shard_count)];
+  if (p.dataset->stream) p.restart_stream(first * p.options.batch_size);
   p.first = first;
   p.end = end;
   p.next_batch = first;

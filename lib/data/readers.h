@@ -21,6 +21,8 @@ DatasetInfo probe_cifar10(const DataSourceSpec& spec);
 
 // TFRecord files of tf.train.Example records: spec.files (globs expanded), in order.
 Dataset load_tfrecord(const DataSourceSpec& spec);
+// The same source streamed: the count and labels now, the images through ds.stream.
+Dataset stream_tfrecord(const DataSourceSpec& spec);
 DatasetInfo probe_tfrecord(const DataSourceSpec& spec);
 
 // Synthetic class prototypes plus noise: spec.shape, classes, count, seed.

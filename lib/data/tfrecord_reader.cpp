@@ -7,7 +7,9 @@
 // spec.shape is the model's input_shape unless the source sets `shape` (job
 // config fills it in). Files are read in order, record by record (tfrecord.h
 // checks every CRC); records are parsed and decoded in chunks on
-// data.num_parallel_calls threads. Any bad record is an IoError naming the file,
+// data.num_parallel_calls threads. With data.cache false the source streams:
+// one pass reads the count and the labels, and each epoch reads the images again
+// (SampleStream), so files larger than memory train. Any bad record is an IoError naming the file,
 // the record, its offset, the feature and what was expected.
 // Its registry entry (dataset.h's DataFormat: keys, reader, loaders) closes the file.
 #include <omp.h>
@@ -140,72 +142,179 @@ std::unique_ptr<TfRecordReader> open_file(const DataSourceSpec& spec, const std:
   return reader;
 }
 
-}  // namespace
+// One chunk of records, decoded.
+struct Chunk {
+  int64_t n = 0;
+  bool floats = false;          // float_list images (else raw bytes)
+  std::vector<uint8_t> pixels;  // n * numel bytes (raw byte images)
+  std::vector<float> values;    // n * numel floats (float_list images)
+  std::vector<int32_t> labels;  // n
+};
 
-Dataset load_tfrecord(const DataSourceSpec& spec) {
-  check_fields(spec);
-  const std::vector<std::string> files = expand_files(spec);
+// The source's records in order, file after file, decoded a chunk of at most
+// kChunkRecords records (of one file) at a time on the decode threads. Every
+// record must store its image the same way as the source's first record.
+class RecordDecoder {
+ public:
+  explicit RecordDecoder(const DataSourceSpec& spec)
+      : spec_(spec), files_(expand_files(spec)), numel_(shape_numel(spec.shape)), threads_(decode_threads(spec)) {}
+  const std::vector<std::string>& files() const { return files_; }
+
+  // The next chunk into `out`; false when every file has been read.
+  bool next_chunk(Chunk& out) {
+    while (true) {
+      if (!reader_) {
+        if (file_ >= files_.size()) return false;
+        reader_ = open_file(spec_, files_, file_);
+      }
+      records_.clear();
+      where_.clear();
+      std::string record;
+      while (records_.size() < kChunkRecords && reader_->next(record)) {
+        records_.push_back(std::move(record));
+        where_.emplace_back(reader_->record_index(), reader_->record_offset());
+      }
+      if (!records_.empty()) break;
+      reader_.reset();
+      ++file_;
+    }
+    decode_chunk(out);
+    return true;
+  }
+
+ private:
+  [[noreturn]] void fail(size_t i, const std::string& error) const {
+    throw IoError(str(spec_.path, ".files[", file_, "]: '", files_[file_], "' ",
+                      reader_->where(where_[i].first, where_[i].second), " ", error));
+  }
+
+  void decode_chunk(Chunk& out) {
+    const int64_t n = static_cast<int64_t>(records_.size());
+    if (kind_ < 0) {
+      int32_t unused = 0;
+      const Decoded first = decode(spec_, records_[0], numel_, nullptr, nullptr, &unused);
+      if (!first.error.empty()) fail(0, first.error);
+      kind_ = first.floats ? 1 : 0;
+      kind_file_ = files_[file_];
+    }
+    out.n = n;
+    out.floats = kind_ == 1;
+    const size_t elements = static_cast<size_t>(n) * static_cast<size_t>(numel_);
+    out.pixels.resize(out.floats ? 0 : elements);
+    out.values.resize(out.floats ? elements : 0);
+    out.labels.resize(static_cast<size_t>(n));
+    std::vector<Decoded> results(static_cast<size_t>(n));
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(i) * static_cast<size_t>(numel_);
+      results[i] = decode(spec_, records_[i], numel_, out.floats ? nullptr : out.pixels.data() + at,
+                          out.floats ? out.values.data() + at : nullptr, &out.labels[static_cast<size_t>(i)]);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const Decoded& d = results[i];
+      if (!d.error.empty()) fail(static_cast<size_t>(i), d.error);
+      if (d.floats != out.floats)
+        fail(static_cast<size_t>(i),
+             str("feature '", spec_.image_key, "' is ", d.floats ? "a float_list" : "a bytes_list", ", but record 0 of '",
+                 kind_file_, "' had ", out.floats ? "a float_list" : "a bytes_list",
+                 "; every record must store the image the same way"));
+    }
+  }
+
+  DataSourceSpec spec_;
+  std::vector<std::string> files_;
+  int64_t numel_;
+  int threads_;
+  size_t file_ = 0;
+  std::unique_ptr<TfRecordReader> reader_;
+  int kind_ = -1;  // 0 bytes, 1 floats: the first record decides
+  std::string kind_file_;
+  std::vector<std::string> records_;
+  std::vector<std::pair<int64_t, uint64_t>> where_;  // each record's number and offset, for errors
+};
+
+// A streamed source's samples, read again from the files by each cursor.
+class TfRecordCursor final : public SampleStream::Cursor {
+ public:
+  explicit TfRecordCursor(const DataSourceSpec& spec)
+      : decoder_(spec), path_(spec.path), numel_(shape_numel(spec.shape)), rescale_(static_cast<float>(spec.rescale)) {}
+  void next(float* out) override {
+    if (at_ == chunk_.n) {
+      if (!decoder_.next_chunk(chunk_))
+        throw IoError(str(path_, ": the files hold fewer records than when training started; were they changed "
+                                 "during training?"));
+      at_ = 0;
+    }
+    const size_t begin = static_cast<size_t>(at_++) * static_cast<size_t>(numel_);
+    if (chunk_.floats) {
+      std::memcpy(out, chunk_.values.data() + begin, static_cast<size_t>(numel_) * sizeof(float));
+      return;
+    }
+    const uint8_t* src = chunk_.pixels.data() + begin;  // the same arithmetic as Dataset::copy_sample
+    for (int64_t j = 0; j < numel_; ++j) out[j] = static_cast<float>(src[j]) * rescale_;
+  }
+
+ private:
+  RecordDecoder decoder_;
+  std::string path_;
+  int64_t numel_;
+  float rescale_;
+  Chunk chunk_;
+  int64_t at_ = 0;
+};
+
+class TfRecordStream final : public SampleStream {
+ public:
+  explicit TfRecordStream(DataSourceSpec spec) : spec_(std::move(spec)) {}
+  std::unique_ptr<Cursor> open() const override { return std::make_unique<TfRecordCursor>(spec_); }
+
+ private:
+  DataSourceSpec spec_;
+};
+
+Dataset empty_dataset(const DataSourceSpec& spec) {
   Dataset ds;
   ds.name = spec.path;
   ds.sample_shape = spec.shape;
   ds.rescale = static_cast<float>(spec.rescale);
-  const int64_t numel = ds.sample_numel();
-  const int threads = decode_threads(spec);
-  int kind = -1;  // 0 bytes, 1 floats: the first record decides, the rest must agree
-  int64_t kind_record = -1;
-  std::string kind_file;
-  std::vector<std::string> chunk;
-  std::vector<std::pair<int64_t, uint64_t>> where;  // each record's number and offset, for errors
-  for (size_t f = 0; f < files.size(); ++f) {
-    auto reader = open_file(spec, files, f);
-    bool more = true;
-    while (more) {
-      chunk.clear();
-      where.clear();
-      std::string record;
-      while (chunk.size() < kChunkRecords && (more = reader->next(record))) {
-        chunk.push_back(std::move(record));
-        where.emplace_back(reader->record_index(), reader->record_offset());
-      }
-      if (chunk.empty()) break;
-      const int64_t n = static_cast<int64_t>(chunk.size());
-      if (kind < 0) {
-        int32_t unused = 0;
-        const Decoded first = decode(spec, chunk[0], numel, nullptr, nullptr, &unused);
-        if (!first.error.empty())
-          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", reader->where(where[0].first, where[0].second),
-                            " ", first.error));
-        kind = first.floats ? 1 : 0;
-        kind_record = 0;
-        kind_file = files[f];
-      }
-      const size_t base = static_cast<size_t>(ds.count);
-      if (kind == 0) ds.pixels.resize((base + static_cast<size_t>(n)) * static_cast<size_t>(numel));
-      else ds.values.resize((base + static_cast<size_t>(n)) * static_cast<size_t>(numel));
-      ds.labels.resize(base + static_cast<size_t>(n));
-      std::vector<Decoded> results(static_cast<size_t>(n));
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const size_t at = (base + static_cast<size_t>(i)) * static_cast<size_t>(numel);
-        results[i] = decode(spec, chunk[i], numel, kind == 0 ? ds.pixels.data() + at : nullptr,
-                            kind == 1 ? ds.values.data() + at : nullptr, &ds.labels[base + static_cast<size_t>(i)]);
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const Decoded& d = results[i];
-        std::string error = d.error;
-        if (error.empty() && d.floats != (kind == 1))
-          error = str("feature '", spec.image_key, "' is ", d.floats ? "a float_list" : "a bytes_list", ", but record ",
-                      kind_record, " of '", kind_file, "' had ", kind == 1 ? "a float_list" : "a bytes_list",
-                      "; every record must store the image the same way");
-        if (!error.empty())
-          throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' ", reader->where(where[i].first, where[i].second),
-                            " ", error));
-      }
-      ds.count += n;
-    }
-  }
+  return ds;
+}
+
+void check_not_empty(const DataSourceSpec& spec, const Dataset& ds, const RecordDecoder& decoder) {
   if (ds.count == 0)
-    throw IoError(str(spec.path, ".files: ", files.size(), " file(s) but no records; check the files"));
+    throw IoError(str(spec.path, ".files: ", decoder.files().size(), " file(s) but no records; check the files"));
+}
+
+}  // namespace
+
+Dataset load_tfrecord(const DataSourceSpec& spec) {
+  check_fields(spec);
+  Dataset ds = empty_dataset(spec);
+  RecordDecoder decoder(spec);
+  Chunk chunk;
+  while (decoder.next_chunk(chunk)) {
+    if (chunk.floats) ds.values.insert(ds.values.end(), chunk.values.begin(), chunk.values.end());
+    else ds.pixels.insert(ds.pixels.end(), chunk.pixels.begin(), chunk.pixels.end());
+    ds.labels.insert(ds.labels.end(), chunk.labels.begin(), chunk.labels.end());
+    ds.count += chunk.n;
+  }
+  check_not_empty(spec, ds, decoder);
+  return ds;
+}
+
+Dataset stream_tfrecord(const DataSourceSpec& spec) {
+  check_fields(spec);
+  // One pass up front for the count and the labels (and every record's checks);
+  // the images are read again by each epoch's cursor.
+  Dataset ds = empty_dataset(spec);
+  RecordDecoder decoder(spec);
+  Chunk chunk;
+  while (decoder.next_chunk(chunk)) {
+    ds.labels.insert(ds.labels.end(), chunk.labels.begin(), chunk.labels.end());
+    ds.count += chunk.n;
+  }
+  check_not_empty(spec, ds, decoder);
+  ds.stream = std::make_shared<TfRecordStream>(spec);
   return ds;
 }
 
@@ -246,7 +355,7 @@ const DataFormat& tfrecord_format() {
         spec.rescale = r.get_double("rescale", spec.rescale, config::kPositive);
       },
       detail::load_tfrecord, detail::probe_tfrecord, true, /*shape_from_model=*/true,
-      /*auto_shards_by_file=*/true};
+      /*auto_shards_by_file=*/true, detail::stream_tfrecord};
   return format;
 }
 

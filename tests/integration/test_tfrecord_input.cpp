@@ -3,6 +3,7 @@
 //    parameters, bit for bit, as the IDX file they were written from;
 //  - Fashion-MNIST written as TFRecord shards here (dtrain's writer and the
 //    tf.train.Example message) trains like the IDX run, globbed and gzipped;
+//  - with data.cache false the shards stream (read each epoch) to the same parameters;
 //  - a flipped byte is exit 3 naming the file and the record;
 //  - shard_policy file (and auto, with a file per worker) gives each of 2
 //    workers its own files under `dtrain launch`.
@@ -94,6 +95,21 @@ TEST_CASE("Fashion-MNIST as globbed, gzipped TFRecord shards trains like the IDX
   CHECK(b["params_sha256"] == a["params_sha256"]);
   CHECK(b["test_accuracy"] == a["test_accuracy"]);
   CHECK(a["test_accuracy"].get<double>() > 0.6);
+}
+
+TEST_CASE("with data.cache false the TFRecord shards stream and train to the same parameters") {
+  TempDir dir;
+  write_fashion_shards(dir, 3000, 3, /*gzip=*/true);
+  json job = small_mlp_job(3000, 0);
+  job["data"].erase("test");
+  job["data"]["train"] = tfrecord_source({dir.file("train-*.tfrecord.gz")});
+  job["data"]["shuffle_buffer"] = 500;  // samples wait in the stream's buffer
+  job["train"]["epochs"] = 2;
+  const json loaded = run_summary(dir, job, "loaded");
+  job["data"]["cache"] = false;
+  const json streamed = run_summary(dir, job, "streamed");
+  CHECK(streamed["params_sha256"] == loaded["params_sha256"]);
+  CHECK(streamed["steps"] == loaded["steps"]);
 }
 
 TEST_CASE("a flipped byte in a TFRecord file is exit 3 naming the file and the record") {

@@ -5,12 +5,15 @@
 // feature names, globs, and every kind of bad record.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/pipeline.h"
 #include "data/tfrecord.h"
 #include "support/temp_dir.h"
 
@@ -206,4 +209,54 @@ TEST_CASE("a bad tf.train.Example names the feature, the record and what was exp
   const std::string not_example = write_records(dir, "text.tfrecord", 1);
   spec = tfrecord_spec({not_example});
   CHECK_THROWS_WITH(load_dataset(spec), Contains("is not a tf.train.Example"));
+}
+
+TEST_CASE("a streamed tfrecord source gives the in-memory pipeline's batches", "[tfrecord][stream]") {
+  // Fashion-MNIST records TensorFlow wrote, each file twice over, bytes (gzip) and
+  // floats; streamed (data.cache false) against loaded.
+  for (const std::string file : {"fashion_bytes.tfrecord.gz", "fashion_floats.tfrecord"}) {
+    DataSourceSpec spec = tfrecord_spec({kFixtures + file, kFixtures + file});
+    auto loaded = std::make_shared<Dataset>(load_dataset(spec));
+    spec.stream = true;
+    auto streamed = std::make_shared<Dataset>(load_dataset(spec));
+    REQUIRE(streamed->stream);
+    CHECK(streamed->pixels.empty());
+    CHECK(streamed->values.empty());
+    CHECK(streamed->count == 2 * fixture_facts(file).at("records").get<int64_t>());
+    CHECK(streamed->labels == loaded->labels);
+    for (const int64_t buffer : {int64_t{0}, int64_t{7}, int64_t{1000}}) {
+      for (const int64_t shards : {int64_t{1}, int64_t{3}}) {
+        for (const int64_t prefetch : {int64_t{0}, int64_t{2}}) {
+          INFO(file << ": shuffle buffer " << buffer << ", " << shards << " shards, prefetch " << prefetch);
+          PipelineOptions o;
+          o.batch_size = 5;
+          o.shuffle_buffer = buffer;
+          o.seed = 11;
+          o.prefetch = prefetch;
+          o.cache = false;
+          o.shard_count = shards;
+          o.shard_index = shards - 1;
+          Pipeline memory(loaded, o), stream(streamed, o);
+          for (int64_t epoch = 0; epoch < 2; ++epoch) {
+            // Epoch 1 starts at batch 2 (a resumed epoch, or a parameter server's work unit).
+            const int64_t first = epoch == 0 ? 0 : std::min<int64_t>(2, memory.batches_per_epoch() - 1);
+            memory.start_range(epoch, first, memory.batches_per_epoch());
+            stream.start_range(epoch, first, stream.batches_per_epoch());
+            Batch a, b;
+            int64_t batches = 0;
+            while (memory.next(a)) {
+              REQUIRE(stream.next(b));
+              CHECK(b.index == a.index);
+              CHECK(b.labels == a.labels);
+              REQUIRE(b.images.numel() == a.images.numel());
+              CHECK(std::equal(a.images.data(), a.images.data() + a.images.numel(), b.images.data()));
+              ++batches;
+            }
+            CHECK_FALSE(stream.next(b));
+            CHECK(batches == memory.batches_per_epoch() - first);
+          }
+        }
+      }
+    }
+  }
 }
