@@ -2,11 +2,18 @@
 # Quick start, command 2: sets everything up on a fresh machine, builds, and runs
 # the whole test suite with ctest: unit and integration tests first (in parallel),
 # then the slow ones (full trainings that check the accuracy targets) one at a time.
-# Set DTRAIN_SKIP_SLOW=1 to leave the slow tests out.
+# Set DTRAIN_SKIP_SLOW=1 to leave the slow tests out. Before ctest it starts a
+# one-node Slurm (scripts/slurm-local.sh: installs slurm-wlm and munge, needs root)
+# for the `system` tests; without it they report skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/build.sh
+# A one-node Slurm on this machine for the tests labelled `system` (test_slurm runs
+# dtrain under srun); when it cannot start, its reason is printed and those tests
+# report skipped.
+bash scripts/slurm-local.sh start ||
+  echo "test.sh: no local Slurm (reason above); the Slurm test will be reported skipped"
 cd build
 ctest -LE slow -j"$(nproc)" --output-on-failure
 if [ "${DTRAIN_SKIP_SLOW:-0}" != 1 ]; then

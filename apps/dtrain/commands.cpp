@@ -138,6 +138,35 @@ int validate_command(const ValidateOptions& options, const runtime::Environment&
   return 0;
 }
 
+int cluster_command(const ClusterOptions& options, const runtime::Environment& env) {
+  config::FileCluster file{"<no job file>", {}, {}};
+  config::RuntimeSpec runtime;
+  if (!options.config.empty()) {
+    const job::JobConfig job = job::load_job_config(options.config, options.overrides);
+    file = job.file_cluster();
+    runtime = job.runtime;
+  }
+  const config::ClusterConfig cluster = env.resolve_cluster(file, runtime, options.task);
+  if (options.json) {
+    std::printf("%s\n", config::cluster_config_json(cluster).c_str());
+    return 0;
+  }
+  if (cluster.single_process()) {
+    std::printf("source: local (no cluster: one process alone; runtime.cluster_resolver %s)\n",
+                runtime.cluster_resolver.c_str());
+    return 0;
+  }
+  std::printf("source: %s%s\n", cluster.source.c_str(),
+              cluster.job_id.empty() ? "" : str(" (job id ", cluster.job_id, ")").c_str());
+  std::printf("task: %s at %s%s\n", cluster.task.str().c_str(), cluster.spec.address(cluster.task).c_str(),
+              cluster.local_rank ? str(" (local rank ", *cluster.local_rank, ")").c_str() : "");
+  std::printf("cluster: %d tasks, world size %d\n", static_cast<int>(cluster.spec.all_tasks().size()),
+              cluster.spec.world_size());
+  for (const config::TaskId& t : cluster.spec.all_tasks())
+    std::printf("  %-12s %s\n", t.str().c_str(), cluster.spec.address(t).c_str());
+  return 0;
+}
+
 namespace {
 
 // The per-layer table of `bench train --profile`: milliseconds per step and

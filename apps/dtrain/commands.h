@@ -31,6 +31,13 @@ struct ValidateOptions {
   std::string task;  // --task TYPE:INDEX
 };
 
+struct ClusterOptions {
+  std::string config;                  // --config FILE (optional: its runtime section and cluster keys)
+  std::vector<std::string> overrides;  // --set
+  std::string task;                    // --task TYPE:INDEX
+  bool json = false;                   // --json
+};
+
 struct BenchTrainOptions {
   JobOptions job;
   long long steps = 100;
@@ -56,6 +63,8 @@ struct LaunchOptions {
 int run_command(const RunOptions& options, const runtime::Environment& env);
 int launch_command(const LaunchOptions& options, const runtime::Environment& env);
 int validate_command(const ValidateOptions& options, const runtime::Environment& env);
+// `dtrain cluster`: the resolved cluster, this task and where they came from.
+int cluster_command(const ClusterOptions& options, const runtime::Environment& env);
 
 // Installs a SIGTERM handler and returns the trainer's stop_requested poll: the
 // job finishes its step, saves a checkpoint and exits with code 6 (preemption).

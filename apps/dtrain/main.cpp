@@ -79,6 +79,17 @@ int main(int argc, char** argv) {
   add_job_options(validate_cmd, validate.job);
   validate_cmd->add_option("--task", validate.task, "This task, TYPE:INDEX (checks its address can be bound)");
 
+  dtrain::app::ClusterOptions cluster;
+  CLI::App* cluster_cmd = app.add_subcommand(
+      "cluster", "Print the cluster this task resolves (runtime.cluster_resolver: TF_CONFIG, Slurm, Kubernetes), "
+                 "its own task and where they came from");
+  cluster_cmd->add_option("--config,-c", cluster.config, "Job config (optional: its runtime section and cluster keys)");
+  cluster_cmd->add_option("--set", cluster.overrides, "Override a config value (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  cluster_cmd->add_option("--task", cluster.task, "This task, TYPE:INDEX");
+  cluster_cmd->add_flag("--json", cluster.json, "Print one JSON object");
+
   dtrain::app::BenchTrainOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
   bench_cmd->require_subcommand(1);
@@ -158,6 +169,7 @@ int main(int argc, char** argv) {
     if (run_cmd->parsed()) return dtrain::app::run_command(run, env);
     if (launch_cmd->parsed()) return dtrain::app::launch_command(launch, env);
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate, env);
+    if (cluster_cmd->parsed()) return dtrain::app::cluster_command(cluster, env);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench, env);
     if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce, env);
     if (bench_ps_cmd->parsed()) return dtrain::app::bench_ps_command(bench_ps, env);

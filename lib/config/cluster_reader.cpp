@@ -11,6 +11,8 @@
 // section (threads, and the rendezvous and heartbeat settings) is read here too.
 #include "config/cluster_reader.h"
 
+#include "config/cluster_resolver.h"
+
 #include <cctype>
 #include <climits>
 #include <map>
@@ -196,7 +198,25 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
   RuntimeSpec runtime;
   ObjectReader r(ctx, value, runtime.path, "the runtime section");
   r.expect_keys({"threads", "rendezvous_timeout", "heartbeat_interval", "heartbeat_timeout",
-                 "secret_file", "job_id"});
+                 "secret_file", "job_id", "cluster_resolver", "port_base", "slurm_jobs", "kubernetes"});
+  if (const Json* v = r.find("cluster_resolver"))
+    runtime.cluster_resolver = read_choice(ctx, *v, r.path_of("cluster_resolver"), kClusterResolvers, "cluster resolver");
+  runtime.port_base = r.get_int("port_base", runtime.port_base, 1);
+  if (const Json* v = r.find("slurm_jobs"); v && !v->is_null()) {
+    if (!v->is_object()) ctx.fail(r.path_of("slurm_jobs"), "must be an object of task type -> count, e.g. {\"ps\": 1, \"worker\": 3}");
+    for (const auto& [type, count] : v->items())
+      runtime.slurm_jobs.emplace_back(
+          type, static_cast<int>(read_int(ctx, count, child_path(r.path_of("slurm_jobs"), type), 1)));
+  }
+  if (const Json* v = r.find("kubernetes"); v && !v->is_null()) {
+    ObjectReader k(ctx, *v, r.path_of("kubernetes"), "runtime.kubernetes");
+    k.expect_keys({"job", "service", "replicas", "port"});
+    if (const Json* s = k.find("job")) runtime.kubernetes.job = read_string(ctx, *s, k.path_of("job"), false);
+    if (const Json* s = k.find("service")) runtime.kubernetes.service = read_string(ctx, *s, k.path_of("service"), false);
+    runtime.kubernetes.replicas = static_cast<int>(k.get_int("replicas", 0, 1));
+    runtime.kubernetes.port = static_cast<int>(k.get_int("port", 0, 1));
+    k.finish();
+  }
   runtime.threads = r.get_int("threads", runtime.threads, 0);
   runtime.rendezvous_timeout =
       r.get_double("rendezvous_timeout", runtime.rendezvous_timeout, kPositive);

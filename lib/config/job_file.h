@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/cluster_spec.h"
+#include "config/kubernetes.h"
 #include "config/section.h"
 
 namespace dtrain::config {
@@ -60,6 +61,13 @@ struct RuntimeSpec {
   double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost
   std::string secret_file;           // file holding the job secret (else DTRAIN_JOB_SECRET)
   std::string job_id;                // names the job in the handshake ("" = derived from the config)
+  // Where the cluster comes from (cluster_resolver.h): auto | tf_config | slurm | kubernetes | env.
+  std::string cluster_resolver = "auto";
+  int64_t port_base = 8888;          // slurm: the k-th task on a node listens on port_base + k (TF's default)
+  // slurm: task type -> count for the first tasks ({"ps": 1, "worker": 3}, types in
+  // name order as TF's `jobs`); empty: every task is a worker.
+  std::vector<std::pair<std::string, int>> slurm_jobs;
+  KubernetesOptions kubernetes;      // kubernetes: job, service, replicas, port (else their variables)
 };
 
 // Checkpoints (safetensors + manifest), saved by the chief.

@@ -22,8 +22,11 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
                                      const Environment& env) {
   rendezvous::SessionSpec spec;
   spec.cluster = cluster;
+  // The job's name: DTRAIN_JOB_ID, else runtime.job_id, else the resolver's
+  // ("slurm-<job>.<step>"), else one derived from the cluster.
+  const std::string& config_job_id = job.runtime.job_id.empty() ? cluster.job_id : job.runtime.job_id;
   spec.credentials = rendezvous::load_credentials(
-      {env.job_id, job.runtime.job_id, env.job_secret, job.runtime.secret_file}, cluster.spec);
+      {env.job_id, config_job_id, env.job_secret, job.runtime.secret_file}, cluster.spec);
   spec.agreement = {{"config_sha256", sha256_hex(job.agreement_json).substr(0, 16)}};
   spec.rendezvous_timeout = job.runtime.rendezvous_timeout;
   spec.heartbeat_interval = job.runtime.heartbeat_interval;
@@ -35,10 +38,10 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
 rendezvous::SessionSpec bench_session_spec(const std::string& bench, const std::string& parameters,
                                            const Environment& env) {
   const config::ClusterConfig cluster =
-      config::resolve_cluster(config::FileCluster{bench, {}, {}}, env.tf_config_or_null(), "");
+      env.resolve_cluster(config::FileCluster{bench, {}, {}}, config::RuntimeSpec{}, "");
   rendezvous::SessionSpec spec;
   spec.cluster = cluster;
-  spec.credentials = rendezvous::load_credentials({env.job_id, "", env.job_secret, ""}, cluster.spec);
+  spec.credentials = rendezvous::load_credentials({env.job_id, cluster.job_id, env.job_secret, ""}, cluster.spec);
   spec.agreement = {{"bench", str(bench, " ", parameters)}};
   spec.listen_fd = env.listen_socket();
   return spec;

@@ -1,8 +1,11 @@
 // Implementation of environment.h: the only reader of dtrain's variables.
 #include "runtime/environment.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
+#include "config/cluster_resolver.h"
 #include "core/error.h"
 #include "core/strings.h"
 
@@ -29,6 +32,12 @@ int leading_number(const char* name) {
 Environment Environment::from_process() {
   Environment env;
   if (const char* tf = std::getenv("TF_CONFIG")) env.tf_config = tf;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string text = *entry;
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos && config::is_cluster_variable(text.substr(0, eq)))
+      env.cluster_vars[text.substr(0, eq)] = text.substr(eq + 1);
+  }
   env.job_secret = variable("DTRAIN_JOB_SECRET");
   env.job_id = variable("DTRAIN_JOB_ID");
   env.listen_fd = variable("DTRAIN_LISTEN_FD");

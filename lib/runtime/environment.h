@@ -3,6 +3,9 @@
 // Library code below the runtime never calls getenv for them.
 //
 //   TF_CONFIG           the cluster and this task (TensorFlow's rules)
+//   SLURM_*, JOB_COMPLETION_INDEX, HOSTNAME, DTRAIN_KUBERNETES_*, MASTER_ADDR,
+//   MASTER_PORT, WORLD_SIZE, RANK
+//                       what the other cluster resolvers read (config/cluster_resolver.h)
 //   DTRAIN_JOB_SECRET   the shared secret of a multi-task job
 //   DTRAIN_JOB_ID       the job's name in the rendezvous handshake
 //   DTRAIN_LISTEN_FD    the chief's listening socket, inherited from `dtrain launch`
@@ -15,12 +18,14 @@
 #include <optional>
 #include <string>
 
+#include "config/cluster_resolver.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::runtime {
 
 struct Environment {
   std::optional<std::string> tf_config;  // nullopt when unset
+  config::EnvVars cluster_vars;          // every variable a cluster resolver reads (TF_CONFIG too), as set
   std::string job_secret;
   std::string job_id;
   std::string listen_fd;  // DTRAIN_LISTEN_FD as set ("" = unset); read it with listen_socket()
@@ -29,6 +34,11 @@ struct Environment {
 
   // TF_CONFIG as resolve_cluster() takes it (nullptr when unset).
   const char* tf_config_or_null() const { return tf_config ? tf_config->c_str() : nullptr; }
+  // This task's cluster as job.runtime.cluster_resolver says (cluster_resolver.h).
+  config::ClusterConfig resolve_cluster(const config::FileCluster& file, const config::RuntimeSpec& runtime,
+                                        const std::string& task_flag) const {
+    return config::resolve_job_cluster(file, runtime, cluster_vars, task_flag);
+  }
 
   // The inherited listening socket, -1 when DTRAIN_LISTEN_FD is unset; a value
   // that is not a descriptor number is a ConfigError naming the variable (only the

@@ -227,7 +227,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
 }  // namespace
 
 void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request) {
-  const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), request.task_flag);
+  const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, request.task_flag);
   // In a cluster, log lines (and the error line) name the task ("[worker:1] dtrain:
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
@@ -236,6 +236,8 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.host = env.host;
+  // A resolver that knows the task's index on its machine (SLURM_LOCALID) picks its GPU when LOCAL_RANK is unset.
+  if (run.host.local_rank < 0 && cluster.local_rank) run.host.local_rank = *cluster.local_rank;
   run.summary_path = request.summary_path;
   run.stop_requested = request.stop_requested;
   if (job.output.trace) {
@@ -252,7 +254,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 }
 
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {
-  const config::ClusterConfig cluster = config::resolve_cluster(job.file_cluster(), env.tf_config_or_null(), task_flag);
+  const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, task_flag);
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   if (!cluster.single_process()) {

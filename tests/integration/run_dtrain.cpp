@@ -212,11 +212,15 @@ RunOutput run_program(const std::string& program, const std::vector<std::string>
   return r;
 }
 
-RunOutput run_dtrain(const std::vector<std::string>& args, const RunSpec& spec) {
+std::string dtrain_binary() {
   // DTRAIN_TEST_BINARY: the binary when the tests run away from their build tree
   // (scripts/test-gpu.sh on a GPU machine, from a bundle).
   const char* binary = std::getenv("DTRAIN_TEST_BINARY");
-  return run_program(binary && *binary ? binary : DTRAIN_BINARY, args, spec);
+  return binary && *binary ? binary : DTRAIN_BINARY;
+}
+
+RunOutput run_dtrain(const std::vector<std::string>& args, const RunSpec& spec) {
+  return run_program(dtrain_binary(), args, spec);
 }
 
 void check_error(const RunOutput& r, int exit_code, const std::vector<std::string>& needles) {

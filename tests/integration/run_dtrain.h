@@ -36,7 +36,11 @@ std::string describe(const RunOutput& r);
 RunOutput run_program(const std::string& program, const std::vector<std::string>& args,
                       const RunSpec& spec = {});
 
-// run_program() on the dtrain binary this build made (DTRAIN_BINARY).
+// The dtrain binary the tests run: $DTRAIN_TEST_BINARY when set (tests run away from
+// their build tree), else the one this build made (DTRAIN_BINARY).
+std::string dtrain_binary();
+
+// run_program() on dtrain_binary().
 RunOutput run_dtrain(const std::vector<std::string>& args, const RunSpec& spec = {});
 
 // Checks a failed run: `exit_code`, stderr has a line starting "dtrain: error: ",

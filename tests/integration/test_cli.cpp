@@ -1,7 +1,8 @@
 // The parts of dtrain's command line that do not train: `version` and `--version`
 // print the version this build was configured with, `--help` and `run --help` exit 0
 // and document the options, and `validate` on the shipped configs exits 0 and says
-// what it checked (the JSON, the model, both data sources) without training.
+// what it checked (the JSON, the model, both data sources) without training;
+// `cluster` prints what a resolver gives (Slurm variables) or names a bad variable.
 #include <catch2/catch.hpp>
 
 #include "integration/job_files.h"
@@ -112,6 +113,38 @@ TEST_CASE("bench train --profile lists the layers inside a Residual block under 
   auto total = [&](size_t i) { return layers[i].at("forward_ms").get<double>() + layers[i].at("backward_ms").get<double>(); };
   CHECK(total(2) > 0.0);
   CHECK(total(2) + total(3) + total(4) <= total(1));
+}
+
+TEST_CASE("dtrain cluster prints the cluster a resolver gives, or names the variable it cannot read",
+          "[integration]") {
+  using nlohmann::json;
+  const std::vector<std::string> step = {"SLURM_PROCID=1",          "SLURM_LOCALID=1",
+                                         "SLURM_STEP_NUM_TASKS=3",   "SLURM_STEP_NODELIST=node[08-09]",
+                                         "SLURM_STEP_TASKS_PER_NODE=2,1", "SLURM_JOB_ID=77",
+                                         "SLURM_STEP_ID=2",          "SLURMD_NODENAME=node08"};
+  auto run_env = [](std::vector<std::string> vars, const std::vector<std::string>& args) {
+    // A clean environment (env -i) but for these variables.
+    vars.insert(vars.begin(), "-i");
+    vars.push_back(dtrain_binary());
+    vars.insert(vars.end(), args.begin(), args.end());
+    return run_program("/usr/bin/env", vars);
+  };
+  const RunOutput slurm = run_env(step, {"cluster", "--json"});
+  INFO(describe(slurm));
+  REQUIRE(slurm.exit_code == 0);
+  const json j = json::parse(slurm.out);
+  CHECK(j["source"] == "slurm");
+  CHECK(j["cluster"]["worker"] == json({"node08:8888", "node08:8889", "node09:8888"}));
+  CHECK(j["task"] == json({{"type", "worker"}, {"index", 1}}));
+  CHECK(j["job_id"] == "slurm-77.2");
+
+  const RunOutput alone = run_env({}, {"cluster"});
+  CHECK(alone.exit_code == 0);
+  CHECK_THAT(alone.out, Catch::Contains("source: local"));
+
+  std::vector<std::string> bad = step;
+  bad[4] = "SLURM_STEP_TASKS_PER_NODE=2(x";
+  check_error(run_env(bad, {"cluster"}), 2, {"SLURM_STEP_TASKS_PER_NODE='2(x'", "cannot parse"});
 }
 
 }  // namespace dtrain::integration
