@@ -203,22 +203,11 @@ TEST_CASE("Slurm: TF's testTaskPerNodeNotSetRetrieval", "[config][slurm]") {
   CHECK(config.task == TaskId{"ps", 0});
 }
 
-// TF's testMultiTaskPerNodeRetrieval: SLURM_PROCID 1 is the second task on t02n13,
-// so worker:0 at port 8889. TF sets CUDA_VISIBLE_DEVICES='1' (one GPU per task);
-// dtrain gives local_rank 1, from which the runtime picks the GPU.
-TEST_CASE("Slurm: TF's testMultiTaskPerNodeRetrieval", "[config][slurm]") {
-  const ClusterConfig config = resolve_slurm(five_tasks("1"), with_jobs({{"ps", 1}, {"worker", 4}}));
-  CHECK(config.spec.tasks ==
-        std::map<std::string, Strings>{
-            {"ps", {"t02n13:8888"}},
-            {"worker", {"t02n13:8889", "t02n41:8888", "t02n41:8889", "t02n43:8888"}}});
-  CHECK(config.task == TaskId{"worker", 0});
-  CHECK(config.local_rank == 1);
-}
-
-// TF's testMultipleGpusPerTaskRetrieval: the same cluster; TF gives the task GPUs
-// '2,3' (2 per task, local index 1); dtrain's part is local_rank 1.
-TEST_CASE("Slurm: TF's testMultipleGpusPerTaskRetrieval", "[config][slurm]") {
+// TF's testMultiTaskPerNodeRetrieval and testMultipleGpusPerTaskRetrieval: SLURM_PROCID
+// 1 is the second task on t02n13, so worker:0 at port 8889. TF then sets
+// CUDA_VISIBLE_DEVICES to '1' (one GPU per task) or '2,3' (two per task); dtrain's
+// part of both is local_rank 1, from which the runtime picks the GPU.
+TEST_CASE("Slurm: TF's testMultiTaskPerNodeRetrieval and testMultipleGpusPerTaskRetrieval", "[config][slurm]") {
   const ClusterConfig config = resolve_slurm(five_tasks("1"), with_jobs({{"ps", 1}, {"worker", 4}}));
   CHECK(config.spec.tasks ==
         std::map<std::string, Strings>{
