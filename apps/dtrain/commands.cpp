@@ -158,12 +158,15 @@ int cluster_command(const ClusterOptions& options, const runtime::Environment& e
   }
   std::printf("source: %s%s\n", cluster.source.c_str(),
               cluster.job_id.empty() ? "" : str(" (job id ", cluster.job_id, ")").c_str());
-  std::printf("task: %s at %s%s\n", cluster.task.str().c_str(), cluster.spec.address(cluster.task).c_str(),
+  const std::string& mine = cluster.spec.address(cluster.task);
+  std::printf("task: %s at %s%s\n", cluster.task.str().c_str(), mine.empty() ? "(registers at start)" : mine.c_str(),
               cluster.local_rank ? str(" (local rank ", *cluster.local_rank, ")").c_str() : "");
   std::printf("cluster: %d tasks, world size %d\n", static_cast<int>(cluster.spec.all_tasks().size()),
               cluster.spec.world_size());
-  for (const config::TaskId& t : cluster.spec.all_tasks())
-    std::printf("  %-12s %s\n", t.str().c_str(), cluster.spec.address(t).c_str());
+  for (const config::TaskId& t : cluster.spec.all_tasks()) {
+    const std::string& address = cluster.spec.address(t);
+    std::printf("  %-12s %s\n", t.str().c_str(), address.empty() ? "(registers its address at start)" : address.c_str());
+  }
   return 0;
 }
 

@@ -3,7 +3,9 @@
 //   tf_config   the job file's `cluster`/`task`, TF_CONFIG and --task (TF's rules: cluster_spec.h)
 //   slurm       a Slurm step's variables, as TF's SlurmClusterResolver (slurm.h)
 //   kubernetes  an Indexed Job behind a headless Service (kubernetes.h)
-//   env         PyTorch's env:// variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK)
+//   env         PyTorch's env:// variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
+//               LOCAL_RANK): WORLD_SIZE workers, RANK 0 the chief at MASTER_ADDR:MASTER_PORT;
+//               the others' addresses are learnt at start (registers_addresses)
 //   auto        the first that applies, in that order: --task or the file's cluster,
 //               else TF_CONFIG; else Slurm's variables inside a step (SLURM_PROCID and
 //               SLURM_STEP_NODELIST); else an Indexed Job's (JOB_COMPLETION_INDEX);

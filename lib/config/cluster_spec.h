@@ -54,6 +54,10 @@ struct ClusterConfig {
   // The task's index on its machine when the resolver knows it (SLURM_LOCALID,
   // LOCAL_RANK): picks its GPU when devices are auto.
   std::optional<int> local_rank;
+  // env://: only the chief's address is known here; the other workers' addresses
+  // are "" until each registers its own in the chief's store at start
+  // (runtime/env_registration.h).
+  bool registers_addresses = false;
   bool single_process() const { return spec.empty(); }
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "config/variables.h"
 #include "core/error.h"
 #include "core/strings.h"
 
@@ -18,20 +19,6 @@ constexpr int kDefaultPort = 8888;
 // Kubernetes' limit on an Indexed Job's completions (later a soft limit); also a guard
 // against a mistyped number making a huge cluster.
 constexpr int kMaxReplicas = 100000;
-
-// The value of `name`, or nullptr when it is unset or empty.
-const std::string* lookup(const EnvVars& env, const std::string& name) {
-  const auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? nullptr : &it->second;
-}
-
-int whole_number(const std::string& name, const std::string& value) {
-  const bool digits = !value.empty() && value.size() <= 9 &&
-                      std::all_of(value.begin(), value.end(),
-                                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
-  if (!digits) throw ConfigError(str(name, "='", value, "': expected a whole number >= 0"));
-  return std::stoi(value);
-}
 
 // A name that can be part of a host name: letters, digits, '-' and '.'.
 void check_name(const std::string& where, const std::string& name) {
@@ -47,12 +34,12 @@ std::string job_name(const EnvVars& env, const KubernetesOptions& options, int i
     check_name("runtime.kubernetes.job", options.job);
     return options.job;
   }
-  if (const std::string* job = lookup(env, "DTRAIN_KUBERNETES_JOB")) {
+  if (const std::string* job = find_variable(env, "DTRAIN_KUBERNETES_JOB")) {
     check_name("DTRAIN_KUBERNETES_JOB", *job);
     return *job;
   }
   const std::string fix = "set runtime.kubernetes.job or DTRAIN_KUBERNETES_JOB to the Job's name";
-  const std::string* hostname = lookup(env, "HOSTNAME");
+  const std::string* hostname = find_variable(env, "HOSTNAME");
   if (hostname == nullptr)
     throw ConfigError(str("HOSTNAME is not set, so the Job's name is unknown: ", fix));
   const std::string suffix = str("-", index);
@@ -68,12 +55,12 @@ std::string job_name(const EnvVars& env, const KubernetesOptions& options, int i
 }  // namespace
 
 ClusterConfig resolve_kubernetes(const EnvVars& env, const KubernetesOptions& options) {
-  const std::string* index_text = lookup(env, "JOB_COMPLETION_INDEX");
+  const std::string* index_text = find_variable(env, "JOB_COMPLETION_INDEX");
   if (index_text == nullptr)
     throw ConfigError(
         "JOB_COMPLETION_INDEX is not set: run dtrain in a Kubernetes Indexed Job "
         "(completionMode: Indexed), or choose runtime.cluster_resolver");
-  const int index = whole_number("JOB_COMPLETION_INDEX", *index_text);
+  const int index = variable_number("JOB_COMPLETION_INDEX", *index_text);
 
   const std::string job = job_name(env, options, index);
 
@@ -81,7 +68,7 @@ ClusterConfig resolve_kubernetes(const EnvVars& env, const KubernetesOptions& op
   if (!options.service.empty()) {
     service = options.service;
     check_name("runtime.kubernetes.service", service);
-  } else if (const std::string* value = lookup(env, "DTRAIN_KUBERNETES_SERVICE")) {
+  } else if (const std::string* value = find_variable(env, "DTRAIN_KUBERNETES_SERVICE")) {
     service = *value;
     check_name("DTRAIN_KUBERNETES_SERVICE", service);
   }
@@ -92,12 +79,12 @@ ClusterConfig resolve_kubernetes(const EnvVars& env, const KubernetesOptions& op
     throw ConfigError(str("runtime.kubernetes.replicas: ", replicas,
                           " is below 1; give the Job's number of pods (spec.completions)"));
   if (replicas == 0) {
-    const std::string* value = lookup(env, "DTRAIN_KUBERNETES_REPLICAS");
+    const std::string* value = find_variable(env, "DTRAIN_KUBERNETES_REPLICAS");
     if (value == nullptr)
       throw ConfigError(
           "the number of pods is unknown: set runtime.kubernetes.replicas or "
           "DTRAIN_KUBERNETES_REPLICAS to the Job's spec.completions");
-    replicas = whole_number("DTRAIN_KUBERNETES_REPLICAS", *value);
+    replicas = variable_number("DTRAIN_KUBERNETES_REPLICAS", *value);
     replicas_from = str("DTRAIN_KUBERNETES_REPLICAS='", *value, "'");
     if (replicas < 1)
       throw ConfigError(str(replicas_from, ": a Job has at least 1 pod; give its spec.completions"));
@@ -115,8 +102,8 @@ ClusterConfig resolve_kubernetes(const EnvVars& env, const KubernetesOptions& op
     throw ConfigError(str("runtime.kubernetes.port: ", port, " is outside 1..65535"));
   if (port == 0) {
     port = kDefaultPort;
-    if (const std::string* value = lookup(env, "DTRAIN_KUBERNETES_PORT")) {
-      port = whole_number("DTRAIN_KUBERNETES_PORT", *value);
+    if (const std::string* value = find_variable(env, "DTRAIN_KUBERNETES_PORT")) {
+      port = variable_number("DTRAIN_KUBERNETES_PORT", *value);
       if (port < 1 || port > 65535)
         throw ConfigError(str("DTRAIN_KUBERNETES_PORT='", *value, "' is outside 1..65535"));
     }

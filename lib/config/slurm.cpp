@@ -13,6 +13,7 @@
 #include <set>
 
 #include "config/cluster_reader.h"
+#include "config/variables.h"
 #include "core/error.h"
 #include "core/strings.h"
 
@@ -104,11 +105,7 @@ const std::string& required(const EnvVars& env, const std::string& name) {
   return it->second;
 }
 
-int whole_number(const std::string& name, const std::string& value) {
-  if (!is_digits(value))
-    throw ConfigError(str(name, "='", value, "': expected a whole number >= 0 (", kNotInStep, ")"));
-  return std::stoi(value);
-}
+int whole_number(const std::string& name, const std::string& value) { return variable_number(name, value, kNotInStep); }
 
 std::string format_jobs(const std::vector<std::pair<std::string, int>>& jobs) {
   std::vector<std::string> parts;

@@ -58,8 +58,13 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     so.expendable = spec.expendable;
     for (const auto& t : cluster_.spec.all_tasks()) so.tasks.push_back({t.str(), cluster_.spec.address(t)});
     // Listen on every interface of the chief's port, so the other machines reach it.
-    server_ = spec.listen_fd >= 0 ? std::make_unique<StoreServer>(spec.listen_fd, so)
-                                     : std::make_unique<StoreServer>("0.0.0.0", chief_address.port, so);
+    if (spec.server) {
+      server_ = spec.server;
+      for (const auto& t : so.tasks) server_->set_task_address(t.name, t.address);
+    } else {
+      server_ = spec.listen_fd >= 0 ? std::make_shared<StoreServer>(spec.listen_fd, so)
+                                       : std::make_shared<StoreServer>("0.0.0.0", chief_address.port, so);
+    }
   }
   ClientOptions co;
   co.credentials = credentials_;

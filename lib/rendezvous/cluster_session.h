@@ -47,6 +47,9 @@ struct SessionSpec {
   double heartbeat_interval = 1.0;    // seconds between heartbeats
   double heartbeat_timeout = 10.0;    // seconds of silence after which a task is lost
   int listen_fd = -1;  // chief: serve on this inherited listening socket (from `dtrain launch`)
+  // chief: serve with this store, already running (the env:// registration's);
+  // its tasks' addresses are set from `cluster`.
+  std::shared_ptr<StoreServer> server;
   // Tasks ("evaluator:0", "worker:1") whose loss the job survives (ServerOptions::expendable).
   std::set<std::string> expendable;
 };
@@ -112,7 +115,7 @@ class ClusterSession {
   Credentials credentials_;
   double heartbeat_interval_ = 1.0;
   double rendezvous_timeout_ = 300.0;
-  std::unique_ptr<StoreServer> server_;   // chief only
+  std::shared_ptr<StoreServer> server_;   // chief only
   std::unique_ptr<StoreClient> store_;    // requests
   std::unique_ptr<StoreClient> control_;  // heartbeats (the heartbeat thread's)
   double join_seconds_ = 0.0;

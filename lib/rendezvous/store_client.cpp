@@ -110,6 +110,23 @@ struct StoreClient::Impl {
   }
 };
 
+std::string local_address_toward(const std::string& host, int port, const std::string& what) {
+  asio::io_context io;
+  std::error_code ec;
+  asio::ip::udp::resolver resolver(io);
+  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || endpoints.empty())
+    throw ConfigError(str(what, ": cannot resolve '", host, "': ", ec ? ec.message() : std::string("no address")));
+  asio::ip::udp::socket socket(io);
+  const asio::ip::udp::endpoint target = *endpoints.begin();
+  socket.open(target.protocol(), ec);
+  if (!ec) socket.connect(target, ec);
+  if (ec) throw ConfigError(str(what, ": no route from this machine to ", host, ":", port, ": ", ec.message()));
+  const asio::ip::address mine = socket.local_endpoint(ec).address();
+  if (ec) throw ConfigError(str(what, ": cannot tell this machine's address toward ", host, ": ", ec.message()));
+  return mine.is_v6() ? str("[", mine.to_string(), "]") : mine.to_string();
+}
+
 StoreClient::StoreClient(const std::string& host, int port, ClientOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);

@@ -35,6 +35,11 @@ struct HeartbeatReply {
   int64_t chief_step = -1;             // the last step the chief reported
 };
 
+// This machine's address on the interface that reaches host:port (a UDP socket
+// "connected" there: the kernel picks the route; nothing is sent). ConfigError
+// naming `what` when the host does not resolve or has no route.
+std::string local_address_toward(const std::string& host, int port, const std::string& what);
+
 class StoreClient final : public Store {
  public:
   StoreClient(const std::string& host, int port, ClientOptions options);

@@ -466,6 +466,10 @@ int StoreServer::port() const { return impl_->acceptor.local_endpoint().port(); 
 
 int StoreServer::rejected_connections() const { return impl_->rejected.load(); }
 
+void StoreServer::set_task_address(const std::string& task, const std::string& address) {
+  asio::post(impl_->io, [impl = impl_, task, address] { impl->tasks[task].address = address; });
+}
+
 bool StoreServer::wait_all_done(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(impl_->done_mutex);
   return impl_->done_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds),

@@ -56,6 +56,9 @@ class StoreServer {
   int port() const;
   // Connections dropped for failing the handshake or the protocol.
   int rejected_connections() const;
+  // Sets the address a task is named with in messages (an env:// task's, once it
+  // registered it).
+  void set_task_address(const std::string& task, const std::string& address);
   // Blocks until every task has said it is done or has disconnected (or, once the
   // job failed, has been told so), or until `timeout_seconds` pass. Returns true
   // if all were through.

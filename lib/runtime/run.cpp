@@ -17,6 +17,7 @@
 #include "ps/shard_store.h"
 #include "rendezvous/store_server.h"
 #include "runtime/cluster_task.h"
+#include "runtime/env_registration.h"
 #include "runtime/fault_injection.h"
 #include "strategy/registry.h"
 #include "trainer/trainer.h"
@@ -173,6 +174,11 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
   const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   const bool parameter_server = entry.cross_task == strategy::CrossTask::kParameterServer;
   rendezvous::SessionSpec spec = session_spec(job, cluster, env);
+  if (cluster.registers_addresses) {  // env://: learn the other tasks' addresses first
+    Registration registration = register_addresses(cluster, spec.credentials, job.runtime);
+    spec.cluster = registration.cluster;
+    spec.server = registration.server;
+  }
   spec.expendable = expendable_tasks(cluster.spec, parameter_server);
   if (parameter_server && cluster.task.type == "ps") return run_ps_task(job, cluster, env, spec, kill_step);
   ClusterTask task(spec);
@@ -257,7 +263,12 @@ void validate_task(const job::JobConfig& job, const Environment& env, const std:
   const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, task_flag);
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
-  if (!cluster.single_process()) {
+  if (!cluster.single_process() && cluster.spec.address(cluster.task).empty()) {
+    std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s registers its address with the chief "
+                "(%s) at start\n",
+                cluster.source.c_str(), static_cast<int>(cluster.spec.all_tasks().size()), cluster.spec.world_size(),
+                cluster.task.str().c_str(), cluster.spec.address(cluster.spec.chief()).c_str());
+  } else if (!cluster.single_process()) {
     const std::string address = cluster.spec.address(cluster.task);
     rendezvous::check_can_listen(address, str(cluster.task.str(), " (", cluster.source, ")"));
     std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s at %s, listening there works\n",

@@ -6,7 +6,8 @@
 // the chief (the survivor exits 4 within the bound, naming the lost task), a hung task
 // (SIGSTOP: found by the heartbeat timeout), a parameter_server worker started
 // again by hand rejoining the running job, the TF_CONFIG checks of `dtrain
-// validate`, and junk sent to the chief's port. Every child runs under a deadline
+// validate`, junk sent to the chief's port, and PyTorch's env:// convention
+// (ranks register their addresses; a rank that never comes). Every child runs under a deadline
 // (start_dtrain.h) and is killed when its test ends.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -507,6 +508,57 @@ TEST_CASE("cluster: junk sent to the chief's port is dropped and the job goes on
   CHECK_THAT(r0.err, Contains("dropped the connection"));
   CHECK_THAT(r0.err, Contains("malformed frame"));
   CHECK_THAT(r0.err, Contains("sent a frame of 2147483647 bytes"));
+}
+
+}  // namespace dtrain::integration
+
+namespace dtrain::integration {
+namespace {
+
+// The environment of rank `rank` of WORLD_SIZE `world` under PyTorch's env:// convention.
+StartSpec env_rank(int port, int world, int rank) {
+  StartSpec spec = task_env("");
+  spec.env[0] = "TF_CONFIG";  // unset: the env:// variables alone describe the cluster
+  for (const std::string& v : std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                               "WORLD_SIZE=" + std::to_string(world), "RANK=" + std::to_string(rank)})
+    spec.env.push_back(v);
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: env:// ranks register their addresses with the chief and train as TF_CONFIG tasks do",
+          "[cluster][env]") {
+  const int port = free_ports(1)[0];
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int rank = 2; rank >= 0; --rank)  // the chief last: the others retry its port meanwhile
+    ranks.push_back(start_dtrain(job_args("run", {}), env_rank(port, 3, rank)));
+  std::vector<RunOutput> results;
+  for (auto& child : ranks) results.push_back(child->finish(kDeadline));
+  for (const RunOutput& r : results) {
+    check_succeeded(r, 3);
+    CHECK_THAT(r.err, Contains("env://: 3 tasks registered"));
+  }
+  // The same job given as a TF_CONFIG cluster ends with the same parameters.
+  const LocalCluster cluster({{"worker", 3}});
+  std::vector<std::unique_ptr<Child>> tasks;
+  for (int i = 0; i < 3; ++i) tasks.push_back(start_task(cluster, "worker", i));
+  const RunOutput tf0 = tasks[0]->finish(kDeadline);
+  for (int i = 1; i < 3; ++i) tasks[static_cast<size_t>(i)]->finish(kDeadline);
+  REQUIRE(params_sha256(tf0.out).size() == 64);
+  for (const RunOutput& r : results) CHECK(params_sha256(r.out) == params_sha256(tf0.out));
+}
+
+TEST_CASE("cluster: an env:// rank that never starts makes the others time out naming it", "[cluster][env]") {
+  const int port = free_ports(1)[0];
+  auto chief = start_dtrain(job_args("run", {"runtime.rendezvous_timeout=2"}), env_rank(port, 3, 0));
+  auto rank1 = start_dtrain(job_args("run", {"runtime.rendezvous_timeout=2"}), env_rank(port, 3, 1));
+  check_failed(chief->finish(15.0), 5, {"RANK 2 of WORLD_SIZE 3 had not registered", "MASTER_ADDR"});
+  const RunOutput r1 = rank1->finish(15.0);
+  CHECK(r1.exit_code != 0);
+  // A RANK outside WORLD_SIZE is a config error naming both.
+  check_failed(start_dtrain(job_args("run", {}), env_rank(port, 3, 3))->finish(15.0), 2,
+               {"RANK='3' is not below WORLD_SIZE='3'"});
 }
 
 }  // namespace dtrain::integration

@@ -110,10 +110,26 @@ TEST_CASE("an explicit resolver is used even when TF_CONFIG is set, and refuses 
   CHECK_THAT(error_of({}, runtime), Contains("JOB_COMPLETION_INDEX"));
 }
 
-TEST_CASE("the env:// convention is refused with the reason until it is built", "[resolver]") {
-  const EnvVars torchrun = {{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}, {"WORLD_SIZE", "4"}, {"RANK", "2"}};
-  CHECK_THAT(error_of(torchrun, {}), Contains("env://") && Contains("not in this version"));
-  CHECK(resolve(merged(torchrun, {{"WORLD_SIZE", "1"}})).single_process());
+TEST_CASE("env://: WORLD_SIZE workers, RANK 0 the chief at MASTER_ADDR:MASTER_PORT, the rest to register",
+          "[resolver]") {
+  const EnvVars torchrun = {{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}, {"WORLD_SIZE", "4"},
+                            {"RANK", "2"}, {"LOCAL_RANK", "0"}};
+  const ClusterConfig c = resolve(torchrun);
+  CHECK(c.source == "env");
+  CHECK(c.task == TaskId{"worker", 2});
+  CHECK(c.spec.tasks.at("worker") == std::vector<std::string>{"10.0.0.1:29500", "", "", ""});
+  CHECK(c.registers_addresses);
+  CHECK(c.job_id == "env-10.0.0.1-29500");
+  CHECK(c.local_rank == 0);
+  CHECK(cluster_config_json(c) ==
+        R"({"cluster":{"worker":["10.0.0.1:29500",null,null,null]},"task":{"type":"worker","index":2},)"
+        R"("source":"env","job_id":"env-10.0.0.1-29500","local_rank":0})");
+  CHECK(resolve(merged(torchrun, {{"WORLD_SIZE", "1"}, {"RANK", "0"}})).single_process());
+  RuntimeSpec env;
+  env.cluster_resolver = "env";
+  CHECK_THAT(error_of(merged(torchrun, {{"RANK", "4"}}), env), Contains("RANK='4' is not below WORLD_SIZE='4'"));
+  CHECK_THAT(error_of(merged(torchrun, {{"MASTER_PORT", "http"}}), env), Contains("MASTER_PORT='http'"));
+  CHECK_THAT(error_of({{"MASTER_ADDR", "h"}}, env), Contains("MASTER_PORT is not set"));
 }
 
 TEST_CASE("the runtime section reads the resolver keys", "[resolver]") {
