@@ -11,8 +11,8 @@ packages=(
   dataset-fashion-mnist
   zlib1g-dev libssl-dev
   libprotobuf-dev protobuf-compiler libboost-dev
-  python3-numpy
-  iproute2
+  python3-numpy python3-yaml
+  iproute2 openssh-client openssh-server
 )
 
 missing=()

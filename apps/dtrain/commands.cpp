@@ -115,6 +115,25 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();
   launch.grace_period = options.grace_period;
+  if (!options.hostfile.empty()) {
+    if (launch.cluster.any())
+      throw ConfigError("--hostfile gives the cluster (every slot a worker); drop --workers, --ps, --chief and --evaluator");
+    if (!job.cluster.empty())
+      throw ConfigError(str(options.job.config, ": cluster: --hostfile gives the cluster; remove \"cluster\" from the job file"));
+    launch.hosts = launch::read_hostfile(options.hostfile);
+    launch.port_base = options.port_base;
+    launch.remote.dtrain = options.remote_dtrain;
+    launch.remote.grace = options.grace_period;
+    if (options.ssh_port > 0) launch.remote.options = {"-p", std::to_string(options.ssh_port)};
+    if (!options.ssh_identity.empty()) {
+      launch.remote.options.push_back("-i");
+      launch.remote.options.push_back(options.ssh_identity);
+    }
+    for (const std::string& o : options.ssh_options) {
+      launch.remote.options.push_back("-o");
+      launch.remote.options.push_back(o);
+    }
+  }
   const launch::LaunchReport report = launch::launch_with_restarts(launch, options.max_restarts);
   if (!options.summary.empty()) write_launch_summary(report, options.summary);
   return report.exit_code;

@@ -58,6 +58,12 @@ struct LaunchOptions {
   std::vector<std::string> injections;  // --inject kill:worker:1@step=20 (repeatable)
   double grace_period = 5.0;            // --grace-period SECONDS
   int max_restarts = 0;                 // --max-restarts N: restart a failed job from its checkpoint
+  std::string hostfile;                 // --hostfile FILE: "host slots=N" lines; the tasks run there over ssh
+  int port_base = 8888;                 // --port-base: a host's k-th slot listens on port_base + k
+  std::vector<std::string> ssh_options; // --ssh-option OPTION=VALUE (repeatable), as ssh -o
+  std::string ssh_identity;             // --ssh-identity FILE, as ssh -i
+  int ssh_port = 0;                     // --ssh-port N, as ssh -p
+  std::string remote_dtrain;            // --remote-dtrain PATH ("" = this binary's path)
 };
 
 int run_command(const RunOptions& options, const runtime::Environment& env);

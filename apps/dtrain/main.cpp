@@ -68,6 +68,20 @@ int main(int argc, char** argv) {
                          "Seconds the other tasks get to stop by themselves after one fails, and "
                          "again between SIGTERM and SIGKILL (default 5)")
       ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--hostfile", launch.hostfile,
+                         "Run the tasks on other hosts over ssh: a file of 'HOST slots=N' lines (DeepSpeed/MPI "
+                         "style); every slot is a worker, the first host's first slot the chief");
+  launch_cmd->add_option("--port-base", launch.port_base,
+                         "With --hostfile: a host's k-th slot listens on PORT_BASE + k (default 8888)")
+      ->check(CLI::Range(1, 65535));
+  launch_cmd->add_option("--ssh-option", launch.ssh_options, "With --hostfile: an ssh -o OPTION=VALUE (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  launch_cmd->add_option("--ssh-identity", launch.ssh_identity, "With --hostfile: ssh's identity file (ssh -i)");
+  launch_cmd->add_option("--ssh-port", launch.ssh_port, "With --hostfile: ssh's port (ssh -p)")
+      ->check(CLI::Range(1, 65535));
+  launch_cmd->add_option("--remote-dtrain", launch.remote_dtrain,
+                         "With --hostfile: the dtrain binary on the hosts (default: this binary's path)");
   launch_cmd->add_option("--max-restarts", launch.max_restarts,
                          "When a task fails, start the whole job again from the newest checkpoint "
                          "(checkpoint.resume=auto), up to N times (default 0)")

@@ -350,8 +350,11 @@ void Launcher::watch() {
 
 LaunchReport Launcher::run() {
   if (!options_.task_args) throw InternalError("launch: no task_args given");
-  ClusterPlan plan = plan_cluster(options_.job.file_cluster, options_.cluster,
-                                  options_.tf_config ? options_.tf_config->c_str() : nullptr);
+  const bool remote = !options_.hosts.empty();
+  ClusterPlan plan = remote ? plan_hostfile_cluster(options_.hosts, options_.port_base, "--hostfile")
+                            : plan_cluster(options_.job.file_cluster, options_.cluster,
+                                           options_.tf_config ? options_.tf_config->c_str() : nullptr);
+  const std::vector<RemoteSlot> slots = remote_slots(options_.hosts);  // plan.tasks' hosts, in order
   const std::vector<Injection> injections = parse_injections(options_.injections, plan.spec);
   chief_ = plan.spec.chief().str();
   if (options_.grace_period < 0) throw ConfigError("--grace-period cannot be negative");
@@ -371,12 +374,23 @@ LaunchReport Launcher::run() {
   report_.job_id = "launch-" + random_hex(8);
   agree_line_ = str("rendezvous: all ", plan.tasks.size(), " tasks joined and agree");
   std::vector<std::string> env = base_environment();
-  env.push_back(str("DTRAIN_JOB_SECRET=", options_.job_secret.empty() ? random_hex(32) : options_.job_secret));
-  env.push_back("DTRAIN_JOB_ID=" + report_.job_id);
+  const std::string secret = options_.job_secret.empty() ? random_hex(32) : options_.job_secret;
+  // What every task gets (a remote one in its script; the secret then on stdin).
+  std::vector<std::string> task_env = {"DTRAIN_JOB_ID=" + report_.job_id};
   // The tasks share this machine's cores: OpenMP threads that spin while waiting
   // would steal them from the other tasks (measured: up to 10x slower steps).
-  if (!std::getenv("OMP_WAIT_POLICY") && plan.tasks.size() > 1) env.push_back("OMP_WAIT_POLICY=passive");
-  const int threads = default_threads(options_, plan.tasks.size());
+  if (!std::getenv("OMP_WAIT_POLICY") && plan.tasks.size() > 1) task_env.push_back("OMP_WAIT_POLICY=passive");
+  if (!remote) {
+    env.push_back("DTRAIN_JOB_SECRET=" + secret);
+    env.insert(env.end(), task_env.begin(), task_env.end());
+  }
+  // Remote hosts have their own cores: each task there takes what its host shares out.
+  const int threads = remote ? options_.threads : default_threads(options_, plan.tasks.size());
+  RemoteShell shell = options_.remote;
+  if (remote) {
+    shell.ssh = find_program(shell.ssh, "--hostfile: the ssh client");
+    if (shell.cwd.empty()) shell.cwd = fs::current_path().string();
+  }
 
   const std::string each = threads == 1 ? ", 1 thread each" : str(", ", threads, " threads each");
   note(str("job ", report_.job_id, ": ", plan.tasks.size(), " tasks (cluster from ", plan.source,
@@ -386,6 +400,7 @@ LaunchReport Launcher::run() {
   std::string program_name = options_.program;
   if (program_name == "/proc/self/exe") program_name = fs::read_symlink(program_name, ec).string();
   if (program_name.empty()) program_name = "dtrain";
+  if (remote && shell.dtrain.empty()) shell.dtrain = program_name;  // the same path on every host
 
   start_ = Clock::now();
   for (PlannedTask& p : plan.tasks) {
@@ -401,16 +416,34 @@ LaunchReport Launcher::run() {
                                              /*append=*/restart_ > 0, /*plain_stdout=*/options_.plain_stdout);
 
     SpawnSpec spec;
+    const TaskStart start{p.task, str(summaries.path(), "/", file_name(p.task), ".json"), threads, restart_};
+    std::vector<std::string> variables = {"TF_CONFIG=" + tf_config_json(plan.spec, p.task),
+                                          // torchrun's name for "the how-manieth task on this machine": a task
+                                          // whose device is "auto" or "gpu" takes GPU LOCAL_RANK % (GPUs here).
+                                          str("LOCAL_RANK=", remote ? slots[tasks_.size()].local_rank
+                                                                    : static_cast<int>(tasks_.size()))};
+    if (!t->report.injection.empty()) variables.push_back("DTRAIN_INJECT=" + t->report.injection);
+    if (remote) {
+      variables.insert(variables.begin(), task_env.begin(), task_env.end());
+      spec.program = shell.ssh;
+      spec.argv = remote_argv(shell, slots[tasks_.size()].host->target,
+                              remote_script(shell, variables, options_.task_args(start)));
+      spec.env = env;
+      spec.stdin_pipe = true;
+      spec.stdin_text = secret + "\n";
+      t->spawn = spec;
+      t->process = Process::spawn(spec);
+      t->report.pid = t->process->pid();
+      t->pipes[0] = t->process->take_stdout();
+      t->pipes[1] = t->process->take_stderr();
+      tasks_.push_back(std::move(t));
+      continue;
+    }
     spec.program = options_.program;
     spec.argv = {program_name};
-    const TaskStart start{p.task, str(summaries.path(), "/", file_name(p.task), ".json"), threads, restart_};
     for (std::string& arg : options_.task_args(start)) spec.argv.push_back(std::move(arg));
     spec.env = env;
-    spec.env.push_back("TF_CONFIG=" + tf_config_json(plan.spec, p.task));
-    // torchrun's name for "the how-manieth task on this machine": a task whose
-    // device is "auto" or "gpu" takes GPU LOCAL_RANK % (GPUs here).
-    spec.env.push_back(str("LOCAL_RANK=", tasks_.size()));
-    if (!t->report.injection.empty()) spec.env.push_back("DTRAIN_INJECT=" + t->report.injection);
+    spec.env.insert(spec.env.end(), variables.begin(), variables.end());
     // Tasks that serve on their own address get its reserved socket: the chief
     // (the rendezvous store) and ps tasks (parameter_server's variables).
     const bool serves = p.task == plan.spec.chief() || p.task.type == "ps";

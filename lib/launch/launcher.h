@@ -12,6 +12,11 @@
 // later; SIGINT, SIGTERM or SIGHUP to the launcher stop the tasks the same way at
 // once (a second one kills them). It returns only after every task has been reaped.
 //
+// With --hostfile the tasks run on other hosts: each is a local `ssh` process whose
+// output is relayed the same way, that hands the job secret over on its standard
+// input, and whose end (SIGTERM to it, or the launcher's death) stops the remote
+// task (remote_task.h).
+//
 // launch_with_restarts() wraps that in a loop: when a task fails by itself (not a
 // config error, not a launcher that was told to stop), the whole job is started again
 // on fresh ports, with TaskStart::restart > 0 so the caller's arguments resume from
@@ -25,6 +30,8 @@
 
 #include "config/cluster_spec.h"
 #include "launch/cluster_plan.h"
+#include "launch/hostfile.h"
+#include "launch/remote_task.h"
 #include "launch/process.h"
 
 namespace dtrain::launch {
@@ -67,6 +74,11 @@ struct LaunchOptions {
   // `dtrain bench allreduce` its own command.
   std::string program = "/proc/self/exe";
   std::function<std::vector<std::string>(const TaskStart&)> task_args;
+  // --hostfile: the tasks run on these hosts' slots over ssh (hostfile.h,
+  // remote_task.h) instead of as local processes; the cluster is theirs.
+  std::vector<HostSlots> hosts;
+  RemoteShell remote;         // how to reach them (remote.dtrain "": this binary's path)
+  int port_base = 8888;       // --port-base: a host's k-th slot listens on port_base + k
   int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
   int stderr_fd = 2;  // where their stderr lines and the launcher's messages go
   // The tasks' stdout lines go out as they are, without the "[worker:0] " prefix,

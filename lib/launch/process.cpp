@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -32,7 +33,7 @@ void child_complain(const char* what, const char* arg, int error) {
 
 // The child's side of spawn(): never returns.
 [[noreturn]] void become_child(const SpawnSpec& spec, char* const* argv, char* const* envp,
-                               pid_t parent, int out_fd, int err_fd) {
+                               pid_t parent, int in_fd, int out_fd, int err_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before prctl() took effect; then nobody would kill us.
@@ -41,10 +42,14 @@ void child_complain(const char* what, const char* arg, int error) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(s, SIG_DFL);
-  const int null_fd = ::open("/dev/null", O_RDONLY);
-  if (null_fd >= 0 && null_fd != 0) {
-    ::dup2(null_fd, 0);
-    ::close(null_fd);
+  if (in_fd >= 0) {
+    if (::dup2(in_fd, 0) < 0) ::_exit(127);
+  } else {
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0 && null_fd != 0) {
+      ::dup2(null_fd, 0);
+      ::close(null_fd);
+    }
   }
   // dup2() leaves 1 and 2 without FD_CLOEXEC; the pipe ends themselves close at exec.
   if (::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(127);
@@ -130,13 +135,26 @@ std::unique_ptr<Process> Process::spawn(const SpawnSpec& spec) {
   if (::pipe2(err_pipe, O_CLOEXEC) != 0)
     throw RuntimeError(str("cannot create a pipe for ", spec.argv[0], ": ", std::strerror(errno)));
   UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+  UniqueFd in_read, in_write;
+  if (spec.stdin_pipe) {
+    DT_CHECK(spec.stdin_text.size() <= PIPE_BUF, "stdin_text of ", spec.stdin_text.size(), " bytes");
+    int in_pipe[2];
+    if (::pipe2(in_pipe, O_CLOEXEC) != 0)
+      throw RuntimeError(str("cannot create a pipe for ", spec.argv[0], ": ", std::strerror(errno)));
+    in_read.reset(in_pipe[0]);
+    in_write.reset(in_pipe[1]);
+    if (!spec.stdin_text.empty() &&
+        ::write(in_write.get(), spec.stdin_text.data(), spec.stdin_text.size()) !=
+            static_cast<ssize_t>(spec.stdin_text.size()))
+      throw RuntimeError(str("cannot write ", spec.argv[0], "'s standard input: ", std::strerror(errno)));
+  }
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0)
     throw RuntimeError(str("cannot start ", spec.argv[0], ": fork: ", std::strerror(errno)));
   if (pid == 0)
-    become_child(spec, argv.data(), envp.data(), parent, out_write.get(), err_write.get());
+    become_child(spec, argv.data(), envp.data(), parent, in_read.get(), out_write.get(), err_write.get());
 
   // Also from this side, so that a signal to the group right away cannot miss
   // (EACCES once the child has exec'd is fine: it has done it itself).
@@ -147,6 +165,7 @@ std::unique_ptr<Process> Process::spawn(const SpawnSpec& spec) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   p->stdout_ = std::move(out_read);
   p->stderr_ = std::move(err_read);
+  p->stdin_ = std::move(in_write);
   return p;  // the write ends close here: the pipes reach end of file when the child is gone
 }
 
@@ -164,6 +183,7 @@ void Process::reap_now() {
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   reaped_ = true;
+  stdin_.reset();
   if (WIFEXITED(status)) status_.code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) status_.signal = WTERMSIG(status);
 }

@@ -8,6 +8,7 @@
 // with a parent that died first), reads /dev/null as stdin and writes stdout and
 // stderr to two pipes whose read ends the caller polls. Spawn from a thread that
 // lives as long as the job (the main thread): PDEATHSIG fires when that thread ends.
+// (A child may instead read a pipe as stdin: SpawnSpec::stdin_pipe.)
 // Reaping first checks for an exit without reaping (waitid WNOWAIT), kills whatever
 // is left in the group while the zombie still holds the group id, then reaps, so no
 // descendant outlives its task and no recycled pid is ever signalled.
@@ -60,6 +61,12 @@ struct SpawnSpec {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // the whole environment, "NAME=value" each
   int inherit_fd = -1;            // a descriptor (> 2) the child keeps across exec, or -1
+  // stdin: /dev/null, or (stdin_pipe) a pipe that first carries `stdin_text` and
+  // then stays open until the child is reaped: the child sees end of file when the
+  // launcher is done with it or dies (a remote task's watchdog, remote_task.h).
+  // The text travels on the pipe, never on a command line or in the environment.
+  bool stdin_pipe = false;
+  std::string stdin_text;  // at most PIPE_BUF bytes (written at once, never blocks)
 };
 
 // One running (or finished) child. The destructor kills the group and reaps it if
@@ -84,6 +91,9 @@ class Process {
   bool reaped() const { return reaped_; }
   const ExitStatus& status() const { return status_; }  // meaningful once reaped
 
+  // Closes the write end of a stdin pipe (SpawnSpec::stdin_pipe): the child reads end of file.
+  void close_stdin() { stdin_.reset(); }
+
   // Sends `signal` to the child's whole process group; does nothing once reaped.
   void signal_group(int signal);
   // SIGKILL to the group, then reaps (SIGKILL cannot be caught: this returns promptly).
@@ -100,6 +110,7 @@ class Process {
   ExitStatus status_;
   UniqueFd stdout_;
   UniqueFd stderr_;
+  UniqueFd stdin_;  // the write end of a stdin pipe (SpawnSpec::stdin_pipe), closed once reaped
 };
 
 }  // namespace dtrain::launch

@@ -1,81 +1,33 @@
 // Two "machines" for real on this one: two network namespaces on a bridge (in a
 // third namespace, so nothing touches this machine's own network), each with its
-// own address (10.213.0.1, 10.213.0.2) and, through a UTS namespace per task, its
-// own hostname, so the rendezvous sees two hosts. Four multi_worker_mirrored
-// tasks, two per machine, train 20 steps of the MLP with Gloo's ring and with the
-// hierarchical all-reduce (shared memory within a machine, Gloo between the two
-// leaders): the per-step losses agree within 1e-4, every task ends with the same
-// parameters, and the bytes that cross each machine's link fall (ring: each rank
-// sends 2(n-1)/n of the gradients to its ring neighbour, 2 of the 4 hops cross;
-// hierarchical: the 2 leaders exchange the whole gradients once: 1.5 G -> 1 G per
-// machine per step). The namespaces are created and torn down by the test; it
-// needs root and iproute2, and says DTRAIN-SKIPPED (a skip in ctest) without them.
-#include <unistd.h>
-
+// own address (10.213.X.1, 10.213.X.2) and, through a UTS namespace per task, its
+// own hostname, so the rendezvous sees two hosts (support/netns_hosts.h). Four
+// multi_worker_mirrored tasks, two per machine, train 20 steps of the MLP with
+// Gloo's ring and with the hierarchical all-reduce (shared memory within a
+// machine, Gloo between the two leaders): the per-step losses agree within 1e-4,
+// every task ends with the same parameters, and the bytes that cross each
+// machine's link fall (ring: each rank sends 2(n-1)/n of the gradients to its
+// ring neighbour, 2 of the 4 hops cross; hierarchical: the 2 leaders exchange the
+// whole gradients once: 1.5 G -> 1 G per machine per step). The namespaces are
+// created and torn down by the test; it needs root and iproute2, and says
+// DTRAIN-SKIPPED (a skip in ctest) with the reason without them.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 #include "integration/start_dtrain.h"
+#include "support/netns_hosts.h"
 #include "support/temp_dir.h"
 
 namespace dtrain::integration {
 namespace {
 
 using nlohmann::json;
+using test::NetnsHosts;
 
 constexpr int kSteps = 20;
-
-// Runs a shell command; true when it exits 0.
-bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
-
-// The two machines and their switch; removed (with their links) on destruction.
-class TwoHosts {
- public:
-  TwoHosts() : a_("dtrain-a-" + std::to_string(getpid())), b_("dtrain-b-" + std::to_string(getpid())),
-               s_("dtrain-s-" + std::to_string(getpid())) {
-    ok_ = getuid() == 0 && sh("ip netns add " + s_) && sh("ip netns add " + a_) && sh("ip netns add " + b_) &&
-          sh("ip -n " + s_ + " link add br0 type bridge") && sh("ip -n " + s_ + " link set br0 up");
-    int i = 1;
-    for (const std::string& ns : {a_, b_}) {
-      std::string port = "v";
-      port += std::to_string(i);
-      ok_ = ok_ && sh("ip -n " + s_ + " link add " + port + " type veth peer name eth0 netns " + ns) &&
-            sh("ip -n " + s_ + " link set " + port + " master br0") && sh("ip -n " + s_ + " link set " + port + " up") &&
-            sh("ip -n " + ns + " addr add 10.213.0." + std::to_string(i) + "/24 dev eth0") &&
-            sh("ip -n " + ns + " link set eth0 up") && sh("ip -n " + ns + " link set lo up");
-      ++i;
-    }
-  }
-  ~TwoHosts() {
-    for (const std::string& ns : {a_, b_, s_}) sh("ip netns del " + ns);
-  }
-  bool ok() const { return ok_; }
-  const std::string& ns(int host) const { return host == 0 ? a_ : b_; }
-  // Bytes this machine's link has sent and received so far.
-  int64_t link_bytes(int host) const {
-    int64_t total = 0;
-    for (const char* counter : {"tx_bytes", "rx_bytes"}) {
-      const std::string command = "ip netns exec " + ns(host) + " cat /sys/class/net/eth0/statistics/" + counter;
-      FILE* out = popen(command.c_str(), "r");
-      REQUIRE(out != nullptr);
-      long long v = -1;
-      const int got = std::fscanf(out, "%lld", &v);
-      pclose(out);
-      REQUIRE(got == 1);
-      total += v;
-    }
-    return total;
-  }
-
- private:
-  std::string a_, b_, s_;
-  bool ok_ = false;
-};
 
 struct Run {
   std::vector<double> losses;       // the chief's per-step loss
@@ -84,7 +36,7 @@ struct Run {
   double step_ms = 0.0;             // the chief's
 };
 
-Run train(const TwoHosts& hosts, const TempDir& dir, const std::string& communication) {
+Run train(const NetnsHosts& hosts, const TempDir& dir, const std::string& communication) {
   json job = small_mlp_job(4096, 256);
   job["strategy"] = {{"type", "multi_worker_mirrored"}, {"communication", communication}};
   job["train"]["batch_size_per_replica"] = 32;
@@ -92,8 +44,10 @@ Run train(const TwoHosts& hosts, const TempDir& dir, const std::string& communic
   job["train"]["log_every_steps"] = 1;
   job["output"] = {{"dir", dir.file("out")}};
   const std::string config = write_job(dir, job);
-  const json cluster = {{"worker", {"10.213.0.1:23401", "10.213.0.1:23402", "10.213.0.2:23403", "10.213.0.2:23404"}}};
+  const json cluster = {{"worker", {hosts.address(0, 23401), hosts.address(0, 23402), hosts.address(1, 23403),
+                                     hosts.address(1, 23404)}}};
   const int64_t before = hosts.link_bytes(0);
+  REQUIRE(before >= 0);
   std::vector<std::unique_ptr<Child>> tasks;
   for (int i = 0; i < 4; ++i) {
     const int host = i / 2;
@@ -101,12 +55,10 @@ Run train(const TwoHosts& hosts, const TempDir& dir, const std::string& communic
     spec.env = {"TF_CONFIG=" + json{{"cluster", cluster}, {"task", {{"type", "worker"}, {"index", i}}}}.dump(),
                 "DTRAIN_JOB_SECRET=two-hosts-test", "DTRAIN_JOB_ID", "DTRAIN_LAUNCHED", "DTRAIN_INJECT",
                 "DTRAIN_LISTEN_FD"};
-    const std::string command = std::string("hostname dtrain-host-") + (host == 0 ? "a" : "b") + " && exec " +
-                                DTRAIN_BINARY + " run --config " + config + " --threads 1 --summary " +
-                                dir.file("summary" + std::to_string(i) + ".json");
-    tasks.push_back(start_program("/usr/sbin/ip", {"netns", "exec", hosts.ns(host), "unshare", "--uts", "sh", "-c",
-                                                   command},
-                                  spec));
+    const std::vector<std::string> argv =
+        hosts.command(host, {DTRAIN_BINARY, "run", "--config", config, "--threads", "1", "--summary",
+                             dir.file("summary" + std::to_string(i) + ".json")});
+    tasks.push_back(start_program(argv[0], {argv.begin() + 1, argv.end()}, spec));
   }
   Run run;
   for (int i = 0; i < 4; ++i) {
@@ -117,7 +69,9 @@ Run train(const TwoHosts& hosts, const TempDir& dir, const std::string& communic
     run.hashes.push_back(s["params_sha256"]);
     if (i == 0) run.step_ms = s["step_ms"]["step"].get<double>();
   }
-  run.cross_bytes = hosts.link_bytes(0) - before;
+  const int64_t after = hosts.link_bytes(0);
+  REQUIRE(after >= before);
+  run.cross_bytes = after - before;
   for (const json& record : read_json_lines(dir.file("out/metrics.jsonl")))
     if (record["kind"] == "step") run.losses.push_back(record["loss"].get<double>());
   REQUIRE(run.losses.size() == kSteps);
@@ -128,9 +82,9 @@ Run train(const TwoHosts& hosts, const TempDir& dir, const std::string& communic
 
 TEST_CASE("two machines x two tasks: hierarchical follows ring, with fewer bytes across the machines' links",
           "[netns]") {
-  const TwoHosts hosts;
+  const NetnsHosts hosts(2);
   if (!hosts.ok()) {
-    WARN("DTRAIN-SKIPPED: needs root and iproute2 (ip netns) to make two machines out of network namespaces");
+    WARN("DTRAIN-SKIPPED: cannot make two machines out of network namespaces: " << hosts.reason());
     return;
   }
   TempDir ring_dir, hier_dir;
