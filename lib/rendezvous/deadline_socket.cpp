@@ -1,6 +1,7 @@
 // Implementation of deadline_socket.h.
 #include "rendezvous/deadline_socket.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "core/error.h"
@@ -33,14 +34,15 @@ void DeadlineSocket::connect(const std::string& host, const std::string& port, d
   const auto deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   auto next_report = start + std::chrono::seconds(5);
+  std::error_code last;  // the last attempt that had its full time: what the message reports
   while (true) {
     bool done = false;
+    const Clock::duration budget = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(2));
     asio::async_connect(socket, endpoints, [&](const std::error_code& e, const tcp::endpoint&) {
       ec = e;
       done = true;
     });
-    if (!run_until(done, std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(2))))
-      ec = asio::error::timed_out;
+    if (!run_until(done, budget)) ec = asio::error::timed_out;
     // On loopback, a connect to a port in the ephemeral range with no listener
     // can "succeed" by connecting the socket to itself (TCP simultaneous open).
     if (!ec) {
@@ -50,13 +52,15 @@ void DeadlineSocket::connect(const std::string& host, const std::string& port, d
     }
     std::error_code ignored;
     socket.close(ignored);
-    if (Clock::now() >= deadline)
-      throw TimeoutError(str("could not reach ", what, " within ", timeout_seconds, " s (last error: ", ec.message(),
-                             "); ", hint));
+    // An attempt the deadline cut short says nothing new about the peer.
+    if (!last || ec != asio::error::timed_out || budget >= std::chrono::seconds(2)) last = ec;
     if (on_waiting && Clock::now() >= next_report) {
       on_waiting(str("waiting for ", what, " (", ec.message(), ")"));
       next_report += std::chrono::seconds(5);
     }
+    if (Clock::now() >= deadline)
+      throw TimeoutError(str("could not reach ", what, " within ", timeout_seconds, " s (last error: ", last.message(),
+                             "); ", hint));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   socket.set_option(tcp::no_delay(true));
