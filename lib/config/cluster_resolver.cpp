@@ -13,18 +13,9 @@
 namespace dtrain::config {
 namespace {
 
-bool has(const EnvVars& vars, const char* name) {
-  const auto it = vars.find(name);
-  return it != vars.end() && !it->second.empty();
-}
-
-const char* variable_or_null(const EnvVars& vars, const char* name) {
-  const auto it = vars.find(name);
-  return it == vars.end() ? nullptr : it->second.c_str();
-}
-
 ClusterConfig resolve_tf_config(const FileCluster& file, const EnvVars& vars, const std::string& task_flag) {
-  return resolve_cluster(file, variable_or_null(vars, "TF_CONFIG"), task_flag);
+  const auto it = vars.find("TF_CONFIG");  // set but empty is TF_CONFIG's own error
+  return resolve_cluster(file, it == vars.end() ? nullptr : it->second.c_str(), task_flag);
 }
 
 ClusterConfig resolve_slurm_job(const RuntimeSpec& runtime, const EnvVars& vars) {
@@ -119,11 +110,11 @@ ClusterConfig resolve_job_cluster(const FileCluster& file, const RuntimeSpec& ru
     return resolve_env(vars);
   }
   // auto: TF's way first, as given by hand it says the most.
-  if (!task_flag.empty() || !file.cluster.empty() || file.task || has(vars, "TF_CONFIG"))
+  if (!task_flag.empty() || !file.cluster.empty() || file.task || find_variable(vars, "TF_CONFIG"))
     return resolve_tf_config(file, vars, task_flag);
-  if (has(vars, "SLURM_PROCID") && has(vars, "SLURM_STEP_NODELIST")) return resolve_slurm_job(runtime, vars);
-  if (has(vars, "JOB_COMPLETION_INDEX")) return resolve_kubernetes(vars, runtime.kubernetes);
-  if (has(vars, "MASTER_ADDR") && has(vars, "WORLD_SIZE") && has(vars, "RANK")) return resolve_env(vars);
+  if (find_variable(vars, "SLURM_PROCID") && find_variable(vars, "SLURM_STEP_NODELIST")) return resolve_slurm_job(runtime, vars);
+  if (find_variable(vars, "JOB_COMPLETION_INDEX")) return resolve_kubernetes(vars, runtime.kubernetes);
+  if (find_variable(vars, "MASTER_ADDR") && find_variable(vars, "WORLD_SIZE") && find_variable(vars, "RANK")) return resolve_env(vars);
   return ClusterConfig{};
 }
 

@@ -100,6 +100,7 @@ struct Pipeline::Impl {
   int64_t next_read = 0;             // the cursor's next sample
   std::vector<bool> wanted;          // sample index -> this shard still takes it this epoch
   std::unordered_map<int64_t, std::vector<float>> pending;
+  std::vector<std::vector<float>> spare;  // buffers of samples taken, reused for the next ones kept
   std::vector<float> skipped;        // where samples other shards take are read to
 
   Batch assemble(int64_t b);
@@ -121,6 +122,7 @@ void Pipeline::Impl::copy_streamed(int64_t sample, float* out) {
   const auto numel = static_cast<size_t>(dataset->sample_numel());
   if (const auto it = pending.find(sample); it != pending.end()) {
     std::memcpy(out, it->second.data(), numel * sizeof(float));
+    spare.push_back(std::move(it->second));
     pending.erase(it);
     return;
   }
@@ -131,6 +133,10 @@ void Pipeline::Impl::copy_streamed(int64_t sample, float* out) {
     const int64_t i = next_read++;
     if (wanted[static_cast<size_t>(i)]) {
       std::vector<float>& keep = pending[i];
+      if (!spare.empty()) {
+        keep = std::move(spare.back());
+        spare.pop_back();
+      }
       keep.resize(numel);
       cursor->next(keep.data());
     } else {

@@ -272,48 +272,33 @@ class TfRecordStream final : public SampleStream {
   DataSourceSpec spec_;
 };
 
-Dataset empty_dataset(const DataSourceSpec& spec) {
+// Every record of the source, checked: the count and labels, and the images too
+// when `keep_images` (else they are read again by each epoch's cursor).
+Dataset read_records(const DataSourceSpec& spec, bool keep_images) {
+  check_fields(spec);
   Dataset ds;
   ds.name = spec.path;
   ds.sample_shape = spec.shape;
   ds.rescale = static_cast<float>(spec.rescale);
-  return ds;
-}
-
-void check_not_empty(const DataSourceSpec& spec, const Dataset& ds, const RecordDecoder& decoder) {
+  RecordDecoder decoder(spec);
+  Chunk chunk;
+  while (decoder.next_chunk(chunk)) {
+    if (keep_images && chunk.floats) ds.values.insert(ds.values.end(), chunk.values.begin(), chunk.values.end());
+    if (keep_images && !chunk.floats) ds.pixels.insert(ds.pixels.end(), chunk.pixels.begin(), chunk.pixels.end());
+    ds.labels.insert(ds.labels.end(), chunk.labels.begin(), chunk.labels.end());
+    ds.count += chunk.n;
+  }
   if (ds.count == 0)
     throw IoError(str(spec.path, ".files: ", decoder.files().size(), " file(s) but no records; check the files"));
+  return ds;
 }
 
 }  // namespace
 
-Dataset load_tfrecord(const DataSourceSpec& spec) {
-  check_fields(spec);
-  Dataset ds = empty_dataset(spec);
-  RecordDecoder decoder(spec);
-  Chunk chunk;
-  while (decoder.next_chunk(chunk)) {
-    if (chunk.floats) ds.values.insert(ds.values.end(), chunk.values.begin(), chunk.values.end());
-    else ds.pixels.insert(ds.pixels.end(), chunk.pixels.begin(), chunk.pixels.end());
-    ds.labels.insert(ds.labels.end(), chunk.labels.begin(), chunk.labels.end());
-    ds.count += chunk.n;
-  }
-  check_not_empty(spec, ds, decoder);
-  return ds;
-}
+Dataset load_tfrecord(const DataSourceSpec& spec) { return read_records(spec, /*keep_images=*/true); }
 
 Dataset stream_tfrecord(const DataSourceSpec& spec) {
-  check_fields(spec);
-  // One pass up front for the count and the labels (and every record's checks);
-  // the images are read again by each epoch's cursor.
-  Dataset ds = empty_dataset(spec);
-  RecordDecoder decoder(spec);
-  Chunk chunk;
-  while (decoder.next_chunk(chunk)) {
-    ds.labels.insert(ds.labels.end(), chunk.labels.begin(), chunk.labels.end());
-    ds.count += chunk.n;
-  }
-  check_not_empty(spec, ds, decoder);
+  Dataset ds = read_records(spec, /*keep_images=*/false);
   ds.stream = std::make_shared<TfRecordStream>(spec);
   return ds;
 }

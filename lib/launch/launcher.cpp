@@ -423,30 +423,24 @@ LaunchReport Launcher::run() {
                                           str("LOCAL_RANK=", remote ? slots[tasks_.size()].local_rank
                                                                     : static_cast<int>(tasks_.size()))};
     if (!t->report.injection.empty()) variables.push_back("DTRAIN_INJECT=" + t->report.injection);
+    // Tasks that serve on their own address get its reserved socket: the chief
+    // (the rendezvous store) and ps tasks (parameter_server's variables). A remote
+    // task binds its host's port itself.
+    const bool serves = !remote && (p.task == plan.spec.chief() || p.task.type == "ps");
+    spec.env = env;
     if (remote) {
       variables.insert(variables.begin(), task_env.begin(), task_env.end());
       spec.program = shell.ssh;
       spec.argv = remote_argv(shell, slots[tasks_.size()].host->target,
                               remote_script(shell, variables, options_.task_args(start)));
-      spec.env = env;
       spec.stdin_pipe = true;
       spec.stdin_text = secret + "\n";
-      t->spawn = spec;
-      t->process = Process::spawn(spec);
-      t->report.pid = t->process->pid();
-      t->pipes[0] = t->process->take_stdout();
-      t->pipes[1] = t->process->take_stderr();
-      tasks_.push_back(std::move(t));
-      continue;
+    } else {
+      spec.program = options_.program;
+      spec.argv = {program_name};
+      for (std::string& arg : options_.task_args(start)) spec.argv.push_back(std::move(arg));
+      spec.env.insert(spec.env.end(), variables.begin(), variables.end());
     }
-    spec.program = options_.program;
-    spec.argv = {program_name};
-    for (std::string& arg : options_.task_args(start)) spec.argv.push_back(std::move(arg));
-    spec.env = env;
-    spec.env.insert(spec.env.end(), variables.begin(), variables.end());
-    // Tasks that serve on their own address get its reserved socket: the chief
-    // (the rendezvous store) and ps tasks (parameter_server's variables).
-    const bool serves = p.task == plan.spec.chief() || p.task.type == "ps";
     if (serves) {
       spec.inherit_fd = p.port.socket.get();
       spec.env.push_back(str("DTRAIN_LISTEN_FD=", spec.inherit_fd));

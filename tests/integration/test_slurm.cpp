@@ -23,6 +23,7 @@
 
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
+#include "support/shell_quote.h"
 #include "support/temp_dir.h"
 
 namespace dtrain::integration {
@@ -42,12 +43,6 @@ std::string find_on_path(const std::string& name) {
   return "";
 }
 
-// Single quotes for sh.
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 // Why Slurm cannot run a 2-task step here, or "" when it can.
 std::string why_no_slurm() {
@@ -104,8 +99,8 @@ TEST_CASE("srun -N1 -n2: two dtrain tasks find each other from Slurm's variables
   // test's own environment, and its summary named by its rank.
   const std::string task = "exec env -u TF_CONFIG -u DTRAIN_LAUNCHED -u DTRAIN_JOB_ID -u DTRAIN_INJECT "
                            "-u DTRAIN_LISTEN_FD DTRAIN_JOB_SECRET=slurm-system-test " +
-                           sh_quote(dtrain_binary()) + " run --config " + sh_quote(config) +
-                           " --threads 1 --summary " + sh_quote(dir.path()) + "/s-$SLURM_PROCID.json";
+                           test::shell_quote(dtrain_binary()) + " run --config " + test::shell_quote(config) +
+                           " --threads 1 --summary " + test::shell_quote(dir.path()) + "/s-$SLURM_PROCID.json";
   RunSpec spec;
   spec.deadline_seconds = 200.0;
   spec.cwd = dir.path();

@@ -48,6 +48,8 @@
 #include <string>
 #include <vector>
 
+#include "support/shell_quote.h"
+
 namespace dtrain::test {
 
 struct NetnsOptions {
@@ -142,7 +144,7 @@ class NetnsHosts {
   // Runs a shell command inside host i and waits for it; returns its exit status
   // (-1 when it did not exit normally). Its stdout and stderr go to *output when given.
   int run(int host, const std::string& shell_command, std::string* output = nullptr) const {
-    return shell(ip_ + " netns exec " + ns(host) + " sh -c " + quote(shell_command), output);
+    return shell(ip_ + " netns exec " + ns(host) + " sh -c " + shell_quote(shell_command), output);
   }
 
   // Takes host i's link down: its packets go nowhere, its processes keep running.
@@ -235,12 +237,6 @@ class NetnsHosts {
     for (const std::string& path : candidates)
       if (::access(path.c_str(), X_OK) == 0) return path;
     return "";
-  }
-
-  static std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
   }
 
   static std::string trim(std::string s) {

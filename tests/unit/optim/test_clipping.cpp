@@ -6,33 +6,20 @@
 
 #include "core/error.h"
 #include "optim/optimizer.h"
+#include "optim_test_util.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
 
 namespace {
 
-nn::Param param(const std::string& name, std::vector<float> w, std::vector<float> g) {
-  const int64_t n = static_cast<int64_t>(w.size());
-  nn::Param p{name, Tensor({n}), Tensor({n})};
-  for (int64_t i = 0; i < n; ++i) {
-    p.value.data()[i] = w[i];
-    p.grad.data()[i] = g[i];
-  }
-  return p;
-}
-
-optim::OptimizerSpec spec(const std::string& type, double lr) {
-  optim::OptimizerSpec s;
-  s.type = &optim::optimizer_type(type);
-  s.learning_rate.initial_learning_rate = lr;
-  return s;
-}
+using test::make_param;
+const auto spec = test::optimizer_spec;
 
 // One sgd step at lr 1 from zero weights with the gradients [3, 4] (norm 5) and
 // [0.3, 0.4] (norm 0.5): the weights are minus the clipped gradients.
 std::pair<std::vector<float>, std::vector<float>> clipped_sgd(const optim::OptimizerSpec& s) {
-  nn::Param a = param("a", {0, 0}, {3, 4}), b = param("b", {0, 0}, {0.3f, 0.4f});
+  nn::Param a = make_param("a", {0, 0}, {3, 4}), b = make_param("b", {0, 0}, {0.3f, 0.4f});
   optim::make_optimizer(s)->apply({&a, &b}, 0);
   return {{-a.value.data()[0], -a.value.data()[1]}, {-b.value.data()[0], -b.value.data()[1]}};
 }
@@ -95,7 +82,7 @@ TEST_CASE("clipvalue clips each element to [-clipvalue, clipvalue]") {
   CHECK(a[1] == Approx(0.5));
   CHECK(b[0] == Approx(0.3));
   CHECK(b[1] == Approx(0.4));
-  nn::Param n = param("n", {0, 0, 0}, {-3.0f, 0.2f, -0.7f});
+  nn::Param n = make_param("n", {0, 0, 0}, {-3.0f, 0.2f, -0.7f});
   optim::make_optimizer(s)->apply({&n}, 0);
   CHECK(n.value.data()[0] == Approx(0.5));  // -(-0.5)
   CHECK(n.value.data()[1] == Approx(-0.2));
@@ -113,7 +100,7 @@ TEST_CASE("every optimizer clips before its update: the same as feeding it the c
       if (option == 2) clipping.clipvalue = 0.5;
       // One param: clipnorm and global_clipnorm both give [0.6, 0.8]; clipvalue [0.5, 0.5].
       const std::vector<float> clipped = option == 2 ? std::vector<float>{0.5f, 0.5f} : std::vector<float>{0.6f, 0.8f};
-      nn::Param a = param("a", {1, -1}, {3, 4}), b = param("b", {1, -1}, clipped);
+      nn::Param a = make_param("a", {1, -1}, {3, 4}), b = make_param("b", {1, -1}, clipped);
       auto with = optim::make_optimizer(clipping), without = optim::make_optimizer(spec(type.name, 0.1));
       for (int step = 0; step < 2; ++step) {
         a.grad.data()[0] = 3;
@@ -130,7 +117,7 @@ TEST_CASE("every optimizer clips before its update: the same as feeding it the c
 TEST_CASE("a NaN gradient makes every gradient NaN under global_clipnorm, as in Keras") {
   auto s = spec("sgd", 1.0);
   s.global_clipnorm = 1.0;
-  nn::Param a = param("a", {0, 0}, {NAN, 1}), b = param("b", {0}, {1});
+  nn::Param a = make_param("a", {0, 0}, {NAN, 1}), b = make_param("b", {0}, {1});
   optim::make_optimizer(s)->apply({&a, &b}, 0);
   CHECK(std::isnan(b.value.data()[0]));
 }
@@ -159,7 +146,7 @@ TEST_CASE("a ps's optimizer does not clip: its workers did") {
   CHECK(optim::clips(s));
   const optim::OptimizerSpec plain = optim::without_clipping(s);
   CHECK_FALSE(optim::clips(plain));
-  nn::Param a = param("a", {0, 0}, {3, 4});
+  nn::Param a = make_param("a", {0, 0}, {3, 4});
   optim::make_optimizer(plain)->apply({&a}, 0);
   CHECK(a.value.data()[1] == Approx(-4.0));
 }

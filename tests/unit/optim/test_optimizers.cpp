@@ -7,34 +7,18 @@
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim_test_util.h"
 
 using namespace dtrain;
 
 namespace {
 
-nn::Param param(float w, float g) {
-  nn::Param p{"w", Tensor({1}), Tensor({1})};
-  p.value.data()[0] = w;
-  p.grad.data()[0] = g;
-  return p;
-}
+nn::Param param(float w, float g) { return test::make_param("w", {w}, {g}); }
 
 // A 2-element weight [w0, w1] with the gradient [g0, g1].
-nn::Param param2(float w0, float w1, float g0, float g1) {
-  nn::Param p{"w", Tensor({2}), Tensor({2})};
-  p.value.data()[0] = w0;
-  p.value.data()[1] = w1;
-  p.grad.data()[0] = g0;
-  p.grad.data()[1] = g1;
-  return p;
-}
+nn::Param param2(float w0, float w1, float g0, float g1) { return test::make_param("w", {w0, w1}, {g0, g1}); }
 
-optim::OptimizerSpec spec(const std::string& type, double lr) {
-  optim::OptimizerSpec s;
-  s.type = &optim::optimizer_type(type);
-  s.learning_rate.initial_learning_rate = lr;
-  return s;
-}
+const auto spec = test::optimizer_spec;
 
 }  // namespace
 
