@@ -76,13 +76,42 @@ int WorkQueue::requeue_units_of(const std::string& owner) {
   for (int64_t id : ids) {
     const std::string key = std::to_string(id);
     if (store_.get(kPrefix + "done/" + key)) continue;
-    if (store_.get(kPrefix + "claim/" + key).value_or("") != owner) continue;
-    store_.set(kPrefix + "claim/" + key, "requeued");  // so a later scan does not requeue it twice
-    const int64_t k = store_.add(kPrefix + "requeued", 1) - 1;
-    store_.set(kPrefix + "requeue/" + std::to_string(k), key);
+    const std::optional<std::string> claim = store_.get(kPrefix + "claim/" + key);
+    if (!claim) {  // perhaps the lost worker's, taken just before it died: look again later
+      const bool noted = std::any_of(unowned_.begin(), unowned_.end(), [&](const auto& u) { return u.first == id; });
+      if (!noted) unowned_.emplace_back(id, std::chrono::steady_clock::now());
+      continue;
+    }
+    if (*claim != owner) continue;
+    requeue(id);
     ++count;
   }
   return count;
+}
+
+int WorkQueue::requeue_orphans(double min_age_seconds) {
+  int count = 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = unowned_.begin(); it != unowned_.end();) {
+    if (std::chrono::duration<double>(now - it->second).count() < min_age_seconds) {
+      ++it;
+      continue;
+    }
+    const std::string key = std::to_string(it->first);
+    if (!store_.get(kPrefix + "done/" + key) && !store_.get(kPrefix + "claim/" + key)) {
+      requeue(it->first);
+      ++count;
+    }
+    it = unowned_.erase(it);
+  }
+  return count;
+}
+
+void WorkQueue::requeue(int64_t id) {
+  const std::string key = std::to_string(id);
+  store_.set(kPrefix + "claim/" + key, "requeued");  // so a later scan does not requeue it twice
+  const int64_t k = store_.add(kPrefix + "requeued", 1) - 1;
+  store_.set(kPrefix + "requeue/" + std::to_string(k), key);
 }
 
 void WorkQueue::close() { store_.set(kPrefix + "closed", "1"); }

@@ -12,11 +12,17 @@
 // units go before fresh ones, so a lost worker's unit does not hold its epoch
 // back until the end of the job.
 //
-// A worker killed in the microseconds between taking a requeue ticket and
-// recording itself as the owner would leave that unit unowned: the coordinator's
-// rescans (every time a worker is lost) cannot see it. Not handled.
+// A worker killed between taking a fresh unit's ticket and recording itself as
+// its owner (one store round trip, longer on a loaded machine) leaves that unit
+// without an owner. The coordinator's scan at each loss notes such units, and
+// requeue_orphans() requeues those still unowned a few seconds later (a live
+// worker records itself right after its ticket; one that is slower than that
+// trains the unit a second time, which asynchronous training tolerates). A worker
+// killed between taking a *requeue* ticket and claiming its unit would still
+// leave that unit stranded: not handled.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -61,6 +67,10 @@ class WorkQueue {
   // Requeues the unfinished units owned by `owner` ("worker:1#1": task and
   // incarnation) among those handed out so far; returns how many.
   int requeue_units_of(const std::string& owner);
+  // Requeues the units noted by requeue_units_of() as handed out but unowned that
+  // are still unowned and unfinished `min_age_seconds` later; returns how many.
+  // Cheap when there are none (the coordinator calls it on every look).
+  int requeue_orphans(double min_age_seconds);
   // Tells the workers that no work is left.
   void close();
 
@@ -76,6 +86,9 @@ class WorkQueue {
   WorkPlan plan_;
   int64_t first_id_ = -1;
   std::optional<int64_t> slot_;  // worker: a requeue ticket taken whose unit is not requeued yet
+  // Coordinator: units handed out without an owner at a loss, and when that was seen.
+  std::vector<std::pair<int64_t, std::chrono::steady_clock::time_point>> unowned_;
+  void requeue(int64_t id);
 };
 
 }  // namespace dtrain::ps

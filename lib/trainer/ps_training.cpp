@@ -244,6 +244,12 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
         log::warn("parameter_server: ", owner.substr(0, owner.find('#')), " was lost; ", requeued,
                   " unfinished work unit(s) go back to the queue and the job goes on");
       }
+      // Units a lost worker took but did not live to claim (work_queue.h).
+      if (const int orphans = queue.requeue_orphans(2.0); orphans > 0) {
+        counts.requeued += orphans;
+        log::warn("parameter_server: ", orphans, " work unit(s) taken but never claimed by a lost worker go back "
+                  "to the queue");
+      }
       const int64_t now = options.ps.group->stats().first;
       for (auto it = pending.begin(); it != pending.end();) {
         bool done = false;

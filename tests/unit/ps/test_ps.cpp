@@ -17,6 +17,7 @@
 #include "job/job_config.h"
 #include "checkpoint/checkpoint_store.h"
 #include "ps/ps_server.h"
+#include "ps/work_queue.h"
 #include "rendezvous/store.h"
 #include "strategy/parameter_server.h"
 #include "strategy/registry.h"
@@ -312,4 +313,22 @@ TEST_CASE("a client that is no dtrain task is dropped by a ps, which goes on ser
   CHECK_THROWS_WITH(group.save("/somewhere/.tmp-ckpt-00000001-abcd", 1),
                     Catch::Contains("has no checkpoint directory"));
   CHECK(server.version() == 0);
+}
+
+TEST_CASE("a unit whose worker died between its ticket and its claim goes back to the queue") {
+  rendezvous::InMemoryStore store;
+  ps::WorkQueue coordinator(store, {/*epochs=*/1, /*steps_per_epoch=*/4, /*steps_per_unit=*/1});
+  coordinator.open(0);
+  ps::WorkQueue worker0(store, coordinator.plan()), worker1(store, coordinator.plan());
+  const auto nothing = [] {};
+  REQUIRE(worker0.take("worker:0#1", nothing)->id == 0);
+  // worker:1 takes the ticket for unit 1 and is killed before it records itself as owner.
+  REQUIRE(store.add("ps/work/next", 1) == 2);
+  CHECK(coordinator.requeue_units_of("worker:1#1") == 0);  // owns nothing on record
+  CHECK(worker1.take("worker:2#1", nothing)->id == 2);     // a live worker meanwhile
+  CHECK(coordinator.requeue_orphans(60.0) == 0);           // too early to tell it from a slow claim
+  CHECK(coordinator.requeue_orphans(0.0) == 1);            // still unowned: requeued
+  CHECK(coordinator.requeue_orphans(0.0) == 0);            // once
+  CHECK(worker0.take("worker:0#1", nothing)->id == 1);     // requeued units go first
+  CHECK(worker0.take("worker:0#1", nothing)->id == 3);
 }
