@@ -29,6 +29,9 @@ How it matches dtrain's bench
       steps * batch / seconds.
     * Same thread count: torch.set_num_threads(T) (intra-op threads).
     * Initialisation differs (PyTorch defaults); it does not affect speed.
+    * `--autocast bfloat16` runs forward and loss under
+      torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision
+      (dtrain: train.precision mixed_bfloat16); parameters and Adam stay float32.
 
 Output: one JSON line with dtrain's keys (config, batch_size, threads, steps,
 seconds, samples_per_sec) plus "framework": "pytorch", "torch_version" and
@@ -152,6 +155,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    ap.add_argument("--autocast", choices=["off", "bfloat16"], default="off",
+                    help="run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = ap.parse_args(argv)
     for name in ("batch", "threads", "steps"):
         if getattr(args, name) < 1:
@@ -169,10 +174,13 @@ def main(argv=None):
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
+    autocast = args.autocast == "bfloat16"
+
     def step():
         xb, yb = sampler.next()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -195,6 +203,7 @@ def main(argv=None):
         "seconds": seconds,
         "samples_per_sec": args.steps * args.batch / max(seconds, 1e-9),
         "framework": "pytorch",
+        "autocast": args.autocast,
         "torch_version": torch.__version__,
         "blas": loaded_blas(),
     }))

@@ -5,7 +5,7 @@
 # writes .gpu/ (git-ignored) with
 #   bin/   dtrain and the gpu test binaries (stripped)
 #   lib/   the shared libraries they need beyond glibc, libstdc++ and CUDA's own
-#          (cuBLASLt, cuDNN: taken from the GPU machine), gzipped
+#          (cuBLASLt, cuDNN: taken from the GPU machine), gzipped; libnccl goes along
 #   data/  the Fashion-MNIST files the configs and tests read
 # On the GPU machine, scripts/test-gpu.sh and scripts/bench-gpu.sh use .gpu/
 # through scripts/gpu-env.sh. Usage: scripts/gpu-bundle.sh
@@ -16,7 +16,7 @@ bash scripts/build.sh -DDTRAIN_CUDA=ON
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
 cp build/dtrain build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_layers \
-  build/tests/gpu/test_gpu_training .gpu/bin/
+  build/tests/gpu/test_gpu_training build/tests/gpu/test_gpu_nccl .gpu/bin/
 strip .gpu/bin/*
 ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |

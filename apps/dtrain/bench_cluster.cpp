@@ -1,5 +1,6 @@
 // `dtrain bench allreduce` and `dtrain bench ps`: nccl-tests-style bandwidth of
-// dtrain's Gloo all-reduce and of its ps protocol. Given --workers N (and --ps M)
+// dtrain's Gloo all-reduce and of its ps protocol (and, with --device gpu, of
+// NCCL over this machine's GPUs in this process). Given --workers N (and --ps M)
 // each launches a local cluster (through the same launcher as `dtrain launch`)
 // whose tasks run the same command again inside the cluster
 // (runtime::bench_allreduce_task, runtime::bench_ps_task): join the rendezvous,
@@ -52,6 +53,14 @@ int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime:
   const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json,
                                              options.communication};
   runtime::check_size_list(options.sizes);  // a bad list fails here, before any process starts
+  if (options.device == "gpu") {  // NCCL over this machine's GPUs, one thread each, no launcher
+    if (options.communication != "auto")
+      throw ConfigError(str("bench allreduce: --communication ", options.communication,
+                            " is Gloo's; --device gpu runs NCCL (leave --communication out)"));
+    if (options.workers < 0) throw ConfigError("bench allreduce: --workers cannot be negative");
+    runtime::bench_allreduce_gpus(request, options.workers);
+    return 0;
+  }
   if (options.workers == 0) {
     runtime::bench_allreduce_task(request, env);
     return 0;

@@ -118,8 +118,12 @@ int main(int argc, char** argv) {
   bench_train->add_flag("--json", bench.json, "Print one JSON object");
   dtrain::app::BenchAllReduceOptions allreduce;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
-      "allreduce", "All-reduce bandwidth (nccl-tests style) of N local workers over Gloo");
-  bench_allreduce->add_option("--workers", allreduce.workers, "Local worker processes (at least 2)");
+      "allreduce", "All-reduce bandwidth (nccl-tests style) of N local workers over Gloo, or of NCCL over the local GPUs");
+  bench_allreduce->add_option("--workers", allreduce.workers,
+                              "Local worker processes (at least 2); with --device gpu: GPUs to use (default: all)");
+  bench_allreduce->add_option("--device", allreduce.device,
+                              "cpu: Gloo between worker processes (default); gpu: NCCL, one thread per local GPU")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
   bench_allreduce->add_option("--sizes", allreduce.sizes, "Sizes: MIN:MAX (powers of two) or a list, e.g. 4K:64M");
   bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(CLI::PositiveNumber);
   bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);

@@ -19,8 +19,6 @@
 
 namespace dtrain::comm {
 
-namespace {
-
 void fill_rank_data(std::vector<float>& x, int rank) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 251 + static_cast<size_t>(rank));
 }
@@ -34,6 +32,8 @@ size_t count_wrong_sums(const std::vector<float>& x, int ranks) {
   }
   return wrong;
 }
+
+namespace {
 
 size_t parse_size(const std::string& item, const std::string& whole) {
   auto bad = [&](const std::string& why) {

@@ -19,6 +19,7 @@ struct AllReduceResult {
   double algbw_gbps = 0;    // bytes / time, in 1e9 bytes/s
   double busbw_gbps = 0;    // algbw * 2(n-1)/n (nccl-tests' bus bandwidth for all-reduce)
   bool correct = false;     // every rank got the exact sum of the ranks' integer data
+  size_t wrong = 0;         // elements that differed from it, over all ranks (nccl-tests' #wrong; NCCL bench)
 };
 
 // Runs, for each size: one all-reduce (sum) of rank-dependent integer-valued data
@@ -28,6 +29,19 @@ struct AllReduceResult {
 // communicator). Sizes must be positive multiples of 4 bytes.
 std::vector<AllReduceResult> bench_all_reduce(Communicator& comm, const std::vector<size_t>& sizes_bytes,
                                               int iterations, int warmup);
+
+// The benchmark's data: rank r's x[i] = (i % 251) + r; after a sum over `ranks`
+// ranks every element must be exactly ranks*(i % 251) + ranks(ranks-1)/2.
+void fill_rank_data(std::vector<float>& x, int rank);
+size_t count_wrong_sums(const std::vector<float>& x, int ranks);
+
+// The same measurement with NCCL on device buffers, one rank per listed GPU of
+// this process (one thread each; make_local_nccl_group), float32 sum in place;
+// `wrong` counts the elements that differed. A build without NCCL throws
+// ConfigError. timeout_seconds bounds joining and every wait.
+std::vector<AllReduceResult> bench_nccl_all_reduce(const std::vector<int>& devices,
+                                                   const std::vector<size_t>& sizes_bytes, int iterations, int warmup,
+                                                   double timeout_seconds);
 
 // Parses a size list: comma-separated items, each a size ("4096", "4K", "64M",
 // "1G"; K/M/G are binary and may be followed by "B" or "iB") or a range "lo:hi"

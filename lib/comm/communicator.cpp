@@ -1,20 +1,24 @@
 // The Tensor conveniences of Communicator: host tensors go to the pointer-based
-// collective directly; device tensors through a host copy (the host-memory
-// engines, Gloo and the local group, cannot read device memory).
+// collective directly; device tensors through a host copy for the host-memory
+// engines (Gloo, the local group), directly for a device engine (NCCL).
 #include "comm/communicator.h"
+#include "comm/reduction.h"
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::comm {
 
 namespace {
-// Runs `collective` on t's values in host memory, copying them back if t is on a device.
+// Runs `collective` on t's values where the engine reads them: in place when t lives
+// where the engine's buffers do, else (a GPU tensor, a host engine) on a host copy.
 template <class F>
-void on_host(Tensor& t, const char* what, F collective) {
+void on_host(Tensor& t, bool device_buffers, const char* what, F collective) {
   DT_CHECK(t.defined(), what, " of an undefined tensor");
-  if (t.device().is_cpu()) return collective(t.data());
+  if (t.device().is_cpu() != device_buffers) return collective(t.data());
+  DT_CHECK(!device_buffers, what, " of a host tensor on a communicator of device buffers");
   Tensor host = t.to_host();
   collective(host.data());
   t.copy_from(host);
@@ -25,12 +29,16 @@ class Borrowed : public Communicator {
   int rank() const override { return other_.rank(); }
   int size() const override { return other_.size(); }
   void all_reduce(float* data, size_t count, ReduceOp op) override { other_.all_reduce(data, count, op); }
+  void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
+    other_.all_reduce_bfloat16(data, count, op);
+  }
   void broadcast(float* data, size_t count, int root) override { other_.broadcast(data, count, root); }
   void all_gather(const float* in, size_t count, float* out) override { other_.all_gather(in, count, out); }
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
     other_.reduce_scatter(in, count_per_rank, out, op);
   }
   void barrier() override { other_.barrier(); }
+  bool device_buffers() const override { return other_.device_buffers(); }
 
  private:
   Communicator& other_;
@@ -48,12 +56,23 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+void round_to_bfloat16(float* data, size_t count) {
+  for (size_t i = 0; i < count; ++i) data[i] = bf16_to_f32(f32_to_bf16(data[i]));
+}
+
+void Communicator::all_reduce_bfloat16(float* data, size_t count, ReduceOp op) {
+  round_to_bfloat16(data, count);
+  all_reduce(data, count, ReduceOp::kSum);
+  round_to_bfloat16(data, count);
+  if (op == ReduceOp::kMean) divide_by_size(data, count, size());
+}
+
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {
-  on_host(t, "all_reduce", [&](float* p) { all_reduce(p, static_cast<size_t>(t.numel()), op); });
+  on_host(t, device_buffers(), "all_reduce", [&](float* p) { all_reduce(p, static_cast<size_t>(t.numel()), op); });
 }
 
 void Communicator::broadcast(Tensor& t, int root) {
-  on_host(t, "broadcast", [&](float* p) { broadcast(p, static_cast<size_t>(t.numel()), root); });
+  on_host(t, device_buffers(), "broadcast", [&](float* p) { broadcast(p, static_cast<size_t>(t.numel()), root); });
 }
 
 }  // namespace dtrain::comm

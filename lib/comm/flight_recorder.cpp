@@ -56,26 +56,30 @@ class Recorded final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   void all_reduce(float* data, size_t count, ReduceOp op) override {
-    record("all_reduce", count, [&] { inner_->all_reduce(data, count, op); });
+    record("all_reduce", count * sizeof(float), [&] { inner_->all_reduce(data, count, op); });
+  }
+  void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
+    record("all_reduce_bf16", count * 2, [&] { inner_->all_reduce_bfloat16(data, count, op); });
   }
   void broadcast(float* data, size_t count, int root) override {
-    record("broadcast", count, [&] { inner_->broadcast(data, count, root); });
+    record("broadcast", count * sizeof(float), [&] { inner_->broadcast(data, count, root); });
   }
   void all_gather(const float* in, size_t count, float* out) override {
-    record("all_gather", count, [&] { inner_->all_gather(in, count, out); });
+    record("all_gather", count * sizeof(float), [&] { inner_->all_gather(in, count, out); });
   }
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
-    record("reduce_scatter", count_per_rank * static_cast<size_t>(size()),
+    record("reduce_scatter", count_per_rank * static_cast<size_t>(size()) * sizeof(float),
            [&] { inner_->reduce_scatter(in, count_per_rank, out, op); });
   }
   void barrier() override {
     record("barrier", 0, [&] { inner_->barrier(); });
   }
+  bool device_buffers() const override { return inner_->device_buffers(); }
 
  private:
   template <class F>
-  void record(const char* op, size_t count, F&& call) {
-    const uint64_t seq = start(group_, op, count * sizeof(float));
+  void record(const char* op, size_t bytes, F&& call) {
+    const uint64_t seq = start(group_, op, bytes);
     try {
       call();
     } catch (const std::exception& e) {

@@ -9,6 +9,10 @@
 //    reduce-scatter, same result);
 //  - a timeout is a gloo::IoException "Timed out waiting ...", a peer that closed
 //    its socket a gloo::IoException "Connection closed by peer ...";
+//  - all-reduce takes a custom element-wise reduction (setReduceFunction) on
+//    elements of any size: all_reduce_bfloat16 sends 2-byte bfloat16 bits and
+//    adds each pair in float32, rounding the sum back to bfloat16 (Gloo's ring
+//    forwards partial sums in the buffer's type, so they are rounded per hop);
 //  - every operation gets its own tag (all ranks count the same sequence), as
 //    PyTorch's ProcessGroupGloo does, so messages of consecutive operations can
 //    never be matched to the wrong one.
@@ -43,6 +47,7 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "rendezvous/store.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::comm {
 
@@ -160,6 +165,15 @@ void sum_floats(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
+// Element-wise bfloat16 sum for Gloo: each pair added in float32, the sum rounded
+// to bfloat16 (Gloo passes partial sums between ranks in the buffer's type).
+void sum_bfloat16(void* out, const void* a, const void* b, size_t n) {
+  bf16_bits* o = static_cast<bf16_bits*>(out);
+  const bf16_bits* x = static_cast<const bf16_bits*>(a);
+  const bf16_bits* y = static_cast<const bf16_bits*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
+}
+
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -193,16 +207,21 @@ class GlooCommunicator final : public Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op) override {
     if (count == 0) return;
     check_usable("all_reduce");
-    if (options_.size > 1) {
-      guarded("all_reduce", [&] {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(data, count);  // in place: the output is also the input
-        opts.setReduceFunction(&sum_floats);
-        if (options_.algorithm == AllReduceAlgorithm::kRing) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        opts.setTag(next_tag());
-        opts.setTimeout(timeout_);
-        gloo::allreduce(opts);
-      });
+    if (options_.size > 1) gloo_all_reduce("all_reduce", data, count, &sum_floats);
+    if (op == ReduceOp::kMean) divide_by_size(data, count, options_.size);
+  }
+
+  // Half the bytes: the values travel as bfloat16 bits, summed by sum_bfloat16.
+  void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
+    if (count == 0) return;
+    check_usable("all_reduce_bfloat16");
+    if (options_.size == 1) {
+      round_to_bfloat16(data, count);
+    } else {
+      wire_.resize(count);
+      for (size_t i = 0; i < count; ++i) wire_[i] = f32_to_bf16(data[i]);
+      gloo_all_reduce("all_reduce_bfloat16", wire_.data(), count, &sum_bfloat16);
+      for (size_t i = 0; i < count; ++i) data[i] = bf16_to_f32(wire_[i]);
     }
     if (op == ReduceOp::kMean) divide_by_size(data, count, options_.size);
   }
@@ -249,15 +268,7 @@ class GlooCommunicator final : public Communicator {
     if (options_.size > 1) {
       // No modern reduce-scatter in this Gloo: all-reduce a copy, keep our slice.
       scratch_.assign(in, in + total);
-      guarded("reduce_scatter", [&] {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(scratch_.data(), total);
-        opts.setReduceFunction(&sum_floats);
-        if (options_.algorithm == AllReduceAlgorithm::kRing) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        opts.setTag(next_tag());
-        opts.setTimeout(timeout_);
-        gloo::allreduce(opts);
-      });
+      gloo_all_reduce("reduce_scatter", scratch_.data(), total, &sum_floats);
       std::memcpy(out, scratch_.data() + begin, count_per_rank * sizeof(float));
     } else if (in != out) {
       std::memmove(out, in, count_per_rank * sizeof(float));
@@ -302,6 +313,21 @@ class GlooCommunicator final : public Communicator {
   }
 
   uint32_t next_tag() { return tag_++; }
+
+  // Gloo's all-reduce of data[0..count) in place (the output is also the input),
+  // elements of T added by `sum`.
+  template <class T>
+  void gloo_all_reduce(const char* what, T* data, size_t count, gloo::AllreduceOptions::Func sum) {
+    guarded(what, [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(std::move(sum));
+      if (options_.algorithm == AllReduceAlgorithm::kRing) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+    });
+  }
 
   void check_usable(const char* what) {
     if (!broken_) return;
@@ -365,6 +391,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;
   std::vector<float> scratch_;  // reduce_scatter's all-reduce buffer
+  std::vector<bf16_bits> wire_;  // all_reduce_bfloat16's buffer
   std::optional<Broken> broken_;
 };
 

@@ -245,11 +245,12 @@ class HierarchicalCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(layout_.host_of.size()); }
 
-  void all_reduce(float* data, size_t count, ReduceOp op) override {
-    local_->all_reduce(data, count, ReduceOp::kSum);             // this machine's sum
-    if (leaders_) leaders_->all_reduce(data, count, ReduceOp::kSum);  // across machines
-    local_->broadcast(data, count, 0);                           // the leader's result to its machine
-    if (op == ReduceOp::kMean) divide_by_size(data, count, size());
+  void all_reduce(float* data, size_t count, ReduceOp op) override { reduce(data, count, op, false); }
+  // In the machine the values are summed in float32 (shared memory costs no
+  // bytes on a wire); only the leaders' exchange travels as bfloat16.
+  void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
+    round_to_bfloat16(data, count);
+    reduce(data, count, op, true);
   }
 
   void broadcast(float* data, size_t count, int root) override {
@@ -273,6 +274,14 @@ class HierarchicalCommunicator : public Communicator {
   }
 
  private:
+  void reduce(float* data, size_t count, ReduceOp op, bool bfloat16_between_machines) {
+    local_->all_reduce(data, count, ReduceOp::kSum);  // this machine's sum
+    if (leaders_ && bfloat16_between_machines) leaders_->all_reduce_bfloat16(data, count, ReduceOp::kSum);
+    else if (leaders_) leaders_->all_reduce(data, count, ReduceOp::kSum);  // across machines
+    local_->broadcast(data, count, 0);                                     // the leader's result to its machine
+    if (op == ReduceOp::kMean) divide_by_size(data, count, size());
+  }
+
   int rank_;
   HostLayout layout_;
   std::unique_ptr<Communicator> local_;

@@ -135,11 +135,20 @@ bool MonitorSpec::maximize() const {
   return monitor.find("accuracy") != std::string::npos;
 }
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFloat32: return "float32";
+    case Precision::kMixedBfloat16: return "mixed_bfloat16";
+    case Precision::kMixedFloat16: return "mixed_float16";
+  }
+  return "?";
+}
+
 TrainSpec read_train(const Value& value) {
   TrainSpec train;
   Section r(value, "the train section");
   r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps",
-                 "gradient_accumulation_steps", "deterministic", "eval_batch_size", "early_stopping"});
+                 "gradient_accumulation_steps", "deterministic", "eval_batch_size", "early_stopping", "precision"});
   train.epochs = r.get_int("epochs", train.epochs, 1);
   train.batch_size_per_replica = r.get_int("batch_size_per_replica", train.batch_size_per_replica, 1);
   train.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(train.seed), 0));
@@ -149,6 +158,10 @@ TrainSpec read_train(const Value& value) {
   train.gradient_accumulation_steps = r.get_int("gradient_accumulation_steps", train.gradient_accumulation_steps, 1);
   train.deterministic = r.get_bool("deterministic", train.deterministic);
   if (const auto es = r.find("early_stopping"); es && !es->is_null()) train.early_stopping = read_early_stopping(*es);
+  const std::string precision =
+      r.get_choice("precision", "float32", {"float32", "mixed_bfloat16", "mixed_float16"}, "precision policy");
+  if (precision == "mixed_bfloat16") train.precision = Precision::kMixedBfloat16;
+  if (precision == "mixed_float16") train.precision = Precision::kMixedFloat16;
   r.finish();
   return train;
 }

@@ -38,6 +38,12 @@ struct EarlyStoppingSpec {
   int64_t start_from_epoch = 0;     // epochs before the monitor is looked at
 };
 
+// train.precision, Keras' mixed precision policy names: compute (matmul,
+// convolution, activations) in the low precision, variables, optimizer state,
+// the loss, softmax and batch-norm statistics in float32.
+enum class Precision { kFloat32, kMixedBfloat16, kMixedFloat16 };
+const char* precision_name(Precision p);
+
 struct TrainSpec {
   std::string path = "train";
   int64_t epochs = 1;
@@ -51,6 +57,7 @@ struct TrainSpec {
   // CPU path is always deterministic for a given seed and thread count.
   bool deterministic = true;
   EarlyStoppingSpec early_stopping;
+  Precision precision = Precision::kFloat32;
 };
 
 struct RuntimeSpec {

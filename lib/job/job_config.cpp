@@ -30,12 +30,17 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   job.source = document.source();
   if (const auto v = r.find("device")) job.device = config::read_device(*v);
   if (const auto v = r.find("strategy")) job.strategy = strategy::read_strategy_spec(*v);
+  // A GPU, or "auto" (a GPU when one is usable: the runtime checks what it resolved to).
+  const bool may_be_gpu = job.device.rfind("cpu", 0) != 0;
+  strategy::check_communication_device(job.strategy, may_be_gpu, job.device, job.source);
   job.model = nn::read_model_spec(r.require("model"));
   job.loss = nn::read_loss_spec(r.require("loss"));
   job.optimizer = optim::read_optimizer_spec(r.require("optimizer"));
   job.data = data::read_data_spec(r.require("data"));
   data::use_model_input_shape(job.data, job.model.input_shape);
   job.train = config::read_train(r.require("train"));
+  if (job.train.precision == config::Precision::kMixedBfloat16) job.model.compute_dtype = DType::kBF16;
+  if (job.train.precision == config::Precision::kMixedFloat16) job.model.compute_dtype = DType::kF16;
   if (const auto v = r.find("runtime")) job.runtime = config::read_runtime(*v);
   if (const auto v = r.find("output")) job.output = config::read_output(*v);
   if (const auto v = r.find("checkpoint")) job.checkpoint = config::read_checkpoint(*v);

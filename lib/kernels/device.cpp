@@ -48,7 +48,7 @@ Device select_device(const std::string& spec) {
 }
 
 std::string backends_description() {
-  std::string out = "cpu (" + cpu::library_version() + ")";
+  std::string out = "cpu (" + cpu::library_version() + ", ISA " + cpu::isa_name() + ")";
 #if DTRAIN_HAVE_CUDA
   out += ", cuda (" + cuda::library_versions() + ")";
 #else
@@ -57,6 +57,9 @@ std::string backends_description() {
   return out;
 }
 
+std::string cpu_isa() { return cpu::isa_name(); }
+bool cpu_has_bf16() { return cpu::has_bf16_instructions(); }
+
 void set_num_threads(int threads) { cpu::set_num_threads(threads); }
 int num_threads() { return cpu::num_threads(); }
 
@@ -64,6 +67,15 @@ void synchronize(const Device& device) {
   if (device.is_cpu()) return;
 #if DTRAIN_HAVE_CUDA
   cuda::synchronize();
+#endif
+}
+
+void* compute_stream(const Device& device) {
+  if (device.is_cpu()) return nullptr;
+#if DTRAIN_HAVE_CUDA
+  return cuda::compute_stream();
+#else
+  return nullptr;
 #endif
 }
 

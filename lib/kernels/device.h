@@ -35,8 +35,16 @@ Device select_device(const std::string& spec);
 // The backends of this build and their libraries' versions, e.g.
 // "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
 std::string backends_description();
+// The instruction set oneDNN runs on (e.g. "avx512_core_bf16") and whether it
+// computes bfloat16 natively; without, mixed_bfloat16 runs on oneDNN's
+// conversion path, slower than float32.
+std::string cpu_isa();
+bool cpu_has_bf16();
 // Waits until every op issued on `device` has finished (no-op on the CPU).
 void synchronize(const Device& device);
+// The stream every op on `device` is issued on (a cudaStream_t, for a
+// communicator that orders its collectives after the ops: NCCL); nullptr on the CPU.
+void* compute_stream(const Device& device);
 
 // Sets the number of CPU compute threads (OpenMP) of the calling thread's team,
 // with flush-to-zero; num_threads() reads it.

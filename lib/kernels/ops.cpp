@@ -42,6 +42,13 @@ bool on_gpu(const char* op, const Tensor& first, const Ts&... rest) {
 
 }  // namespace
 
+void cast(const Tensor& x, Tensor& y) {
+  if (on_gpu("cast", x, y))
+    throw ConfigError(str("cast to ", dtype_name(y.dtype()), " on ", x.device().str(),
+                          ": the CUDA backend computes in float32 only so far"));
+  cpu::cast(x, y);
+}
+
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
   if (on_gpu("dense_forward", x, w, y, b)) DT_GPU(dense_forward(x, w, b, act, y));
   else cpu::dense_forward(x, w, b, act, y);

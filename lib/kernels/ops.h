@@ -131,6 +131,11 @@ struct AdagradCoeffs {
 // a += g^2; w -= lr*g / sqrt(a + eps)
 void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k);
 
+// ---- Precision ----
+// y = x converted to y's dtype (float32 <-> bfloat16, rounding to nearest even);
+// same number of elements. The CPU only: GPU compute is float32 so far.
+void cast(const Tensor& x, Tensor& y);
+
 // ---- Gradient clipping (Keras' clipnorm, global_clipnorm, clipvalue) ----
 // out (1) = sum of x^2 (summed in double). On a GPU the sum stays there: nothing waits for it.
 void sum_of_squares(const Tensor& x, Tensor& out);

@@ -22,6 +22,13 @@ std::vector<Param*> Conv2D::params() {
   return {&kernel_};
 }
 
+// bfloat16 too, except with a softmax activation (float32, as in Keras' mixed precision).
+bool Conv2D::supports_dtype(DType dtype) const {
+  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+}
+
+void Conv2D::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
+
 void Conv2D::initialize(Rng& rng) {
   const Shape& k = kernel_.value.shape();
   const int64_t receptive = k[0] * k[1];
@@ -35,10 +42,10 @@ Tensor Conv2D::forward(const Tensor& x, const StepContext& ctx) {
   Tensor& y = reuse(y_, n, output_shape());
   const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
   if (act_ == Activation::kSoftmax) {
-    kernels::conv2d_forward(x, kernel_.value, bias, p_, Activation::kLinear, y);
+    kernels::conv2d_forward(x, kernel_.value, bias, p_, Activation::kLinear, y);  // float32 only
     kernels::activation_forward(Activation::kSoftmax, y, y);
   } else {
-    kernels::conv2d_forward(x, kernel_.value, bias, p_, act_, y);
+    kernels::conv2d_forward(x, compute_weights(kernel_, kernel_copy_), bias, p_, act_, y);
   }
   return y;
 }
@@ -49,7 +56,7 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_dx) {
   kernels::conv2d_backward_weights(x_, dpre, p_, kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
-  kernels::conv2d_backward_data(dpre, kernel_.value, p_, dx);
+  kernels::conv2d_backward_data(dpre, compute_weights(kernel_, kernel_copy_), p_, dx);
   return dx;
 }
 

@@ -20,6 +20,13 @@ std::vector<Param*> Dense::params() {
   return {&kernel_};
 }
 
+// bfloat16 too, except with a softmax activation (float32, as in Keras' mixed precision).
+bool Dense::supports_dtype(DType dtype) const {
+  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+}
+
+void Dense::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
+
 void Dense::initialize(Rng& rng) {
   glorot_uniform(kernel_.value, kernel_.value.dim(0), kernel_.value.dim(1), rng);
   if (use_bias_) bias_.value.zero();
@@ -31,10 +38,10 @@ Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
   Tensor& y = reuse(y_, n, output_shape());
   const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
   if (act_ == Activation::kSoftmax) {
-    kernels::dense_forward(x, kernel_.value, bias, Activation::kLinear, y);
+    kernels::dense_forward(x, kernel_.value, bias, Activation::kLinear, y);  // float32 only
     kernels::activation_forward(Activation::kSoftmax, y, y);
   } else {
-    kernels::dense_forward(x, kernel_.value, bias, act_, y);
+    kernels::dense_forward(x, compute_weights(kernel_, kernel_copy_), bias, act_, y);
   }
   return y;
 }
@@ -45,7 +52,7 @@ Tensor Dense::backward(const Tensor& dy, bool need_dx) {
   kernels::dense_backward_weights(x_, dpre, kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
-  kernels::dense_backward_data(dpre, kernel_.value, dx);
+  kernels::dense_backward_data(dpre, compute_weights(kernel_, kernel_copy_), dx);
   return dx;
 }
 

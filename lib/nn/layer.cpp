@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/check.h"
 #include "core/timer.h"
 #include "kernels/device.h"
 
@@ -21,9 +22,31 @@ Shape with_batch(int64_t n, const Shape& per_sample) {
 }
 
 Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample) const {
+  return reuse(slot, n, per_sample, compute_dtype_);
+}
+
+Tensor& Layer::reuse(Tensor& slot, int64_t n, const Shape& per_sample, DType dtype) const {
   Shape want = with_batch(n, per_sample);
-  if (!slot.defined() || slot.shape() != want || slot.device() != device_) slot = Tensor(std::move(want), device_);
+  if (!slot.defined() || slot.shape() != want || slot.device() != device_ || slot.dtype() != dtype)
+    slot = Tensor(std::move(want), device_, dtype);
   return slot;
+}
+
+void Layer::set_compute_dtype(DType dtype) {
+  DT_CHECK(supports_dtype(dtype), type_, " layer '", name_, "' cannot compute in ", dtype_name(dtype));
+  compute_dtype_ = dtype;
+}
+
+const Tensor& Layer::compute_weights(const Param& p, const Tensor& copy) const {
+  return compute_dtype_ == DType::kF32 ? p.value : copy;
+}
+
+void Layer::refresh_copy(const Param& p, Tensor& copy) const {
+  if (compute_dtype_ == DType::kF32) return;
+  if (!copy.defined() || copy.shape() != p.value.shape() || copy.device() != p.value.device() ||
+      copy.dtype() != compute_dtype_)
+    copy = Tensor(p.value.shape(), p.value.device(), compute_dtype_);
+  kernels::cast(p.value, copy);
 }
 
 namespace {

@@ -4,6 +4,12 @@
 // forward() keeps what backward() needs (its input, its output); backward() sets
 // the gradients of the layer's trainable params (overwriting them) and returns the
 // gradient with respect to its input.
+//
+// Mixed precision: a layer computes in its compute_dtype() (float32, or bfloat16
+// when it supports_dtype() it and the model asks); its input, output and their
+// gradients are then in that dtype (Sequential converts between layers), while
+// params, their gradients and optimizer state stay float32. Layers with weights
+// keep low-precision copies of them, made by refresh_compute_weights().
 #pragma once
 
 #include <memory>
@@ -28,6 +34,10 @@ struct StepContext {
   bool training = false;
   uint64_t seed = 0;  // the job's seed; dropout masks derive from (seed, layer, step)
   int64_t step = 0;   // global training step
+  // Whether the params may have changed since the last forward pass: the
+  // low-precision weight copies (mixed precision) are remade when so. Only the
+  // 2nd..Kth micro-batches of one update may say false.
+  bool weights_changed = true;
 };
 
 // Time spent in a layer while profiling (see Layer::set_profiling).
@@ -61,6 +71,15 @@ class Layer {
   void set_profiling(bool on);
   const LayerTime& time() const { return time_; }
 
+  // Whether forward/backward can compute in `dtype`; float32 always.
+  virtual bool supports_dtype(DType dtype) const { return dtype == DType::kF32; }
+  DType compute_dtype() const { return compute_dtype_; }
+  // Sets the dtype to compute in (one the layer supports).
+  void set_compute_dtype(DType dtype);
+  // Remakes the low-precision copies of the weights from the float32 values
+  // (Sequential calls it once before each forward pass); nothing in float32.
+  virtual void refresh_compute_weights() {}
+
   // The layers this one is made of (a Residual block's), in order; none for most.
   virtual std::vector<Layer*> children() { return {}; }
 
@@ -77,9 +96,14 @@ class Layer {
  protected:
   // Moves the layer's own tensors that are not params (constants, statistics).
   virtual void move_extras(const Device& device) {}
-  // A tensor of shape (n, per_sample...) on the layer's device, kept in `slot`
-  // and reused while n is unchanged.
+  // A tensor of shape (n, per_sample...) on the layer's device, in the compute
+  // dtype (or `dtype`), kept in `slot` and reused while n is unchanged.
   Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample) const;
+  Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample, DType dtype) const;
+  // The weights as the kernels take them: `value` itself in float32, else `copy`
+  // refreshed from it (refresh_compute_weights).
+  const Tensor& compute_weights(const Param& p, const Tensor& copy) const;
+  void refresh_copy(const Param& p, Tensor& copy) const;
   // The gradient before an activation whose output was y: dy itself for linear,
   // else act'(.) * dy written into `slot`.
   Tensor before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy, Tensor& slot) const;
@@ -88,6 +112,7 @@ class Layer {
   std::string name_, type_;
   Shape input_shape_, output_shape_;
   Device device_;
+  DType compute_dtype_ = DType::kF32;
   bool profiling_ = false;
   LayerTime time_;
 };

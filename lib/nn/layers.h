@@ -66,11 +66,14 @@ class Dense : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
+  bool supports_dtype(DType dtype) const override;
+  void refresh_compute_weights() override;
 
  private:
   Activation act_;
   bool use_bias_;
   Param kernel_, bias_;
+  Tensor kernel_copy_;  // the kernel in the compute dtype (mixed precision)
   Tensor x_, y_, dpre_, dx_;
 };
 
@@ -83,12 +86,15 @@ class Conv2D : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
+  bool supports_dtype(DType dtype) const override;
+  void refresh_compute_weights() override;
 
  private:
   kernels::Conv2DParams p_;
   Activation act_;
   bool use_bias_;
   Param kernel_, bias_;
+  Tensor kernel_copy_;  // the kernel in the compute dtype (mixed precision)
   Tensor x_, y_, dpre_, dx_;
 };
 
@@ -99,6 +105,7 @@ class Pool2D : public Layer {
          const kernels::Pool2DParams& p);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
+  bool supports_dtype(DType dtype) const override { return dtype != DType::kF16; }
 
  private:
   kernels::Pool2DParams p_;
@@ -111,6 +118,7 @@ class Flatten : public Layer {
   Flatten(const std::string& name, const Shape& input);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
+  bool supports_dtype(DType) const override { return true; }
 };
 
 // Inverted dropout; the mask is a function of (seed, layer index, step).
@@ -119,6 +127,7 @@ class Dropout : public Layer {
   Dropout(const std::string& name, const Shape& input, float rate, uint64_t layer_index);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
+  bool supports_dtype(DType dtype) const override { return dtype != DType::kF16; }
 
  private:
   float rate_;
@@ -132,6 +141,10 @@ class ActivationLayer : public Layer {
   ActivationLayer(const std::string& name, const Shape& input, Activation act);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
+  // bfloat16 too, except softmax (float32, as in Keras' mixed precision).
+  bool supports_dtype(DType dtype) const override {
+    return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+  }
 
  private:
   Activation act_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/section.h"
+#include "tensor/tensor.h"
 
 namespace dtrain::nn {
 
@@ -46,6 +47,9 @@ struct ModelSpec {
   std::string keras_json;  // the Keras file the model was read from (model.keras_json), or ""
   std::vector<int64_t> input_shape;  // e.g. [28, 28, 1] or [784]
   std::vector<LayerSpec> layers;
+  // The dtype layers compute in (train.precision: bfloat16 for mixed_bfloat16);
+  // layers without a kernel for it compute in float32 (Layer::supports_dtype).
+  DType compute_dtype = DType::kF32;
 };
 
 struct LossSpec {

@@ -30,7 +30,28 @@ Sequential::Sequential(const ModelSpec& spec, uint64_t seed)
     Rng rng(hash_u64(seed, 0x696e6974ull /* "init" */, i));
     layers_[i]->initialize(rng);
   }
+  set_compute_dtype(spec.compute_dtype);
 }
+
+void Sequential::set_compute_dtype(DType dtype) {
+  compute_dtype_ = dtype;
+  for (auto& layer : layers_) layer->set_compute_dtype(layer->supports_dtype(dtype) ? dtype : DType::kF32);
+  cast_forward_.assign(layers_.size() + 1, Tensor());
+  cast_backward_.assign(layers_.size() + 1, Tensor());
+}
+
+namespace {
+
+// x in `dtype`: x itself, or x converted into `slot` (reused while its shape holds).
+Tensor in_dtype(const Tensor& x, DType dtype, Tensor& slot) {
+  if (x.dtype() == dtype) return x;
+  if (!slot.defined() || slot.shape() != x.shape() || slot.dtype() != dtype || slot.device() != x.device())
+    slot = Tensor(x.shape(), x.device(), dtype);
+  kernels::cast(x, slot);
+  return slot;
+}
+
+}  // namespace
 
 void Sequential::check_unique_names() const {
   // Params are named "<layer>/<param>" in checkpoints, so two layers may not share
@@ -81,8 +102,14 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
   // Samples of the right size but another shape (e.g. (28, 28, 1) images into an
   // input_shape of [784]) are viewed in the model's input shape.
   Tensor h = x.shape() == with_batch(x.dim(0), input_shape_) ? x : x.reshaped(with_batch(x.dim(0), input_shape_));
-  for (auto& layer : layers_) h = layer->run_forward(h, ctx);
-  return h;
+  if (compute_dtype_ != DType::kF32 && ctx.weights_changed)
+    for (auto& layer : layers_) layer->refresh_compute_weights();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = in_dtype(h, layers_[i]->compute_dtype(), cast_forward_[i]);
+    h = layers_[i]->run_forward(h, ctx);
+  }
+  // The loss is computed in float32 (Keras' mixed precision casts the outputs).
+  return in_dtype(h, DType::kF32, cast_forward_.back());
 }
 
 void Sequential::backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done) {
@@ -93,6 +120,7 @@ void Sequential::backward(const Tensor& doutput, const std::function<void(size_t
     if (!layers_[i]->params().empty()) first_with_params = i;
   Tensor g = doutput;
   for (size_t i = layers_.size(); i-- > 0;) {
+    g = in_dtype(g, layers_[i]->compute_dtype(), cast_backward_[i]);
     g = layers_[i]->run_backward(g, /*need_dx=*/i > first_with_params);
     if (on_layer_done) on_layer_done(i);
   }

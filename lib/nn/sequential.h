@@ -31,7 +31,15 @@ class Sequential {
   const Shape& output_shape() const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
-  // x (N, input_shape...) -> (N, output_shape...)
+  // The dtype layers compute in (ModelSpec::compute_dtype): each layer that
+  // supports it computes in it, the others in float32; activations are converted
+  // between layers where their dtypes differ.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_dtype_; }
+
+  // x (N, input_shape...) -> (N, output_shape...), float32 whatever the compute dtype.
+  // With a low-precision compute dtype, the layers' weight copies are remade first
+  // when ctx.weights_changed.
   Tensor forward(const Tensor& x, const StepContext& ctx);
   // Back-propagates dloss/doutput through all layers, setting every param's grad.
   // The gradient with respect to the model's input is not computed. on_layer_done(i)
@@ -62,6 +70,10 @@ class Sequential {
   std::vector<std::unique_ptr<Layer>> layers_;
   Device device_;
   std::unique_ptr<TensorArena> arena_;
+  DType compute_dtype_ = DType::kF32;
+  // Activations and gradients converted between layers of different dtypes: slot i
+  // is layer i's input (and its output's gradient); the last, the model's output.
+  std::vector<Tensor> cast_forward_, cast_backward_;
 };
 
 }  // namespace dtrain::nn

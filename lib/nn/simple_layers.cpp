@@ -29,7 +29,7 @@ Tensor Dropout::forward(const Tensor& x, const StepContext& ctx) {
   if (!applied_) return x;  // identity at inference, as in Keras
   const int64_t n = x.dim(0);
   Tensor& y = reuse(y_, n, output_shape());
-  Tensor& mask = reuse(mask_, n, output_shape());
+  Tensor& mask = reuse(mask_, n, output_shape(), DType::kF32);
   const uint64_t seed = hash_u64(ctx.seed, 0x64726f70ull /* "drop" */, layer_index_,
                                  static_cast<uint64_t>(ctx.step));
   kernels::dropout_forward(x, rate_, seed, y, mask);

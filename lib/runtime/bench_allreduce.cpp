@@ -1,12 +1,14 @@
 // bench_allreduce_task() (run.h): one task of `dtrain bench allreduce`. It needs
 // no job file: the cluster comes from TF_CONFIG, the secret and job id from the
 // environment (the launcher sets all three), and the tasks agree on the
-// benchmark's own parameters instead of a config hash.
+// benchmark's own parameters instead of a config hash. bench_allreduce_gpus():
+// the same with NCCL over this machine's GPUs, in this process.
 #include <cstdio>
 
 #include "comm/bench_allreduce.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "kernels/device.h"
 #include "runtime/cluster_task.h"
 #include "runtime/run.h"
 #include "strategy/registry.h"
@@ -29,7 +31,47 @@ void print_table(const std::vector<comm::AllReduceResult>& results, bool json, c
   std::fflush(stdout);
 }
 
+// nccl-tests' table: size, count, type, redop, time, algbw, busbw, #wrong.
+void print_gpu_table(const std::vector<comm::AllReduceResult>& results, bool json, const std::string& gpus) {
+  if (json) {
+    for (const auto& r : results) std::printf("%s\n", comm::to_json(r).c_str());
+    return;
+  }
+  std::printf("# dtrain all-reduce over NCCL, %d rank(s) on %s, in place, %d iterations per size\n",
+              results.empty() ? 0 : results[0].ranks, gpus.c_str(), results.empty() ? 0 : results[0].iterations);
+  std::printf("# %12s %12s %8s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw",
+              "#wrong");
+  std::printf("# %12s %12s %8s %6s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+  for (const auto& r : results)
+    std::printf("  %12zu %12zu %8s %6s %10.2f %8.2f %8.2f %7zu\n", r.bytes, r.bytes / sizeof(float), "float", "sum",
+                r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong);
+  std::fflush(stdout);
+}
+
 }  // namespace
+
+void bench_allreduce_gpus(const ClusterBenchRequest& request, int gpus) {
+  const std::vector<size_t> sizes = comm::parse_size_list(request.sizes);
+  const kernels::GpuReport report = kernels::list_gpus();
+  if (report.gpus.empty())
+    throw ConfigError(str("bench allreduce --device gpu: no usable GPU: ", report.why_none,
+                          "; run it on a machine with an NVIDIA GPU, or leave out --device gpu (Gloo on the CPU)"));
+  const int available = static_cast<int>(report.gpus.size());
+  if (gpus > available)
+    throw ConfigError(str("bench allreduce --device gpu: --workers ", gpus, " but this machine has ", available,
+                          " usable GPU(s); give at most ", available, " or leave --workers out (all of them)"));
+  std::vector<int> devices;
+  std::vector<std::string> names;
+  for (int i = 0; i < (gpus > 0 ? gpus : available); ++i) {
+    devices.push_back(report.gpus[static_cast<size_t>(i)].index);
+    names.push_back(str("cuda:", devices.back()));
+  }
+  const double deadline = 60.0;  // of joining and of each wait
+  const auto results = comm::bench_nccl_all_reduce(devices, sizes, request.iterations, request.warmup, deadline);
+  print_gpu_table(results, request.json, join(names, ", "));
+  for (const auto& r : results)
+    if (!r.correct) throw RuntimeError("bench allreduce: some results were wrong (see the #wrong column)");
+}
 
 void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
 

@@ -9,11 +9,15 @@
 
 #include "comm/flight_recorder.h"
 #include "comm/gloo_communicator.h"
+#if DTRAIN_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 #include "comm/shm_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "kernels/device.h"
 #include "rendezvous/auth.h"
 
 namespace dtrain::runtime {
@@ -115,6 +119,31 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
               " tasks; shared memory within a machine, Gloo between their leaders");
   return comm::make_recorded(
       comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders)), "workers");
+}
+
+std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl(const std::string& prefix, double timeout_seconds,
+                                                              const Device& device) {
+  if (session_.world_size() < 2) return nullptr;
+#if DTRAIN_HAVE_NCCL
+  comm::NcclOptions options;
+  options.rank = session_.rank();
+  options.size = session_.world_size();
+  options.device = device.index;
+  options.prefix = prefix;
+  options.timeout_seconds = timeout_seconds;
+  // The heartbeats' view, asked without waiting at every poll of every wait.
+  options.peer_lost = [this] { return session_.wait_for_failure(0.0); };
+  options.compute_stream = kernels::compute_stream(device);
+  options.name = "the training tasks' NCCL group";
+  auto nccl = std::make_unique<comm::NcclCommunicator>(session_.store(), options);
+  if (options.rank == 0)
+    log::info("comm: gradients all-reduced by NCCL (", comm::nccl_version(), ") on the GPUs of ", options.size,
+              " tasks; other collectives over Gloo");
+  return nccl;
+#else
+  (void)prefix, (void)timeout_seconds, (void)device;
+  throw ConfigError("strategy.communication: NCCL is not in this build of dtrain");
+#endif
 }
 
 void ClusterTask::rethrow_collective_failure(const Error& error) {

@@ -1,8 +1,8 @@
 // ClusterTask: this process as one task of a multi-task job, everything between
 // "the cluster says I am worker:1" and the trainer: join the job through the
 // chief's rendezvous store and agree on it (rendezvous/cluster_session.h), arm the
-// watchdog, build the communicator the strategy asks for (strategy/registry.h:
-// Gloo over the training tasks for an all-reduce), and turn a collective's view of
+// watchdog, build the communicators the strategy asks for (strategy/registry.h:
+// Gloo over the training tasks for an all-reduce; NCCL for a GPU job's gradients), and turn a collective's view of
 // a lost peer ("connection closed by peer") into the heartbeat's (which task, its
 // address, its last step).
 #pragma once
@@ -48,6 +48,14 @@ class ClusterTask {
   // the strategy needs one.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
                                                              strategy::Communication communication);
+
+  // The training tasks' NCCL group for the gradients of a GPU job (one GPU per
+  // task: `device`), keyed under `prefix`, whose waits give up on a lost peer as
+  // soon as the heartbeats know of it and otherwise after `timeout_seconds`;
+  // ordered after the ops of the device's compute stream. Nullptr for a job of one
+  // training task. A ConfigError in a build without NCCL.
+  std::unique_ptr<comm::Communicator> connect_nccl(const std::string& prefix, double timeout_seconds,
+                                                   const Device& device);
 
   // A PeerLost, TimeoutError or CommError that a collective raised: the job's
   // failure as the heartbeats know it (naming the lost task, its address and last

@@ -9,10 +9,12 @@
 #include <set>
 
 #include "comm/flight_recorder.h"
+#include "comm/nccl_support.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/trace.h"
+#include "kernels/device.h"
 #include "ps/ps_server.h"
 #include "ps/shard_store.h"
 #include "rendezvous/store_server.h"
@@ -205,6 +207,14 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
       workers = task.connect_training_tasks("comm/workers/", job.runtime.heartbeat_timeout + 20.0,
                                             job.strategy.communication);
       run.workers = workers.get();
+      // A GPU job reduces its gradients with NCCL where this build has it (nccl,
+      // or auto); the trainer connects it once it knows the device.
+      const strategy::Communication communication = job.strategy.communication;
+      if (comm::kNcclBuilt &&
+          (communication == strategy::Communication::kNccl || communication == strategy::Communication::kAuto))
+        run.connect_gradients = [&task, &job](const Device& device) {
+          return task.connect_nccl("comm/nccl/workers/", job.runtime.heartbeat_timeout + 20.0, device);
+        };
     }
     if (parameter_server) {
       std::vector<std::string> addresses;
@@ -230,6 +240,16 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
   });
 }
 
+// strategy.communication nccl with "device": "auto" where auto means the CPU (the
+// job file's check let "auto" through: it may be a GPU).
+void check_nccl_device(const job::JobConfig& job) {
+  if (job.device != "auto" || job.strategy.communication != strategy::Communication::kNccl) return;
+  const kernels::GpuReport report = kernels::list_gpus();
+  strategy::check_communication_device(job.strategy, !report.gpus.empty(),
+                                       str("auto, which is the CPU here (no usable GPU: ", report.why_none, ")"),
+                                       job.source);
+}
+
 }  // namespace
 
 void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request) {
@@ -238,6 +258,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
+  check_nccl_device(job);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
@@ -262,6 +283,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag) {
   const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, task_flag);
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
+  check_nccl_device(job);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   if (!cluster.single_process() && cluster.spec.address(cluster.task).empty()) {
     std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s registers its address with the chief "

@@ -47,6 +47,11 @@ struct ClusterBenchRequest {
 // the chief prints an nccl-tests-style table (or one JSON object per size). Needs
 // no job file: the tasks agree on the benchmark's own parameters.
 void bench_allreduce_task(const ClusterBenchRequest& request, const Environment& env);
+// `dtrain bench allreduce --device gpu`: NCCL over this machine's GPUs in this
+// process (one thread per GPU; `gpus` of them, 0: all), printed as nccl-tests'
+// table (or one JSON object per size). ConfigError saying why when no GPU is
+// usable or the build has no NCCL; RuntimeError when a result was wrong.
+void bench_allreduce_gpus(const ClusterBenchRequest& request, int gpus);
 // Checks a --sizes list (ConfigError when malformed), before any task starts.
 void check_size_list(const std::string& sizes);
 

@@ -10,6 +10,9 @@ namespace dtrain::runtime {
 
 std::string devices_report(bool json) {
   const kernels::GpuReport report = kernels::list_gpus(/*free_memory=*/true);
+  const std::string cpu_line =
+      str("CPU: oneDNN's instruction set ", kernels::cpu_isa(), " (bfloat16: ",
+          kernels::cpu_has_bf16() ? "native" : "converted, slower than float32", ")\n");
   if (json) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const kernels::GpuInfo& g : report.gpus)
@@ -20,16 +23,19 @@ std::string devices_report(bool json) {
                       {"multiprocessors", g.multiprocessors},
                       {"total_bytes", g.total_bytes},
                       {"free_bytes", g.free_bytes}});
-    nlohmann::json out = {{"cuda_backend", report.built_with_cuda}, {"gpus", gpus}};
+    nlohmann::json out = {{"cuda_backend", report.built_with_cuda},
+                          {"gpus", gpus},
+                          {"cpu_isa", kernels::cpu_isa()},
+                          {"cpu_bf16", kernels::cpu_has_bf16()}};
     if (report.gpus.empty()) out["why_none"] = report.why_none;
     return out.dump(2) + "\n";
   }
   if (report.gpus.empty())
-    return str("No usable GPU: ", report.why_none, ".\nJobs with \"device\": \"auto\" train on the CPU.\n");
+    return cpu_line + str("No usable GPU: ", report.why_none, ".\nJobs with \"device\": \"auto\" train on the CPU.\n");
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %-32s %-8s %5s %12s %12s\n", "device", "name", "compute", "SMs", "memory",
                 "free");
-  std::string out = line;
+  std::string out = cpu_line + line;
   for (const kernels::GpuInfo& g : report.gpus) {
     std::snprintf(line, sizeof line, "%-8s %-32s %-8s %5d %9.1f GiB %9.1f GiB\n", str("cuda:", g.index).c_str(),
                   g.name.c_str(), str(g.compute_major, ".", g.compute_minor).c_str(), g.multiprocessors,

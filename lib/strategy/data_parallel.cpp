@@ -48,9 +48,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   const int n = entry_of(job.strategy).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
   if (n > 1 && !device_.is_cpu())
     throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
-                          " is not supported yet (several GPUs in one process need NCCL); use one_device, "
+                          " is not supported yet (the CUDA backend drives one GPU per process); use one_device, "
                           "or multi_worker_mirrored with one GPU per task, or \"device\": \"cpu\""));
   if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
+  if (loss_scaling_on(job, context)) {
+    DT_CHECK(!central_, "make_strategy refuses loss scaling with central_storage");
+    loss_scale_ = std::make_unique<optim::DynamicLossScale>();
+  }
   std::vector<std::unique_ptr<comm::Communicator>> local;
   if (n > 1 && !central_) local = comm::make_local_group(n);
   replicas_.resize(n);
@@ -93,22 +97,45 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   }
   // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
   // no reducer, so no hand-off to a communication thread every step.
+  // On GPUs with NCCL (context.gradients) a task's single replica reduces its
+  // gradients there, on the device; everything else stays on `workers`.
+  const bool device_gradients = workers_ && n == 1 && context.gradients;
+  if (device_gradients && job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
+    throw ConfigError(str(job.strategy.path, ".allreduce_dtype: 'bfloat16' is not supported with NCCL yet (dtrain "
+                          "has no GPU kernel rounding to bfloat16 so far); use \"float32\", or communication "
+                          "\"ring\" (Gloo, through host memory)"));
+  if (device_gradients && loss_scale_)
+    throw ConfigError(str(job.strategy.path, ".communication: NCCL cannot count non-finite gradients on the GPU "
+                          "for loss scaling yet; use communication \"ring\" (Gloo)"));
   for (Replica& r : replicas_)
-    if (comm::Communicator* group = group_of(r); group && group->size() > 1)
-      r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack);
-  if (workers_ && replicas_.size() == 1 && replicas_[0].reducer) {
-    // The step's loss sums and the stop flag ride along with the last gradient
-    // bucket: no collective of their own on the step's critical path.
-    // The replica's stats are read here, once (train_step does not read them again).
-    replicas_[0].reducer->ride_along(4, [this](float* out) {
-      Replica& r = replicas_[0];
-      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
-      out[0] = static_cast<float>(r.stats.loss_sum);
-      out[1] = static_cast<float>(r.stats.correct);
-      out[2] = static_cast<float>(r.stats.count);
-      out[3] = stop_requested_ ? 1.0f : 0.0f;
+    if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r); group && group->size() > 1) {
+      r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
+                                                    job.strategy.allreduce_dtype);
+      if (loss_scale_) r.reducer->track_non_finite();
+    }
+  // The step's loss sums and the stop flag ride along with the last gradient
+  // bucket: no collective of their own on the step's critical path. Not when the
+  // buckets travel as bfloat16, which would round the sums and counts.
+  metrics_ride_along_ = workers_ && replicas_.size() == 1 && replicas_[0].reducer &&
+                        job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
+  // Loss scaling: each replica's count of non-finite gradient values rides along
+  // too (after the metrics), so all replicas agree on skipping a step.
+  non_finite_extra_ = metrics_ride_along_ ? 4 : 0;
+  const size_t extras = non_finite_extra_ + (loss_scale_ ? 1 : 0);
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (!replicas_[i].reducer || extras == 0) continue;
+    replicas_[i].reducer->ride_along(extras, [this, i](float* out) {
+      Replica& r = replicas_[i];
+      if (metrics_ride_along_) {
+        // The replica's stats are read here, once (train_step does not read them again).
+        for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
+        out[0] = static_cast<float>(r.stats.loss_sum);
+        out[1] = static_cast<float>(r.stats.correct);
+        out[2] = static_cast<float>(r.stats.count);
+        out[3] = stop_requested_ ? 1.0f : 0.0f;
+      }
+      if (loss_scale_) out[non_finite_extra_] = static_cast<float>(r.reducer->non_finite());
     });
-    metrics_ride_along_ = true;
   }
   if (n > 1) {
     threads_each_ = std::max(1, threads_ / n);
@@ -136,7 +163,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
   const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
-  const nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
+  nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
   const int64_t k = static_cast<int64_t>(micro_batches.size());
   r.rows.resize(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) {
@@ -147,12 +174,15 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     const auto [images, labels] = on_device(mine);
     {
       const trace::Span forward_span("forward", "compute");
+      ctx.weights_changed = i == 0;  // one update's micro-batches share the weights' bf16 copies
       const Tensor output = r.model->forward(images, ctx);
       if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
         r.grad_output = Tensor(output.shape(), device_);
       // The gradient of the mean loss over this replica's K micro-batches; the
       // all-reduce (mean over replicas) makes it the mean over the global batch.
-      loss_->compute(output, labels, &r.grad_output, 1.0f / static_cast<float>(rows * k), r.rows[i]);
+      // Under loss scaling, that gradient times the scale (1 without).
+      const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
+      loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
     }
     const bool last = i == k - 1;
     if (!last) {
@@ -179,8 +209,28 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   r.compute = compute.seconds() - r.comm_wait;
   const trace::Span update_span("update", "compute");
   Stopwatch update;
-  if (!central_) r.optimizer->apply(r.trainable, step);
+  r.finite = !loss_scale_ || gradients_finite(r);
+  if (!central_ && r.finite) r.optimizer->apply(r.trainable, loss_scale_ ? loss_scale_->applied_before(step) : step);
   r.update = update.seconds();
+}
+
+bool DataParallelStrategy::gradients_finite(Replica& r) {
+  size_t non_finite = 0;
+  if (r.reducer) {
+    // The job-wide count, from the last bucket's all-reduce (a mean times the group size).
+    non_finite = r.reducer->extras()[non_finite_extra_] > 0.0f ? 1 : 0;
+  } else {
+    std::vector<float> host;
+    for (const nn::Param* p : r.trainable) {
+      host.resize(static_cast<size_t>(p->grad.numel()));
+      p->grad.copy_to_host(host.data());
+      non_finite += count_non_finite(host.data(), host.size());
+    }
+  }
+  if (non_finite > 0) return false;
+  const float scale = static_cast<float>(loss_scale_->scale());
+  for (nn::Param* p : r.trainable) kernels::divide(p->grad, scale);
+  return true;
 }
 
 std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
@@ -212,6 +262,11 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     kernels::set_num_threads(threads_);
   } else {
     replica_step(replicas_[0], 0, micro_batches, step);
+  }
+  if (loss_scale_) {
+    for (const Replica& r : replicas_)
+      DT_CHECK(r.finite == replicas_[0].finite, "the replicas disagree on skipping a loss-scaled step");
+    loss_scale_->update(replicas_[0].finite);
   }
   if (central_) {
     std::vector<nn::Sequential*> models;

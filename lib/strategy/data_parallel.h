@@ -11,12 +11,22 @@
 // A step with gradient accumulation K runs K micro-batches: the first K-1 only
 // accumulate gradients locally; the last one's backward starts the bucketed
 // all-reduce (one per update, overlapping with backward), then the optimizer runs.
+//
+// Dynamic loss scaling (train.precision mixed_float16, optim/loss_scale.h): the
+// loss gradient is multiplied by the scale; each replica counts the inf/NaN
+// values of its (accumulated) gradient as the buckets are packed, and the count
+// rides along with the last bucket's all-reduce, so every replica learns the
+// job-wide count in the same collective. Any non-finite value anywhere: every
+// replica skips the optimizer (the step number the optimizer sees does not
+// advance either) and the scale halves; else the gradients are divided by the
+// scale and applied. central_storage does not scale (make_strategy refuses it).
 #pragma once
 
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "optim/loss_scale.h"
 #include "strategy/central_copy.h"
 #include "strategy/gradient_reducer.h"
 #include "strategy/replica_pool.h"
@@ -53,6 +63,7 @@ class DataParallelStrategy : public Strategy {
   nn::Sequential& model() override { return central_ ? central_->model() : *replicas_[0].model; }
   optim::Optimizer& optimizer() override { return central_ ? central_->optimizer() : *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }
+  optim::DynamicLossScale* loss_scale() override { return loss_scale_.get(); }
 
  private:
   struct Replica {
@@ -72,9 +83,13 @@ class DataParallelStrategy : public Strategy {
     double comm_wait = 0.0;  // this step's: waiting for the gradient all-reduces
     double compute = 0.0;    // forward, loss, backward
     double update = 0.0;     // the optimizer
+    bool finite = true;      // this step's gradients were finite on every replica (loss scaling)
   };
 
   void replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches, int64_t step);
+  // Loss scaling: whether every replica's gradient of this step is finite, then
+  // the gradients unscaled when they are.
+  bool gradients_finite(Replica& r);
   comm::Communicator* group_of(Replica& r);
   // A batch's images and labels on the device: the staged copies when `b` was
   // staged, else copies started now.
@@ -104,6 +119,8 @@ class DataParallelStrategy : public Strategy {
   bool stop_requested_ = false;
   bool stop_agreed_ = false;
   bool metrics_ride_along_ = false;  // the loss sums and stop flag go with the last gradient bucket
+  std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // train.precision mixed_float16 only
+  size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
 };
 
 }  // namespace dtrain::strategy

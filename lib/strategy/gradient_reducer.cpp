@@ -2,18 +2,27 @@
 #include "strategy/gradient_reducer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/check.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "kernels/device.h"
 
 namespace dtrain::strategy {
 
+size_t count_non_finite(const float* data, size_t n) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(data[i])) ++count;
+  return count;
+}
+
 GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Communicator& comm,
-                                 int64_t bytes_per_pack)
-    : comm_(comm) {
+                                 int64_t bytes_per_pack, AllreduceDType dtype)
+    : comm_(comm), dtype_(dtype) {
   int64_t total = 0;
   for (const nn::Param* p : params) total += static_cast<int64_t>(p->grad.bytes());
   if (bytes_per_pack <= 0) bytes_per_pack = std::clamp<int64_t>(total / 4, 64 << 10, 25 << 20);
@@ -36,12 +45,29 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
       bucket_of_[p] = b;
       floats += static_cast<size_t>(p->grad.numel());
     }
-    buckets_[b].buffer.resize(floats);
+    if (!comm.device_buffers()) buckets_[b].buffer.resize(floats);
   }
-  thread_ = std::thread([this] { comm_loop(); });
+  device_ = comm.device_buffers();
+  if (!device_) {
+    thread_ = std::thread([this] { comm_loop(); });
+    return;
+  }
+#if DTRAIN_HAVE_NCCL
+  nccl_ = dynamic_cast<comm::NcclCommunicator*>(&comm);
+  DT_CHECK(nccl_ != nullptr, "a communicator of device buffers that is not NCCL's (a wrapper hides it)");
+#else
+  DT_CHECK(false, "a communicator of device buffers in a build without NCCL");
+#endif
+  DT_CHECK(dtype == AllreduceDType::kFloat32, "bfloat16 gradients on NCCL (the strategy refuses them)");
+  for (Bucket& bucket : buckets_) {
+    size_t floats = 0;
+    for (const nn::Param* p : bucket.params) floats += static_cast<size_t>(p->grad.numel());
+    bucket.device_buffer = Tensor({static_cast<int64_t>(floats)}, bucket.params.front()->grad.device());
+  }
 }
 
 GradientReducer::~GradientReducer() {
+  if (!thread_.joinable()) return;  // the device path has no thread
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -54,13 +80,20 @@ void GradientReducer::ride_along(size_t count, std::function<void(float* values)
   DT_CHECK(extras_.empty() && count > 0, "ride_along is set once");
   extras_.assign(count, 0.0f);
   fill_extras_ = std::move(fill);
-  buckets_.back().buffer.resize(buckets_.back().buffer.size() + count);
+  Bucket& last = buckets_.back();
+  if (!device_) {
+    last.buffer.resize(last.buffer.size() + count);
+    return;
+  }
+  const int64_t floats = last.device_buffer.numel();
+  last.device_buffer = Tensor({floats + static_cast<int64_t>(count)}, last.device_buffer.device());
 }
 
 void GradientReducer::begin_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   DT_CHECK(pending_ == 0 && queue_.empty(), "a step began while buckets were in flight");
   for (auto& b : buckets_) b.ready = 0;
+  non_finite_ = 0;
 }
 
 void GradientReducer::param_ready(const nn::Param* p) {
@@ -68,6 +101,7 @@ void GradientReducer::param_ready(const nn::Param* p) {
   DT_CHECK(it != bucket_of_.end(), "gradient of an unknown param ", p->name);
   Bucket& bucket = buckets_[it->second];
   if (++bucket.ready < bucket.params.size()) return;
+  if (device_) return launch_on_device(it->second);
   // Pack on this thread (a memcpy, or a copy from the GPU that waits for the
   // backward ops issued so far), reduce on the communication thread.
   float* dst = bucket.buffer.data();
@@ -75,6 +109,7 @@ void GradientReducer::param_ready(const nn::Param* p) {
     q->grad.copy_to_host(dst);
     dst += q->grad.numel();
   }
+  if (track_non_finite_) non_finite_ += count_non_finite(bucket.buffer.data(), dst - bucket.buffer.data());
   if (fill_extras_ && it->second + 1 == buckets_.size()) fill_extras_(dst);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -87,10 +122,68 @@ void GradientReducer::param_ready(const nn::Param* p) {
 double GradientReducer::finish_step() {
   const trace::Span span("gradient wait", "comm");
   Stopwatch waited;
+  if (device_) {
+    finish_on_device();
+    return waited.seconds();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return pending_ == 0 || error_; });
   if (error_) std::rethrow_exception(error_);
   return waited.seconds();
+}
+
+void GradientReducer::launch_on_device(size_t b) {
+#if DTRAIN_HAVE_NCCL
+  Bucket& bucket = buckets_[b];
+  DT_CHECK(!track_non_finite_, "counting non-finite gradients on a GPU (loss scaling) is not supported with NCCL");
+  // Device-to-device copies on the compute stream, after the backward ops that
+  // produced the gradients.
+  int64_t offset = 0;
+  for (const nn::Param* q : bucket.params) {
+    bucket.device_buffer.flat_slice(offset, q->grad.numel()).copy_from(q->grad);
+    offset += q->grad.numel();
+  }
+  if (fill_extras_ && b + 1 == buckets_.size()) {
+    std::vector<float> extras(extras_.size());
+    fill_extras_(extras.data());
+    bucket.device_buffer.flat_slice(offset, static_cast<int64_t>(extras.size())).copy_from_host(extras.data());
+  }
+  const trace::Span span("all-reduce launch", "comm",
+                         trace::enabled() ? str("bucket ", b, ", ", bucket.device_buffer.bytes(), " bytes")
+                                          : std::string());
+  bucket.work = nccl_->all_reduce_async(bucket.device_buffer.raw(), static_cast<size_t>(bucket.device_buffer.numel()),
+                                        comm::ElementType::kFloat32, comm::ReduceOp::kMean,
+                                        kernels::compute_stream(bucket.device_buffer.device()));
+#else
+  (void)b;
+  DT_CHECK(false, "the device path of the gradient reducer needs NCCL");
+#endif
+}
+
+void GradientReducer::finish_on_device() {
+#if DTRAIN_HAVE_NCCL
+  for (const Bucket& bucket : buckets_)
+    DT_CHECK(bucket.ready == bucket.params.size(), "finish_step before every gradient was ready");
+  // The all-reduces run in launch order on NCCL's stream: once the last is done,
+  // all are. Waiting for it on the host polls the deadline and the lost peers.
+  buckets_.back().work.wait();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    void* stream = kernels::compute_stream(bucket.device_buffer.device());
+    bucket.work.block_stream(stream);
+    int64_t offset = 0;
+    for (nn::Param* q : bucket.params) {
+      // On the compute stream, before the optimizer's update (issued after finish_step()).
+      q->grad.copy_from(bucket.device_buffer.flat_slice(offset, q->grad.numel()));
+      offset += q->grad.numel();
+    }
+    if (fill_extras_ && b + 1 == buckets_.size()) {  // a few floats to the host; the mean back to the sum
+      bucket.device_buffer.flat_slice(offset, static_cast<int64_t>(extras_.size())).copy_to_host(extras_.data());
+      for (float& v : extras_) v *= static_cast<float>(comm_.size());
+    }
+    bucket.work = {};
+  }
+#endif
 }
 
 void GradientReducer::comm_loop() {
@@ -104,10 +197,12 @@ void GradientReducer::comm_loop() {
     lock.unlock();
     try {
       Bucket& bucket = buckets_[b];
+      const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;
+      const size_t bytes = bucket.buffer.size() * (bfloat16 ? 2 : sizeof(float));
       const trace::Span span("all-reduce", "comm",
-                             trace::enabled() ? str("bucket ", b, ", ", bucket.buffer.size() * sizeof(float), " bytes")
-                                              : std::string());
-      comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
+                             trace::enabled() ? str("bucket ", b, ", ", bytes, " bytes") : std::string());
+      if (bfloat16) comm_.all_reduce_bfloat16(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
+      else comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
       const float* src = bucket.buffer.data();
       for (nn::Param* q : bucket.params) {
         // On a GPU the copy is issued on the compute stream, before the

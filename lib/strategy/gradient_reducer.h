@@ -9,9 +9,25 @@
 // how long the caller had to wait: the share of step time spent waiting on
 // communication.
 //
-// A few small values per step (the loss sums and the stop flag) can ride along
-// in the last bucket's all-reduce instead of costing a collective of their own
-// (ride_along).
+// A few small values per step (the loss sums and the stop flag, the count of
+// non-finite gradient values under loss scaling) can ride along in the last
+// bucket's all-reduce instead of costing a collective of their own (ride_along).
+//
+// With strategy.allreduce_dtype bfloat16 the buckets travel as bfloat16
+// (Communicator::all_reduce_bfloat16): half the bytes, each gradient rounded to
+// 8 significant bits. Values riding along travel in the bucket's type, so they
+// are rounded too: only flags and small counts (sums of integers up to 256 stay
+// exact) should ride along then.
+//
+// On a communicator of device buffers (NCCL, device_buffers() true) nothing goes
+// through the host: each bucket has one device buffer, packed with device-to-
+// device copies on the compute stream, and its all-reduce (mean, float32) is
+// launched at once, asynchronously, ordered after the packing on the GPU; no
+// communication thread. finish_step() waits on the host for the last bucket's
+// all-reduce (NCCL's polled wait: deadline, lost peers), makes the compute stream
+// wait for every bucket and issues the copies back. Only the ride-along values
+// cross to the host. Not with allreduce_dtype bfloat16 or track_non_finite (no
+// device kernels for them yet; DataParallelStrategy refuses both first).
 #pragma once
 
 #include <condition_variable>
@@ -24,15 +40,23 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#if DTRAIN_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 #include "nn/layer.h"
+#include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
+
+// How many of data[0..n) are inf or NaN.
+size_t count_non_finite(const float* data, size_t n);
 
 class GradientReducer {
  public:
   // params: the trainable params in model order. bytes_per_pack 0 = auto (a
   // quarter of all gradients, between 64 KiB and 25 MiB).
-  GradientReducer(const std::vector<nn::Param*>& params, comm::Communicator& comm, int64_t bytes_per_pack);
+  GradientReducer(const std::vector<nn::Param*>& params, comm::Communicator& comm, int64_t bytes_per_pack,
+                  AllreduceDType dtype = AllreduceDType::kFloat32);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -45,6 +69,12 @@ class GradientReducer {
   void ride_along(size_t count, std::function<void(float* values)> fill);
   const std::vector<float>& extras() const { return extras_; }
 
+  // From now on, count the inf and NaN values of this replica's gradients as
+  // they are packed (before the all-reduce): non_finite() is the step's count so
+  // far, complete when the last bucket's ride-along values are filled.
+  void track_non_finite() { track_non_finite_ = true; }
+  size_t non_finite() const { return non_finite_; }
+
   void begin_step();
   // p's gradient is final for this step (called from the thread running backward).
   void param_ready(const nn::Param* p);
@@ -55,12 +85,24 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<nn::Param*> params;
-    std::vector<float> buffer;
+    std::vector<float> buffer;  // the host path's
     size_t ready = 0;
+    Tensor device_buffer;       // the device path's: the gradients, then the extras
+#if DTRAIN_HAVE_NCCL
+    comm::NcclWork work;        // the device path's all-reduce in flight
+#endif
   };
   void comm_loop();
+  // The device path (device_ is true): pack, launch, and the end of a step.
+  void launch_on_device(size_t b);
+  void finish_on_device();
 
   comm::Communicator& comm_;
+  bool device_ = false;  // the gradients stay on the GPU (NCCL)
+#if DTRAIN_HAVE_NCCL
+  comm::NcclCommunicator* nccl_ = nullptr;  // comm_ itself, on the device path
+#endif
+  AllreduceDType dtype_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Param*, size_t> bucket_of_;
 
@@ -73,6 +115,8 @@ class GradientReducer {
   std::exception_ptr error_;
   std::function<void(float*)> fill_extras_;
   std::vector<float> extras_;  // summed over the group after finish_step()
+  bool track_non_finite_ = false;
+  size_t non_finite_ = 0;  // this step's, on the thread running backward
 };
 
 }  // namespace dtrain::strategy

@@ -1,6 +1,7 @@
 // The table of strategies (registry.h): one line each.
 #include "strategy/registry.h"
 
+#include "comm/nccl_support.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "strategy/data_parallel.h"
@@ -53,7 +54,12 @@ const std::vector<config::KeyDoc>& strategy_keys() {
       {"communication", "`auto` (hierarchical when several tasks share a machine and more than one machine takes "
                         "part, else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
                         "`hierarchical` (each machine's tasks reduce through shared memory, one leader per machine "
-                        "all-reduces over Gloo); `nccl` is refused until the NCCL communicator exists"},
+                        "all-reduces over Gloo) or `nccl` (NCCL between the tasks' GPUs, on device buffers: builds with "
+                        "CUDA and NCCL, jobs whose `device` is a GPU; exit 2 otherwise). For a GPU job `auto` means "
+                        "NCCL in such builds: the gradient buckets are all-reduced on the GPU, with no host copy; the "
+                        "other collectives stay on Gloo. None of it has run on a GPU yet"},
+      {"allreduce_dtype", "`float32` (default) or `bfloat16`: the type gradients travel in between tasks "
+                          "(bfloat16 halves the bytes; sums are accumulated in float32 where the backend allows)"},
       {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"},
       {"mode", "parameter_server: `async` (default, TF's: every push applied as it arrives), `sync` (one push per "
                "worker per step, averaged: multi_worker_mirrored's trajectory) or `stale` (bounded staleness)"},
@@ -135,11 +141,14 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   strategy.replicas = r.get_int("replicas", strategy.replicas, 1);
   const std::string communication =
       r.get_choice("communication", "auto", {"auto", "ring", "hierarchical", "nccl"}, "communication implementation");
-  if (communication == "nccl")
+  if (communication == "nccl" && !comm::kNcclBuilt)
     r.fail("communication",
-           "'nccl' is not available yet: no build of dtrain has an NCCL communicator so far (it is planned); "
-           "use \"auto\" or \"ring\" (Gloo; a GPU job's gradients then go through host memory)");
+           "'nccl' needs a build of dtrain with NCCL, and this one has none (built without the CUDA backend or "
+           "without libnccl); rebuild with -DDTRAIN_CUDA=ON where the CUDA toolkit and NCCL are, or use \"auto\" "
+           "or \"ring\" (Gloo)");
   strategy.communication = communication_by_name(communication);
+  if (r.get_choice("allreduce_dtype", "float32", {"float32", "bfloat16"}, "all-reduce dtype") == "bfloat16")
+    strategy.allreduce_dtype = AllreduceDType::kBfloat16;
   strategy.bytes_per_pack = r.get_int("bytes_per_pack", strategy.bytes_per_pack, 0);
   const bool ps = entry.cross_task == CrossTask::kParameterServer;
   for (const char* key : {"mode", "max_staleness", "variable_partitioner", "steps_per_work_unit"})
@@ -185,7 +194,16 @@ Communication communication_by_name(const std::string& name) {
   if (name == "auto") return Communication::kAuto;
   if (name == "ring") return Communication::kRing;
   if (name == "hierarchical") return Communication::kHierarchical;
-  throw ConfigError(str("communication '", name, "': use auto, ring or hierarchical"));
+  if (name == "nccl") return Communication::kNccl;
+  throw ConfigError(str("communication '", name, "': use auto, ring, hierarchical or nccl"));
+}
+
+void check_communication_device(const StrategySpec& strategy, bool on_gpu, const std::string& device,
+                                const std::string& source) {
+  if (strategy.communication != Communication::kNccl || on_gpu) return;
+  throw ConfigError(str(source, ": ", strategy.path, ".communication: 'nccl' reduces device (GPU) buffers, and this "
+                        "job's device is ", device, "; set \"device\": \"gpu\" on a machine with a GPU, or use "
+                        "\"auto\" or \"ring\" (Gloo) for a CPU job"));
 }
 
 const StrategyEntry& find_strategy(const std::string& name) {

@@ -48,8 +48,13 @@ const std::vector<StrategyEntry>& strategies();
 std::vector<std::string> available_strategy_names();
 // The entry named `name`; ConfigError naming strategy.type and the valid names otherwise.
 const StrategyEntry& find_strategy(const std::string& name);
-// strategy.communication's value named `name` ("auto", "ring", "hierarchical");
-// ConfigError for any other name.
+// strategy.communication's value named `name` ("auto", "ring", "hierarchical",
+// "nccl"); ConfigError for any other name.
 Communication communication_by_name(const std::string& name);
+// strategy.communication nccl reduces device buffers: ConfigError ("<source>:
+// strategy.communication: ...; <fix>") unless the job computes on a GPU
+// (`on_gpu`); `device` says what its device is ("cpu", "auto, the CPU here: ...").
+void check_communication_device(const StrategySpec& strategy, bool on_gpu, const std::string& device,
+                                const std::string& source);
 
 }  // namespace dtrain::strategy

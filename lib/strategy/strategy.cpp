@@ -1,4 +1,5 @@
-// make_strategy(): builds the Strategy that the registry has under strategy.type.
+// make_strategy(): builds the Strategy that the registry has under strategy.type
+// (refusing loss scaling where the strategy cannot agree on skipped steps).
 #include "strategy/strategy.h"
 
 #include "core/error.h"
@@ -17,7 +18,16 @@ std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyCo
     throw ConfigError(str(job.strategy.path, ".type: ", entry.name,
                           " needs a cluster: run the job with `dtrain launch` "
                           "or give every task TF_CONFIG (one worker alone: use one_device)"));
+  if (loss_scaling_on(job, context) && (entry.cross_task == CrossTask::kParameterServer || entry.name == "central_storage"))
+    throw ConfigError(str(job.train.path, ".precision: mixed_float16 needs dynamic loss scaling, which ", entry.name,
+                          " does not do (its updates happen away from the replicas' skip decision); use "
+                          "\"mixed_bfloat16\" (no loss scaling needed), or strategy.type mirrored or "
+                          "multi_worker_mirrored"));
   return entry.make(job, context);
+}
+
+bool loss_scaling_on(const StrategyJob& job, const StrategyContext& context) {
+  return context.loss_scaling || job.train.precision == config::Precision::kMixedFloat16;
 }
 
 }  // namespace dtrain::strategy

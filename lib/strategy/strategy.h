@@ -19,6 +19,7 @@
 #include "data/pipeline.h"
 #include "nn/losses.h"
 #include "nn/sequential.h"
+#include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "ps/ps_client.h"
 #include "strategy/strategy_spec.h"
@@ -42,7 +43,18 @@ struct StrategyContext {
   Device device = Device::cpu();  // where the replicas compute (kernels::select_device)
   // parameter_server: this task's connections to every ps task.
   ps::PsGroup* ps = nullptr;
+  // Dynamic loss scaling whatever train.precision says (mixed_float16 always has
+  // it): lets a test check the scaling and skipping with float32 compute.
+  bool loss_scaling = false;
+  // multi_worker_mirrored on GPUs with NCCL: the training tasks' NCCL group, which
+  // reduces the gradients on the device (GradientReducer's device path); the
+  // other collectives (the chief's broadcast, metrics, checks) stay on `workers`.
+  comm::Communicator* gradients = nullptr;
 };
+
+// Whether a strategy for `job` scales the loss (train.precision mixed_float16, or
+// context.loss_scaling).
+bool loss_scaling_on(const StrategyJob& job, const StrategyContext& context);
 
 // Where the step time went, summed since the start.
 struct StepTimings {
@@ -96,10 +108,14 @@ class Strategy {
   virtual nn::Sequential& model() = 0;
   virtual optim::Optimizer& optimizer() = 0;
   virtual StepTimings timings() const = 0;
+  // The dynamic loss scale (train.precision mixed_float16), or nullptr without
+  // loss scaling. Its state goes into checkpoints; the trainer reports the scale.
+  virtual optim::DynamicLossScale* loss_scale() { return nullptr; }
 };
 
 // The Strategy the registry has under job.strategy's type; ConfigError for one
-// that is not built yet, or that needs a cluster and has none.
+// that is not built yet, that needs a cluster and has none, or that cannot scale
+// the loss when loss scaling is on (central_storage, parameter_server).
 std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyContext& context = {});
 
 }  // namespace dtrain::strategy

@@ -15,9 +15,16 @@ namespace dtrain::strategy {
 struct StrategyEntry;  // registry.h
 
 // strategy.communication, TF's CommunicationImplementation: how the training
-// tasks' all-reduce runs. auto: Gloo's own choice; ring: Gloo's ring by name.
-// ("nccl" is refused while no build has an NCCL communicator.)
-enum class Communication { kAuto, kRing, kHierarchical };
+// tasks' all-reduce runs. auto: Gloo's own choice (NCCL for a GPU job in builds
+// with NCCL); ring: Gloo's ring by name; hierarchical: shared memory within a
+// machine, Gloo between machines; nccl: NCCL on device buffers (GPU jobs, builds
+// with NCCL: registry.h's check_communication_device).
+enum class Communication { kAuto, kRing, kHierarchical, kNccl };
+
+// strategy.allreduce_dtype: the type gradients travel in between tasks.
+// bfloat16 halves the bytes; the sums are accumulated in float32 where the
+// backend allows.
+enum class AllreduceDType { kFloat32, kBfloat16 };
 
 struct StrategySpec {
   std::string path = "strategy";
@@ -27,6 +34,7 @@ struct StrategySpec {
   std::vector<std::string> devices;
   int64_t replicas = 1;
   Communication communication = Communication::kAuto;
+  AllreduceDType allreduce_dtype = AllreduceDType::kFloat32;
   int64_t bytes_per_pack = 25 << 20;  // gradient bucket size (PyTorch DDP's 25 MiB); 0 = auto
   // parameter_server:
   ps::UpdateMode mode = ps::UpdateMode::kAsync;  // strategy.mode: async | sync | stale

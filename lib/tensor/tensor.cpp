@@ -8,9 +8,19 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "tensor/bfloat16.h"
 #include "tensor/device_memory.h"
 
 namespace dtrain {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float32";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+  }
+  return "?";
+}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
@@ -21,27 +31,38 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Tensor::Tensor(Shape shape, Device device) : shape_(std::move(shape)), device_(device) { allocate(true); }
+Tensor::Tensor(Shape shape, Device device, DType dtype)
+    : shape_(std::move(shape)), device_(device), dtype_(dtype) {
+  allocate(true);
+}
 
-Tensor::Tensor(Shape shape, Device device, Uninitialized) : shape_(std::move(shape)), device_(device) {
+Tensor::Tensor(Shape shape, Device device, DType dtype, Uninitialized)
+    : shape_(std::move(shape)), device_(device), dtype_(dtype) {
   allocate(false);
 }
 
 void Tensor::allocate(bool zero) {
   numel_ = shape_numel(shape_);
-  const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(numel_) * sizeof(float) + 63) / 64 * 64);
+  const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(numel_) * dtype_size(dtype_) + 63) / 64 * 64);
   if (!device_.is_cpu()) {
     DeviceMemory& memory = device_memory(device_.type);
     const Device device = device_;
     void* p = memory.allocate(device_, bytes, zero);
-    storage_ = std::shared_ptr<float>(static_cast<float*>(p),
-                                      [&memory, device, bytes](float* q) { memory.deallocate(device, q, bytes); });
+    storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p),
+                                        [&memory, device, bytes](uint8_t* q) { memory.deallocate(device, q, bytes); });
     return;
   }
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw RuntimeError(str("out of memory allocating a tensor of shape ", shape_str(shape_)));
   if (zero) std::memset(p, 0, bytes);
-  storage_ = std::shared_ptr<float>(static_cast<float*>(p), [](float* q) { std::free(q); });
+  storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+void* Tensor::typed(DType want) const {
+  if (dtype_ != want)
+    throw InternalError(str("a ", dtype_name(dtype_), " tensor of shape ", shape_str(shape_), " read as ",
+                            dtype_name(want)));
+  return storage_.get() + offset_ * dtype_size(dtype_);
 }
 
 Tensor Tensor::reshaped(Shape shape) const {
@@ -75,6 +96,7 @@ Tensor Tensor::flat_slice(int64_t begin, int64_t count) const {
 
 Tensor Tensor::span(const Tensor& first, const Tensor& last) {
   DT_CHECK(first.storage_ && first.storage_ == last.storage_, "span over tensors of different storage");
+  DT_CHECK(first.dtype_ == last.dtype_, "span over tensors of different dtypes");
   const int64_t end = last.offset_ + last.numel_;
   DT_CHECK(end >= first.offset_, "span: the last tensor lies before the first");
   Tensor t = first;
@@ -84,17 +106,17 @@ Tensor Tensor::span(const Tensor& first, const Tensor& last) {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_, device_);
+  Tensor t(shape_, device_, dtype_);
   t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::to(const Device& device) const {
   if (device == device_) return *this;
-  Tensor t(shape_, device, Uninitialized{});
+  Tensor t(shape_, device, dtype_, Uninitialized{});
   if (device_.is_cpu() && numel_ > 0) {
     // Host to device: an asynchronous upload (the new tensor is not yet in use).
-    device_memory(device.type).upload_new(device, t.data(), data(), bytes());
+    device_memory(device.type).upload_new(device, t.raw(), raw(), bytes());
     return t;
   }
   t.copy_from(*this);
@@ -102,6 +124,10 @@ Tensor Tensor::to(const Device& device) const {
 }
 
 void Tensor::fill(float value) {
+  if (dtype_ == DType::kBF16 && device_.is_cpu()) {
+    std::fill(data_bf16(), data_bf16() + numel_, f32_to_bf16(value));
+    return;
+  }
   if (device_.is_cpu()) {
     std::fill(data(), data() + numel_, value);
     return;
@@ -111,14 +137,16 @@ void Tensor::fill(float value) {
 
 void Tensor::copy_from(const Tensor& other) {
   DT_CHECK_EQ(other.numel(), numel_);
+  DT_CHECK(other.dtype_ == dtype_, "copy_from a ", dtype_name(other.dtype_), " tensor into a ", dtype_name(dtype_),
+           " one (kernels::cast converts)");
   if (numel_ == 0) return;
   if (device_.is_cpu() && other.device_.is_cpu()) {
-    std::memcpy(data(), other.data(), bytes());
+    std::memcpy(raw(), other.raw(), bytes());
     return;
   }
   // Whichever side is not the host names the backend that copies.
   const DeviceType backend = device_.is_cpu() ? other.device_.type : device_.type;
-  device_memory(backend).copy(data(), device_, other.data(), other.device_, bytes());
+  device_memory(backend).copy(raw(), device_, other.raw(), other.device_, bytes());
 }
 
 void Tensor::copy_to_host(float* dst) const {

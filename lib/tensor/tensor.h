@@ -5,8 +5,10 @@
 // kernels are (in, out) and Conv2D kernels (kh, kw, in, out), Keras' layouts.
 // Storage is on the tensor's device: host memory for the CPU, device memory
 // through the backend's DeviceMemory (device_memory.h) for a GPU, where data()
-// is a device pointer that only kernels may dereference. Only float32 exists
-// today; dtype is there so mixed precision can slot in.
+// is a device pointer that only kernels may dereference. The element type is
+// float32, or bfloat16 / float16 (16-bit) for the compute of mixed precision
+// (train.precision): data() is the float32 view and checks the type; raw() and
+// data_bf16() serve the others.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +21,18 @@ namespace dtrain {
 
 using Shape = std::vector<int64_t>;
 
-enum class DType { kF32 };
+enum class DType { kF32, kBF16, kF16 };
+
+const char* dtype_name(DType dtype);
+inline size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 int64_t shape_numel(const Shape& shape);
 
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates a zero-filled tensor (64-byte aligned) on `device`.
-  explicit Tensor(Shape shape, Device device = Device::cpu());
+  // Allocates a zero-filled tensor (64-byte aligned) of `dtype` on `device`.
+  explicit Tensor(Shape shape, Device device = Device::cpu(), DType dtype = DType::kF32);
 
   static Tensor zeros(Shape shape) { return Tensor(std::move(shape)); }
 
@@ -35,14 +40,21 @@ class Tensor {
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int64_t numel() const { return numel_; }
-  size_t bytes() const { return static_cast<size_t>(numel_) * sizeof(float); }
-  DType dtype() const { return DType::kF32; }
+  size_t bytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
   const Device& device() const { return device_; }
   bool defined() const { return storage_ != nullptr; }
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
 
-  float* data() { return storage_.get() + offset_; }
-  const float* data() const { return storage_.get() + offset_; }
+  // The elements as float32; an InternalError for a tensor of another dtype.
+  float* data() { return static_cast<float*>(typed(DType::kF32)); }
+  const float* data() const { return static_cast<const float*>(typed(DType::kF32)); }
+  // The elements as bfloat16 bits (bfloat16.h); DType::kBF16 only.
+  uint16_t* data_bf16() { return static_cast<uint16_t*>(typed(DType::kBF16)); }
+  const uint16_t* data_bf16() const { return static_cast<const uint16_t*>(typed(DType::kBF16)); }
+  // The first element's bytes, whatever the dtype.
+  void* raw() { return storage_.get() + offset_ * dtype_size(dtype_); }
+  const void* raw() const { return storage_.get() + offset_ * dtype_size(dtype_); }
 
   // Same storage, another shape with the same number of elements.
   Tensor reshaped(Shape shape) const;
@@ -64,23 +76,29 @@ class Tensor {
   // to(Device::cpu()): values the host can read.
   Tensor to_host() const { return to(Device::cpu()); }
 
+  // Every element = value (rounded to the dtype).
   void fill(float value);
   void zero() { fill(0.0f); }
-  // Copies another tensor's values (same numel), across devices if need be.
+  // Copies another tensor's values (same numel and dtype), across devices if need
+  // be. Changing the dtype is kernels::cast's work.
   void copy_from(const Tensor& other);
+  // float32 tensors only.
   void copy_to_host(float* dst) const;
   void copy_from_host(const float* src);
 
  private:
   struct Uninitialized {};
-  Tensor(Shape shape, Device device, Uninitialized);
+  Tensor(Shape shape, Device device, DType dtype, Uninitialized);
   void allocate(bool zero);
+  // raw(), after checking that the dtype is `want`.
+  void* typed(DType want) const;
 
   Shape shape_;
   int64_t numel_ = 0;
   int64_t offset_ = 0;
   Device device_;
-  std::shared_ptr<float> storage_;
+  DType dtype_ = DType::kF32;
+  std::shared_ptr<uint8_t> storage_;
 };
 
 }  // namespace dtrain

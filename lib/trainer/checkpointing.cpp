@@ -30,6 +30,24 @@ void check_same_parameters(comm::Communicator& workers, const std::string& hash,
                            "...) differ from the chief's: the replicas diverged"));
 }
 
+// The dynamic loss scale saved with a checkpoint ("loss_scale" in the manifest's
+// rng object), into `scale`. A checkpoint without one (a float32 run resumed with
+// mixed_float16) leaves the initial scale; a run without loss scaling ignores it.
+void restore_loss_scale(const nlohmann::json& rng, optim::DynamicLossScale* scale) {
+  if (!scale || !rng.contains("loss_scale")) return;
+  const nlohmann::json& saved = rng["loss_scale"];
+  optim::LossScaleState state;
+  try {
+    state.scale = saved.at("scale").get<double>();
+    state.good_steps = saved.at("good_steps").get<int64_t>();
+    state.skipped_steps = saved.at("skipped_steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(str("the checkpoint's loss_scale record is malformed: ", e.what()));
+  }
+  scale->restore(state);
+  log::info("checkpoint: loss scale ", state.scale, " restored (", state.good_steps, " finite step(s) toward growth)");
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const job::JobConfig& job) {
@@ -73,6 +91,7 @@ ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) 
   const int64_t saved_batch = rng.value("global_batch", global_batch);
   const int64_t saved_step_in_epoch = rng.value("step_in_epoch", int64_t{0});
   if (rng.contains("callbacks")) point.callbacks_json = rng["callbacks"].dump();
+  restore_loss_scale(rng, strategy_.loss_scale());
   point.resumed = true;
   point.global_step = ckpt.manifest.step;
   point.epoch = ckpt.manifest.epoch;
@@ -163,6 +182,12 @@ void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoc
                         {"global_batch", global_batch},
                         {"note", "shuffles and dropout masks are functions of (seed, epoch, step)"}};
   if (!callbacks_json_.empty() && callbacks_json_ != "{}") rng["callbacks"] = nlohmann::json::parse(callbacks_json_);
+  if (const optim::DynamicLossScale* scale = strategy_.loss_scale()) {
+    const optim::LossScaleState& state = scale->state();
+    rng["loss_scale"] = {{"scale", state.scale},
+                         {"good_steps", state.good_steps},
+                         {"skipped_steps", state.skipped_steps}};
+  }
   checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
   if (!sharded_.empty()) {  // the ps tasks write the tensors; this task has no copy of them to hash
     m.rng_json = rng.dump();

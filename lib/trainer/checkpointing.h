@@ -6,7 +6,9 @@
 // dropout mask are pure functions of (train.seed, epoch, step), so parameters,
 // optimizer state and the position (epoch, steps done in it) are all the state
 // there is. Resuming with another number of replicas keeps the global sample
-// position: steps done in the epoch are recomputed from samples seen.
+// position: steps done in the epoch are recomputed from samples seen. Under
+// train.precision mixed_float16 the dynamic loss scale and its counters are
+// state too: the manifest's rng object keeps them ("loss_scale").
 #pragma once
 
 #include <functional>

@@ -38,15 +38,36 @@ bool keeps_to_cpu(const job::JobConfig& job) { return job.device == "auto" && jo
 
 }  // namespace
 
+void check_precision(const job::JobConfig& job, const Device& device) {
+  const config::Precision precision = job.train.precision;
+  if (precision == config::Precision::kFloat32) return;
+  const std::string where = str(job.train.path, ".precision: \"", config::precision_name(precision), "\"");
+  if (!device.is_cpu())
+    throw ConfigError(str(where, " on ", device.str(),
+                          ": dtrain's CUDA backend computes in float32 only so far (mixed precision runs on the "
+                          "CPU); use \"float32\" on a GPU, or \"device\": \"cpu\""));
+  if (precision == config::Precision::kMixedFloat16)
+    throw ConfigError(str(where, " cannot train on the CPU: this build's oneDNN (2.6) has no float16 CPU kernels "
+                          "(it runs ", kernels::cpu_isa(), "; native float16 math needs avx512_fp16); use "
+                          "\"mixed_bfloat16\" on the CPU (bfloat16 has float32's range: no loss scaling needed)"));
+  if (!kernels::cpu_has_bf16())
+    log::warn(where, ": this CPU has no bfloat16 instructions (oneDNN runs ", kernels::cpu_isa(),
+              "), so bfloat16 goes through conversions and trains slower than float32");
+}
+
 Device select_job_device(const job::JobConfig& job, const HostSettings& host) {
   if (host.allow_tf32) kernels::set_allow_tf32(*host.allow_tf32);
   if (keeps_to_cpu(job)) {
     if (!kernels::list_gpus().gpus.empty())
       log::info("device auto: ", strategy::entry_of(job.strategy).name, " with ", job.strategy.replicas,
-                " replicas trains on the CPU (several GPUs in one process need NCCL, not built yet)");
+                " replicas trains on the CPU (one replica per GPU in one process is not supported yet: the CUDA "
+                "backend drives one GPU per process; use multi_worker_mirrored with one GPU per task)");
+    check_precision(job, Device::cpu());
     return Device::cpu();
   }
-  return kernels::select_device(local_gpu(job.device, host.local_rank));
+  const Device device = kernels::select_device(local_gpu(job.device, host.local_rank));
+  check_precision(job, device);
+  return device;
 }
 
 std::string local_gpu(const std::string& device, int local_rank) {

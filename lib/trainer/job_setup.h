@@ -20,9 +20,14 @@ namespace dtrain::trainer {
 int setup_threads(const job::JobConfig& job, const HostSettings& host);
 
 // The job's "device", resolved and made ready (kernels::select_device). "auto"
-// keeps a mirrored job with several replicas on the CPU (several GPUs in one
-// process need NCCL). host.allow_tf32 false turns TF32 convolutions off.
+// keeps a mirrored job with several replicas on the CPU (the CUDA backend drives
+// one GPU per process). host.allow_tf32 false turns TF32 convolutions off.
+// Also checks train.precision on the chosen device (check_precision).
 Device select_job_device(const job::JobConfig& job, const HostSettings& host);
+// train.precision on `device`: what runs, what is refused (ConfigError: either
+// mixed policy on a GPU, mixed_float16 on the CPU), and one warning where
+// bfloat16 runs on a CPU without bf16 instructions.
+void check_precision(const job::JobConfig& job, const Device& device);
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
 // GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):
 // "cuda:<LOCAL_RANK % GPUs>", so local tasks spread over the GPUs. Otherwise

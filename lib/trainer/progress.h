@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dtrain::trainer {
@@ -16,6 +17,7 @@ struct EpochReport {
   double comm_wait_share = 0.0;  // share of the steps' time spent waiting for gradients
   bool has_validation = false;
   double val_loss = 0.0, val_accuracy = 0.0;
+  std::optional<double> loss_scale;  // train.precision mixed_float16: the scale after the epoch
 };
 
 class Progress {

@@ -66,6 +66,7 @@ void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
     j["val_loss"] = number(r.val_loss);
     j["val_accuracy"] = r.val_accuracy;
   }
+  if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   write_line(j.dump());
   if (!tensorboard_) return;
   // Keras writes epoch summaries at the 0-based epoch.
@@ -120,8 +121,13 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["comm_wait_share"] = s.comm_wait_share;
   j["threads"] = s.threads;
   j["device"] = s.device;
+  j["precision"] = config::precision_name(job.train.precision);
   j["strategy"] = strategy;
   j["params_sha256"] = s.params_sha256;
+  if (s.loss_scale) {
+    j["loss_scale"] = *s.loss_scale;
+    j["loss_scale_skipped_steps"] = s.loss_scale_skipped_steps;
+  }
   j["config_sha256"] = sha256_hex(job.normalized_json);
   j["dtrain_version"] = DTRAIN_VERSION;
   if (s.step_ms)

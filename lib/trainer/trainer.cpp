@@ -32,7 +32,11 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   const int worker_rank = options.workers ? options.workers->rank() : 0;
   const Device device = select_job_device(job, options.host);
   summary.device = device.str();
-  auto strategy = strategy::make_strategy(job.strategy_job(), {options.workers, summary.threads, device});
+  std::unique_ptr<comm::Communicator> gradients;  // outlives the strategy
+  if (options.connect_gradients && !device.is_cpu()) gradients = options.connect_gradients(device);
+  strategy::StrategyContext context{options.workers, summary.threads, device};
+  context.gradients = gradients.get();
+  auto strategy = strategy::make_strategy(job.strategy_job(), context);
   nn::Sequential& model = strategy->model();
   std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), strategy->name().c_str(),
@@ -61,6 +65,13 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   const int64_t global_batch = job.train.batch_size_per_replica * strategy->num_replicas_in_sync() * accumulation;
   Checkpointer checkpointer(job, *strategy, options.workers);
   const ResumePoint start = checkpointer.resume(global_batch, steps_per_epoch);
+  // The learning rate of the update after `steps_done` steps: under loss scaling
+  // the optimizer's step count leaves out skipped steps.
+  const auto learning_rate = [&](int64_t steps_done) {
+    const int64_t step = std::max<int64_t>(0, steps_done - 1);
+    const optim::DynamicLossScale* scale = strategy->loss_scale();
+    return strategy->optimizer().learning_rate(scale ? std::max<int64_t>(0, scale->applied_before(step)) : step);
+  };
   CallbackRunner callbacks(job, *strategy, options.workers);
   callbacks.resume(start.callbacks_json);
 
@@ -130,7 +141,7 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
                     accuracy(epoch_stats), epoch_stats.count / std::max(elapsed, 1e-9));
       if (job.train.log_every_steps > 0 && global_step % job.train.log_every_steps == 0) {
         metrics.step(epoch + 1, global_step, mean_loss(window_stats), accuracy(window_stats),
-                     strategy->optimizer().learning_rate(global_step - 1),
+                     learning_rate(global_step),
                      window_stats.count / std::max(window_time.seconds(), 1e-9));
         window_stats = {};
         window_time.reset();
@@ -141,7 +152,8 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
     train_samples += epoch_stats.count;
 
     EpochReport report = epoch_report(epoch + 1, job.train.epochs, step_in_epoch, seconds, epoch_stats);
-    report.learning_rate = strategy->optimizer().learning_rate(std::max<int64_t>(0, global_step - 1));
+    report.learning_rate = learning_rate(global_step);
+    if (const optim::DynamicLossScale* scale = strategy->loss_scale()) report.loss_scale = scale->scale();
     const strategy::StepTimings timings_after = strategy->timings();
     const double step_seconds = timings_after.step_seconds - timings_before.step_seconds;
     report.comm_wait_share =
@@ -203,6 +215,12 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   }
   summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
   summary.params_sha256 = model.params_sha256();
+  if (const optim::DynamicLossScale* scale = strategy->loss_scale()) {
+    summary.loss_scale = scale->scale();
+    summary.loss_scale_skipped_steps = scale->state().skipped_steps;
+    std::printf("Loss scale: %g (%lld step(s) skipped for non-finite gradients)\n", scale->scale(),
+                static_cast<long long>(scale->state().skipped_steps));
+  }
   summary.wall_seconds = wall.seconds();
   if (summary.test_accuracy >= 0.0)
     std::printf("Test: loss %.4f, accuracy %.4f\n", summary.test_loss, summary.test_accuracy);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -37,6 +38,10 @@ struct RunOptions {
   std::function<void(int64_t steps_done)> on_step;
   // multi_worker_mirrored: the job's training tasks as a group (from the cluster runtime).
   comm::Communicator* workers = nullptr;
+  // multi_worker_mirrored on a GPU: connects the training tasks' NCCL group for
+  // the gradients once the device is chosen (the cluster runtime sets it where
+  // strategy.communication and the build allow NCCL; not called on the CPU).
+  std::function<std::unique_ptr<comm::Communicator>(const Device& device)> connect_gradients;
   // Polled before every step: true once the process was asked to stop (SIGTERM).
   // The job then stops after the step, saves a checkpoint and throws Preempted.
   std::function<bool()> stop_requested;
@@ -99,6 +104,10 @@ struct RunSummary {
   int threads = 1;
   std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
+  // train.precision mixed_float16: the dynamic loss scale at the end, and the
+  // steps skipped for inf/NaN gradients (all of them, a resumed run's included).
+  std::optional<double> loss_scale;
+  int64_t loss_scale_skipped_steps = 0;
   std::optional<StepBreakdown> step_ms;      // the training loop's tasks (not parameter_server's)
   std::optional<WorkUnitCounts> work_units;  // parameter_server's coordinator
   std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first

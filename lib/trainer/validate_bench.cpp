@@ -38,7 +38,10 @@ void validate_job(const job::JobConfig& job, const HostSettings& host) {
   if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job.strategy_job(), {nullptr, 1});
   std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", entry.name.c_str(), nn::loss_type_of(job.loss).name.c_str(),
               optim::optimizer_type_of(job.optimizer).name.c_str());
-  std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), check_job_device(job).c_str());
+  const std::string device = check_job_device(job);
+  // The precision against where the job would train ("cpu:0 ..." or a GPU).
+  check_precision(job, device.rfind("cpu", 0) == 0 ? Device::cpu() : Device::cuda(0));
+  std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), device.c_str());
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
   if (job.data.has_validation) validate_source(job.data.validation, model);

@@ -1,5 +1,5 @@
 // The accuracy the shipped configs promise, measured by running them unchanged to
-// the end through the dtrain binary (label `slow`: the MLP takes about half a
+// the end (the CNN also in train.precision mixed_bfloat16) through the dtrain binary (label `slow`: the MLP takes about half a
 // minute, the CNN a few minutes on 2 cores, as does the 2-worker CNN). Each run happens in a temporary
 // working directory, so the configs' relative output.dir lands there, and writes a
 // --summary; the test prints the test accuracy and training throughput (WARN, so
@@ -13,13 +13,16 @@ namespace dtrain::integration {
 namespace {
 
 // Runs the shipped config `name` unchanged; REQUIREs exit 0 and test_accuracy >= `floor`.
-void check_shipped_accuracy(const std::string& name, double floor, double deadline_seconds) {
+void check_shipped_accuracy(const std::string& name, double floor, double deadline_seconds,
+                            const std::vector<std::string>& extra = {}) {
   TempDir tmp;
   const std::string summary_path = tmp.file("summary.json");
   RunSpec spec;
   spec.deadline_seconds = deadline_seconds;
   spec.cwd = tmp.path();
-  const RunOutput r = run_dtrain({"run", "--config", shipped_config_path(name), "--summary", summary_path}, spec);
+  std::vector<std::string> args = {"run", "--config", shipped_config_path(name), "--summary", summary_path};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const RunOutput r = run_dtrain(args, spec);
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   const nlohmann::json s = read_json_file(summary_path);
@@ -40,6 +43,10 @@ TEST_CASE("the shipped MLP config reaches test accuracy >= 0.88", "[slow]") {
 
 TEST_CASE("the shipped CNN config reaches test accuracy >= 0.91", "[slow]") {
   check_shipped_accuracy("fashion_mnist_cnn.json", 0.91, 840.0);
+}
+
+TEST_CASE("the shipped CNN config in mixed_bfloat16 reaches test accuracy >= 0.91 like float32", "[slow]") {
+  check_shipped_accuracy("fashion_mnist_cnn.json", 0.91, 840.0, {"--set", "train.precision=mixed_bfloat16"});
 }
 
 TEST_CASE("two workers with multi_worker_mirrored reach >= 0.91 with identical parameters", "[slow]") {

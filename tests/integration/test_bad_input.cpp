@@ -235,4 +235,18 @@ TEST_CASE("validate gives the same exit code and message as run for bad configs"
   }
 }
 
+TEST_CASE("train.precision mixed_float16 is exit 2 on the CPU and with central_storage, naming the fix",
+          "[integration]") {
+  TempDir tmp;
+  nlohmann::json job = synthetic_job({6}, nlohmann::json::array({{{"type", "Dense"}, {"units", 4}}}));
+  job["train"]["precision"] = "mixed_float16";
+  job["device"] = "cpu";
+  check_error(run_job(tmp, job), kConfigError, {"train.precision", "mixed_float16", "CPU", "mixed_bfloat16"});
+  check_error(run_job(tmp, job, {}, "validate"), kConfigError, {"train.precision", "CPU", "mixed_bfloat16"});
+  // validate checks the strategy before the device.
+  job["strategy"] = {{"type", "central_storage"}, {"replicas", 2}};
+  check_error(run_job(tmp, job, {}, "validate"), kConfigError,
+              {"train.precision", "central_storage", "mixed_bfloat16"});
+}
+
 }  // namespace dtrain::integration

@@ -1,7 +1,9 @@
 // Activations on oneDNN: eltwise (relu, sigmoid, tanh) and softmax over the last
 // axis, forward and backward. Backward passes read the forward output (dst), so
 // layers keep only their outputs. Tensors of any rank are viewed as flat (eltwise)
-// or as (rows, last-axis) (softmax).
+// or as (rows, last-axis) (softmax). Element-wise activations run in the
+// tensors' dtype (float32 or bfloat16); softmax is float32, as in Keras' mixed
+// precision.
 #include <cstring>
 
 #include "core/check.h"
@@ -20,10 +22,10 @@ struct EltwisePlan {
   dnnl::eltwise_backward backward;
 };
 
-EltwisePlan& eltwise_plan(Activation act, int64_t n) {
-  return cached<EltwisePlan>(str("eltwise:", static_cast<int>(act), ",", n), [&] {
+EltwisePlan& eltwise_plan(Activation act, int64_t n, DType dtype) {
+  return cached<EltwisePlan>(str("eltwise:", static_cast<int>(act), ",", n, ",", dtype_name(dtype)), [&] {
     EltwisePlan plan;
-    plan.md = memory::desc({n}, kF32, Tag::a);
+    plan.md = memory::desc({n}, dnnl_type(dtype), Tag::a);
     const auto alg = eltwise_algorithm_dst(act);
     const auto fwd_pd = dnnl::eltwise_forward::primitive_desc(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, plan.md, 0.0f, 0.0f),
@@ -55,7 +57,7 @@ SoftmaxPlan& softmax_plan(int64_t rows, int64_t cols) {
 }
 
 void copy_if_distinct(const Tensor& from, Tensor& to) {
-  if (from.data() != to.data()) std::memcpy(to.data(), from.data(), from.bytes());
+  if (from.raw() != to.raw()) to.copy_from(from);
 }
 
 }  // namespace
@@ -64,11 +66,13 @@ void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
   if (act == Activation::kLinear) return copy_if_distinct(x, y);
   if (act == Activation::kSoftmax) {
+    DT_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32, "softmax runs in float32");
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     auto& plan = softmax_plan(rows, cols);
     return execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.md, x)}, {DNNL_ARG_DST, as_memory(plan.md, y)}});
   }
-  auto& plan = eltwise_plan(act, x.numel());
+  DT_CHECK(x.dtype() == y.dtype(), "activation between dtypes");
+  auto& plan = eltwise_plan(act, x.numel(), x.dtype());
   execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.md, x)}, {DNNL_ARG_DST, as_memory(plan.md, y)}});
 }
 
@@ -77,13 +81,15 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tens
   DT_CHECK_EQ(y.numel(), dx.numel());
   if (act == Activation::kLinear) return copy_if_distinct(dy, dx);
   if (act == Activation::kSoftmax) {
+    DT_CHECK(y.dtype() == DType::kF32 && dx.dtype() == DType::kF32, "softmax runs in float32");
     const int64_t cols = y.dim(-1), rows = y.numel() / cols;
     auto& plan = softmax_plan(rows, cols);
     return execute(plan.backward, {{DNNL_ARG_DST, as_memory(plan.md, y)},
                                    {DNNL_ARG_DIFF_DST, as_memory(plan.md, dy)},
                                    {DNNL_ARG_DIFF_SRC, as_memory(plan.md, dx)}});
   }
-  auto& plan = eltwise_plan(act, y.numel());
+  DT_CHECK(y.dtype() == dy.dtype() && dy.dtype() == dx.dtype(), "activation backward between dtypes");
+  auto& plan = eltwise_plan(act, y.numel(), y.dtype());
   execute(plan.backward, {{DNNL_ARG_DST, as_memory(plan.md, y)},
                           {DNNL_ARG_DIFF_DST, as_memory(plan.md, dy)},
                           {DNNL_ARG_DIFF_SRC, as_memory(plan.md, dx)}});

@@ -14,6 +14,10 @@
 // after backward-weights (backward-data keeps HWIO where blocking would mostly pad
 // the weights: see conv2d_backward_data). Activations stay NHWC: `any` there too
 // led to ref:any (~340 ms). The bias stays a plain vector.
+//
+// Activations and weights may be bfloat16 (mixed precision); the weight and bias
+// gradients and the bias stay float32. Each primitive takes the dtypes of the
+// tensors it is called with (part of its cache key).
 #include "core/check.h"
 #include "core/strings.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -29,24 +33,25 @@ struct ConvDescs {
   memory::dims strides, pad_l, pad_r;
 };
 
-// x (N, H, W, C), w (KH, KW, C, F), y (N, OH, OW, F)
-ConvDescs conv_descs(const Shape& x, const Shape& w, const Shape& y, const Conv2DParams& p) {
+// x (N, H, W, C), w (KH, KW, C, F), y (N, OH, OW, F), in the dtypes of xt, wt, yt.
+ConvDescs conv_descs(const Tensor& xt, const Tensor& wt, const Tensor& yt, const Conv2DParams& p) {
+  const Shape &x = xt.shape(), &w = wt.shape(), &y = yt.shape();
   ConvDescs d;
-  d.src = memory::desc({x[0], x[3], x[1], x[2]}, kF32, Tag::nhwc);
-  d.weights = memory::desc({w[3], w[2], w[0], w[1]}, kF32, Tag::hwio);
+  d.src = memory::desc({x[0], x[3], x[1], x[2]}, dnnl_type(xt), Tag::nhwc);
+  d.weights = memory::desc({w[3], w[2], w[0], w[1]}, dnnl_type(wt), Tag::hwio);
   d.bias = memory::desc({w[3]}, kF32, Tag::a);
-  d.dst = memory::desc({y[0], y[3], y[1], y[2]}, kF32, Tag::nhwc);
+  d.dst = memory::desc({y[0], y[3], y[1], y[2]}, dnnl_type(yt), Tag::nhwc);
   d.strides = {p.stride[0], p.stride[1]};
   d.pad_l = {p.pad_before[0], p.pad_before[1]};
   d.pad_r = {p.pad_after[0], p.pad_after[1]};
   return d;
 }
 
-std::string conv_key(const char* what, const Shape& x, const Shape& w, const Shape& y,
+std::string conv_key(const char* what, const Tensor& x, const Tensor& w, const Tensor& y,
                      const Conv2DParams& p, int extra) {
-  return str(what, shape_str(x), shape_str(w), shape_str(y), p.stride[0], ",", p.stride[1], ",",
-             p.pad_before[0], ",", p.pad_before[1], ",", p.pad_after[0], ",", p.pad_after[1], ",",
-             extra);
+  return str(what, shape_str(x.shape()), shape_str(w.shape()), shape_str(y.shape()), p.stride[0], ",",
+             p.stride[1], ",", p.pad_before[0], ",", p.pad_before[1], ",", p.pad_after[0], ",",
+             p.pad_after[1], ",", extra, ",", dtype_key({&x, &w, &y}));
 }
 
 
@@ -125,9 +130,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
   DT_CHECK_EQ(x.dim(3), w.dim(2));
   DT_CHECK_EQ(y.dim(3), w.dim(3));
   const int extra = (b ? 1 : 0) + 2 * static_cast<int>(act);
-  auto& plan = cached<ForwardPlan>(conv_key("conv_fwd", x.shape(), w.shape(), y.shape(), p, extra), [&] {
+  auto& plan = cached<ForwardPlan>(conv_key("conv_fwd", x, w, y, p, extra), [&] {
     ForwardPlan plan;
-    plan.d = conv_descs(x.shape(), w.shape(), y.shape(), p);
+    plan.d = conv_descs(x, w, y, p);
     dnnl::primitive_attr attr;
     if (act != Activation::kLinear) {
       dnnl::post_ops ops;
@@ -150,9 +155,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
 }
 
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx) {
-  auto& plan = cached<BackwardDataPlan>(conv_key("conv_bwd_data", dx.shape(), w.shape(), dy.shape(), p, 0), [&] {
+  auto& plan = cached<BackwardDataPlan>(conv_key("conv_bwd_data", dx, w, dy, p, 0), [&] {
     BackwardDataPlan plan;
-    plan.d = conv_descs(dx.shape(), w.shape(), dy.shape(), p);
+    plan.d = conv_descs(dx, w, dy, p);
     auto make_pd = [&](const memory::desc& weights) {
       const auto hint = forward_pd(plan.d, weights, false, dnnl::primitive_attr());
       return dnnl::convolution_backward_data::primitive_desc(
@@ -180,11 +185,14 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams&
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw,
                              Tensor* db) {
   const int extra = db ? 1 : 0;
-  auto& plan = cached<BackwardWeightsPlan>(conv_key("conv_bwd_w", x.shape(), dw.shape(), dy.shape(), p, extra), [&] {
+  auto& plan = cached<BackwardWeightsPlan>(conv_key("conv_bwd_w", x, dw, dy, p, extra), [&] {
     BackwardWeightsPlan plan;
-    plan.d = conv_descs(x.shape(), dw.shape(), dy.shape(), p);
+    plan.d = conv_descs(x, dw, dy, p);
     const memory::desc weights = any_layout(plan.d.weights);
-    const auto hint = forward_pd(plan.d, weights, db != nullptr, dnnl::primitive_attr());
+    // The hint is a forward pass whose weights have the activations' dtype (a
+    // bfloat16 forward has bfloat16 weights, while their gradient is float32).
+    const memory::desc hint_weights(plan.d.weights.dims(), plan.d.src.data_type(), Tag::any);
+    const auto hint = forward_pd(plan.d, hint_weights, db != nullptr, dnnl::primitive_attr());
     const auto desc =
         db ? dnnl::convolution_backward_weights::desc(
                  dnnl::algorithm::convolution_direct, plan.d.src, weights, plan.d.bias,

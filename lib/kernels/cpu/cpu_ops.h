@@ -12,6 +12,9 @@ namespace dtrain::kernels::cpu {
 void set_num_threads(int threads);
 int num_threads();
 std::string library_version();  // "oneDNN 2.6.3"
+std::string isa_name();          // oneDNN's instruction set, e.g. "avx512_core_bf16"
+bool has_bf16_instructions();    // whether that set computes bfloat16 natively
+void cast(const Tensor& x, Tensor& y);
 
 #include "kernels/backend_ops.inc"
 

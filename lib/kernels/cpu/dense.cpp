@@ -2,7 +2,9 @@
 //
 // The kernel is stored (in, out) row-major, Keras' layout. Transposed operands
 // are expressed with the `ba` format tag, so no data is ever copied to transpose.
-// The bias gradient is an own column-sum loop (see sum_rows).
+// The bias gradient is an own column-sum loop (see sum_rows). Each operand may be
+// float32 or bfloat16 (mixed precision: bf16 activations and weight copies, the
+// weight gradient in float32); the bias stays float32.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "core/strings.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -24,12 +27,12 @@ struct MatmulPlan {
 // dst (m, n) = src (m, k) . weights (k, n) [+ bias (1, n)] [then post-op act].
 // src_tag / weights_tag say how each operand is stored (ab: row-major, ba: transposed).
 MatmulPlan make_matmul(int64_t m, int64_t k, int64_t n, Tag src_tag, Tag weights_tag, bool bias,
-                       Activation act) {
+                       Activation act, const Tensor& src, const Tensor& weights, const Tensor& dst) {
   MatmulPlan plan;
-  plan.src = memory::desc({m, k}, kF32, src_tag);
-  plan.weights = memory::desc({k, n}, kF32, weights_tag);
+  plan.src = memory::desc({m, k}, dnnl_type(src), src_tag);
+  plan.weights = memory::desc({k, n}, dnnl_type(weights), weights_tag);
   plan.bias = memory::desc({1, n}, kF32, Tag::ab);
-  plan.dst = memory::desc({m, n}, kF32, Tag::ab);
+  plan.dst = memory::desc({m, n}, dnnl_type(dst), Tag::ab);
   dnnl::primitive_attr attr;
   if (act != Activation::kLinear) {
     dnnl::post_ops ops;
@@ -43,12 +46,12 @@ MatmulPlan make_matmul(int64_t m, int64_t k, int64_t n, Tag src_tag, Tag weights
 }
 
 MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, Tag src_tag, Tag weights_tag, bool bias,
-                        Activation act) {
+                        Activation act, const Tensor& src, const Tensor& weights, const Tensor& dst) {
   const std::string key = str("matmul:", m, ",", k, ",", n, ",", static_cast<int>(src_tag), ",",
                               static_cast<int>(weights_tag), ",", bias, ",",
-                              static_cast<int>(act));
+                              static_cast<int>(act), ",", dtype_key({&src, &weights, &dst}));
   return cached<MatmulPlan>(
-      key, [&] { return make_matmul(m, k, n, src_tag, weights_tag, bias, act); });
+      key, [&] { return make_matmul(m, k, n, src_tag, weights_tag, bias, act, src, weights, dst); });
 }
 
 void run_matmul(MatmulPlan& plan, const Tensor& src, const Tensor& weights, const Tensor* bias,
@@ -64,11 +67,11 @@ void run_matmul(MatmulPlan& plan, const Tensor& src, const Tensor& weights, cons
 // oneDNN 2.6's reduction picked its reference kernel (ref:any, ~0.9 ms for 128x256).
 // Threads split the columns into cache-line-aligned blocks and each column is
 // summed in row order, so the result does not depend on the thread count.
-void sum_rows(const Tensor& src, Tensor& dst) {
-  const int64_t m = src.dim(0), n = src.dim(1);
-  DT_CHECK_EQ(dst.numel(), n);
-  const float* in = src.data();
-  float* out = dst.data();
+inline float as_float(float v) { return v; }
+inline float as_float(bf16_bits v) { return bf16_to_f32(v); }
+
+template <class T>
+void sum_rows(const T* in, int64_t m, int64_t n, float* out) {
   constexpr int64_t kLine = 16;  // floats per 64-byte line: no two threads share one in `out`
 #pragma omp parallel if (m * n > 65536)
   {
@@ -79,11 +82,18 @@ void sum_rows(const Tensor& src, Tensor& dst) {
     if (j0 < j1) {
       std::fill(out + j0, out + j1, 0.0f);
       for (int64_t i = 0; i < m; ++i) {
-        const float* row = in + i * n;
-        for (int64_t j = j0; j < j1; ++j) out[j] += row[j];
+        const T* row = in + i * n;
+        for (int64_t j = j0; j < j1; ++j) out[j] += as_float(row[j]);
       }
     }
   }
+}
+
+void sum_rows(const Tensor& src, Tensor& dst) {
+  const int64_t m = src.dim(0), n = src.dim(1);
+  DT_CHECK_EQ(dst.numel(), n);
+  if (src.dtype() == DType::kBF16) return sum_rows(src.data_bf16(), m, n, dst.data());
+  sum_rows(src.data(), m, n, dst.data());
 }
 
 }  // namespace
@@ -93,7 +103,7 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(1);
   DT_CHECK_EQ(w.dim(0), in);
   DT_CHECK(y.shape() == Shape({n, out}), "dense output ", shape_str(y.shape()));
-  auto& plan = matmul_plan(n, in, out, Tag::ab, Tag::ab, b != nullptr, act);
+  auto& plan = matmul_plan(n, in, out, Tag::ab, Tag::ab, b != nullptr, act, x, w, y);
   run_matmul(plan, x, w, b, y);
 }
 
@@ -102,7 +112,7 @@ void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
   DT_CHECK_EQ(w.dim(1), out);
   DT_CHECK(dx.shape() == Shape({n, in}), "dense dx ", shape_str(dx.shape()));
   // dx (n, in) = dy (n, out) . w^T (out, in); w^T is w read with the `ba` tag.
-  auto& plan = matmul_plan(n, out, in, Tag::ab, Tag::ba, false, Activation::kLinear);
+  auto& plan = matmul_plan(n, out, in, Tag::ab, Tag::ba, false, Activation::kLinear, dy, w, dx);
   run_matmul(plan, dy, w, nullptr, dx);
 }
 
@@ -111,7 +121,7 @@ void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tenso
   DT_CHECK_EQ(dy.dim(0), n);
   DT_CHECK(dw.shape() == Shape({in, out}), "dense dw ", shape_str(dw.shape()));
   // dw (in, out) = x^T (in, n) . dy (n, out); x^T is x read with the `ba` tag.
-  auto& plan = matmul_plan(in, n, out, Tag::ba, Tag::ab, false, Activation::kLinear);
+  auto& plan = matmul_plan(in, n, out, Tag::ba, Tag::ab, false, Activation::kLinear, x, dy, dw);
   run_matmul(plan, x, dy, nullptr, dw);
   if (db) {
     sum_rows(dy, *db);

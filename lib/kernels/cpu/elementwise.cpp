@@ -1,39 +1,57 @@
 // Own loops for what oneDNN has no primitive for: dropout masks, products, axpy,
 // division and moving averages.
 // Each loop is data-parallel with OpenMP and writes each element once, so results
-// do not depend on the thread count.
+// do not depend on the thread count. Dropout and multiply also take bfloat16
+// data (mixed precision) with a float32 mask.
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::kernels::cpu {
+namespace {
 
-void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask) {
-  DT_CHECK_EQ(x.numel(), y.numel());
-  DT_CHECK_EQ(x.numel(), mask.numel());
-  DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
+inline float value_of(float v) { return v; }
+inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
+inline void store(float* p, float v) { *p = v; }
+inline void store(bf16_bits* p, float v) { *p = f32_to_bf16(v); }
+
+template <class T>
+void dropout_loop(const T* in, float rate, uint64_t seed, T* out, float* m, int64_t n) {
   const float keep_scale = 1.0f / (1.0f - rate);
-  const int64_t n = x.numel();
-  const float* in = x.data();
-  float* out = y.data();
-  float* m = mask.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float u = u64_to_unit_float(hash_u64(seed, static_cast<uint64_t>(i)));
     m[i] = u < rate ? 0.0f : keep_scale;
-    out[i] = in[i] * m[i];
+    store(out + i, value_of(in[i]) * m[i]);
   }
+}
+
+// out = a * b, b float32.
+template <class T>
+void multiply_loop(const T* pa, const float* pb, T* po, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) store(po + i, value_of(pa[i]) * pb[i]);
+}
+
+}  // namespace
+
+void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tensor& mask) {
+  DT_CHECK_EQ(x.numel(), y.numel());
+  DT_CHECK_EQ(x.numel(), mask.numel());
+  DT_CHECK(x.dtype() == y.dtype(), "dropout between dtypes");
+  DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
+  if (x.dtype() == DType::kBF16)
+    return dropout_loop(x.data_bf16(), rate, seed, y.data_bf16(), mask.data(), x.numel());
+  dropout_loop(x.data(), rate, seed, y.data(), mask.data(), x.numel());
 }
 
 void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
   DT_CHECK_EQ(a.numel(), b.numel());
   DT_CHECK_EQ(a.numel(), out.numel());
-  const int64_t n = a.numel();
-  const float* pa = a.data();
-  const float* pb = b.data();
-  float* po = out.data();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] * pb[i];
+  DT_CHECK(a.dtype() == out.dtype(), "multiply between dtypes");
+  if (a.dtype() == DType::kBF16) return multiply_loop(a.data_bf16(), b.data(), out.data_bf16(), a.numel());
+  multiply_loop(a.data(), b.data(), out.data(), a.numel());
 }
 
 void axpy(float alpha, const Tensor& x, Tensor& y) {

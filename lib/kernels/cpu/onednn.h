@@ -18,6 +18,13 @@ namespace dtrain::kernels::cpu {
 using dnnl::memory;
 using Tag = dnnl::memory::format_tag;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
+constexpr auto kBF16 = dnnl::memory::data_type::bf16;
+
+// oneDNN's data type for a tensor's dtype (f32, bf16, f16).
+memory::data_type dnnl_type(DType dtype);
+inline memory::data_type dnnl_type(const Tensor& t) { return dnnl_type(t.dtype()); }
+// The dtypes of some tensors as a cache-key fragment, e.g. "f32,bf16".
+std::string dtype_key(std::initializer_list<const Tensor*> tensors);
 
 dnnl::engine& engine();
 // The calling thread's stream (oneDNN CPU streams execute synchronously with OpenMP).
@@ -25,7 +32,7 @@ dnnl::stream& stream();
 
 // A dnnl::memory over a tensor's buffer (no copy).
 inline memory as_memory(const memory::desc& md, const Tensor& t) {
-  return memory(md, engine(), const_cast<float*>(t.data()));
+  return memory(md, engine(), const_cast<void*>(t.raw()));
 }
 
 // The oneDNN algorithm for an activation fused as a post-op or run alone, and the

@@ -11,6 +11,9 @@
 //
 // Average pooling (which excludes the padding from the count, as Keras does)
 // stays on oneDNN's pooling primitive; it needs no workspace.
+//
+// Both run in float32 or bfloat16 (mixed precision): the max-pooling loops are
+// templates over the element type T and compare bfloat16 values as floats.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "core/strings.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -26,6 +30,16 @@ namespace {
 using dnnl::memory;
 
 // ---- max pooling (own loops) ----
+
+// An element's value, and a float32 sum back in the element type.
+inline float value_of(float v) { return v; }
+inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
+template <class T>
+inline T from_float(float v);
+template <>
+inline float from_float<float>(float v) { return v; }
+template <>
+inline bf16_bits from_float<bf16_bits>(float v) { return f32_to_bf16(v); }
 
 // The geometry of one pooling call; x (N, H, W, C) -> y (N, OH, OW, C).
 struct PoolGeom {
@@ -65,13 +79,14 @@ size_t workspace_bytes(const PoolGeom& g) {
 // picked with a bit mask and the pointers are restrict: written with a `? :`
 // select, or without restrict, GCC 12 left this loop scalar with a branch per
 // channel (mispredicted on random data: 5x slower for the CNN's pool).
-template <class Idx, bool kArgmax>
-inline void max_update(const float* __restrict xi, float* __restrict yo, Idx* __restrict ao,
+template <class T, class Idx, bool kArgmax>
+inline void max_update(const T* __restrict xi, T* __restrict yo, Idx* __restrict ao,
                        Idx k, int64_t c) {
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float x = xi[ch], y0 = yo[ch];
-    const Idx take = static_cast<Idx>(-static_cast<Idx>(x > y0));  // all ones if x wins
-    yo[ch] = x > y0 ? x : y0;
+    const T xr = xi[ch], yr = yo[ch];
+    const bool wins = value_of(xr) > value_of(yr);
+    const Idx take = static_cast<Idx>(-static_cast<Idx>(wins));  // all ones if x wins
+    yo[ch] = wins ? xr : yr;
     if constexpr (kArgmax) ao[ch] = static_cast<Idx>((ao[ch] & ~take) | (k & take));
   }
 }
@@ -80,9 +95,9 @@ inline void max_update(const float* __restrict xi, float* __restrict yo, Idx* __
 // inference variant (no workspace). Built for AVX2 and for the baseline, picked
 // when the program loads (results are the same bits either way: only compares and
 // selects); per row, so the dispatch is not paid per pixel.
-template <class Idx, bool kArgmax>
+template <class T, class Idx, bool kArgmax>
 [[gnu::target_clones("avx2", "default")]]
-void max_pool_forward_row(const PoolGeom& g, const float* x, float* y, Idx* arg, int64_t row) {
+void max_pool_forward_row(const PoolGeom& g, const T* x, T* y, Idx* arg, int64_t row) {
   const int64_t c = g.c;
   const int64_t b = row / g.oh, oy = row % g.oh;
   const int64_t iy0 = oy * g.sh - g.ph;
@@ -91,46 +106,46 @@ void max_pool_forward_row(const PoolGeom& g, const float* x, float* y, Idx* arg,
     const int64_t ix0 = ox * g.sw - g.pw;
     const int64_t kx_lo = std::max<int64_t>(0, -ix0), kx_hi = std::min(g.kw, g.w - ix0);
     const int64_t out = (row * g.ow + ox) * c;
-    float* yo = y + out;
+    T* yo = y + out;
     Idx* ao = kArgmax ? arg + out : nullptr;
     bool first = true;
     for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
       for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
-        const float* xi = x + ((b * g.h + iy0 + ky) * g.w + ix0 + kx) * c;
+        const T* xi = x + ((b * g.h + iy0 + ky) * g.w + ix0 + kx) * c;
         const Idx k = static_cast<Idx>(ky * g.kw + kx);
         if (first) {
           // The first real tap seeds the maximum, so padding never wins.
-          std::memcpy(yo, xi, sizeof(float) * c);
+          std::memcpy(yo, xi, sizeof(T) * c);
           if constexpr (kArgmax) std::fill(ao, ao + c, k);
           first = false;
           continue;
         }
-        max_update<Idx, kArgmax>(xi, yo, ao, k, c);
+        max_update<T, Idx, kArgmax>(xi, yo, ao, k, c);
       }
   }
 }
 
 // Forward over output rows (n, oy), in parallel: each output element is written
 // by one thread.
-template <class Idx, bool kArgmax>
-void max_pool_forward(const PoolGeom& g, const float* x, float* y, Idx* arg) {
+template <class T, class Idx, bool kArgmax>
+void max_pool_forward(const PoolGeom& g, const T* x, T* y, Idx* arg) {
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < g.n * g.oh; ++row)
-    max_pool_forward_row<Idx, kArgmax>(g, x, y, arg, row);
+    max_pool_forward_row<T, Idx, kArgmax>(g, x, y, arg, row);
 }
 
 // dxp[ch] (=, or += when kAdd) dy[ch] for the channels whose argmax is tap k, and
 // 0 for the others. A masked update per window vectorises, where a scatter to each
 // argmax does not. dy is loaded before the select: a load inside the `? :` is
 // conditional, and GCC 12 then leaves the loop scalar.
-template <class Idx, bool kAdd>
-inline void masked_grad(const float* __restrict dy, const Idx* __restrict arg, Idx k,
-                        float* __restrict dxp, int64_t c) {
+template <class T, class Idx, bool kAdd>
+inline void masked_grad(const T* __restrict dy, const Idx* __restrict arg, Idx k,
+                        T* __restrict dxp, int64_t c) {
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float d = dy[ch];
-    const float g = arg[ch] == k ? d : 0.0f;
+    const T d = dy[ch];
+    const T g = arg[ch] == k ? d : T(0);  // bfloat16's zero is all zero bits too
     if constexpr (kAdd)
-      dxp[ch] += g;
+      dxp[ch] = from_float<T>(value_of(dxp[ch]) + value_of(g));
     else
       dxp[ch] = g;
   }
@@ -151,27 +166,27 @@ OutRange windows_containing(int64_t i, int64_t pad, int64_t kernel, int64_t stri
 // One dx row (sample b, input row iy) of the backward pass; `cols` holds the
 // output columns whose windows contain each input column. AVX2 and baseline
 // clones, as for the forward rows.
-template <class Idx>
+template <class T, class Idx>
 [[gnu::target_clones("avx2", "default")]]
-void max_pool_backward_row(const PoolGeom& g, const float* dy, const Idx* arg, float* dx,
+void max_pool_backward_row(const PoolGeom& g, const T* dy, const Idx* arg, T* dx,
                            const OutRange* cols, int64_t row) {
   const int64_t c = g.c;
   const int64_t b = row / g.h, iy = row % g.h;
   const OutRange rows = windows_containing(iy, g.ph, g.kh, g.sh, g.oh);
   for (int64_t ix = 0; ix < g.w; ++ix) {
-    float* d = dx + (row * g.w + ix) * c;
+    T* d = dx + (row * g.w + ix) * c;
     bool first = true;
     for (int64_t oy = rows.lo; oy < rows.hi; ++oy)
       for (int64_t ox = cols[ix].lo; ox < cols[ix].hi; ++ox) {
         const int64_t out = ((b * g.oh + oy) * g.ow + ox) * c;
         const Idx k = static_cast<Idx>((iy + g.ph - oy * g.sh) * g.kw + (ix + g.pw - ox * g.sw));
         if (first)
-          masked_grad<Idx, false>(dy + out, arg + out, k, d, c);
+          masked_grad<T, Idx, false>(dy + out, arg + out, k, d, c);
         else
-          masked_grad<Idx, true>(dy + out, arg + out, k, d, c);
+          masked_grad<T, Idx, true>(dy + out, arg + out, k, d, c);
         first = false;
       }
-    if (first) std::fill(d, d + c, 0.0f);  // in no window (stride > window, or a cut-off edge)
+    if (first) std::fill(d, d + c, T(0));  // in no window (stride > window, or a cut-off edge)
   }
 }
 
@@ -179,13 +194,13 @@ void max_pool_backward_row(const PoolGeom& g, const float* dy, const Idx* arg, f
 // the windows that contain it and whose argmax it is (windows overlap when the
 // stride is smaller than the window). Each dx row is written once, by one thread,
 // with no zeroing pass first; the sums do not depend on the thread count.
-template <class Idx>
-void max_pool_backward(const PoolGeom& g, const float* dy, const Idx* arg, float* dx) {
+template <class T, class Idx>
+void max_pool_backward(const PoolGeom& g, const T* dy, const Idx* arg, T* dx) {
   std::vector<OutRange> cols(g.w);
   for (int64_t ix = 0; ix < g.w; ++ix) cols[ix] = windows_containing(ix, g.pw, g.kw, g.sw, g.ow);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < g.n * g.h; ++row)
-    max_pool_backward_row<Idx>(g, dy, arg, dx, cols.data(), row);
+    max_pool_backward_row<T, Idx>(g, dy, arg, dx, cols.data(), row);
 }
 
 // ---- average pooling (oneDNN) ----
@@ -197,14 +212,14 @@ struct AvgPoolPlan {
 };
 
 // x (N, H, W, C) -> y (N, OH, OW, C), forward and backward.
-AvgPoolPlan& avg_pool_plan(const Shape& x, const Shape& y, const Pool2DParams& p) {
-  const std::string key = str("avg_pool:", shape_str(x), shape_str(y), p.kernel[0], ",",
+AvgPoolPlan& avg_pool_plan(const Shape& x, const Shape& y, const Pool2DParams& p, DType dtype) {
+  const std::string key = str("avg_pool:", dtype_name(dtype), shape_str(x), shape_str(y), p.kernel[0], ",",
                               p.kernel[1], ",", p.stride[0], ",", p.stride[1], ",", p.pad_before[0],
                               ",", p.pad_before[1], ",", p.pad_after[0], ",", p.pad_after[1]);
   return cached<AvgPoolPlan>(key, [&] {
     AvgPoolPlan plan;
-    plan.src = memory::desc({x[0], x[3], x[1], x[2]}, kF32, Tag::nhwc);
-    plan.dst = memory::desc({y[0], y[3], y[1], y[2]}, kF32, Tag::nhwc);
+    plan.src = memory::desc({x[0], x[3], x[1], x[2]}, dnnl_type(dtype), Tag::nhwc);
+    plan.dst = memory::desc({y[0], y[3], y[1], y[2]}, dnnl_type(dtype), Tag::nhwc);
     const memory::dims strides = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
                        pad_l = {p.pad_before[0], p.pad_before[1]},
                        pad_r = {p.pad_after[0], p.pad_after[1]};
@@ -223,44 +238,50 @@ AvgPoolPlan& avg_pool_plan(const Shape& x, const Shape& y, const Pool2DParams& p
   });
 }
 
+// The max-pooling loops for element type T (float or bfloat16 bits).
+template <class T>
+void max_pool_forward_typed(const PoolGeom& g, const T* x, T* y, Workspace* ws) {
+  if (!ws) return max_pool_forward<T, uint8_t, false>(g, x, y, nullptr);
+  ws->bytes.resize(workspace_bytes(g));
+  if (byte_index(g)) return max_pool_forward<T, uint8_t, true>(g, x, y, ws->bytes.data());
+  max_pool_forward<T, int32_t, true>(g, x, y, reinterpret_cast<int32_t*>(ws->bytes.data()));
+}
+
+template <class T>
+void max_pool_backward_typed(const PoolGeom& g, const T* dy, const Workspace& ws, T* dx) {
+  DT_CHECK_EQ(ws.bytes.size(), workspace_bytes(g));
+  if (byte_index(g)) return max_pool_backward<T, uint8_t>(g, dy, ws.bytes.data(), dx);
+  max_pool_backward<T, int32_t>(g, dy, reinterpret_cast<const int32_t*>(ws.bytes.data()), dx);
+}
+
 }  // namespace
 
 void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace* ws) {
   const PoolGeom g = pool_geom(x, y, p);
+  DT_CHECK(x.dtype() == y.dtype(), "pooling between dtypes");
   if (p.kind == PoolKind::kAverage) {
-    auto& plan = avg_pool_plan(x.shape(), y.shape(), p);
+    auto& plan = avg_pool_plan(x.shape(), y.shape(), p, x.dtype());
     execute(plan.forward,
             {{DNNL_ARG_SRC, as_memory(plan.src, x)}, {DNNL_ARG_DST, as_memory(plan.dst, y)}});
     return;
   }
-  if (!ws) {
-    max_pool_forward<uint8_t, false>(g, x.data(), y.data(), nullptr);
-    return;
-  }
-  ws->bytes.resize(workspace_bytes(g));
-  if (byte_index(g))
-    max_pool_forward<uint8_t, true>(g, x.data(), y.data(), ws->bytes.data());
-  else
-    max_pool_forward<int32_t, true>(g, x.data(), y.data(),
-                                    reinterpret_cast<int32_t*>(ws->bytes.data()));
+  if (x.dtype() == DType::kBF16) return max_pool_forward_typed(g, x.data_bf16(), y.data_bf16(), ws);
+  max_pool_forward_typed(g, x.data(), y.data(), ws);
 }
 
 void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* ws, Tensor& dx) {
   const PoolGeom g = pool_geom(dx, dy, p);
+  DT_CHECK(dx.dtype() == dy.dtype(), "pooling between dtypes");
   if (p.kind == PoolKind::kAverage) {
-    auto& plan = avg_pool_plan(dx.shape(), dy.shape(), p);
+    auto& plan = avg_pool_plan(dx.shape(), dy.shape(), p, dy.dtype());
     execute(plan.backward,
             {{DNNL_ARG_DIFF_DST, as_memory(plan.dst, dy)},
              {DNNL_ARG_DIFF_SRC, as_memory(plan.src, dx)}});
     return;
   }
   DT_CHECK(ws != nullptr, "pool2d_backward needs the training forward's workspace");
-  DT_CHECK_EQ(ws->bytes.size(), workspace_bytes(g));
-  if (byte_index(g))
-    max_pool_backward<uint8_t>(g, dy.data(), ws->bytes.data(), dx.data());
-  else
-    max_pool_backward<int32_t>(g, dy.data(), reinterpret_cast<const int32_t*>(ws->bytes.data()),
-                               dx.data());
+  if (dy.dtype() == DType::kBF16) return max_pool_backward_typed(g, dy.data_bf16(), *ws, dx.data_bf16());
+  max_pool_backward_typed(g, dy.data(), *ws, dx.data());
 }
 
 }  // namespace dtrain::kernels::cpu

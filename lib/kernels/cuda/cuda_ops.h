@@ -15,6 +15,7 @@ GpuReport list_gpus(bool free_memory);
 // Makes GPU `index` current for this process and registers its DeviceMemory.
 void activate(int index);
 void synchronize();
+void* compute_stream();  // the active GPU's compute stream (a cudaStream_t)
 void set_allow_tf32(bool allow);
 std::string library_versions();  // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0"
 

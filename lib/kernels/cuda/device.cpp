@@ -168,6 +168,8 @@ void synchronize() {
   DT_CUDA_CHECK(cudaStreamSynchronize(g_context.compute));
 }
 
+void* compute_stream() { return context().compute; }
+
 void set_allow_tf32(bool allow) { g_context.allow_tf32 = allow; }
 
 std::string library_versions() {

@@ -335,3 +335,81 @@ TEST_CASE("an explicit layer name that is another layer's automatic name is an e
   LayerSpec empty = residual(0, {}, {}, "relu");
   CHECK_THAT(config_error(model_spec({4}, {empty})), Catch::Contains("a Residual block needs at least one layer"));
 }
+
+// ---- mixed precision (train.precision mixed_bfloat16) ----
+
+namespace {
+
+// The CNN of the README with a BatchNormalization and a softmax head: layers
+// with bfloat16 kernels compute in it, the others in float32.
+nn::ModelSpec mixed_cnn_spec(DType dtype) {
+  LayerSpec pool = layer("MaxPooling2D", 2);
+  edit<nn::Pool2DOptions>(pool).strides[0] = edit<nn::Pool2DOptions>(pool).strides[1] = 2;
+  LayerSpec drop = layer("Dropout", 5);
+  edit<nn::DropoutOptions>(drop).rate = 0.25;
+  LayerSpec c = conv(8, 3, 0, "same");
+  edit<nn::Conv2DOptions>(c).activation = kernels::Activation::kRelu;
+  nn::ModelSpec spec = model_spec({10, 10, 3}, {c, layer("BatchNormalization", 1), pool, layer("Flatten", 3),
+                                                dense(16, 4, "relu"), drop, dense(5, 6, "softmax")});
+  spec.compute_dtype = dtype;
+  return spec;
+}
+
+// The relative distance ||a - b|| / ||b||.
+double relative_distance(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff += std::pow(double(a.data()[i]) - b.data()[i], 2);
+    norm += std::pow(double(b.data()[i]), 2);
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches float32 closely") {
+  nn::Sequential f32(mixed_cnn_spec(DType::kF32), 7), bf16(mixed_cnn_spec(DType::kBF16), 7);
+  std::vector<std::string> dtypes;
+  for (auto& l : bf16.layers()) dtypes.push_back(dtype_name(l->compute_dtype()));
+  // Conv2D, pooling, Flatten, Dense relu and Dropout in bfloat16; batch norm and
+  // the softmax head in float32, as Keras' mixed policy keeps them.
+  CHECK(dtypes == std::vector<std::string>{"bfloat16", "float32", "bfloat16", "bfloat16", "bfloat16", "bfloat16",
+                                           "float32"});
+  for (auto& l : f32.layers()) CHECK(l->compute_dtype() == DType::kF32);
+
+  const Tensor x = random_tensor({6, 10, 10, 3}, 3);
+  const nn::StepContext ctx{true, 11, 0};
+  const Tensor yf = f32.forward(x, ctx), yb = bf16.forward(x, ctx);
+  REQUIRE(yb.dtype() == DType::kF32);  // the loss sees float32
+  CHECK(relative_distance(yb, yf) < 0.02);
+  CHECK(relative_distance(yb, yf) > 0.0);  // it did compute in bfloat16
+
+  Tensor g = random_tensor(yf.shape(), 4);
+  f32.backward(g);
+  bf16.backward(g);
+  const auto pf = f32.trainable_params(), pb = bf16.trainable_params();
+  REQUIRE(pf.size() == pb.size());
+  for (size_t i = 0; i < pf.size(); ++i) {
+    INFO(pb[i]->name);
+    CHECK(pb[i]->grad.dtype() == DType::kF32);  // gradients and values stay float32
+    CHECK(pb[i]->value.dtype() == DType::kF32);
+    CHECK(relative_distance(pb[i]->grad, pf[i]->grad) < 0.05);
+  }
+}
+
+TEST_CASE("the bfloat16 weight copies are remade when the params may have changed") {
+  nn::Sequential model(mixed_cnn_spec(DType::kBF16), 7);
+  const Tensor x = random_tensor({2, 10, 10, 3}, 3);
+  const nn::StepContext eval{false, 1, 0};
+  const Tensor before = model.forward(x, eval).clone();
+  for (nn::Param* p : model.trainable_params())
+    if (p->name == "dense/kernel") p->value.fill(0.0f);
+  nn::StepContext same_update = eval;
+  same_update.weights_changed = false;  // a later micro-batch of one update: the copies stand
+  CHECK(relative_distance(model.forward(x, same_update), before) == 0.0);
+  // Told the params may have changed, the forward pass sees the zeroed kernel:
+  // with dense's outputs all zero, every sample gets the same softmax row.
+  const Tensor after = model.forward(x, eval);
+  CHECK(relative_distance(after, before) > 0.01);
+  for (int64_t j = 0; j < after.dim(1); ++j) CHECK(after.data()[j] == after.data()[after.dim(1) + j]);
+}
