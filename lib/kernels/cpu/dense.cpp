@@ -67,9 +67,6 @@ void run_matmul(MatmulPlan& plan, const Tensor& src, const Tensor& weights, cons
 // oneDNN 2.6's reduction picked its reference kernel (ref:any, ~0.9 ms for 128x256).
 // Threads split the columns into cache-line-aligned blocks and each column is
 // summed in row order, so the result does not depend on the thread count.
-inline float as_float(float v) { return v; }
-inline float as_float(bf16_bits v) { return bf16_to_f32(v); }
-
 template <class T>
 void sum_rows(const T* in, int64_t m, int64_t n, float* out) {
   constexpr int64_t kLine = 16;  // floats per 64-byte line: no two threads share one in `out`
@@ -83,7 +80,7 @@ void sum_rows(const T* in, int64_t m, int64_t n, float* out) {
       std::fill(out + j0, out + j1, 0.0f);
       for (int64_t i = 0; i < m; ++i) {
         const T* row = in + i * n;
-        for (int64_t j = j0; j < j1; ++j) out[j] += as_float(row[j]);
+        for (int64_t j = j0; j < j1; ++j) out[j] += value_of(row[j]);
       }
     }
   }

@@ -11,11 +11,6 @@
 namespace dtrain::kernels::cpu {
 namespace {
 
-inline float value_of(float v) { return v; }
-inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
-inline void store(float* p, float v) { *p = v; }
-inline void store(bf16_bits* p, float v) { *p = f32_to_bf16(v); }
-
 template <class T>
 void dropout_loop(const T* in, float rate, uint64_t seed, T* out, float* m, int64_t n) {
   const float keep_scale = 1.0f / (1.0f - rate);

@@ -31,16 +31,6 @@ using dnnl::memory;
 
 // ---- max pooling (own loops) ----
 
-// An element's value, and a float32 sum back in the element type.
-inline float value_of(float v) { return v; }
-inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
-template <class T>
-inline T from_float(float v);
-template <>
-inline float from_float<float>(float v) { return v; }
-template <>
-inline bf16_bits from_float<bf16_bits>(float v) { return f32_to_bf16(v); }
-
 // The geometry of one pooling call; x (N, H, W, C) -> y (N, OH, OW, C).
 struct PoolGeom {
   int64_t n, h, w, c, oh, ow;
@@ -145,7 +135,7 @@ inline void masked_grad(const T* __restrict dy, const Idx* __restrict arg, Idx k
     const T d = dy[ch];
     const T g = arg[ch] == k ? d : T(0);  // bfloat16's zero is all zero bits too
     if constexpr (kAdd)
-      dxp[ch] = from_float<T>(value_of(dxp[ch]) + value_of(g));
+      store(dxp + ch, value_of(dxp[ch]) + value_of(g));
     else
       dxp[ch] = g;
   }
