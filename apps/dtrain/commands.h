@@ -47,6 +47,16 @@ struct BenchTrainOptions {
   bool json = false;
 };
 
+// `dtrain bench pipeline`: the job under pipeline parallelism (both schedules)
+// against multi_worker_mirrored on as many tasks (bench_pipeline.cpp).
+struct BenchPipelineOptions {
+  JobOptions job;
+  int stages = 4;          // --stages S: tasks, one stage each ("auto" split)
+  int micro_batches = 8;   // --micro-batches M
+  long long steps = 30;    // --steps: timed training steps of each run
+  bool json = false;       // --json: one JSON object per run
+};
+
 // `dtrain launch`: the job's cluster as local processes (lib/launch/launcher.h).
 struct LaunchOptions {
   JobOptions job;                       // --config, --set and --threads go to every task
@@ -77,6 +87,7 @@ int cluster_command(const ClusterOptions& options, const runtime::Environment& e
 std::function<bool()> stop_on_sigterm();
 
 int bench_train_command(const BenchTrainOptions& options, const runtime::Environment& env);
+int bench_pipeline_command(const BenchPipelineOptions& options, const runtime::Environment& env);
 
 struct BenchAllReduceOptions {
   int workers = 0;                     // --workers N: launch N local tasks (0: this is one of them)

@@ -133,6 +133,17 @@ int main(int argc, char** argv) {
                               "strategy.communication")
       ->check(CLI::IsMember({"auto", "ring", "hierarchical"}));
   bench_allreduce->add_option("--threads", allreduce.threads, "Accepted for symmetry; the all-reduce uses Gloo's own threads");
+  dtrain::app::BenchPipelineOptions bench_pipeline;
+  CLI::App* bench_pipeline_cmd = bench_cmd->add_subcommand(
+      "pipeline", "Pipeline parallelism: measured bubble against (S-1)/(M+S-1), held activations per stage, samples/s "
+                  "against multi_worker_mirrored on as many local tasks");
+  add_job_options(bench_pipeline_cmd, bench_pipeline.job);
+  bench_pipeline_cmd->add_option("--stages", bench_pipeline.stages, "Stages (one local task each; split \"auto\")")
+      ->check(CLI::Range(2, 64));
+  bench_pipeline_cmd->add_option("--micro-batches", bench_pipeline.micro_batches, "Micro-batches per step")
+      ->check(CLI::PositiveNumber);
+  bench_pipeline_cmd->add_option("--steps", bench_pipeline.steps, "Training steps of each run")->check(CLI::PositiveNumber);
+  bench_pipeline_cmd->add_flag("--json", bench_pipeline.json, "One JSON object per run");
   dtrain::app::BenchPsOptions bench_ps;
   CLI::App* bench_ps_cmd = bench_cmd->add_subcommand(
       "ps", "Push and pull bandwidth per ps task (nccl-tests style) of N local workers and M ps tasks");
@@ -190,6 +201,7 @@ int main(int argc, char** argv) {
     if (cluster_cmd->parsed()) return dtrain::app::cluster_command(cluster, env);
     if (bench_train->parsed()) return dtrain::app::bench_train_command(bench, env);
     if (bench_allreduce->parsed()) return dtrain::app::bench_allreduce_command(allreduce, env);
+    if (bench_pipeline_cmd->parsed()) return dtrain::app::bench_pipeline_command(bench_pipeline, env);
     if (bench_ps_cmd->parsed()) return dtrain::app::bench_ps_command(bench_ps, env);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);

@@ -1,6 +1,7 @@
 // The Tensor conveniences of Communicator: host tensors go to the pointer-based
 // collective directly; device tensors through a host copy for the host-memory
-// engines (Gloo, the local group), directly for a device engine (NCCL).
+// engines (Gloo, the local group), directly for a device engine (NCCL). Also the
+// defaults of send/recv/split (CommError), padded_count, and borrow().
 #include "comm/communicator.h"
 #include "comm/reduction.h"
 
@@ -39,6 +40,9 @@ class Borrowed : public Communicator {
   }
   void barrier() override { other_.barrier(); }
   bool device_buffers() const override { return other_.device_buffers(); }
+  void send(const float* data, size_t count, int peer, uint64_t tag) override { other_.send(data, count, peer, tag); }
+  void recv(float* data, size_t count, int peer, uint64_t tag) override { other_.recv(data, count, peer, tag); }
+  std::unique_ptr<Communicator> split(int color, int key) override { return other_.split(color, key); }
 
  private:
   Communicator& other_;
@@ -54,6 +58,37 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kMean: return "mean";
   }
   return "?";
+}
+
+size_t padded_count(size_t count, int size) {
+  DT_CHECK(size >= 1, "padded_count over a group of ", size, " ranks");
+  const size_t n = static_cast<size_t>(size);
+  return (count + n - 1) / n * n;
+}
+
+void Communicator::send(const float*, size_t, int peer, uint64_t tag) {
+  throw CommError(str("send to rank ", peer, " with tag ", tag, ": this communicator (rank ", rank(), " of ", size(),
+                      ") has no point-to-point messages"));
+}
+
+void Communicator::recv(float*, size_t, int peer, uint64_t tag) {
+  throw CommError(str("recv from rank ", peer, " with tag ", tag, ": this communicator (rank ", rank(), " of ",
+                      size(), ") has no point-to-point messages"));
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  throw CommError(str("split(color ", color, ", key ", key, "): this communicator (rank ", rank(), " of ", size(),
+                      ") cannot be split into sub-groups"));
+}
+
+void Communicator::check_point_to_point(const char* what, int peer, uint64_t tag, const std::string& who) const {
+  if (peer < 0 || peer >= size())
+    throw CommError(str(what, " on ", who, ": rank ", peer, " is outside 0..", size() - 1, " (tag ", tag, ")"));
+  if (peer == rank())
+    throw CommError(str(what, " on ", who, ": rank ", peer, " is this rank; a rank does not message itself (tag ",
+                        tag, ")"));
+  if (tag > kMaxTag)
+    throw CommError(str(what, " with rank ", peer, " on ", who, ": tag ", tag, " is above the largest, ", kMaxTag));
 }
 
 void round_to_bfloat16(float* data, size_t count) {

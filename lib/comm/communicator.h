@@ -1,19 +1,23 @@
 // Communicator: the backend-neutral collective interface of dtrain.
 //
-// One Communicator is one member (rank) of a group of size() ranks. Every call is
-// collective: all ranks of the group make the same calls in the same order with
-// the same counts. Implementations: Gloo over TCP for host buffers
+// One Communicator is one member (rank) of a group of size() ranks. Every call but
+// send/recv is collective: all ranks of the group make the same calls in the
+// same order with the same counts. Implementations: Gloo over TCP for host buffers
 // (gloo_communicator.h), shared memory for replicas on threads of one process
 // (local_communicator.h), and NCCL for device (GPU) buffers (nccl_communicator.h,
 // CUDA builds; device_buffers() is true). Every call has a deadline: a lost peer surfaces as
 // dtrain::PeerLost, a deadline that passed as dtrain::TimeoutError, a call the
 // backend refuses (the ranks disagree on sizes) as dtrain::CommError. After such
 // an error the communicator is unusable; every later call throws again.
+// Besides the collectives: point-to-point messages between two ranks (send/recv,
+// matched by tag; pipeline parallelism) and split(), which makes sub-groups.
 // No backend header appears here.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -47,17 +51,63 @@ class Communicator {
   virtual void all_gather(const float* in, size_t count, float* out) = 0;
   // in holds size()*count_per_rank; out[0..count_per_rank) = the reduction over all
   // ranks of in[rank()*count_per_rank .. (rank()+1)*count_per_rank).
+  // all_gather and reduce_scatter split a buffer into size() equal parts: a caller
+  // whose buffer length does not divide by size() (ZeRO's flat parameters) pads it
+  // to padded_count(length, size()) elements (zeros) and passes padded/size().
   virtual void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) = 0;
   // Returns once every rank has entered the barrier.
   virtual void barrier() = 0;
   // Whether the pointers above are device (GPU) memory (NCCL) rather than host memory.
   virtual bool device_buffers() const { return false; }
 
+  // Point-to-point, for pipeline stages; not collective: only the two ranks take
+  // part. send() gives rank `peer` the message data[0..count) under `tag`;
+  // recv() fills data[0..count) with the message rank `peer` sent this rank under
+  // `tag`. Messages of a pair are matched by tag, not by order: a recv for tag T
+  // takes the send with tag T from that peer, whatever order the sends and recvs
+  // were posted in (a pipeline tags them by step, micro-batch and direction, e.g.
+  // step * 1024 + micro_batch * 2 + direction); sends with the same tag are
+  // received in the order they were sent. Tags go up to kMaxTag.
+  // send() is eager: it copies the message and returns without waiting for the
+  // peer's recv, so two ranks may both send before they receive. A message the
+  // peer does not take within the deadline may fail the sender's communicator
+  // (Gloo: its next call throws TimeoutError); a message sent before the sender's
+  // communicator is destroyed can still be received (Gloo's destructor waits, at
+  // most the deadline, until its messages were taken).
+  // recv() blocks: TimeoutError when nothing came within the deadline, PeerLost
+  // when the peer is gone, CommError when the counts of the two sides differ;
+  // each message names the peer rank and the tag. send() and recv() may be called
+  // from other threads while this communicator's other calls run (a pipeline's
+  // sender thread); the other calls come from one thread. Sending to oneself, a peer
+  // outside 0..size()-1 or a tag above kMaxTag is a CommError. The default
+  // implementation: CommError (no point-to-point on this communicator). NCCL
+  // matches by order and its sends wait for the receiver (nccl_communicator.h).
+  static constexpr uint64_t kMaxTag = (uint64_t{1} << 62) - 1;
+  virtual void send(const float* data, size_t count, int peer, uint64_t tag);
+  virtual void recv(float* data, size_t count, int peer, uint64_t tag);
+
+  // Sub-groups (c10d new_group, ncclCommSplit, MPI_Comm_split). Collective: every
+  // rank calls it. Ranks passing the same color >= 0 form a new communicator whose
+  // ranks are ordered by (key, rank in this one); a negative color joins no group
+  // and gets nullptr. The new communicator has this one's deadline and is
+  // independent of it (either may be destroyed first). The default
+  // implementation: CommError (this communicator cannot be split).
+  virtual std::unique_ptr<Communicator> split(int color, int key);
+
   // Tensor conveniences calling the above: a tensor where the engine cannot read
   // it (a GPU tensor and a host engine) goes through a host copy.
   void all_reduce(Tensor& t, ReduceOp op);
   void broadcast(Tensor& t, int root);
+
+ protected:
+  // For send/recv implementations: CommError (`what` on `who`) unless `peer` is
+  // another rank of this group and tag <= kMaxTag.
+  void check_point_to_point(const char* what, int peer, uint64_t tag, const std::string& who) const;
 };
+
+// The smallest multiple of size that is >= count: the length to which a buffer of
+// `count` values is padded before all_gather / reduce_scatter over `size` ranks.
+size_t padded_count(size_t count, int size);
 
 // data[0..count) rounded to bfloat16 values (nearest, ties to even), kept as float32.
 void round_to_bfloat16(float* data, size_t count);

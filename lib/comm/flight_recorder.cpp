@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -22,6 +23,8 @@ struct Entry {
   const char* op = "";
   size_t bytes = 0;
   std::string state;
+  int peer = -1;  // send/recv: the other rank (and the tag)
+  uint64_t tag = 0;
 };
 
 struct Ring {
@@ -35,11 +38,11 @@ Ring& ring() {
   return r;
 }
 
-uint64_t start(const std::string& group, const char* op, size_t bytes) {
+uint64_t start(const std::string& group, const char* op, size_t bytes, int peer, uint64_t tag) {
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mutex);
   const uint64_t seq = r.next++;
-  r.entries[seq % kEntries] = Entry{seq, group, op, bytes, "started"};
+  r.entries[seq % kEntries] = Entry{seq, group, op, bytes, "started", peer, tag};
   return seq;
 }
 
@@ -75,11 +78,24 @@ class Recorded final : public Communicator {
     record("barrier", 0, [&] { inner_->barrier(); });
   }
   bool device_buffers() const override { return inner_->device_buffers(); }
+  void send(const float* data, size_t count, int peer, uint64_t tag) override {
+    record("send", count * sizeof(float), [&] { inner_->send(data, count, peer, tag); }, peer, tag);
+  }
+  void recv(float* data, size_t count, int peer, uint64_t tag) override {
+    record("recv", count * sizeof(float), [&] { inner_->recv(data, count, peer, tag); }, peer, tag);
+  }
+  // The sub-group's calls are recorded too, under "<group>/split<color>".
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> sub;
+    record("split", 0, [&] { sub = inner_->split(color, key); });
+    if (!sub) return nullptr;
+    return std::make_unique<Recorded>(std::move(sub), str(group_, "/split", color));
+  }
 
  private:
   template <class F>
-  void record(const char* op, size_t bytes, F&& call) {
-    const uint64_t seq = start(group_, op, bytes);
+  void record(const char* op, size_t bytes, F&& call, int peer = -1, uint64_t tag = 0) {
+    const uint64_t seq = start(group_, op, bytes, peer, tag);
     try {
       call();
     } catch (const std::exception& e) {
@@ -107,7 +123,9 @@ std::string flight_record() {
   for (uint64_t seq = first; seq < r.next; ++seq) {
     const Entry& e = r.entries[seq % kEntries];
     if (e.seq != seq) continue;
-    out += str("#", e.seq, " ", e.group, " ", e.op, " ", e.bytes, " bytes: ", e.state, "\n");
+    const char* direction = std::string_view(e.op) == "recv" ? " from rank " : " to rank ";
+    const std::string pair = e.peer < 0 ? "" : str(direction, e.peer, " tag ", e.tag);
+    out += str("#", e.seq, " ", e.group, " ", e.op, " ", e.bytes, " bytes", pair, ": ", e.state, "\n");
   }
   return out;
 }

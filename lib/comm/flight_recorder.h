@@ -17,7 +17,9 @@ std::unique_ptr<Communicator> make_recorded(std::unique_ptr<Communicator> inner,
 
 // The recorded collectives, oldest first, one per line ("" when none):
 //   "#17 workers all_reduce 940168 bytes: completed" (bytes as sent: a
-// bfloat16 all-reduce, op all_reduce_bf16, counts 2 per value)
+// bfloat16 all-reduce, op all_reduce_bf16, counts 2 per value);
+//   "#18 stages send 4096 bytes to rank 1 tag 2050: completed" (point-to-point).
+// A communicator split from a recorded one is recorded as "<group>/split<color>".
 std::string flight_record();
 
 }  // namespace dtrain::comm

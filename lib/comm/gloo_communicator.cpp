@@ -2,11 +2,27 @@
 // which lets Gloo's rendezvous run over a dtrain rendezvous::Store.
 //
 // Gloo version notes (Debian's libgloo 0.5, a 2022 snapshot):
-//  - the modern API (gloo/allreduce.h etc.) has all_reduce, broadcast, all_gather
-//    and barrier; reduce-scatter exists only as the legacy, per-size
-//    ReduceScatterHalvingDoubling with int counts, so reduce_scatter here is an
-//    all-reduce into a scratch buffer plus a slice (twice the traffic of a true
-//    reduce-scatter, same result);
+//  - the modern API (gloo/allreduce.h etc.) has all_reduce, broadcast, all_gather,
+//    all-to-all and barrier, and no reduce-scatter: the legacy
+//    ReduceScatterHalvingDoubling (gloo/reduce_scatter.h) gave a wrong sum about
+//    one run in six of a 4-task ZeRO job (ThreadSanitizer reports it receiving
+//    into a buffer it is sending from). So reduce_scatter is Gloo's all-to-all
+//    (rank r receives every rank's slice r: the (N - 1) / N of the data a ring
+//    reduce-scatter moves) and a sum of the N slices in rank order, the same
+//    result on every run;
+//  - point-to-point uses unbound buffers (send(rank, slot), waitSend/waitRecv
+//    with a timeout). Gloo's TCP send is a rendezvous (the data goes once the
+//    receiver posted its recv) and a received message longer than the posted
+//    buffer fails an enforce in Gloo's event-loop thread, which ends the
+//    process. So each message is two: an 8-byte header with the count, then the
+//    payload, received only once the counts agree; and send() is eager (a copy,
+//    waited for by a background thread), so both sides may send first. Slots: a
+//    collective's is Slot::build(prefix 0x01..0x08, tag) = prefix << 56 | tag
+//    << 24 (+ up to 0xff), below 2^60; the legacy algorithms take
+//    context->nextSlot(), an int counter from 0; point-to-point slots have bit
+//    63 set (2^63 | tag << 1 | header 0 / payload 1), so they never meet theirs;
+//  - a context can be built over an existing device (PyTorch's process groups
+//    share one): split() connects its new group over this communicator's device;
 //  - a timeout is a gloo::IoException "Timed out waiting ...", a peer that closed
 //    its socket a gloo::IoException "Connection closed by peer ...";
 //  - all-reduce takes a custom element-wise reduction (setReduceFunction) on
@@ -25,21 +41,28 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
+#include <gloo/alltoall.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
-#include <set>
 #include <optional>
+#include <set>
+#include <thread>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -175,15 +198,45 @@ void sum_bfloat16(void* out, const void* a, const void* b, size_t n) {
 }
 
 
+// Point-to-point slots (see the notes at the top): bit 63 set, then the tag, then
+// header (0) or payload (1). Tags are at most Communicator::kMaxTag (2^62 - 1).
+constexpr uint64_t kPointToPointSlot = uint64_t{1} << 63;
+uint64_t header_slot(uint64_t tag) { return kPointToPointSlot | tag << 1; }
+uint64_t payload_slot(uint64_t tag) { return kPointToPointSlot | tag << 1 | 1; }
+
+using Clock = std::chrono::steady_clock;
+
+// The time left until `deadline`, at least 1 ms (Gloo reads a negative timeout
+// as "the context's default").
+Millis time_left(Clock::time_point deadline) {
+  return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+}
+
+// A message send() queued: its copy and Gloo's buffers, kept until the peer has
+// received it.
+struct Outgoing {
+  int peer = 0;
+  uint64_t tag = 0;
+  uint64_t count = 0;  // the header's value
+  std::vector<float> data;
+  std::unique_ptr<gloo::transport::UnboundBuffer> header;
+  std::unique_ptr<gloo::transport::UnboundBuffer> payload;  // none for count 0
+  Clock::time_point deadline;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   using Communicator::all_reduce;
   using Communicator::broadcast;
 
-  GlooCommunicator(rendezvous::Store& store, const GlooOptions& o)
+  // `device`: the TCP device to connect over (split() passes its parent's);
+  // nullptr makes one.
+  GlooCommunicator(rendezvous::Store& store, const GlooOptions& o,
+                   std::shared_ptr<gloo::transport::Device> device = nullptr)
       : options_(o),
         name_(str("communicator '", o.prefix, "' (rank ", o.rank, " of ", o.size, ")")),
-        timeout_(Millis(static_cast<int64_t>(o.timeout_seconds * 1000.0))) {
+        timeout_(Millis(static_cast<int64_t>(o.timeout_seconds * 1000.0))),
+        store_(&store) {
     if (o.size < 1) throw ConfigError(str(name_, ": the group size must be at least 1"));
     if (o.rank < 0 || o.rank >= o.size)
       throw ConfigError(str(name_, ": rank ", o.rank, " is outside 0..", o.size - 1));
@@ -191,10 +244,12 @@ class GlooCommunicator final : public Communicator {
     if (!(o.timeout_seconds > 0)) throw ConfigError(str(name_, ": timeout_seconds must be positive"));
     if (o.size == 1) return;  // a group of one needs no transport
     ignore_sigpipe_once();
+    device_ = std::move(device);
     connect(store);
   }
 
   ~GlooCommunicator() override {
+    finish_sends();
     // Gloo's destructors close the sockets; peers still in a collective see
     // "connection closed" and fail with PeerLost.
     context_.reset();
@@ -249,29 +304,32 @@ class GlooCommunicator final : public Communicator {
       if (in != out) std::memmove(out, in, count * sizeof(float));
       return;
     }
-    guarded("all_gather", [&] {
-      gloo::AllgatherOptions opts(context_);
-      // Gloo only reads the input; its buffer API takes non-const pointers.
-      opts.setInput(const_cast<float*>(in), count);
-      opts.setOutput(out, count * static_cast<size_t>(options_.size));
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-    });
+    gloo_all_gather("all_gather", in, count, out);
   }
 
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
     if (count_per_rank == 0) return;
     check_usable("reduce_scatter");
     const size_t total = count_per_rank * static_cast<size_t>(options_.size);
-    const size_t begin = count_per_rank * static_cast<size_t>(options_.rank);
-    if (options_.size > 1) {
-      // No modern reduce-scatter in this Gloo: all-reduce a copy, keep our slice.
-      scratch_.assign(in, in + total);
-      gloo_all_reduce("reduce_scatter", scratch_.data(), total, &sum_floats);
-      std::memcpy(out, scratch_.data() + begin, count_per_rank * sizeof(float));
-    } else if (in != out) {
-      std::memmove(out, in, count_per_rank * sizeof(float));
+    if (options_.size == 1) {
+      if (in != out) std::memmove(out, in, count_per_rank * sizeof(float));
+    } else {
+      // Every rank's slice r goes to rank r (Gloo's all-to-all), which adds the N
+      // slices it received in rank order.
+      scratch_.resize(total);
+      guarded("reduce_scatter", [&] {
+        gloo::AlltoallOptions opts(context_);
+        opts.setInput(const_cast<float*>(in), total);  // Gloo only reads it
+        opts.setOutput(scratch_.data(), total);
+        opts.setTag(next_tag());
+        opts.setTimeout(timeout_);
+        gloo::alltoall(opts);
+      });
+      std::memcpy(out, scratch_.data(), count_per_rank * sizeof(float));
+      for (int r = 1; r < options_.size; ++r) {
+        const float* slice = scratch_.data() + count_per_rank * static_cast<size_t>(r);
+        for (size_t i = 0; i < count_per_rank; ++i) out[i] += slice[i];
+      }
     }
     if (op == ReduceOp::kMean) divide_by_size(out, count_per_rank, options_.size);
   }
@@ -287,21 +345,101 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Queues the header and the payload (a copy) for `peer`; Gloo sends them once
+  // the peer posts its recvs. The send thread waits for them and frees them.
+  void send(const float* data, size_t count, int peer, uint64_t tag) override {
+    check_usable("send");
+    check_point_to_point("send", peer, tag, name_);
+    auto message = std::make_unique<Outgoing>();
+    message->peer = peer;
+    message->tag = tag;
+    message->count = count;
+    message->data.assign(data, data + count);
+    message->deadline = Clock::now() + timeout_;
+    const std::string what = str("send to rank ", peer, " with tag ", tag);
+    guarded(what, [&] {
+      message->header = context_->createUnboundBuffer(&message->count, sizeof message->count);
+      message->header->send(peer, header_slot(tag));
+      if (count > 0) {
+        message->payload = context_->createUnboundBuffer(message->data.data(), count * sizeof(float));
+        message->payload->send(peer, payload_slot(tag));
+      }
+    });
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!sends_thread_.joinable()) sends_thread_ = std::thread([this] { complete_sends(); });
+    sends_.push_back(std::move(message));
+    sends_changed_.notify_all();
+  }
+
+  // The header first: a payload is only posted for once the counts agree (a
+  // longer message than the posted buffer would end the process in Gloo).
+  void recv(float* data, size_t count, int peer, uint64_t tag) override {
+    check_usable("recv");
+    check_point_to_point("recv", peer, tag, name_);
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    const std::string what = str("recv from rank ", peer, " with tag ", tag);
+    uint64_t sent = 0;
+    guarded(what, [&] {
+      auto header = context_->createUnboundBuffer(&sent, sizeof sent);
+      header->recv(peer, header_slot(tag));
+      header->waitRecv(time_left(deadline));
+    });
+    if (sent != count) {
+      const std::string message =
+          str(what, " on ", name_, ": rank ", peer, " sent ", sent, " values, this recv expects ", count);
+      set_broken(Broken{false, message, true});
+      throw CommError(message);
+    }
+    if (count == 0) return;
+    guarded(what, [&] {
+      auto payload = context_->createUnboundBuffer(data, count * sizeof(float));
+      payload->recv(peer, payload_slot(tag));
+      payload->waitRecv(time_left(deadline));
+    });
+  }
+
+  // (color, key) of every rank through an all-gather, then a new context among
+  // the ranks of this one's color, over the same device.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    check_usable("split");
+    const uint64_t k = splits_++;
+    const size_t n = static_cast<size_t>(options_.size);
+    std::vector<int64_t> mine{color, key}, all(2 * n);
+    if (options_.size == 1) {
+      all = mine;
+    } else {
+      gloo_all_gather(str("split(color ", color, ", key ", key, ")"), mine.data(), 2, all.data());
+    }
+    if (color < 0) return nullptr;
+    std::vector<std::pair<int64_t, int>> members;  // (key, rank here) of this color
+    for (size_t r = 0; r < n; ++r)
+      if (all[2 * r] == color) members.push_back({all[2 * r + 1], static_cast<int>(r)});
+    std::sort(members.begin(), members.end());
+    GlooOptions o = options_;
+    o.size = static_cast<int>(members.size());
+    o.rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(int64_t{key}, options_.rank)) -
+                              members.begin());
+    o.prefix = str(options_.prefix, "split", k, "/", color, "/");
+    return std::make_unique<GlooCommunicator>(*store_, o, device_);
+  }
+
  private:
   void connect(rendezvous::Store& store) {
     Stopwatch watch;
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options_.hostname;
-    const std::set<long> before = thread_ids();
-    try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      lower_priority_of_new_threads(before);
-    } catch (const gloo::EnforceNotMet& e) {
-      throw ConfigError(str(name_, ": cannot bind Gloo's TCP transport to host '", options_.hostname,
-                            "': ", e.what()));
-    } catch (const gloo::Exception& e) {
-      throw ConfigError(str(name_, ": cannot bind Gloo's TCP transport to host '", options_.hostname,
-                            "': ", e.what()));
+    if (!device_) {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = options_.hostname;
+      const std::set<long> before = thread_ids();
+      try {
+        device_ = gloo::transport::tcp::CreateDevice(attr);
+        lower_priority_of_new_threads(before);
+      } catch (const gloo::EnforceNotMet& e) {
+        throw ConfigError(str(name_, ": cannot bind Gloo's TCP transport to host '", options_.hostname,
+                              "': ", e.what()));
+      } catch (const gloo::Exception& e) {
+        throw ConfigError(str(name_, ": cannot bind Gloo's TCP transport to host '", options_.hostname,
+                              "': ", e.what()));
+      }
     }
     auto context = std::make_shared<gloo::rendezvous::Context>(options_.rank, options_.size);
     context->setTimeout(timeout_);
@@ -329,19 +467,97 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Gloo's all-gather: out[r*count .. (r+1)*count) = rank r's in[0..count).
+  template <class T>
+  void gloo_all_gather(const std::string& what, const T* in, size_t count, T* out) {
+    guarded(what, [&] {
+      gloo::AllgatherOptions opts(context_);
+      // Gloo only reads the input; its buffer API takes non-const pointers.
+      opts.setInput(const_cast<T*>(in), count);
+      opts.setOutput(out, count * static_cast<size_t>(options_.size));
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+  }
+
+
+  // The send thread: waits, oldest first, until each queued message was received
+  // (or its deadline passed), then frees it. A failure is kept for the
+  // communicator's next call and ends the thread (the context is broken: the
+  // queued messages can no longer go).
+  void complete_sends() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      sends_changed_.wait(lock, [&] { return stop_sends_ || !sends_.empty(); });
+      if (sends_.empty() || abandon_sends_) return;
+      Outgoing& m = *sends_.front();  // only this thread removes messages
+      lock.unlock();
+      std::optional<std::string> error;
+      bool aborted = false;
+      try {
+        aborted = !m.header->waitSend(time_left(m.deadline));
+        if (!aborted && m.payload) aborted = !m.payload->waitSend(time_left(m.deadline));
+      } catch (const gloo::Exception& e) {
+        error = e.what();
+      } catch (const gloo::EnforceNotMet& e) {
+        error = e.what();
+      }
+      lock.lock();
+      if (aborted) return;  // the destructor gives the messages up
+      if (error) {
+        const std::string l = lower(*error);
+        const bool timed_out = l.find("timed out") != std::string::npos || l.find("timeout") != std::string::npos;
+        const std::string what = str("send to rank ", m.peer, " with tag ", m.tag);
+        unsent_ = timed_out ? str(what, " on ", name_, ": rank ", m.peer, " did not receive the message within ",
+                                  seconds_text(options_.timeout_seconds), ": gloo: ", *error)
+                            : str(what, " on ", name_, ": lost the connection to rank ", m.peer,
+                                  " (its task died or became unreachable): gloo: ", *error);
+        if (!broken_) broken_ = Broken{timed_out, *unsent_};
+        return;
+      }
+      sends_.pop_front();
+    }
+  }
+
+  // Ends the send thread: after the queued messages were received (each within
+  // its deadline), or at once when the communicator failed.
+  void finish_sends() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!sends_thread_.joinable()) return;
+    stop_sends_ = true;
+    if (broken_) {
+      abandon_sends_ = true;
+      if (!sends_.empty()) {
+        sends_.front()->header->abortWaitSend();
+        if (sends_.front()->payload) sends_.front()->payload->abortWaitSend();
+      }
+    }
+    sends_changed_.notify_all();
+    lock.unlock();
+    sends_thread_.join();
+    if (unsent_) log::warn(name_, ": closing with a message not received: ", *unsent_);
+    sends_.clear();
+  }
+
   void check_usable(const char* what) {
-    if (!broken_) return;
+    std::optional<Broken> broken;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      broken = broken_;
+    }
+    if (!broken) return;
     const std::string message =
-        str(what, " on ", name_, ": the communicator failed earlier and cannot be used: ", broken_->message);
-    if (broken_->timed_out) throw TimeoutError(message);
-    if (broken_->refused) throw CommError(message);
+        str(what, " on ", name_, ": the communicator failed earlier and cannot be used: ", broken->message);
+    if (broken->timed_out) throw TimeoutError(message);
+    if (broken->refused) throw CommError(message);
     throw PeerLost(message);
   }
 
   // Runs a Gloo call; turns Gloo's exceptions into PeerLost / TimeoutError /
   // CommError.
   template <class F>
-  void guarded(const char* what, F&& f) {
+  void guarded(const std::string& what, F&& f) {
     try {
       f();
     } catch (const Error&) {
@@ -356,12 +572,13 @@ class GlooCommunicator final : public Communicator {
       const std::string l = lower(e.what());
       for (const char* word : {"timed out", "timeout", "connection", "closed", "reset", "read error", "write error"})
         if (l.find(word) != std::string::npos) fail(what, e.what());
-      broken_ = Broken{false, str(what, " on ", name_, ": gloo refused the call: ", e.what()), true};
-      throw CommError(broken_->message);
+      const std::string message = str(what, " on ", name_, ": gloo refused the call: ", e.what());
+      set_broken(Broken{false, message, true});
+      throw CommError(message);
     }
   }
 
-  [[noreturn]] void fail(const char* what, const std::string& detail) {
+  [[noreturn]] void fail(const std::string& what, const std::string& detail) {
     const std::string l = lower(detail);
     const bool timed_out = l.find("timed out") != std::string::npos || l.find("timeout") != std::string::npos;
     std::string message;
@@ -373,7 +590,7 @@ class GlooCommunicator final : public Communicator {
       message = str(what, " on ", name_,
                     ": lost the connection to a peer (its task died or became unreachable): gloo: ", detail);
     }
-    broken_ = Broken{timed_out, message};
+    set_broken(Broken{timed_out, message});
     if (timed_out) throw TimeoutError(message);
     throw PeerLost(message);
   }
@@ -384,15 +601,34 @@ class GlooCommunicator final : public Communicator {
     bool refused = false;  // CommError rather than a lost peer
   };
 
+  // The first failure is the one every later call reports.
+  void set_broken(Broken b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_) broken_ = std::move(b);
+  }
+
   GlooOptions options_;
   std::string name_;
   Millis timeout_;
-  std::shared_ptr<gloo::transport::Device> device_;
+  rendezvous::Store* store_;  // outlives this communicator (make_gloo_communicator's contract)
+  std::shared_ptr<gloo::transport::Device> device_;  // shared with the communicators split from this one
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;
-  std::vector<float> scratch_;  // reduce_scatter's all-reduce buffer
+  uint64_t splits_ = 0;  // split() calls so far: part of the new groups' prefixes
+  std::vector<float> scratch_;  // reduce_scatter: the slices every rank sent this one
   std::vector<bf16_bits> wire_;  // all_reduce_bfloat16's buffer
+
+  // Guards broken_ and the send queue: send() and recv() may run on other
+  // threads than the collectives, and the send thread records failures too.
+  std::mutex mutex_;
   std::optional<Broken> broken_;
+  // send(): the queue of messages not yet received and the thread that waits for them.
+  std::condition_variable sends_changed_;
+  std::deque<std::unique_ptr<Outgoing>> sends_;
+  bool stop_sends_ = false;     // finish_sends() was called
+  bool abandon_sends_ = false;  // ... on a failed communicator: give the queue up
+  std::optional<std::string> unsent_;  // why the send thread gave up, for the destructor's warning
+  std::thread sends_thread_;
 };
 
 }  // namespace

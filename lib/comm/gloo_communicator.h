@@ -1,15 +1,23 @@
 // The Gloo communicator: collectives between the tasks of a job over TCP, for
 // host (CPU) buffers.
 //
-// Gloo is the engine (ring all-reduce, broadcast, all-gather, barrier); dtrain's
-// own rendezvous store is how the ranks find each other: each rank publishes its
+// Gloo is the engine (ring all-reduce, broadcast, all-gather, halving-doubling
+// reduce-scatter, barrier, point-to-point on unbound buffers); dtrain's own
+// rendezvous store is how the ranks find each other: each rank publishes its
 // TCP addresses under `prefix` in the chief's store and reads the others'
-// (Gloo's connectFullMesh through an adapter). The store is used only while the
-// communicator is constructed. Every collective runs under the Gloo context's
+// (Gloo's connectFullMesh through an adapter). The store is used while the
+// communicator is constructed and again by split(), which connects the new
+// group through it under "<prefix>split<k>/<color>/" (k counts this
+// communicator's splits) over the same TCP device. Every collective runs under the Gloo context's
 // deadline (timeout_seconds); a peer that died is dtrain::PeerLost, a deadline
-// that passed is dtrain::TimeoutError, both naming the communicator and the rank.
-// After either error the communicator is unusable (Gloo's pairs are left in an
-// unknown state); every later call throws the same error again.
+// that passed is dtrain::TimeoutError, both naming the communicator and the rank
+// (send/recv: also the peer rank and the tag). After either error the
+// communicator is unusable (Gloo's pairs are left in an unknown state); every
+// later call throws the same error again. send() returns once the message is
+// queued; a background thread (started by the first send) waits, with the
+// deadline, until the peer received it, and the destructor waits for the
+// messages still queued (at most the deadline; at once when the communicator
+// already failed).
 //
 // Gloo and Asio headers stay out of this header.
 #pragma once
@@ -45,7 +53,10 @@ struct GlooOptions {
 
 // Joins the communicator: binds a Gloo TCP device on options.hostname, exchanges
 // addresses with the other options.size - 1 ranks through `store` and connects to
-// each of them. Collective: every rank calls it with the same prefix and size.
+// each of them. `store` must outlive the communicator and every communicator
+// split from it (split() connects through it; the job's store, owned by the
+// task's ClusterSession, outlives the communicators the task makes), and split()
+// must be called from a thread that may use the store. Collective: every rank calls it with the same prefix and size.
 // Throws TimeoutError if some rank does not join within timeout_seconds (naming
 // which), ConfigError for a hostname Gloo cannot bind, PeerLost if a connection
 // fails. As a side effect, SIGPIPE is ignored process-wide if it was at its

@@ -1,5 +1,7 @@
 // LocalCommunicator and the GroupState its members share: collectives between
-// threads of one process through shared memory (see local_communicator.h).
+// threads of one process through shared memory, point-to-point messages through
+// a mailbox per (sender, receiver, tag), and split() into new local groups (see
+// local_communicator.h).
 #include "comm/local_communicator.h"
 #include "comm/reduction.h"
 
@@ -7,9 +9,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -19,7 +26,7 @@ namespace dtrain::comm {
 
 namespace {
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier, kSplit };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -28,6 +35,7 @@ const char* kind_name(Kind k) {
     case Kind::kAllGather: return "all_gather";
     case Kind::kReduceScatter: return "reduce_scatter";
     case Kind::kBarrier: return "barrier";
+    case Kind::kSplit: return "split";
   }
   return "?";
 }
@@ -42,6 +50,7 @@ struct Call {
 
 std::string describe(const Call& c) {
   if (c.kind == Kind::kBarrier) return "barrier()";
+  if (c.kind == Kind::kSplit) return "split()";
   if (c.kind == Kind::kBroadcast) return str("broadcast(count ", c.count, ", root ", c.root, ")");
   return str(kind_name(c.kind), "(count ", c.count, ")");
 }
@@ -52,6 +61,14 @@ struct Slot {
   float* out = nullptr;
 };
 
+class GroupState;
+
+// A member's place in a group made by split(): the group (nullptr: none) and its rank there.
+struct SplitPlace {
+  std::shared_ptr<GroupState> group;
+  int rank = -1;
+};
+
 class GroupState {
  public:
   GroupState(int size, double timeout_seconds)
@@ -60,7 +77,10 @@ class GroupState {
             std::chrono::duration<double>(timeout_seconds))),
         timeout_seconds_(timeout_seconds),
         present_(size, 0),
-        slots_(size) {}
+        left_(size, 0),
+        slots_(size),
+        split_args_(size),
+        split_places_(size) {}
 
   int size() const { return size_; }
 
@@ -69,19 +89,62 @@ class GroupState {
   // call.count floats, for all_reduce) until the second rendezvous.
   void publish(int rank, const Call& call, Slot slot) {
     std::unique_lock lock(mutex_);
-    throw_if_failed(lock, rank, call.kind);
-    if (arrived_ == 0) {
-      call_ = call;
-    } else if (!(call == call_)) {
-      fail(Failure::kMismatch, str("rank ", rank, " called ", describe(call), " while rank ", first_rank_,
-                                   " called ", describe(call_)));
-      throw_if_failed(lock, rank, call.kind);
-    }
-    if (arrived_ == 0) first_rank_ = rank;
+    begin(lock, rank, call);
     slots_[rank] = slot;
     arrive(lock, rank, call.kind, [&] {
       if (call.kind == Kind::kAllReduce && scratch_.size() < call.count) scratch_.resize(call.count);
     });
+  }
+
+  // split(): one rendezvous; the last member to arrive makes the new groups.
+  SplitPlace split(int rank, int color, int key) {
+    std::unique_lock lock(mutex_);
+    const Call call{Kind::kSplit, 0, 0};
+    begin(lock, rank, call);
+    split_args_[rank] = {color, key};
+    arrive(lock, rank, call.kind, [&] { make_split_groups(); });
+    // Still under the lock that arrive() re-took: no later split can have
+    // completed (it needs this member), so this member's place is still there.
+    return std::move(split_places_[rank]);
+  }
+
+  // Point-to-point: a copy of data[0..count) into the mailbox of (src, dst, tag).
+  void post(int src, int dst, uint64_t tag, const float* data, size_t count) {
+    std::lock_guard lock(mutex_);
+    throw_if_failed_p2p(src, dst, tag, "send to");
+    if (left_[dst])
+      throw PeerLost(str(p2p_where("send to", src, dst, tag), ": rank ", dst,
+                         "'s communicator was destroyed; nobody can receive the message"));
+    mailbox_[{src, dst, tag}].emplace_back(data, data + count);
+    cv_.notify_all();
+  }
+
+  // Point-to-point: waits for the oldest message of (src, dst, tag) and copies it
+  // into data[0..count). A message sent before its sender left is still taken.
+  void take(int dst, int src, uint64_t tag, float* data, size_t count) {
+    std::unique_lock lock(mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto key = std::make_tuple(src, dst, tag);
+    for (;;) {
+      auto it = mailbox_.find(key);
+      if (it != mailbox_.end()) {
+        std::vector<float> message = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) mailbox_.erase(it);
+        if (message.size() != count)
+          throw CommError(str(p2p_where("recv from", dst, src, tag), ": rank ", src, " sent ", message.size(),
+                              " values, this recv expects ", count));
+        if (count > 0) std::memcpy(data, message.data(), count * sizeof(float));
+        return;
+      }
+      throw_if_failed_p2p(dst, src, tag, "recv from");
+      if (left_[src])
+        throw PeerLost(str(p2p_where("recv from", dst, src, tag), ": rank ", src,
+                           "'s communicator was destroyed before it sent the message"));
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !mailbox_.count(key))
+        throw TimeoutError(str(p2p_where("recv from", dst, src, tag), ": rank ", src,
+                               " sent nothing with this tag within ", timeout_seconds_, " s"));
+    }
   }
 
   // The second rendezvous: every member is done reading the others' buffers.
@@ -94,14 +157,57 @@ class GroupState {
   const Slot& slot(int rank) const { return slots_[rank]; }
   float* scratch() { return scratch_.data(); }
 
-  // A member's communicator is gone: the others can never complete a collective.
+  // A member's communicator is gone: the others can never complete a collective
+  // (point-to-point with the other members goes on).
   void leave(int rank) {
     std::lock_guard lock(mutex_);
+    left_[rank] = 1;
     if (!failure_) fail(Failure::kLeft, str("rank ", rank, "'s communicator was destroyed (its replica stopped)"));
+    cv_.notify_all();
   }
 
  private:
   enum class Failure { kTimeout, kLeft, kMismatch };
+
+  // The first member of a collective sets it; the others must make the same call.
+  void begin(std::unique_lock<std::mutex>& lock, int rank, const Call& call) {
+    throw_if_failed(lock, rank, call.kind);
+    if (arrived_ == 0) {
+      call_ = call;
+      first_rank_ = rank;
+    } else if (!(call == call_)) {
+      fail(Failure::kMismatch, str("rank ", rank, " called ", describe(call), " while rank ", first_rank_,
+                                   " called ", describe(call_)));
+      throw_if_failed(lock, rank, call.kind);
+    }
+  }
+
+  // Members with the same color >= 0, ordered by (key, rank), become one new group.
+  void make_split_groups() {
+    std::map<int, std::vector<std::pair<int, int>>> by_color;  // color -> (key, rank)
+    for (int r = 0; r < size_; ++r)
+      if (split_args_[r].first >= 0) by_color[split_args_[r].first].push_back({split_args_[r].second, r});
+    for (auto& place : split_places_) place = SplitPlace{};
+    for (auto& [color, members] : by_color) {
+      std::sort(members.begin(), members.end());
+      auto group = std::make_shared<GroupState>(static_cast<int>(members.size()), timeout_seconds_);
+      for (size_t i = 0; i < members.size(); ++i)
+        split_places_[members[i].second] = SplitPlace{group, static_cast<int>(i)};
+    }
+  }
+
+  std::string p2p_where(const char* what, int rank, int peer, uint64_t tag) const {
+    return str(what, " rank ", peer, " with tag ", tag, " on local group (rank ", rank, " of ", size_, ")");
+  }
+
+  // A failed collective (a deadline, a mismatch) ends point-to-point too; a member
+  // that left ends only the messages with it.
+  void throw_if_failed_p2p(int rank, int peer, uint64_t tag, const char* what) const {
+    if (!failure_ || *failure_ == Failure::kLeft) return;
+    const std::string message = str(p2p_where(what, rank, peer, tag), ": the group failed: ", failure_message_);
+    if (*failure_ == Failure::kTimeout) throw TimeoutError(message);
+    throw InternalError(message);
+  }
 
   template <class OnComplete>
   void arrive(std::unique_lock<std::mutex>& lock, int rank, Kind kind, OnComplete on_complete) {
@@ -156,12 +262,17 @@ class GroupState {
   uint64_t generation_ = 0;      // completed rendezvous
   int arrived_ = 0;              // members in the current rendezvous
   std::vector<char> present_;    // which members are in the current rendezvous
+  std::vector<char> left_;       // which members' communicators were destroyed
   Call call_;                    // the current collective (set by its first member)
   int first_rank_ = 0;
   std::optional<Failure> failure_;
   std::string failure_message_;
   std::vector<Slot> slots_;
   std::vector<float> scratch_;   // all_reduce's result, written between the rendezvous
+  std::vector<std::pair<int, int>> split_args_;  // each member's (color, key)
+  std::vector<SplitPlace> split_places_;         // each member's new group
+  // Point-to-point messages not yet received, oldest first, by (src, dst, tag).
+  std::map<std::tuple<int, int, uint64_t>, std::deque<std::vector<float>>> mailbox_;
 };
 
 // out[0..n) = sum over ranks 0..size-1, in that order, of in_r[offset..offset+n),
@@ -186,6 +297,7 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return group_->size(); }
 
   void all_reduce(float* data, size_t count, ReduceOp op) override {
+    check_usable();
     group_->publish(rank_, {Kind::kAllReduce, count, 0}, {data, data});
     // Each member reduces one contiguous part into the shared scratch buffer.
     const size_t n = static_cast<size_t>(size());
@@ -201,12 +313,14 @@ class LocalCommunicator final : public Communicator {
 
   void broadcast(float* data, size_t count, int root) override {
     DT_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside 0..", size() - 1);
+    check_usable();
     group_->publish(rank_, {Kind::kBroadcast, count, root}, {data, data});
     if (rank_ != root && count > 0) std::memcpy(data, group_->slot(root).in, count * sizeof(float));
     group_->finish(rank_, Kind::kBroadcast);  // the root's buffer is read until here
   }
 
   void all_gather(const float* in, size_t count, float* out) override {
+    check_usable();
     group_->publish(rank_, {Kind::kAllGather, count, 0}, {in, out});
     for (int r = 0; r < size() && count > 0; ++r) {
       float* dst = out + static_cast<size_t>(r) * count;
@@ -217,6 +331,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
+    check_usable();
     group_->publish(rank_, {Kind::kReduceScatter, count_per_rank, 0}, {in, out});
     // Into a private buffer first: `out` may alias this member's own input slice.
     result_.resize(count_per_rank);
@@ -226,12 +341,62 @@ class LocalCommunicator final : public Communicator {
     if (count_per_rank > 0) std::memcpy(out, result_.data(), count_per_rank * sizeof(float));
   }
 
-  void barrier() override { group_->publish(rank_, {Kind::kBarrier, 0, 0}, {}); }
+  void barrier() override {
+    check_usable();
+    group_->publish(rank_, {Kind::kBarrier, 0, 0}, {});
+  }
+
+  void send(const float* data, size_t count, int peer, uint64_t tag) override {
+    check_usable();
+    check_point_to_point("send", peer, tag, name());
+    point_to_point([&] { group_->post(rank_, peer, tag, data, count); });
+  }
+
+  void recv(float* data, size_t count, int peer, uint64_t tag) override {
+    check_usable();
+    check_point_to_point("recv", peer, tag, name());
+    point_to_point([&] { group_->take(rank_, peer, tag, data, count); });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    check_usable();
+    SplitPlace place = group_->split(rank_, color, key);
+    if (!place.group) return nullptr;
+    return std::make_unique<LocalCommunicator>(std::move(place.group), place.rank);
+  }
 
  private:
+  std::string name() const { return str("local group (rank ", rank_, " of ", size(), ")"); }
+
+  // A failed send/recv leaves this member unusable, as a failed collective does;
+  // the other members go on until they need it.
+  template <class F>
+  void point_to_point(F&& f) {
+    try {
+      f();
+    } catch (const Error&) {
+      std::lock_guard<std::mutex> lock(failed_mutex_);
+      if (!failed_) failed_ = std::current_exception();
+      throw;
+    }
+  }
+
+  // Every call after a failed send/recv throws that error again.
+  void check_usable() const {
+    std::exception_ptr failed;
+    {
+      std::lock_guard<std::mutex> lock(failed_mutex_);
+      failed = failed_;
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+
   std::shared_ptr<GroupState> group_;
   int rank_;
   std::vector<float> result_;
+  // send() and recv() may run on other threads than the collectives.
+  mutable std::mutex failed_mutex_;
+  std::exception_ptr failed_;
 };
 
 }  // namespace

@@ -14,6 +14,12 @@
 // communicator is destroyed while others still call collectives fails them with
 // PeerLost. Members calling different collectives (or counts) at the same step is
 // an InternalError.
+//
+// Point-to-point (send/recv, so strategy tests can run pipeline stages on
+// threads): a mailbox per (sender, receiver, tag); send copies the message in and
+// returns, recv waits for it with the deadline (TimeoutError naming the peer and
+// the tag), fails with PeerLost once the sender's communicator is destroyed
+// without having sent it. split() makes new local groups among the members.
 #pragma once
 
 #include <memory>

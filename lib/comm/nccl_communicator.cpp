@@ -332,6 +332,51 @@ NcclWork NcclCommunicator::reduce_scatter_async(const void* in, size_t count_per
   });
 }
 
+namespace {
+
+// ncclSend (send) or ncclRecv of data[0..count) with rank `peer`, after the work
+// issued on `stream`; `what` names it in errors.
+NcclWork launch_point_to_point(NcclCommunicator& self, const std::shared_ptr<NcclState>& state, bool send,
+                               void* data, size_t count, ElementType type, int peer, void* stream,
+                               const std::string& what) {
+  if (peer < 0 || peer >= self.size() || peer == self.rank())
+    throw CommError(str(what, " on ", state->where(), ": rank ", peer, " is not another rank of 0..",
+                        self.size() - 1));
+  if (count == 0) return {};
+  state->check_on_device(data, send ? "send" : "recv");
+  return state->launch(state, what, stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return send ? ncclSend(data, count, to_nccl(type), peer, comm, s)
+                : ncclRecv(data, count, to_nccl(type), peer, comm, s);
+  });
+}
+
+}  // namespace
+
+NcclWork NcclCommunicator::send_async(const void* data, size_t count, ElementType type, int peer, void* stream) {
+  // ncclSend only reads the buffer; one helper serves both directions.
+  return launch_point_to_point(*this, state_, true, const_cast<void*>(data), count, type, peer, stream,
+                               str("ncclSend to rank ", peer));
+}
+
+NcclWork NcclCommunicator::recv_async(void* data, size_t count, ElementType type, int peer, void* stream) {
+  return launch_point_to_point(*this, state_, false, data, count, type, peer, stream,
+                               str("ncclRecv from rank ", peer));
+}
+
+void NcclCommunicator::send(const float* data, size_t count, int peer, uint64_t tag) {
+  check_point_to_point("send", peer, tag, state_->where());
+  launch_point_to_point(*this, state_, true, const_cast<float*>(data), count, ElementType::kFloat32, peer, nullptr,
+                        str("ncclSend to rank ", peer, " (tag ", tag, ")"))
+      .wait();
+}
+
+void NcclCommunicator::recv(float* data, size_t count, int peer, uint64_t tag) {
+  check_point_to_point("recv", peer, tag, state_->where());
+  launch_point_to_point(*this, state_, false, data, count, ElementType::kFloat32, peer, nullptr,
+                        str("ncclRecv from rank ", peer, " (tag ", tag, ")"))
+      .wait();
+}
+
 void NcclCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
   all_reduce_async(data, count, ElementType::kFloat32, op).wait();
 }

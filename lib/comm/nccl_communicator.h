@@ -25,6 +25,17 @@
 //
 // As a Communicator (the float* calls) it takes float32 device pointers on its
 // GPU and waits for each collective; a host pointer is a CommError.
+//
+// Point-to-point (ncclSend / ncclRecv) differs from Communicator's contract in
+// two ways, as NCCL has no tags and no eager sends: the messages of a pair are
+// matched in the order they were posted (the tag only names the message in
+// errors), and a send completes only once the peer receives. So both ranks must
+// post a pair's messages in the same order, and two ranks must not both send to
+// each other before receiving: the calls run in order on the communicator's one
+// stream, so even the *_async forms would wait for each other until the deadline
+// (a send and a recv fused in one ncclGroupStart/End would not; not done here).
+// The counts of a send and its recv must be equal (NCCL cannot check them). No
+// split() (the default CommError) yet: ncclCommSplit would be its engine.
 #pragma once
 
 #include <cstddef>
@@ -111,6 +122,9 @@ class NcclCommunicator final : public Communicator {
   NcclWork all_gather_async(const void* in, size_t count, ElementType type, void* out, void* stream = nullptr);
   NcclWork reduce_scatter_async(const void* in, size_t count_per_rank, ElementType type, void* out, ReduceOp op,
                                 void* stream = nullptr);
+  // ncclSend of data[0..count) to rank `peer` / ncclRecv from it (see the top).
+  NcclWork send_async(const void* data, size_t count, ElementType type, int peer, void* stream = nullptr);
+  NcclWork recv_async(void* data, size_t count, ElementType type, int peer, void* stream = nullptr);
 
   // Communicator: float32 device pointers, each call waited for.
   void all_reduce(float* data, size_t count, ReduceOp op) override;
@@ -119,6 +133,10 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override;
   // A one-element all-reduce, waited for.
   void barrier() override;
+  // ncclSend / ncclRecv of float32 device buffers, waited for (matched in order,
+  // not by tag: see the top).
+  void send(const float* data, size_t count, int peer, uint64_t tag) override;
+  void recv(float* data, size_t count, int peer, uint64_t tag) override;
   // Not on float32 device buffers (the rounding would need a kernel here): a
   // CommError saying to all_reduce_async a bfloat16 buffer instead.
   void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override;

@@ -198,7 +198,7 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
   RuntimeSpec runtime;
   ObjectReader r(ctx, value, runtime.path, "the runtime section");
   r.expect_keys({"threads", "rendezvous_timeout", "heartbeat_interval", "heartbeat_timeout",
-                 "secret_file", "job_id", "cluster_resolver", "port_base", "slurm_jobs", "kubernetes"});
+                 "secret_file", "job_id", "cluster_resolver", "port_base", "slurm_jobs", "kubernetes", "memory_limit"});
   if (const Json* v = r.find("cluster_resolver"))
     runtime.cluster_resolver = read_choice(ctx, *v, r.path_of("cluster_resolver"), kClusterResolvers, "cluster resolver");
   runtime.port_base = r.get_int("port_base", runtime.port_base, 1);
@@ -218,6 +218,17 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
     k.finish();
   }
   runtime.threads = r.get_int("threads", runtime.threads, 0);
+  if (const Json* v = r.find("memory_limit"); v && !v->is_null()) {
+    std::optional<int64_t> bytes;
+    if (v->is_number_integer()) {
+      if (v->get<int64_t>() >= 0) bytes = v->get<int64_t>();
+    } else if (v->is_string()) {
+      bytes = parse_byte_size(v->get<std::string>());
+    }
+    if (!bytes)
+      ctx.fail(r.path_of("memory_limit"), str("expected ", kByteSizeForms, "; 0 = no limit; got ", describe(*v)));
+    runtime.memory_limit = *bytes;
+  }
   runtime.rendezvous_timeout =
       r.get_double("rendezvous_timeout", runtime.rendezvous_timeout, kPositive);
   runtime.heartbeat_interval =

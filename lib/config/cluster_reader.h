@@ -56,7 +56,8 @@ void read_cluster_keys(ObjectReader& r, ClusterSpec* cluster, std::optional<Task
                        const std::vector<std::string>& ignored_task_keys = {});
 
 // Reads the job file's runtime section (threads, rendezvous_timeout, heartbeat_interval,
-// heartbeat_timeout > heartbeat_interval, secret_file, job_id).
+// heartbeat_timeout > heartbeat_interval, secret_file, job_id, memory_limit, the cluster
+// resolvers' keys).
 RuntimeSpec read_runtime(const Context& ctx, const Json& value);
 
 }  // namespace dtrain::config

@@ -2,8 +2,10 @@
 // agreement texts) and the sections config reads itself, with ObjectReader.
 #include "config/job_file.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "config/cluster_reader.h"
@@ -41,6 +43,7 @@ std::string agreement_text(Json root) {
   if (runtime != root.end() && runtime->is_object()) {
     runtime->erase("threads");
     runtime->erase("secret_file");  // each machine may keep the secret elsewhere
+    runtime->erase("memory_limit");  // each machine has its own memory
     if (runtime->empty()) root.erase(runtime);
   }
   const auto checkpoint = root.find("checkpoint");
@@ -167,6 +170,46 @@ TrainSpec read_train(const Value& value) {
 }
 
 RuntimeSpec read_runtime(const Value& value) { return read_runtime(value.context(), json_of(value)); }
+
+std::optional<int64_t> parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  const auto skip_spaces = [&] {
+    while (i < text.size() && text[i] == ' ') ++i;
+  };
+  skip_spaces();
+  // The number: digits with at most one decimal point, at least one digit.
+  const size_t start = i;
+  bool point = false, digit = false;
+  for (; i < text.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+      digit = true;
+    } else if (text[i] == '.' && !point) {
+      point = true;
+    } else {
+      break;
+    }
+  }
+  if (!digit) return std::nullopt;
+  const std::string number = text.substr(start, i - start);
+  skip_spaces();
+  std::string unit;
+  for (; i < text.size() && std::isalpha(static_cast<unsigned char>(text[i])); ++i)
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  skip_spaces();
+  if (i != text.size()) return std::nullopt;
+  static const std::vector<std::pair<std::string, long double>> kUnits = {
+      {"", 1.0L},          {"b", 1.0L},
+      {"kb", 1e3L},        {"mb", 1e6L},           {"gb", 1e9L},           {"tb", 1e12L},
+      {"kib", 1024.0L},    {"mib", 1048576.0L},    {"gib", 1073741824.0L}, {"tib", 1099511627776.0L}};
+  for (const auto& [name, scale] : kUnits) {
+    if (name != unit) continue;
+    if (unit.empty() && point) return std::nullopt;  // a bare number is whole bytes
+    const long double bytes = std::strtold(number.c_str(), nullptr) * scale;
+    if (!(bytes < 9.2e18L)) return std::nullopt;
+    return static_cast<int64_t>(bytes);
+  }
+  return std::nullopt;
+}
 
 OutputSpec read_output(const Value& value) {
   OutputSpec output;

@@ -75,6 +75,10 @@ struct RuntimeSpec {
   // name order as TF's `jobs`); empty: every task is a worker.
   std::vector<std::pair<std::string, int>> slurm_jobs;
   KubernetesOptions kubernetes;      // kubernetes: job, service, replicas, port (else their variables)
+  // Bytes a training task may hold by dtrain's memory estimate (parameters, gradients,
+  // optimizer slots, activations: strategy/memory_estimate.h); a job over it stops
+  // before training. 0 = no limit. Written as bytes or "512MiB", "2GiB", "1.5GB".
+  int64_t memory_limit = 0;
 };
 
 // Checkpoints (safetensors + manifest), saved by the chief.
@@ -115,8 +119,8 @@ class JobDocument {
   // gives the same text (for hashes and the run summary).
   std::string normalized_json() const;
   // normalized_json without what may differ between the tasks of one job (`task`,
-  // `device`, `runtime.threads`, `runtime.secret_file`, `checkpoint.resume`): the
-  // tasks compare its hash before training.
+  // `device`, `runtime.threads`, `runtime.secret_file`, `runtime.memory_limit`,
+  // `checkpoint.resume`): the tasks compare its hash before training.
   std::string agreement_json() const;
 
  private:
@@ -132,6 +136,15 @@ std::string read_job_text(const std::string& file);
 std::string read_device(const Value& value);
 TrainSpec read_train(const Value& value);
 RuntimeSpec read_runtime(const Value& value);
+// A size in bytes: digits ("2147483648"), or a number and a unit ("512MiB", "2GiB",
+// "1.5GB", "300000KB", "64 B"): IEC KiB/MiB/GiB/TiB = 1024^k, SI kB/KB/MB/GB/TB =
+// 1000^k (units in any case). Fractions round down to whole bytes. nullopt for
+// anything else, a negative size or one past 2^63 bytes.
+std::optional<int64_t> parse_byte_size(const std::string& text);
+// The forms parse_byte_size accepts, for messages.
+inline constexpr const char* kByteSizeForms =
+    "a number of bytes (an integer >= 0) or a string with a unit such as \"512MiB\", \"2GiB\", \"1.5GB\" or "
+    "\"300000KB\" (KiB/MiB/GiB/TiB = 1024^k bytes, kB/MB/GB/TB = 1000^k, B)";
 OutputSpec read_output(const Value& value);
 CheckpointSpec read_checkpoint(const Value& value);
 // The top level's `cluster`, `task` and `rpc_layer` keys (TF_CONFIG's shape).

@@ -41,8 +41,8 @@ struct JobConfig {
   // the same job gives the same text (for hashes and the run summary).
   std::string normalized_json;
   // normalized_json without what may differ between the tasks of one job (`task`,
-  // `device`, `runtime.threads`, `runtime.secret_file`, `checkpoint.resume`): the
-  // tasks compare its hash before training.
+  // `device`, `runtime.threads`, `runtime.secret_file`, `runtime.memory_limit`,
+  // `checkpoint.resume`): the tasks compare its hash before training.
   std::string agreement_json;
 
   config::FileCluster file_cluster() const { return {source, cluster, task}; }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
@@ -12,22 +13,50 @@
 
 namespace dtrain::nn {
 
-Sequential::Sequential(const ModelSpec& spec, uint64_t seed)
-    : input_shape_(spec.input_shape.begin(), spec.input_shape.end()) {
+std::vector<LayerInfo> describe_layers(const ModelSpec& spec) {
   if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
+  std::vector<LayerInfo> out;
   std::map<std::string, int> name_counts;
-  Shape shape = input_shape_;
+  Shape shape(spec.input_shape.begin(), spec.input_shape.end());
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const auto& ls = spec.layers[i];
     const std::string name = ls.name.empty() ? auto_layer_name(ls.type_name(), name_counts) : ls.name;
-    layers_.push_back(make_layer(ls, shape, name, i, name_counts));
-    shape = layers_.back()->output_shape();
+    const std::unique_ptr<Layer> layer = make_layer(ls, shape, name, i, name_counts);
+    LayerInfo info{layer->name(), layer->type(), shape, layer->output_shape()};
+    for (const Param* p : layer->params()) {
+      info.params += p->value.numel();
+      if (p->trainable()) info.trainable_params += p->value.numel();
+    }
+    shape = layer->output_shape();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Sequential::Sequential(const ModelSpec& spec, uint64_t seed) : Sequential(spec, seed, 0, spec.layers.size()) {}
+
+Sequential::Sequential(const ModelSpec& spec, uint64_t seed, size_t first, size_t last)
+    : input_shape_(spec.input_shape.begin(), spec.input_shape.end()) {
+  if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
+  DT_CHECK(first < last && last <= spec.layers.size(), "layers [", first, ", ", last, ") of a model of ",
+           spec.layers.size());
+  std::map<std::string, int> name_counts;
+  Shape shape = input_shape_;
+  for (size_t i = 0; i < last; ++i) {
+    const auto& ls = spec.layers[i];
+    const std::string name = ls.name.empty() ? auto_layer_name(ls.type_name(), name_counts) : ls.name;
+    std::unique_ptr<Layer> layer = make_layer(ls, shape, name, i, name_counts);
+    shape = layer->output_shape();
+    // A layer before the range is built only for its name and output shape.
+    if (i + 1 == first) input_shape_ = shape;
+    if (i >= first) layers_.push_back(std::move(layer));
   }
   check_unique_names();
-  // Each layer draws its initial values from its own stream, so changing one layer
-  // leaves the others' initial values as they were.
+  // Each layer draws its initial values from its own stream (its index in the
+  // whole model), so changing one layer leaves the others' initial values as
+  // they were, and a stage starts as the same layers of the whole model do.
   for (size_t i = 0; i < layers_.size(); ++i) {
-    Rng rng(hash_u64(seed, 0x696e6974ull /* "init" */, i));
+    Rng rng(hash_u64(seed, 0x696e6974ull /* "init" */, first + i));
     layers_[i]->initialize(rng);
   }
   set_compute_dtype(spec.compute_dtype);
@@ -112,18 +141,22 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
   return in_dtype(h, DType::kF32, cast_forward_.back());
 }
 
-void Sequential::backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done) {
+Tensor Sequential::backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done,
+                            bool input_grad) {
   // Input gradients are needed only down to the first layer with parameters
-  // (in an MLP that starts with Flatten, the first Dense needs no dx).
+  // (in an MLP that starts with Flatten, the first Dense needs no dx), unless
+  // the caller wants the model input's.
   size_t first_with_params = layers_.size();
   for (size_t i = 0; i < layers_.size() && first_with_params == layers_.size(); ++i)
     if (!layers_[i]->params().empty()) first_with_params = i;
   Tensor g = doutput;
   for (size_t i = layers_.size(); i-- > 0;) {
     g = in_dtype(g, layers_[i]->compute_dtype(), cast_backward_[i]);
-    g = layers_[i]->run_backward(g, /*need_dx=*/i > first_with_params);
+    g = layers_[i]->run_backward(g, /*need_dx=*/input_grad || i > first_with_params);
     if (on_layer_done) on_layer_done(i);
   }
+  if (!input_grad) return Tensor();
+  return in_dtype(g, DType::kF32, cast_backward_.back());
 }
 
 std::vector<Param*> Sequential::params() const {

@@ -12,11 +12,25 @@
 
 namespace dtrain::nn {
 
+// What a model's top-level layers are, without building the whole model: each
+// layer is built on its own (for its name, shapes and param count) and dropped.
+struct LayerInfo {
+  std::string name, type;
+  Shape input_shape, output_shape;
+  int64_t params = 0;            // elements of all its params (trainable and state)
+  int64_t trainable_params = 0;  // elements of its trainable params
+};
+std::vector<LayerInfo> describe_layers(const ModelSpec& spec);
+
 class Sequential {
  public:
   // Builds every layer, checking shapes (ConfigError on a mismatch), and
   // initialises parameters deterministically from `seed`.
   Sequential(const ModelSpec& spec, uint64_t seed);
+  // Layers [first, last) of the model of `spec` only (a pipeline stage): the same
+  // names, shapes and initial values those layers have in the whole model; the
+  // input shape is the output shape of layer first - 1.
+  Sequential(const ModelSpec& spec, uint64_t seed, size_t first, size_t last);
 
   // Moves every param into one arena on `device` (one allocation), laid out as
   // [trainable values][their grads][non-trainable state][room for
@@ -45,7 +59,11 @@ class Sequential {
   // The gradient with respect to the model's input is not computed. on_layer_done(i)
   // runs as soon as layer i's grads are final (last layer first), so gradient
   // exchange can start while backward goes on.
-  void backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done = {});
+  // With `input_grad`, the gradient with respect to the model's input is computed
+  // too and returned in float32 (a pipeline stage sends it to the stage before);
+  // else an undefined tensor is returned.
+  Tensor backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done = {},
+                  bool input_grad = false);
 
   // Every param (trainable and state) in a fixed order: layer order, then the layer's order.
   std::vector<Param*> params() const;

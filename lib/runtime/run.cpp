@@ -204,13 +204,14 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     std::unique_ptr<comm::Communicator> workers;
     std::unique_ptr<ps::PsGroup> group;
     if (entry.cross_task == strategy::CrossTask::kAllReduce) {
-      workers = task.connect_training_tasks("comm/workers/", job.runtime.heartbeat_timeout + 20.0,
-                                            job.strategy.communication);
+      workers = task.connect_training_tasks(
+          "comm/workers/", job.runtime.heartbeat_timeout + 20.0,
+          entry.point_to_point ? strategy::Communication::kRing : job.strategy.communication);
       run.workers = workers.get();
       // A GPU job reduces its gradients with NCCL where this build has it (nccl,
       // or auto); the trainer connects it once it knows the device.
       const strategy::Communication communication = job.strategy.communication;
-      if (comm::kNcclBuilt &&
+      if (comm::kNcclBuilt && !entry.point_to_point &&
           (communication == strategy::Communication::kNccl || communication == strategy::Communication::kAuto))
         run.connect_gradients = [&task, &job](const Device& device) {
           return task.connect_nccl("comm/nccl/workers/", job.runtime.heartbeat_timeout + 20.0, device);

@@ -13,6 +13,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "strategy/registry.h"
+#include "strategy/zero_shard.h"
 
 namespace dtrain::strategy {
 namespace {
@@ -51,6 +52,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
                           " is not supported yet (the CUDA backend drives one GPU per process); use one_device, "
                           "or multi_worker_mirrored with one GPU per task, or \"device\": \"cpu\""));
   if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
+  // ZeRO-1: no full optimizer state anywhere (ZeroShard creates the slots of this task's slice).
+  const bool zero = job.strategy.shard_optimizer_state && workers_;
+  if (zero) ZeroShard::check_supported(job, n);
   if (loss_scaling_on(job, context)) {
     DT_CHECK(!central_, "make_strategy refuses loss scaling with central_storage");
     loss_scale_ = std::make_unique<optim::DynamicLossScale>();
@@ -62,11 +66,11 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     Replica& r = replicas_[i];
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
-    r.optimizer = optim::make_optimizer(job.optimizer);
+    r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
     // Params, grads and optimizer slots in one allocation on the device.
-    r.model->place(device_, r.optimizer->slots_per_param());
+    r.model->place(device_, zero ? 0 : r.optimizer->slots_per_param());
     r.trainable = r.model->trainable_params();
-    r.optimizer->create_state(r.trainable, r.model->arena());
+    if (!zero) r.optimizer->create_state(r.trainable, r.model->arena());
     for (const auto& layer : r.model->layers()) {
       std::vector<nn::Param*> ps;
       for (nn::Param* p : layer->params())
@@ -95,11 +99,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // The chief's parameters are the starting point of every worker.
     for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
   }
+  if (zero)
+    zero_ = std::make_unique<ZeroShard>(replicas_[0].trainable, *workers_, job.optimizer, *replicas_[0].optimizer);
   // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
   // no reducer, so no hand-off to a communication thread every step.
   // On GPUs with NCCL (context.gradients) a task's single replica reduces its
   // gradients there, on the device; everything else stays on `workers`.
-  const bool device_gradients = workers_ && n == 1 && context.gradients;
+  const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
   if (device_gradients && job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
     throw ConfigError(str(job.strategy.path, ".allreduce_dtype: 'bfloat16' is not supported with NCCL yet (dtrain "
                           "has no GPU kernel rounding to bfloat16 so far); use \"float32\", or communication "
@@ -108,7 +114,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     throw ConfigError(str(job.strategy.path, ".communication: NCCL cannot count non-finite gradients on the GPU "
                           "for loss scaling yet; use communication \"ring\" (Gloo)"));
   for (Replica& r : replicas_)
-    if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r); group && group->size() > 1) {
+    if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r);
+        !zero_ && group && group->size() > 1) {
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
                                                     job.strategy.allreduce_dtype);
       if (loss_scale_) r.reducer->track_non_finite();
@@ -116,15 +123,16 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   // The step's loss sums and the stop flag ride along with the last gradient
   // bucket: no collective of their own on the step's critical path. Not when the
   // buckets travel as bfloat16, which would round the sums and counts.
-  metrics_ride_along_ = workers_ && replicas_.size() == 1 && replicas_[0].reducer &&
-                        job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
+  // Under ZeRO they take a small all-reduce of their own, before the reduce-scatter.
+  metrics_ride_along_ = zero_ || (workers_ && replicas_.size() == 1 && replicas_[0].reducer &&
+                                  job.strategy.allreduce_dtype == AllreduceDType::kFloat32);
   // Loss scaling: each replica's count of non-finite gradient values rides along
   // too (after the metrics), so all replicas agree on skipping a step.
   non_finite_extra_ = metrics_ride_along_ ? 4 : 0;
   const size_t extras = non_finite_extra_ + (loss_scale_ ? 1 : 0);
   for (size_t i = 0; i < replicas_.size(); ++i) {
-    if (!replicas_[i].reducer || extras == 0) continue;
-    replicas_[i].reducer->ride_along(extras, [this, i](float* out) {
+    if ((!replicas_[i].reducer && !zero_) || extras == 0) continue;
+    auto fill = [this, i](float* out) {
       Replica& r = replicas_[i];
       if (metrics_ride_along_) {
         // The replica's stats are read here, once (train_step does not read them again).
@@ -134,9 +142,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
         out[2] = static_cast<float>(r.stats.count);
         out[3] = stop_requested_ ? 1.0f : 0.0f;
       }
-      if (loss_scale_) out[non_finite_extra_] = static_cast<float>(r.reducer->non_finite());
-    });
+      if (loss_scale_)
+        out[non_finite_extra_] = static_cast<float>(zero_ ? zero_->non_finite() : r.reducer->non_finite());
+    };
+    if (zero_) zero_->ride_along(extras, fill);
+    else replicas_[i].reducer->ride_along(extras, fill);
   }
+  if (zero_ && loss_scale_) zero_->track_non_finite();
   if (n > 1) {
     threads_each_ = std::max(1, threads_ / n);
     pool_ = std::make_unique<ReplicaPool>(n, threads_each_);
@@ -205,20 +217,27 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     });
     backward_span.end();
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
+    if (zero_) r.comm_wait = zero_->reduce_gradients();
   }
   r.compute = compute.seconds() - r.comm_wait;
   const trace::Span update_span("update", "compute");
   Stopwatch update;
   r.finite = !loss_scale_ || gradients_finite(r);
-  if (!central_ && r.finite) r.optimizer->apply(r.trainable, loss_scale_ ? loss_scale_->applied_before(step) : step);
+  if (!central_ && r.finite) {
+    if (zero_) zero_->clip_norms();  // each param's norm over every task's slice of it
+    r.optimizer->apply(zero_ ? zero_->pieces() : r.trainable, loss_scale_ ? loss_scale_->applied_before(step) : step);
+  }
   r.update = update.seconds();
+  // ZeRO: every task's updated slice to every task (a skipped step changed nothing anywhere).
+  if (zero_ && r.finite) r.comm_wait += zero_->gather_values();
 }
 
 bool DataParallelStrategy::gradients_finite(Replica& r) {
   size_t non_finite = 0;
-  if (r.reducer) {
-    // The job-wide count, from the last bucket's all-reduce (a mean times the group size).
-    non_finite = r.reducer->extras()[non_finite_extra_] > 0.0f ? 1 : 0;
+  if (r.reducer || zero_) {
+    // The job-wide count, from the last bucket's all-reduce (a mean times the group
+    // size), or ZeRO's all-reduce of the extras.
+    non_finite = (zero_ ? zero_->extras() : r.reducer->extras())[non_finite_extra_] > 0.0f ? 1 : 0;
   } else {
     std::vector<float> host;
     for (const nn::Param* p : r.trainable) {
@@ -229,7 +248,8 @@ bool DataParallelStrategy::gradients_finite(Replica& r) {
   }
   if (non_finite > 0) return false;
   const float scale = static_cast<float>(loss_scale_->scale());
-  for (nn::Param* p : r.trainable) kernels::divide(p->grad, scale);
+  // (ZeRO: only this task's slice holds the job's gradient.)
+  for (nn::Param* p : zero_ ? zero_->pieces() : r.trainable) kernels::divide(p->grad, scale);
   return true;
 }
 
@@ -296,7 +316,7 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     // stop. They came with the gradients, or take an all-reduce of their own.
     float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                   static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
-    if (metrics_ride_along_) std::copy_n(replicas_[0].reducer->extras().begin(), 4, s);
+    if (metrics_ride_along_) std::copy_n((zero_ ? zero_->extras() : replicas_[0].reducer->extras()).begin(), 4, s);
     else workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
     local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
     stop_agreed_ = s[3] > 0.0f;
@@ -324,33 +344,31 @@ void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& st
   nn::Loss::add_stats(rows, stats);
 }
 
-namespace {
-
-void copy_named(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what) {
-  for (nn::Param* p : into) {
-    const Tensor* t = lookup(p->name);
-    if (!t)
-      throw ConfigError(str("the checkpoint's ", what, " has no tensor '", p->name,
-                            "': it was written for another model or optimizer"));
-    if (t->shape() != p->value.shape())
-      throw ConfigError(str("the checkpoint's ", what, " tensor '", p->name, "' has shape ", shape_str(t->shape()),
-                            " but the model needs ", shape_str(p->value.shape())));
-    p->value.copy_from(*t);
-  }
-}
-
-}  // namespace
 
 void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {
   if (central_) {
-    copy_named(central_->model().params(), model, "model");
-    copy_named(central_->optimizer().state(), optimizer, "optimizer state");
+    load_named(central_->model().params(), model, "model");
+    load_named(central_->optimizer().state(), optimizer, "optimizer state");
   }
   for (Replica& r : replicas_) {
-    copy_named(r.model->params(), model, "model");
+    load_named(r.model->params(), model, "model");
+    if (zero_) {  // this task's slice of each whole slot: resumes onto any number of tasks
+      zero_->load_slots(*r.optimizer, optimizer);
+      continue;
+    }
     r.optimizer->create_state(r.trainable);
-    copy_named(r.optimizer->state(), optimizer, "optimizer state");
+    load_named(r.optimizer->state(), optimizer, "optimizer state");
   }
+}
+
+std::vector<StatePiece> DataParallelStrategy::state_pieces() {
+  std::vector<StatePiece> out;
+  if (!zero_) return out;
+  // Every task holds the same parameters: the chief writes them whole.
+  if (workers_->rank() == 0)
+    for (nn::Param* p : replicas_[0].model->params()) out.push_back({p->name, p->value.shape(), 0, &p->value, false});
+  for (StatePiece& piece : zero_->slot_pieces(*replicas_[0].optimizer)) out.push_back(std::move(piece));
+  return out;
 }
 
 void DataParallelStrategy::sync_state() {

@@ -4,6 +4,12 @@
 // task, gradients averaged over Gloo). The chief's initial parameters are
 // broadcast; every replica applies the same averaged update, so all stay identical.
 //
+// multi_worker_mirrored with strategy.shard_optimizer_state (ZeRO stage 1, one
+// replica per task): no bucketed all-reduce; after backward the gradients are
+// reduce-scattered, each task updates its 1/N slice of the parameters with its
+// 1/N of the optimizer slots, and the values are all-gathered (ZeroShard). Its
+// checkpoints are sharded (state_pieces()).
+//
 // central_storage is the same replicas with another way to combine them: one
 // central copy of the variables (CentralCopy) that every replica reads before a
 // step, its gradients averaged into it and one optimizer update there.
@@ -40,6 +46,8 @@ enum class Combine {
   kCentral,    // the mean goes into one central copy, updated once (central_storage)
 };
 
+class ZeroShard;
+
 class DataParallelStrategy : public Strategy {
  public:
   DataParallelStrategy(const StrategyJob& job, const StrategyContext& context,
@@ -64,6 +72,13 @@ class DataParallelStrategy : public Strategy {
   optim::Optimizer& optimizer() override { return central_ ? central_->optimizer() : *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }
   optim::DynamicLossScale* loss_scale() override { return loss_scale_.get(); }
+  DataShard data_shard() const override {
+    return workers_ ? DataShard{workers_->rank(), workers_->size()} : DataShard{};
+  }
+  // ZeRO-1: the model whole from the chief, each task's slices of the optimizer slots.
+  bool sharded_state() const override { return zero_ != nullptr; }
+  std::vector<StatePiece> state_pieces() override;
+  int optimizer_state_shards() const override { return zero_ ? workers_->size() : 1; }
 
  private:
   struct Replica {
@@ -121,6 +136,7 @@ class DataParallelStrategy : public Strategy {
   bool metrics_ride_along_ = false;  // the loss sums and stop flag go with the last gradient bucket
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // train.precision mixed_float16 only
   size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
+  std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
 };
 
 }  // namespace dtrain::strategy

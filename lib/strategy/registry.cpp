@@ -6,6 +6,7 @@
 #include "core/strings.h"
 #include "strategy/data_parallel.h"
 #include "strategy/parameter_server.h"
+#include "strategy/pipeline.h"
 
 namespace dtrain::strategy {
 namespace {
@@ -16,6 +17,10 @@ std::unique_ptr<Strategy> data_parallel(const StrategyJob& job, const StrategyCo
 
 std::unique_ptr<Strategy> parameter_server(const StrategyJob& job, const StrategyContext& context) {
   return std::make_unique<ParameterServerStrategy>(job, context);
+}
+
+std::unique_ptr<Strategy> pipeline(const StrategyJob& job, const StrategyContext& context) {
+  return std::make_unique<PipelineStrategy>(job, context);
 }
 
 std::unique_ptr<Strategy> central_storage(const StrategyJob& job, const StrategyContext& context) {
@@ -41,13 +46,17 @@ const std::vector<StrategyEntry>& strategies() {
        "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take work units from "
        "the coordinator",
        CrossTask::kParameterServer, false, parameter_server},
+      {"pipeline",
+       "the model's layers cut into stages, one per training task; micro-batches flow through them (1F1B or GPipe), "
+       "`data_parallel` copies of the pipeline all-reduce each stage's gradients",
+       CrossTask::kAllReduce, false, pipeline, /*point_to_point=*/true},
   };
   return table;
 }
 
 const std::vector<config::KeyDoc>& strategy_keys() {
   static const std::vector<config::KeyDoc> keys = {
-      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`"},
+      {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`, `pipeline`"},
       {"replicas", "mirrored, central_storage, multi_worker_mirrored: N replicas in this process (1)"},
       {"devices", "mirrored, central_storage, multi_worker_mirrored: the replicas as device names, e.g. "
                   "`[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
@@ -68,7 +77,20 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "parameter_server: `{\"type\": \"min_size\", \"min_shard_bytes\": 262144, \"max_shards\": N}`, "
        "`{\"type\": \"max_size\", \"max_shard_bytes\": B}` or `{\"type\": \"fixed\", \"num_shards\": N}` "
        "(TF's partitioners, along the first axis); absent: whole variables"},
-      {"steps_per_work_unit", "parameter_server: batches per work unit the coordinator hands out (20)"}};
+      {"steps_per_work_unit", "parameter_server: batches per work unit the coordinator hands out (20)"},
+      {"shard_optimizer_state",
+       "multi_worker_mirrored: `true` shards the optimizer state (ZeRO stage 1): gradients are reduce-scattered, "
+       "each task updates its 1/N slice of the parameters with its slice of the optimizer slots, and the "
+       "parameters are all-gathered (false)"},
+      {"stages", "pipeline: the layer names where each stage after the first begins (`[\"conv2d_1\", \"dense\"]`: "
+                 "three stages), or `\"auto\"`: balanced by per-layer time measured on warm-up steps; one stage per "
+                 "training task of each pipeline copy, in task order"},
+      {"micro_batches", "pipeline: micro-batches each replica's batch is cut into (4); gradients are summed over "
+                        "them and applied once per step"},
+      {"schedule", "pipeline: `1f1b` (default: one forward, one backward) or `gpipe` (all forwards, then all "
+                   "backwards)"},
+      {"data_parallel", "pipeline: copies of the pipeline (1); tasks = stages x data_parallel, the tasks holding "
+                        "the same stage all-reduce its gradients"}};
   return keys;
 }
 
@@ -160,6 +182,31 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("max_staleness", "applies only to \"mode\": \"stale\"");
   strategy.steps_per_unit = r.get_int("steps_per_work_unit", strategy.steps_per_unit, 1);
   if (const auto p = r.find("variable_partitioner")) strategy.partitioner = read_partitioner(*p);
+  if (r.has("shard_optimizer_state") && entry.name != "multi_worker_mirrored")
+    r.fail("shard_optimizer_state", str("only multi_worker_mirrored shards its optimizer state; '", entry.name,
+                                        "' does not (a pipeline's stages already hold only their own layers' state)"));
+  strategy.shard_optimizer_state = r.get_bool("shard_optimizer_state", false);
+  const bool pipeline = entry.name == "pipeline";
+  for (const char* key : {"stages", "micro_batches", "schedule", "data_parallel"})
+    if (!pipeline && r.has(key)) r.fail(key, str("only pipeline takes '", key, "'; '", entry.name, "' does not"));
+  if (const auto stages = r.find("stages")) {
+    if (stages->is_string()) {
+      if (stages->to_string() != "auto")
+        stages->fail("is a list of layer names where stages begin, or \"auto\"");
+      strategy.stages_auto = true;
+    } else {
+      strategy.stages = stages->to_string_list();
+      if (strategy.stages.empty())
+        stages->fail("is empty: list the layer names where the stages after the first begin, e.g. [\"dense_1\"]");
+    }
+  } else if (pipeline) {
+    r.fail("stages", "is required for pipeline: the layer names where each stage after the first begins, or \"auto\"");
+  }
+  strategy.micro_batches = r.get_int("micro_batches", strategy.micro_batches, 1);
+  strategy.schedule = r.get_choice("schedule", "1f1b", {"1f1b", "gpipe"}, "pipeline schedule") == "gpipe"
+                          ? PipelineSchedule::kGpipe
+                          : PipelineSchedule::k1F1B;
+  strategy.data_parallel = r.get_int("data_parallel", strategy.data_parallel, 1);
   r.finish();
   return strategy;
 }

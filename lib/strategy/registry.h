@@ -30,6 +30,9 @@ struct StrategyEntry {
   bool local_replicas = false;  // takes strategy.replicas / strategy.devices
   // Builds it; nullptr for a name that is recognised (TF has it) but not built yet.
   std::function<std::unique_ptr<Strategy>(const StrategyJob&, const StrategyContext&)> make;
+  // Sends activations between tasks (pipeline): its communicator over the training
+  // tasks is Gloo's own (point-to-point and sub-groups), whatever communication says.
+  bool point_to_point = false;
   bool available() const { return static_cast<bool>(make); }
 };
 

@@ -18,12 +18,26 @@ std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyCo
     throw ConfigError(str(job.strategy.path, ".type: ", entry.name,
                           " needs a cluster: run the job with `dtrain launch` "
                           "or give every task TF_CONFIG (one worker alone: use one_device)"));
-  if (loss_scaling_on(job, context) && (entry.cross_task == CrossTask::kParameterServer || entry.name == "central_storage"))
+  if (loss_scaling_on(job, context) && (entry.cross_task == CrossTask::kParameterServer || entry.name == "central_storage" ||
+                                          entry.name == "pipeline"))
     throw ConfigError(str(job.train.path, ".precision: mixed_float16 needs dynamic loss scaling, which ", entry.name,
                           " does not do (its updates happen away from the replicas' skip decision); use "
                           "\"mixed_bfloat16\" (no loss scaling needed), or strategy.type mirrored or "
                           "multi_worker_mirrored"));
   return entry.make(job, context);
+}
+
+void load_named(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what) {
+  for (nn::Param* p : into) {
+    const Tensor* t = lookup(p->name);
+    if (!t)
+      throw ConfigError(str("the checkpoint's ", what, " has no tensor '", p->name,
+                            "': it was written for another model or optimizer"));
+    if (t->shape() != p->value.shape())
+      throw ConfigError(str("the checkpoint's ", what, " tensor '", p->name, "' has shape ", shape_str(t->shape()),
+                            " but the model needs ", shape_str(p->value.shape())));
+    p->value.copy_from(*t);
+  }
 }
 
 bool loss_scaling_on(const StrategyJob& job, const StrategyContext& context) {

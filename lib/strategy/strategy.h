@@ -67,6 +67,28 @@ struct StepTimings {
   int64_t steps = 0;
 };
 
+// One piece of this task's share of a sharded checkpoint (StatePiece): elements
+// [offset, offset + value->numel()) of the whole tensor `name` (row-major), whose
+// shape is `whole_shape`. A whole tensor is one piece at offset 0.
+struct StatePiece {
+  std::string name;   // "dense/kernel", "dense/kernel/m": the whole tensor's checkpoint name
+  Shape whole_shape;
+  int64_t offset = 0;
+  const Tensor* value = nullptr;  // float32, host or device
+  bool optimizer = false;         // an optimizer slot (else a model tensor)
+};
+
+// Which part of the training data a task reads: shard `index` of `count`.
+struct DataShard {
+  int index = 0;
+  int count = 1;
+};
+
+// The shapes of the whole model's samples: what the data must match.
+struct ModelShapes {
+  Shape input, output;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -111,7 +133,41 @@ class Strategy {
   // The dynamic loss scale (train.precision mixed_float16), or nullptr without
   // loss scaling. Its state goes into checkpoints; the trainer reports the scale.
   virtual optim::DynamicLossScale* loss_scale() { return nullptr; }
+
+  // Strategies whose tasks hold different parts of the state (a pipeline's
+  // stages, ZeRO-1's optimizer slices) return true, and their checkpoints are
+  // sharded: every training task writes state_pieces(), the chief the manifest
+  // (trainer/checkpointing.h). False (the default): replica 0's model() and
+  // optimizer() hold everything and the chief writes them.
+  virtual bool sharded_state() const { return false; }
+  virtual std::vector<StatePiece> state_pieces() { return {}; }
+  // Bytes of optimizer state (slots) this task holds: by default all of
+  // optimizer().state(); 1/N of it under ZeRO-1 (optimizer_state_shards() N).
+  virtual int64_t optimizer_state_bytes() {
+    int64_t bytes = 0;
+    for (const nn::Param* p : optimizer().state()) bytes += static_cast<int64_t>(p->value.bytes());
+    return bytes;
+  }
+  virtual int optimizer_state_shards() const { return 1; }
+  // SHA-256 of the whole model's parameters, as nn::Sequential::params_sha256
+  // computes it for one model holding them all: the same on every task. Collective
+  // for strategies with sharded parameters (every training task calls it).
+  virtual std::string params_sha256() { return model().params_sha256(); }
+  // The shard of the training data this task reads (`workers` rank and size for
+  // data parallelism; a pipeline's copy for its stages). Default: the whole data.
+  virtual DataShard data_shard() const { return {}; }
+  // The whole model's input and output shapes per sample (a pipeline stage's
+  // model() holds only its layers).
+  virtual ModelShapes model_shapes() { return {model().input_shape(), model().output_shape()}; }
+  // What this strategy measured or chose, as a JSON object's text ("" = nothing):
+  // the run summary keeps it under the strategy's name (a pipeline's split and bubble).
+  virtual std::string report_json() const { return ""; }
 };
+
+// Copies the tensors `lookup` finds under each param's name into `into` (a
+// checkpoint's model or optimizer state, `what`); ConfigError naming a tensor that
+// is missing or has another shape: the checkpoint is of another model.
+void load_named(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what);
 
 // The Strategy the registry has under job.strategy's type; ConfigError for one
 // that is not built yet, that needs a cluster and has none, or that cannot scale

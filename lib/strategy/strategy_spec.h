@@ -26,6 +26,12 @@ enum class Communication { kAuto, kRing, kHierarchical, kNccl };
 // backend allows.
 enum class AllreduceDType { kFloat32, kBfloat16 };
 
+// strategy.schedule (pipeline): the order of a step's micro-batches on each stage.
+// 1f1b: after a warm-up of forwards, one forward then one backward (at most S
+// micro-batches' activations held on the first stage); gpipe: all forwards, then
+// all backwards (M micro-batches' activations held on every stage).
+enum class PipelineSchedule { k1F1B, kGpipe };
+
 struct StrategySpec {
   std::string path = "strategy";
   const StrategyEntry* type = nullptr;  // nullptr until read: one_device
@@ -41,6 +47,18 @@ struct StrategySpec {
   int64_t max_staleness = 0;                     // stale: at most this many steps ahead of the slowest
   ps::PartitionerSpec partitioner;               // strategy.variable_partitioner
   int64_t steps_per_unit = 20;                   // strategy.steps_per_work_unit
+  // multi_worker_mirrored: ZeRO stage 1 (strategy.shard_optimizer_state): each task
+  // keeps and updates only its 1/N slice of the optimizer state.
+  bool shard_optimizer_state = false;
+  // pipeline: the layer names where each stage after the first begins (empty with
+  // stages_auto: balanced by measured per-layer time), the micro-batches a
+  // replica's batch is cut into, their schedule, and the copies of the pipeline
+  // (tasks = stages x data_parallel).
+  std::vector<std::string> stages;
+  bool stages_auto = false;
+  int64_t micro_batches = 4;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int64_t data_parallel = 1;
 };
 
 // The registry entry of `spec` (one_device when the section was absent).

@@ -1,11 +1,13 @@
 // Implementation of checkpointing.h.
 #include "trainer/checkpointing.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/durable_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -164,7 +166,106 @@ class HostParams {
   std::vector<nn::Param> copies_;
 };
 
+// The file a training task writes its pieces of a sharded checkpoint into.
+std::string part_file(int rank, int tasks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "part-%05d-of-%05d.safetensors", rank, tasks);
+  return name;
+}
+
+// The name of a piece inside its part file: "model/dense/kernel@0".
+std::string piece_tensor(const strategy::StatePiece& piece) {
+  return str(piece.optimizer ? "optimizer/" : "model/", piece.name, "@", piece.offset);
+}
+
+// Writes this task's pieces into `path` (fsynced). Each tensor's metadata entry
+// says which whole tensor it is part of: {"name", "shape", "offset", "kind"}.
+void write_pieces(const std::string& path, const std::vector<strategy::StatePiece>& pieces) {
+  std::vector<Tensor> host;
+  host.reserve(pieces.size());
+  std::vector<checkpoint::TensorRef> refs;
+  std::map<std::string, std::string> metadata;
+  for (const strategy::StatePiece& piece : pieces) {
+    host.push_back(piece.value->to_host());
+    const std::string tensor = piece_tensor(piece);
+    refs.push_back({tensor, host.back().shape(), host.back().data()});
+    metadata[tensor] = nlohmann::json{{"name", piece.name},
+                                      {"shape", piece.whole_shape},
+                                      {"offset", piece.offset},
+                                      {"kind", piece.optimizer ? "optimizer" : "model"}}
+                           .dump();
+  }
+  checkpoint::write_safetensors(path, refs, metadata);
+}
+
+// The layout of a sharded checkpoint from its part files' headers: whole tensors
+// in the order the parts name them (task by task), each with its parts.
+checkpoint::ShardedLayout layout_of_parts(const std::string& dir, int tasks) {
+  checkpoint::ShardedLayout layout;
+  std::map<std::string, size_t> index[2];  // name -> position in layout.model / layout.optimizer
+  for (int rank = 0; rank < tasks; ++rank) {
+    const std::string file = part_file(rank, tasks);
+    const checkpoint::SafetensorsFile header =
+        checkpoint::read_safetensors_header((std::filesystem::path(dir) / file).string());
+    for (const checkpoint::NamedTensor& t : header.tensors) {
+      const auto meta = header.metadata.find(t.name);
+      if (meta == header.metadata.end())
+        throw IoError(str("checkpoint: ", file, " in ", dir, " has no metadata for its tensor '", t.name, "'"));
+      const nlohmann::json m = nlohmann::json::parse(meta->second);
+      const bool optimizer = m.at("kind").get<std::string>() == "optimizer";
+      std::vector<checkpoint::ShardedTensor>& list = optimizer ? layout.optimizer : layout.model;
+      const std::string name = m.at("name").get<std::string>();
+      auto [at, added] = index[optimizer].emplace(name, list.size());
+      if (added) list.push_back({name, m.at("shape").get<std::vector<int64_t>>(), {}});
+      list[at->second].parts.push_back({file, t.name, m.at("offset").get<int64_t>()});
+    }
+  }
+  return layout;
+}
+
 }  // namespace
+
+void Checkpointer::save_pieces(checkpoint::Manifest m, nlohmann::json rng, int64_t global_step) {
+  // Every training task writes its pieces into a directory beside the
+  // checkpoints; once all have (a barrier), the chief moves them into the
+  // checkpoint's temporary directory and commits it with the manifest last.
+  strategy_.sync_state();
+  const std::vector<strategy::StatePiece> pieces = strategy_.state_pieces();
+  const std::string hash = strategy_.params_sha256();
+  const int rank = workers_ ? workers_->rank() : 0;
+  const int tasks = workers_ ? workers_->size() : 1;
+  const std::filesystem::path parts = std::filesystem::path(dir_) / str(".parts-", checkpoint::CheckpointStore::dir_name(global_step));
+  std::error_code ec;
+  std::filesystem::create_directories(parts, ec);
+  if (ec) throw IoError(str("checkpoint: cannot create ", parts.string(), ": ", ec.message()));
+  write_pieces((parts / part_file(rank, tasks)).string(), pieces);
+  if (workers_) workers_->barrier();
+  if (writer_) {
+    rng["params_sha256"] = hash;
+    m.rng_json = rng.dump();
+    m.sharded = layout_of_parts(parts.string(), tasks);
+    checkpoint::CheckpointStore store(dir_, static_cast<int>(job_.checkpoint.keep));
+    const std::string path = store.save_sharded(m, [&](const std::string& tmp_dir) {
+      std::map<std::string, checkpoint::FileDigest> files;
+      for (int r = 0; r < tasks; ++r) {
+        const std::string file = part_file(r, tasks);
+        const std::filesystem::path to = std::filesystem::path(tmp_dir) / file;
+        std::filesystem::rename(parts / file, to, ec);
+        if (ec)
+          throw IoError(str("checkpoint: cannot move ", (parts / file).string(), " into ", tmp_dir, ": ", ec.message(),
+                            " (checkpoint.dir must be one directory every task writes to)"));
+        checkpoint::FileDigest& digest = files[file];
+        digest.sha256 = checkpoint::sha256_file(to.string(), &digest.bytes);
+      }
+      return files;
+    });
+    std::filesystem::remove_all(parts, ec);
+    log::info("checkpoint: saved ", path, " (step ", global_step, "; each of the ", tasks,
+              " training tasks wrote its own part)");
+  }
+  // Nobody goes on (and perhaps fails) before the checkpoint is committed.
+  if (workers_) workers_->barrier();
+}
 
 void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch) {
   if (global_step == last_saved_step_) return;
@@ -197,6 +298,7 @@ void Checkpointer::save(int64_t global_step, int64_t epoch, int64_t step_in_epoc
     log::info("checkpoint: saved ", path, " (step ", global_step, "; each ps task wrote its own shards)");
     return;
   }
+  if (strategy_.sharded_state()) return save_pieces(std::move(m), std::move(rng), global_step);
   strategy_.sync_state();  // replicas' batch-norm statistics agree before they are written
   nn::Sequential& model = strategy_.model();
   const std::string hash = model.params_sha256();

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "checkpoint/manifest.h"
@@ -72,6 +73,9 @@ class Checkpointer {
 
  private:
   void save(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
+  // A strategy with sharded state (Strategy::sharded_state): every training task
+  // writes its part, the chief the manifest; collective over `workers`.
+  void save_pieces(checkpoint::Manifest m, nlohmann::json rng, int64_t global_step);
 
   const job::JobConfig& job_;
   strategy::Strategy& strategy_;

@@ -12,6 +12,7 @@
 #include "core/strings.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "strategy/pipeline_stages.h"
 #include "strategy/registry.h"
 
 namespace dtrain::trainer {
@@ -102,10 +103,95 @@ std::string check_job_device(const job::JobConfig& job) {
   return describe_device(wanted);
 }
 
-void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape,
-                       const nn::Sequential& model) {
-  if (shape_numel(sample_shape) != shape_numel(model.input_shape()))
-    throw ConfigError(str("model.input_shape ", shape_str(model.input_shape()), " does not match the samples of ",
+namespace {
+
+// A pipeline job: the model is cut into stages (only pipeline takes strategy.stages).
+bool cuts_stages(const job::JobConfig& job) { return job.strategy.stages_auto || !job.strategy.stages.empty(); }
+
+// central_storage keeps one more copy of the variables (and their gradients and
+// slots) on the host. The registry has no flag for it, so this is the one place
+// that knows it by name.
+bool keeps_central_copy(const strategy::StrategyEntry& entry) { return entry.name == "central_storage"; }
+
+strategy::MemoryQuery base_query(const job::JobConfig& job) {
+  strategy::MemoryQuery q;
+  q.model = job.model;
+  q.optimizer = job.optimizer;
+  q.batch_rows = job.train.batch_size_per_replica;
+  q.gradient_accumulation_steps = job.train.gradient_accumulation_steps;
+  q.limit_bytes = job.runtime.memory_limit;
+  return q;
+}
+
+}  // namespace
+
+strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks) {
+  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
+  strategy::MemoryQuery q = base_query(job);
+  if (entry.local_replicas) q.local_replicas = std::max<int64_t>(1, job.strategy.replicas);
+  q.central_copy = keeps_central_copy(entry);
+  if (job.strategy.shard_optimizer_state) q.optimizer_shards = std::max(1, training_tasks);
+  if (cuts_stages(job)) {
+    // Until the stages are known: the whole model, a replica's micro-batches all held.
+    const int64_t m = std::max<int64_t>(1, job.strategy.micro_batches);
+    q.batch_rows = (job.train.batch_size_per_replica + m - 1) / m;
+    q.batches_in_flight = m;
+  }
+  return q;
+}
+
+strategy::MemoryQuery pipeline_stage_memory_query(const job::JobConfig& job, size_t first_layer, size_t last_layer,
+                                                  int64_t micro_batch_rows, int64_t batches_in_flight) {
+  strategy::MemoryQuery q = base_query(job);
+  q.first_layer = static_cast<int64_t>(first_layer);
+  q.last_layer = static_cast<int64_t>(last_layer);
+  q.batch_rows = micro_batch_rows;
+  q.batches_in_flight = batches_in_flight;
+  q.needs_input_gradient = first_layer > 0;
+  return q;
+}
+
+strategy::MemoryEstimate check_memory(const job::JobConfig& job, const strategy::MemoryQuery& query) {
+  const strategy::MemoryEstimate estimate = strategy::estimate_memory(query);
+  std::printf("%s", strategy::describe(estimate).c_str());
+  std::fflush(stdout);
+  const std::string problem = strategy::memory_limit_problem(estimate);
+  if (!problem.empty()) throw ConfigError(str(job.source, ": ", job.runtime.path, ".memory_limit: ", problem));
+  return estimate;
+}
+
+strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank) {
+  const strategy::MemoryQuery query = memory_query(job, training_tasks);
+  if (!cuts_stages(job)) return check_memory(job, query);
+  if (training_tasks < 2) {
+    // No cluster to cut the model over yet (validate without one): the whole model, not checked.
+    const strategy::MemoryEstimate estimate = strategy::estimate_memory(query);
+    std::printf("%s  (the whole model; each pipeline stage holds its own layers and is checked on its own)\n",
+                strategy::describe(estimate).c_str());
+    return estimate;
+  }
+  // This task's stage: its layers, one micro-batch's activations (the layers keep
+  // one forward pass; the stage's other micro-batches in flight keep only their
+  // inputs, for the forward run again before their backward).
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
+  const strategy::StageSplit split = strategy::pipeline_split(job.strategy, layers, training_tasks);
+  const int stages = static_cast<int>(split.stages());
+  const strategy::StagePlace place = strategy::stage_of_task(rank, stages);
+  const size_t first = split.starts[static_cast<size_t>(place.stage)];
+  const size_t end = split.end_of(static_cast<size_t>(place.stage), layers.size());
+  const int64_t m = job.strategy.micro_batches;
+  const int64_t in_flight = strategy::micro_batches_in_flight(job.strategy.schedule, place.stage, stages,
+                                                              m * job.train.gradient_accumulation_steps);
+  strategy::MemoryQuery stage = pipeline_stage_memory_query(job, first, end, job.train.batch_size_per_replica / m, 1);
+  stage.held_inputs = in_flight - 1;
+  std::printf("Pipeline stage %d of %d: layers %s..%s\n", place.stage, stages, layers[first].name.c_str(),
+              layers[end - 1].name.c_str());
+  return check_memory(job, stage);
+}
+
+void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape, const Shape& model_input) {
+  if (shape_numel(sample_shape) != shape_numel(model_input))
+    throw ConfigError(str("model.input_shape ", shape_str(model_input), " does not match the samples of ",
                           spec.path, ", which have shape ", shape_str(sample_shape),
                           "; set model.input_shape to [", join([&] {
                             std::vector<std::string> dims;
@@ -114,11 +200,14 @@ void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_sha
                           }(), ", "), "]"));
 }
 
-std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
-                                            const nn::Sequential& model) {
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const nn::Sequential& model) {
+  return load_checked(spec, strategy::ModelShapes{model.input_shape(), model.output_shape()});
+}
+
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const strategy::ModelShapes& shapes) {
   auto dataset = std::make_shared<data::Dataset>(data::load_dataset(spec));
-  check_input_shape(spec, dataset->sample_shape, model);
-  const Shape& out = model.output_shape();
+  check_input_shape(spec, dataset->sample_shape, shapes.input);
+  const Shape& out = shapes.output;
   if (out.size() != 1)
     throw ConfigError(str("model: the last layer outputs ", shape_str(out),
                           " per sample, but the losses need (classes,); end the model with Flatten and Dense"));

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "nn/sequential.h"
+#include "strategy/memory_estimate.h"
 #include "strategy/strategy.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -39,14 +40,46 @@ std::string describe_device(const Device& device);
 // throws the same ConfigError when a GPU is asked for and none is usable.
 std::string check_job_device(const job::JobConfig& job);
 
+// Memory accounting (strategy/memory_estimate.h). The query of one training task
+// of `job` among `training_tasks` (chief + workers): every layer, batches of
+// train.batch_size_per_replica rows, the strategy's local replicas (mirrored,
+// central_storage, multi_worker_mirrored) each with its own state, the central
+// copy (central_storage), optimizer slots split over the training tasks with
+// strategy.shard_optimizer_state, an accumulation buffer with
+// train.gradient_accumulation_steps > 1. A parameter_server worker counts the
+// slots too: it keeps a copy of them for checkpoints. A pipeline job gets the
+// whole model here, with one replica's micro-batches all in flight (an upper
+// bound: its stages are checked with pipeline_stage_memory_query).
+strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks);
+
+// PIPELINE HOOK, for strategy.type "pipeline" once its stage split is known: the
+// query of the stage holding layers [first_layer, last_layer) of model.layers,
+// running micro-batches of `micro_batch_rows` rows of which `batches_in_flight`
+// have their activations held at the peak (gpipe: all micro-batches; 1f1b: at most
+// the stages after this one, plus one). The stages after the first compute their
+// input's gradient (sent upstream). Check it with check_memory.
+strategy::MemoryQuery pipeline_stage_memory_query(const job::JobConfig& job, size_t first_layer, size_t last_layer,
+                                                  int64_t micro_batch_rows, int64_t batches_in_flight);
+
+// Estimates `query` and prints it to stdout ("Memory per task (estimate): ...");
+// ConfigError (exit 2) naming the figures, the biggest layers and the fixes when it
+// is over runtime.memory_limit. Call it before the strategy allocates the model.
+strategy::MemoryEstimate check_memory(const job::JobConfig& job, const strategy::MemoryQuery& query);
+// check_memory of memory_query(job, training_tasks); for a pipeline job, of the
+// stage that training task `rank` holds (its layers, one micro-batch's
+// activations and the inputs of its other micro-batches in flight). A pipeline
+// job with no cluster yet (validate without one) prints the whole model's
+// estimate, not held against the limit.
+strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank = 0);
+
 // Loads a data source and checks it against the model: sample size equals the
 // model's input size, and every label is a valid class of the model's output.
-std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec,
-                                            const nn::Sequential& model);
+// `shapes`: the whole model's (a pipeline stage's own model holds only its layers).
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const strategy::ModelShapes& shapes);
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const nn::Sequential& model);
 
 // The sample-shape check alone (for validate, which reads only headers).
-void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape,
-                       const nn::Sequential& model);
+void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape, const Shape& model_input);
 
 // data.shard_policy as it applies with `num_workers` training tasks: "auto" is
 // "file" for a source whose format shards by file (tfrecord) when it has at least

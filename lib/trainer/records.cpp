@@ -124,6 +124,7 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["precision"] = config::precision_name(job.train.precision);
   j["strategy"] = strategy;
   j["params_sha256"] = s.params_sha256;
+  j["optimizer_state_bytes"] = s.optimizer_state_bytes;
   if (s.loss_scale) {
     j["loss_scale"] = *s.loss_scale;
     j["loss_scale_skipped_steps"] = s.loss_scale_skipped_steps;
@@ -135,11 +136,18 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
                     {"compute", s.step_ms->compute}, {"gradient_wait", s.step_ms->gradient_wait},
                     {"update", s.step_ms->update},   {"metrics", s.step_ms->metrics},
                     {"other", s.step_ms->other}};
+  if (!s.strategy_report.empty()) j[strategy] = nlohmann::json::parse(s.strategy_report);
   if (s.work_units)
     j["work_units"] = {{"total", s.work_units->total},
                        {"completed", s.work_units->completed},
                        {"requeued", s.work_units->requeued},
                        {"workers_lost", s.work_units->workers_lost}};
+  if (s.memory)
+    j["memory"] = {{"parameters", s.memory->parameters},       {"gradients", s.memory->gradients},
+                   {"optimizer_slots", s.memory->optimizer_slots}, {"accumulation", s.memory->accumulation},
+                   {"weight_copies", s.memory->weight_copies}, {"activations", s.memory->activations},
+                   {"backward_buffers", s.memory->backward_buffers}, {"total", s.memory->total},
+                   {"limit", s.memory->limit_bytes}};
   if (s.evaluations) {
     j["evaluations"] = nlohmann::json::array();
     for (const Evaluation& e : *s.evaluations)

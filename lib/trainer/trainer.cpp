@@ -23,13 +23,15 @@
 namespace dtrain::trainer {
 
 RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
+  // Printed, and held against runtime.memory_limit, before any model is allocated.
+  const strategy::MemoryEstimate memory = check_task_memory(job, options.workers ? options.workers->size() : 1,
+                                                               options.workers ? options.workers->rank() : 0);
   if (strategy::entry_of(job.strategy).cross_task == strategy::CrossTask::kParameterServer)
     return options.ps.coordinator ? run_ps_coordinator(job, options) : run_ps_worker(job, options);
   Stopwatch wall;
   RunSummary summary;
+  summary.memory = memory;
   summary.threads = setup_threads(job, options.host);
-  const int num_workers = options.workers ? options.workers->size() : 1;
-  const int worker_rank = options.workers ? options.workers->rank() : 0;
   const Device device = select_job_device(job, options.host);
   summary.device = device.str();
   std::unique_ptr<comm::Communicator> gradients;  // outlives the strategy
@@ -38,14 +40,18 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   context.gradients = gradients.get();
   auto strategy = strategy::make_strategy(job.strategy_job(), context);
   nn::Sequential& model = strategy->model();
+  // The part of the data this task reads: its rank's shard (data parallelism), its
+  // pipeline copy's (every stage of a copy reads the same records).
+  const int worker_rank = strategy->data_shard().index;
+  const int num_workers = strategy->data_shard().count;
   std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), strategy->name().c_str(),
               describe_device(device).c_str(), summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
-  auto train_data = load_checked(task_source(job, worker_rank, num_workers), model);
+  auto train_data = load_checked(task_source(job, worker_rank, num_workers), strategy->model_shapes());
   std::shared_ptr<data::Dataset> test_data;
-  if (job.data.has_test) test_data = load_checked(job.data.test, model);
+  if (job.data.has_test) test_data = load_checked(job.data.test, strategy->model_shapes());
   data::Pipeline train_pipeline(train_data, train_pipeline_options(job, *strategy, worker_rank, num_workers));
   std::unique_ptr<data::Pipeline> test_pipeline;
   if (test_data) test_pipeline = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job));
@@ -214,7 +220,13 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
                 b.step, b.data, b.compute, b.gradient_wait, b.update, b.metrics, b.other);
   }
   summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
-  summary.params_sha256 = model.params_sha256();
+  summary.params_sha256 = strategy->params_sha256();
+  summary.strategy_report = strategy->report_json();
+  summary.optimizer_state_bytes = strategy->optimizer_state_bytes();
+  const int state_shards = strategy->optimizer_state_shards();
+  std::printf("Optimizer state: %s on this task%s\n",
+              format_bytes(static_cast<double>(summary.optimizer_state_bytes)).c_str(),
+              state_shards > 1 ? str(" (sharded 1/", state_shards, ")").c_str() : "");
   if (const optim::DynamicLossScale* scale = strategy->loss_scale()) {
     summary.loss_scale = scale->scale();
     summary.loss_scale_skipped_steps = scale->state().skipped_steps;

@@ -10,6 +10,7 @@
 #include "job/job_config.h"
 #include "ps/ps_client.h"
 #include "rendezvous/store.h"
+#include "strategy/memory_estimate.h"
 
 namespace dtrain::comm {
 class Communicator;
@@ -104,6 +105,9 @@ struct RunSummary {
   int threads = 1;
   std::string device = "cpu:0";  // where it trained
   std::string params_sha256;
+  std::string strategy_report;  // Strategy::report_json(): kept under the strategy's name
+  // Bytes of optimizer slots this task held (1/N of them under ZeRO-1).
+  int64_t optimizer_state_bytes = 0;
   // train.precision mixed_float16: the dynamic loss scale at the end, and the
   // steps skipped for inf/NaN gradients (all of them, a resumed run's included).
   std::optional<double> loss_scale;
@@ -111,6 +115,8 @@ struct RunSummary {
   std::optional<StepBreakdown> step_ms;      // the training loop's tasks (not parameter_server's)
   std::optional<WorkUnitCounts> work_units;  // parameter_server's coordinator
   std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first
+  // The memory estimate this task was checked against runtime.memory_limit with.
+  std::optional<strategy::MemoryEstimate> memory;
 };
 
 // Trains and evaluates the job, printing progress to stdout, writing

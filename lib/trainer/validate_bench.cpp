@@ -28,6 +28,8 @@ void validate_source(const data::DataSourceSpec& spec, const nn::Sequential& mod
 
 void validate_job(const job::JobConfig& job, const HostSettings& host) {
   std::printf("ok   %s: valid JSON, every key known, values in range\n", job.source.c_str());
+  // As a training task of the file's cluster would hold it (one task without one).
+  check_task_memory(job, job.cluster.empty() ? 1 : job.cluster.world_size());
   const nn::Sequential model(job.model, job.train.seed);
   std::printf("ok   model: %zu layers, %s -> %s, %lld params\n", model.layers().size(),
               shape_str(model.input_shape()).c_str(), shape_str(model.output_shape()).c_str(),
@@ -42,6 +44,8 @@ void validate_job(const job::JobConfig& job, const HostSettings& host) {
   // The precision against where the job would train ("cpu:0 ..." or a GPU).
   check_precision(job, device.rfind("cpu", 0) == 0 ? Device::cpu() : Device::cuda(0));
   std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), device.c_str());
+  if (entry.point_to_point)
+    std::printf("ok   pipeline: checked against the model's layers when the job runs (stages need the cluster)\n");
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
   if (job.data.has_validation) validate_source(job.data.validation, model);
@@ -50,12 +54,12 @@ void validate_job(const job::JobConfig& job, const HostSettings& host) {
 BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
   BenchResult result;
   result.threads = setup_threads(job, options.host);
-  const int num_workers = workers ? workers->size() : 1;
-  const int worker_rank = workers ? workers->rank() : 0;
   const Device device = select_job_device(job, options.host);
   result.device = device.str();
   auto strategy = strategy::make_strategy(job.strategy_job(), {workers, result.threads, device});
-  auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model());
+  const int worker_rank = strategy->data_shard().index;
+  const int num_workers = strategy->data_shard().count;
+  auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model_shapes());
   data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers);
   po.drop_remainder = true;  // every timed step has the full batch
   data::Pipeline pipeline(dataset, po);
@@ -109,7 +113,8 @@ BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, 
   result.comm_wait_share = step_seconds > 0 ? (after.comm_wait_seconds - before.comm_wait_seconds) / step_seconds : 0.0;
   result.steps = options.steps;
   result.batch_size = job.train.batch_size_per_replica;
-  // This task's samples; every task trains the same number, so the job's rate is this x workers.
+  // This task's samples; every data shard trains the same number, so the job's
+  // rate is this x shards (a pipeline's stages share their copy's samples).
   result.samples_per_sec = samples * num_workers / std::max(result.seconds, 1e-9);
   return result;
 }

@@ -1,0 +1,467 @@
+// Implementation of pipeline.h.
+#include "strategy/pipeline.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "kernels/ops.h"
+#include "nn/losses.h"
+
+namespace dtrain::strategy {
+namespace {
+
+// Message tags (below 2^48): training steps' activations and gradients, the
+// evaluation's activations, the parameter-hash exchange.
+constexpr uint64_t kEvalTag = uint64_t{1} << 47;
+constexpr uint64_t kHashTag = uint64_t{1} << 46;
+enum Direction : uint64_t { kActivation = 0, kGradient = 1 };
+
+uint64_t step_tag(int64_t step, int64_t micro, Direction direction) {
+  return (static_cast<uint64_t>(step) << 20) | (static_cast<uint64_t>(micro) << 2) | direction;
+}
+
+// The rows of a step's micro-batch: rows [begin, begin + rows) of batch `batch`.
+struct Micro {
+  int64_t batch = 0, begin = 0, rows = 0;
+};
+
+// Each batch cut into `m` micro-batches of nearly equal size (the first
+// batch % m one row larger); micro-batches of no rows are left out.
+std::vector<Micro> cut(const std::vector<data::Batch>& batches, int64_t m) {
+  std::vector<Micro> out;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const int64_t n = batches[b].size();
+    int64_t begin = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t rows = n / m + (i < n % m ? 1 : 0);
+      if (rows > 0) out.push_back({static_cast<int64_t>(b), begin, rows});
+      begin += rows;
+    }
+  }
+  return out;
+}
+
+// A float buffer holding `bytes` (raw bytes travel through the float send/recv).
+size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+
+}  // namespace
+
+// Sends on a thread of their own, in the order posted, so a stage never blocks
+// on a send (two neighbours sending to each other at once cannot deadlock). Each
+// send carries its own copy of the data. drain() waits for all and rethrows the
+// first failure (a send has the communicator's deadline).
+class PipelineSender {
+ public:
+  explicit PipelineSender(comm::Communicator& comm) : comm_(comm), thread_([this] { loop(); }) {}
+
+  ~PipelineSender() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void post(Tensor data, int peer, uint64_t tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rethrow_locked();
+    queue_.push_back({std::move(data), peer, tag});
+    cv_.notify_all();
+  }
+
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || error_; });
+    rethrow_locked();
+  }
+
+ private:
+  struct Message {
+    Tensor data;
+    int peer;
+    uint64_t tag;
+  };
+
+  void rethrow_locked() {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() || error_) {
+        if (stop_) return;
+        queue_.clear();
+        continue;
+      }
+      Message m = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        comm_.send(m.data.data(), static_cast<size_t>(m.data.numel()), m.peer, m.tag);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      busy_ = false;
+      if (error && !error_) error_ = error;
+      cv_.notify_all();
+    }
+  }
+
+  comm::Communicator& comm_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Message> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext& context)
+    : spec_(job.strategy),
+      seed_(job.train.seed),
+      schedule_(job.strategy.schedule),
+      micro_batches_(job.strategy.micro_batches),
+      workers_(context.workers) {
+  DT_CHECK(workers_, "make_strategy gives pipeline a cluster");
+  if (!context.device.is_cpu())
+    throw ConfigError(str(spec_.path, ".type: pipeline runs on the CPU only so far (its activations travel "
+                          "through Gloo); set \"device\": \"cpu\""));
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
+  const StageSplit split = pipeline_split(spec_, layers, workers_->size());
+  const int stages = static_cast<int>(split.stages());
+  const StagePlace place = stage_of_task(workers_->rank(), stages);
+  stats_.stages = stages;
+  stats_.copies = static_cast<int>(spec_.data_parallel);
+  stats_.stage = place.stage;
+  stats_.copy = place.copy;
+  check_micro_batches(spec_, job.train.batch_size_per_replica);
+  const size_t first = split.starts[static_cast<size_t>(stats_.stage)];
+  const size_t end = split.end_of(static_cast<size_t>(stats_.stage), layers.size());
+  stats_.split = describe_split(split, layers);
+  stats_.split_how = split.how;
+  shapes_ = {layers.front().input_shape, layers.back().output_shape};
+  stage_input_ = layers[first].input_shape;
+  stage_output_ = layers[end - 1].output_shape;
+  if (workers_->rank() == 0)
+    log::info("pipeline: ", stages, " stages x ", stats_.copies, " cop", stats_.copies == 1 ? "y" : "ies", " (",
+              split.how, "): ", stats_.split, "; ", micro_batches_, " micro-batches, ",
+              schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+
+  pipe_ = workers_->split(stats_.copy, stats_.stage);
+  peers_ = workers_->split(stats_.stage, stats_.copy);
+  DT_CHECK(pipe_ && pipe_->size() == stages && pipe_->rank() == stats_.stage, "the pipeline group is malformed");
+  DT_CHECK(peers_ && peers_->size() == stats_.copies, "the stage's group is malformed");
+
+  model_ = std::make_unique<nn::Sequential>(job.model, seed_, first, end);
+  optimizer_ = optim::make_optimizer(job.optimizer);
+  model_->place(Device::cpu(), optimizer_->slots_per_param());
+  trainable_ = model_->trainable_params();
+  optimizer_->create_state(trainable_, model_->arena());
+  for (nn::Param* p : model_->params())
+    if (!p->trainable()) state_.push_back(p);
+  for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape());
+  if (last_stage()) loss_ = nn::make_loss(job.loss);
+  // Every copy of a stage starts from copy 0's parameters.
+  if (peers_->size() > 1)
+    for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
+  sender_ = std::make_unique<PipelineSender>(*pipe_);
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::vector<PipelineStrategy::Op> PipelineStrategy::schedule(int64_t count) const {
+  std::vector<Op> ops;
+  if (schedule_ == PipelineSchedule::kGpipe) {
+    for (int64_t m = 0; m < count; ++m) ops.push_back({true, m});
+    for (int64_t m = 0; m < count; ++m) ops.push_back({false, m});
+    return ops;
+  }
+  // 1F1B: warm-up forwards, then one forward and one backward in turn, then the
+  // remaining backwards.
+  const int64_t warmup = std::min<int64_t>(stats_.stages - stats_.stage - 1, count);
+  for (int64_t m = 0; m < warmup; ++m) ops.push_back({true, m});
+  for (int64_t m = warmup; m < count; ++m) {
+    ops.push_back({true, m});
+    ops.push_back({false, m - warmup});
+  }
+  for (int64_t m = count - warmup; m < count; ++m) ops.push_back({false, m});
+  return ops;
+}
+
+Tensor PipelineStrategy::receive(int64_t rows, const Shape& sample, int peer, uint64_t tag) {
+  const trace::Span span("pipeline receive", "comm");
+  Stopwatch wait;
+  Tensor t(nn::with_batch(rows, sample));
+  pipe_->recv(t.data(), static_cast<size_t>(t.numel()), peer, tag);
+  timings_.comm_wait_seconds += wait.seconds();
+  return t;
+}
+
+void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64_t step, nn::LossStats& stats,
+                                  const std::vector<data::Batch>* /*upcoming*/) {
+  DT_CHECK(!batches.empty(), "a step needs at least one batch");
+  Stopwatch step_time;
+  const double wait_before = timings_.comm_wait_seconds;
+  const std::vector<Micro> micros = cut(batches, micro_batches_);
+  const int64_t count = static_cast<int64_t>(micros.size());
+  int64_t samples = 0;
+  for (const Micro& m : micros) samples += m.rows;
+  // The gradient of the mean loss over the step's samples, summed micro-batch by micro-batch.
+  const float scale = 1.0f / static_cast<float>(samples);
+  const uint64_t copy = static_cast<uint64_t>(stats_.copy);
+  nn::StepContext ctx{true, copy == 0 ? seed_ : hash_u64(seed_, copy), step};
+  std::vector<Tensor> inputs(static_cast<size_t>(count)), grads(static_cast<size_t>(count));
+  std::vector<nn::LossRows> rows(static_cast<size_t>(count));
+  int64_t resident = -1, held = 0, backwards = 0;
+  double busy = 0.0;
+  bool first_forward = true;
+  for (const Op& op : schedule(count)) {
+    const Micro& mb = micros[static_cast<size_t>(op.micro)];
+    const size_t m = static_cast<size_t>(op.micro);
+    if (op.forward) {
+      inputs[m] = first_stage() ? batches[mb.batch].images.slice_rows(mb.begin, mb.rows)
+                                : receive(mb.rows, stage_input_, stats_.stage - 1, step_tag(step, op.micro, kActivation));
+      if (++held > stats_.peak_inputs_held) {
+        stats_.peak_inputs_held = held;
+        stats_.peak_input_bytes = held * mb.rows * shape_numel(stage_input_) * static_cast<int64_t>(sizeof(float));
+      }
+      Stopwatch compute;
+      const trace::Span span("forward", "compute");
+      ctx.weights_changed = first_forward;
+      first_forward = false;
+      const Tensor out = model_->forward(inputs[m], ctx);
+      resident = op.micro;
+      if (last_stage()) {
+        const auto& labels = batches[mb.batch].labels;
+        const std::vector<int32_t> mine(labels.begin() + mb.begin, labels.begin() + mb.begin + mb.rows);
+        grads[m] = Tensor(out.shape());
+        loss_->compute(out, nn::labels_tensor(mine, Device::cpu()), &grads[m], scale, rows[m]);
+        busy += compute.seconds();
+      } else {
+        busy += compute.seconds();
+        sender_->post(out.clone(), stats_.stage + 1, step_tag(step, op.micro, kActivation));
+      }
+      continue;
+    }
+    const Tensor grad = last_stage() ? grads[m]
+                                     : receive(mb.rows, stage_output_, stats_.stage + 1,
+                                               step_tag(step, op.micro, kGradient));
+    Stopwatch compute;
+    const trace::Span span("backward", "compute");
+    if (resident != op.micro) {
+      // The layers hold another micro-batch's forward: run this one's again,
+      // putting the non-trainable state back (it was updated by the first run).
+      std::vector<Tensor> saved;
+      for (const nn::Param* p : state_) saved.push_back(p->value.clone());
+      ctx.weights_changed = false;
+      model_->forward(inputs[m], ctx);
+      for (size_t i = 0; i < state_.size(); ++i) state_[i]->value.copy_from(saved[i]);
+      resident = op.micro;
+      ++stats_.recomputed;
+    }
+    const Tensor dx = model_->backward(grad, {}, /*input_grad=*/!first_stage());
+    // Summed in micro-batch order as one_device's gradient accumulation does: the
+    // earlier ones into the buffers, the buffers into the last one's gradients.
+    const bool last_backward = ++backwards == count;
+    for (size_t j = 0; j < trainable_.size(); ++j) {
+      if (count == 1) break;
+      if (!last_backward) {
+        kernels::axpy(1.0f, trainable_[j]->grad, accumulated_[j]);
+      } else {
+        kernels::axpy(1.0f, accumulated_[j], trainable_[j]->grad);
+        accumulated_[j].zero();
+      }
+    }
+    busy += compute.seconds();
+    inputs[m] = Tensor();
+    grads[m] = Tensor();
+    --held;
+    if (!first_stage()) sender_->post(dx.clone(), stats_.stage - 1, step_tag(step, op.micro, kGradient));
+  }
+  {
+    Stopwatch wait;
+    sender_->drain();
+    timings_.comm_wait_seconds += wait.seconds();
+  }
+
+  // The loss and accuracy of the step's whole batch (the last stages'), and the stop flag.
+  Stopwatch metrics;
+  nn::LossStats local;
+  for (const nn::LossRows& r : rows)
+    if (r.both.defined()) nn::Loss::add_stats(r, local);
+  float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
+                static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
+  workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
+  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
+  stop_agreed_ = s[3] > 0.0f;
+  timings_.metrics_seconds += metrics.seconds();
+
+  // The copies of this stage average their gradients, then each applies the same update.
+  if (peers_->size() > 1) {
+    Stopwatch wait;
+    for (nn::Param* p : trainable_) peers_->all_reduce(p->grad, comm::ReduceOp::kMean);
+    timings_.comm_wait_seconds += wait.seconds();
+  }
+  Stopwatch update;
+  optimizer_->apply(trainable_, step);
+  timings_.update_seconds += update.seconds();
+
+  const double seconds = step_time.seconds();
+  timings_.compute_seconds += busy;
+  timings_.step_seconds += seconds;
+  timings_.steps += 1;
+  stats_.busy_seconds += busy;
+  stats_.step_seconds += seconds;
+  (void)wait_before;
+}
+
+void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {
+  const uint64_t tag = kEvalTag | (eval_calls_++ << 2);
+  const nn::StepContext ctx{false, seed_, 0};
+  const Tensor x = first_stage() ? batch.images : receive(batch.size(), stage_input_, stats_.stage - 1, tag);
+  const Tensor out = model_->forward(x, ctx);
+  float s[3] = {0.0f, 0.0f, 0.0f};
+  if (last_stage()) {
+    nn::LossRows rows;
+    loss_->compute(out, nn::labels_tensor(batch.labels, Device::cpu()), nullptr, 0.0f, rows);
+    nn::LossStats local;
+    nn::Loss::add_stats(rows, local);
+    s[0] = static_cast<float>(local.loss_sum);
+    s[1] = static_cast<float>(local.correct);
+    s[2] = static_cast<float>(local.count);
+  } else {
+    sender_->post(out.clone(), stats_.stage + 1, tag);
+  }
+  sender_->drain();
+  // Every stage of the copy learns the batch's figures (the last stage's).
+  pipe_->all_reduce(s, 3, comm::ReduceOp::kSum);
+  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
+}
+
+void PipelineStrategy::sync_state() {
+  if (peers_->size() > 1)
+    for (nn::Param* p : state_) peers_->all_reduce(p->value, comm::ReduceOp::kMean);
+}
+
+void PipelineStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {
+  load_named(model_->params(), model, "model");
+  optimizer_->create_state(trainable_);
+  load_named(optimizer_->state(), optimizer, "optimizer state");
+}
+
+double theoretical_bubble(int stages, int64_t micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+std::string PipelineStrategy::report_json() const {
+  const double bubble = stats_.step_seconds > 0 ? 1.0 - stats_.busy_seconds / stats_.step_seconds : 0.0;
+  return nlohmann::json{{"stage", stats_.stage},
+                        {"stages", stats_.stages},
+                        {"copy", stats_.copy},
+                        {"data_parallel", stats_.copies},
+                        {"split", stats_.split},
+                        {"split_how", stats_.split_how},
+                        {"micro_batches", micro_batches_},
+                        {"schedule", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b"},
+                        {"bubble", bubble},
+                        {"theoretical_bubble", theoretical_bubble(stats_.stages, micro_batches_)},
+                        {"recomputed_forwards", stats_.recomputed},
+                        {"peak_inputs_held", stats_.peak_inputs_held},
+                        {"peak_input_bytes", stats_.peak_input_bytes}}
+      .dump();
+}
+
+std::vector<StatePiece> PipelineStrategy::state_pieces() {
+  std::vector<StatePiece> pieces;
+  if (stats_.copy != 0) return pieces;  // the other copies hold the same values
+  for (const nn::Param* p : model_->params()) pieces.push_back({p->name, p->value.shape(), 0, &p->value, false});
+  for (const nn::Param* p : optimizer_->state()) pieces.push_back({p->name, p->value.shape(), 0, &p->value, true});
+  return pieces;
+}
+
+std::string PipelineStrategy::params_sha256() {
+  // nn::Sequential::params_sha256 of the whole model: stage 0 of copy 0 (the
+  // chief) hashes its own params, then each later stage's in stage order, which
+  // they send as one blob of records (name, shape text, bytes); the digest then
+  // goes to every task.
+  const uint64_t tag = kHashTag | (hash_calls_++ << 2);
+  std::string digest(64, '0');
+  if (stats_.copy == 0) {
+    if (first_stage()) {
+      Sha256 h;
+      for (const nn::Param* p : model_->params()) {
+        h.update(p->name);
+        h.update(shape_str(p->value.shape()));
+        h.update(p->value.data(), p->value.bytes());
+      }
+      for (int s = 1; s < stats_.stages; ++s) {
+        float header[2];
+        pipe_->recv(header, 2, s, tag);
+        uint64_t bytes = 0;
+        std::memcpy(&bytes, header, sizeof bytes);
+        std::vector<float> blob(floats_for(bytes));
+        pipe_->recv(blob.data(), blob.size(), s, tag | 1);
+        const char* at = reinterpret_cast<const char*>(blob.data());
+        const char* end = at + bytes;
+        while (at < end) {
+          uint64_t sizes[3];
+          std::memcpy(sizes, at, sizeof sizes);
+          at += sizeof sizes;
+          h.update(at, sizes[0]);
+          at += sizes[0];
+          h.update(at, sizes[1]);
+          at += sizes[1];
+          h.update(at, sizes[2]);
+          at += sizes[2];
+        }
+      }
+      digest = h.hex_digest();
+    } else {
+      std::string blob;
+      for (const nn::Param* p : model_->params()) {
+        const std::string shape = shape_str(p->value.shape());
+        const uint64_t sizes[3] = {p->name.size(), shape.size(), static_cast<uint64_t>(p->value.bytes())};
+        blob.append(reinterpret_cast<const char*>(sizes), sizeof sizes);
+        blob += p->name;
+        blob += shape;
+        blob.append(reinterpret_cast<const char*>(p->value.data()), p->value.bytes());
+      }
+      const uint64_t bytes = blob.size();
+      float header[2];
+      std::memcpy(header, &bytes, sizeof bytes);
+      pipe_->send(header, 2, 0, tag);
+      std::vector<float> data(floats_for(bytes), 0.0f);
+      std::memcpy(data.data(), blob.data(), bytes);
+      pipe_->send(data.data(), data.size(), 0, tag | 1);
+    }
+  }
+  float raw[16];
+  static_assert(sizeof raw == 64);
+  std::memcpy(raw, digest.data(), 64);
+  workers_->broadcast(raw, 16, 0);
+  return std::string(reinterpret_cast<const char*>(raw), 64);
+}
+
+}  // namespace dtrain::strategy

@@ -1,0 +1,128 @@
+// PipelineStrategy: the model's layers cut into stages, one stage per training
+// task (strategy.type "pipeline"), as torch.distributed.pipelining and DeepSpeed's
+// PipelineModule do it, from the job file.
+//
+// Tasks: S stages x R copies (strategy.data_parallel); training task t holds
+// stage t % S of copy t / S, so consecutive tasks form one pipeline. Every stage
+// of a copy reads the same records (same seed, same shard: the copy's): the first
+// stage feeds their images in, the last takes their labels for the loss.
+//
+// A step cuts the replica's batch into M micro-batches (strategy.micro_batches;
+// with gradient accumulation K, each of the K batches into M). Activations go
+// forward and their gradients backward point-to-point between neighbouring stages
+// (Communicator::send/recv on the copy's group, tagged by step, micro-batch and
+// direction; sends are handed to a sender thread so no stage blocks on one, each
+// receive waits at most the communicator's deadline). The order of a stage's
+// forwards (F) and backwards (B) is the schedule's: gpipe, all F then all B;
+// 1f1b, S - s - 1 warm-up forwards on stage s, then F and B in turn, then the
+// remaining B (at most S - s micro-batches in flight on stage s). The gradients
+// are summed over the micro-batches in micro-batch order, exactly as one_device
+// sums the micro-batches of gradient accumulation, then averaged over the R
+// copies of the stage (an all-reduce among the tasks holding it) and applied
+// once: a step equals the unpipelined step on the whole batch.
+//
+// dtrain's layers keep one forward pass's state for their backward. So a stage
+// keeps the inputs of its micro-batches in flight, and before the backward of
+// a micro-batch whose forward is no longer the layers' latest it runs that
+// forward again (GPipe's re-materialisation; non-trainable state such as batch
+// normalization's moving statistics is put back afterwards, so it is updated
+// once per micro-batch). Under 1f1b the last stage never recomputes.
+// Batch normalization computes its statistics per micro-batch (PyTorch's and
+// DeepSpeed's pipelines do too).
+//
+// The loss, accuracy and the stop flag travel in one all-reduce over all tasks
+// after each step (only last stages contribute). Checkpoints are sharded: each
+// stage of copy 0 writes its layers and their optimizer slots
+// (Strategy::state_pieces); the names are the whole model's, so the checkpoint
+// loads as one model (ckpt export, one_device resume) and a pipeline resumes
+// from any checkpoint of the same model. CPU only so far.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strategy/pipeline_stages.h"
+#include "strategy/strategy.h"
+
+namespace dtrain::strategy {
+
+class PipelineSender;  // pipeline.cpp
+
+// The idle share of an ideal pipeline of equal stages: (S - 1) / (M + S - 1).
+double theoretical_bubble(int stages, int64_t micro_batches);
+
+// What a pipeline step measured (for the summary and `dtrain bench pipeline`).
+struct PipelineStats {
+  int stage = 0, stages = 1, copy = 0, copies = 1;
+  std::string split;           // the layers of each stage, "conv2d..flatten | dense..dense_1"
+  std::string split_how;       // "strategy.stages", "auto: measured time", "auto: parameter bytes"
+  double busy_seconds = 0.0;   // forwards, backwards (recomputation included) and the loss on this stage
+  double step_seconds = 0.0;   // whole steps
+  int64_t recomputed = 0;      // forwards run again before a backward
+  int64_t peak_inputs_held = 0;     // micro-batch inputs held at once on this stage
+  int64_t peak_input_bytes = 0;     // their bytes at that peak
+};
+
+class PipelineStrategy : public Strategy {
+ public:
+  PipelineStrategy(const StrategyJob& job, const StrategyContext& context);
+  ~PipelineStrategy() override;
+
+  std::string name() const override { return "pipeline"; }
+  int num_replicas_in_sync() const override { return stats_.copies; }
+  int local_replicas() const override { return 1; }
+  void train_step(const std::vector<data::Batch>& micro_batches, int64_t step, nn::LossStats& stats,
+                  const std::vector<data::Batch>* upcoming) override;
+  void eval_step(const data::Batch& batch, nn::LossStats& stats) override;
+  void sync_state() override;
+  void request_stop() override { stop_requested_ = true; }
+  bool stop_agreed() const override { return stop_agreed_; }
+  void load_state(const TensorLookup& model, const TensorLookup& optimizer) override;
+  nn::Sequential& model() override { return *model_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  StepTimings timings() const override { return timings_; }
+  bool sharded_state() const override { return true; }
+  std::vector<StatePiece> state_pieces() override;
+  std::string params_sha256() override;
+  DataShard data_shard() const override { return {stats_.copy, stats_.copies}; }
+  ModelShapes model_shapes() override { return shapes_; }
+  std::string report_json() const override;
+
+  const PipelineStats& pipeline_stats() const { return stats_; }
+  bool first_stage() const { return stats_.stage == 0; }
+  bool last_stage() const { return stats_.stage + 1 == stats_.stages; }
+
+ private:
+  struct Op {
+    bool forward;
+    int64_t micro;
+  };
+  std::vector<Op> schedule(int64_t micro_batches) const;
+  // Receives `rows` samples of this stage's input (stage > 0) or output gradient.
+  Tensor receive(int64_t rows, const Shape& sample, int peer, uint64_t tag);
+  void forward_micro(const Tensor& input, const nn::StepContext& ctx);
+  void backward_micro(int64_t step, int64_t micro, int64_t count, const Tensor& grad);
+
+  StrategySpec spec_;
+  uint64_t seed_;
+  PipelineSchedule schedule_;
+  int64_t micro_batches_;
+  comm::Communicator* workers_;
+  std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
+  std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage, rank = copy
+  std::unique_ptr<PipelineSender> sender_;
+  std::unique_ptr<nn::Sequential> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<nn::Loss> loss_;
+  std::vector<nn::Param*> trainable_, state_;
+  std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
+  ModelShapes shapes_;
+  Shape stage_input_, stage_output_;  // per sample
+  PipelineStats stats_;
+  StepTimings timings_;
+  uint64_t eval_calls_ = 0, hash_calls_ = 0;
+  bool stop_requested_ = false, stop_agreed_ = false;
+};
+
+}  // namespace dtrain::strategy

@@ -1,0 +1,184 @@
+// Implementation of zero_shard.h.
+#include "strategy/zero_shard.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "kernels/ops.h"
+#include "strategy/gradient_reducer.h"
+
+namespace dtrain::strategy {
+namespace {
+
+// Elements from `base`'s first element to `t`'s (both in one storage).
+int64_t offset_in(const Tensor& t, const Tensor& base) {
+  DT_CHECK(t.shares_storage(base), "a trainable tensor outside the model's arena");
+  return (static_cast<const char*>(t.raw()) - static_cast<const char*>(base.raw())) /
+         static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+void ZeroShard::check_supported(const StrategyJob& job, int local_replicas) {
+  const std::string& path = job.strategy.path;
+  if (local_replicas > 1)
+    throw ConfigError(str(path, ".shard_optimizer_state: ZeRO sharding takes one replica per task, and this job has ",
+                          local_replicas, " (", path, ".replicas); drop `replicas` and run more tasks instead "
+                          "(`dtrain launch --workers N`), or set shard_optimizer_state to false"));
+  if (job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
+    throw ConfigError(str(path, ".allreduce_dtype: 'bfloat16' is not supported with shard_optimizer_state (the "
+                          "gradients are reduce-scattered in float32); use \"float32\""));
+  if (job.strategy.communication == Communication::kNccl)
+    throw ConfigError(str(path, ".communication: 'nccl' is not supported with shard_optimizer_state yet (its "
+                          "reduce-scatter and all-gather go through Gloo, in host memory); use \"auto\" or \"ring\""));
+}
+
+optim::OptimizerSpec ZeroShard::optimizer_spec(optim::OptimizerSpec spec) {
+  spec.clipnorm = 0.0;
+  spec.global_clipnorm = 0.0;
+  return spec;
+}
+
+ZeroShard::ZeroShard(const std::vector<nn::Param*>& params, comm::Communicator& workers,
+                     const optim::OptimizerSpec& spec, optim::Optimizer& optimizer)
+    : workers_(workers), params_(params), clipnorm_(spec.clipnorm), global_clipnorm_(spec.global_clipnorm) {
+  DT_CHECK(!params.empty(), "ZeRO sharding of a model without trainable params");
+  values_ = Tensor::span(params.front()->value, params.back()->value);
+  grads_ = Tensor::span(params.front()->grad, params.back()->grad);
+  flat_ = values_.numel();
+  DT_CHECK_EQ(grads_.numel(), flat_);
+  // The values and the grads must be one flat range each, with one layout: element
+  // i of the gradient range is the gradient of element i of the value range.
+  std::vector<int64_t> offsets;
+  for (const nn::Param* p : params) {
+    const int64_t at = offset_in(p->value, values_);
+    DT_CHECK(at == offset_in(p->grad, grads_), "the gradients of ", p->name, " lie elsewhere than its values");
+    DT_CHECK(offsets.empty() || at >= offsets.back() + params[offsets.size() - 1]->value.numel(),
+             "the trainable values are not in model order in the arena");
+    offsets.push_back(at);
+  }
+  const int n = workers.size();
+  chunk_ = static_cast<int64_t>(comm::padded_count(static_cast<size_t>(flat_), n)) / n;
+  lo_ = std::min<int64_t>(flat_, chunk_ * workers.rank());
+  hi_ = std::min<int64_t>(flat_, lo_ + chunk_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const nn::Param* p = params[i];
+    const int64_t begin = std::max(lo_, offsets[i]), end = std::min(hi_, offsets[i] + p->value.numel());
+    if (end <= begin) continue;
+    const int64_t at = begin - offsets[i];
+    pieces_.push_back({p->name, p->value.flat_slice(at, end - begin), p->grad.flat_slice(at, end - begin)});
+    piece_of_.push_back({i, at});
+  }
+  for (nn::Param& piece : pieces_) piece_pointers_.push_back(&piece);
+  int64_t floats = 0;
+  for (const nn::Param& piece : pieces_) floats += TensorArena::padded(piece.value.numel());
+  floats *= optimizer.slots_per_param();
+  if (floats > 0) slots_ = std::make_unique<TensorArena>(params.front()->value.device(), floats);
+  optimizer.create_state(piece_pointers_, slots_.get());
+  whole_.assign(static_cast<size_t>(chunk_ * n), 0.0f);
+  mine_.assign(static_cast<size_t>(chunk_), 0.0f);
+}
+
+void ZeroShard::ride_along(size_t count, std::function<void(float* values)> fill) {
+  DT_CHECK(extras_.empty() && count > 0, "ride_along is set once");
+  extras_.assign(count, 0.0f);
+  fill_extras_ = std::move(fill);
+}
+
+double ZeroShard::reduce_gradients() {
+  const bool one = workers_.size() == 1;  // the local gradients are the mean already
+  non_finite_ = 0;
+  if (!one || track_non_finite_) {
+    // A copy from a GPU waits for the backward ops issued so far (as the reducer's packing does).
+    grads_.copy_to_host(whole_.data());
+    std::fill(whole_.begin() + flat_, whole_.end(), 0.0f);  // the padding past G
+    if (track_non_finite_) non_finite_ = count_non_finite(whole_.data(), static_cast<size_t>(flat_));
+  }
+  if (fill_extras_) fill_extras_(extras_.data());
+  if (one) return 0.0;
+  const trace::Span span("reduce-scatter", "comm");
+  Stopwatch waited;
+  // The loss sums, stop flag and non-finite count: one small all-reduce of their
+  // own (a reduce-scatter leaves each task only its own slice of anything in it).
+  if (!extras_.empty()) workers_.all_reduce(extras_.data(), extras_.size(), comm::ReduceOp::kSum);
+  workers_.reduce_scatter(whole_.data(), static_cast<size_t>(chunk_), mine_.data(), comm::ReduceOp::kMean);
+  // On a GPU the copy is issued on the compute stream, before the optimizer's update.
+  if (hi_ > lo_) grads_.flat_slice(lo_, hi_ - lo_).copy_from_host(mine_.data());
+  return waited.seconds();
+}
+
+void ZeroShard::clip_norms() {
+  if (clipnorm_ <= 0.0 && global_clipnorm_ <= 0.0) return;
+  const Device device = params_.front()->grad.device();
+  const int64_t pieces = static_cast<int64_t>(pieces_.size());
+  std::vector<float> per_param(params_.size(), 0.0f);
+  if (pieces > 0) {
+    if (!piece_squares_.defined()) piece_squares_ = Tensor({pieces}, device);
+    for (int64_t i = 0; i < pieces; ++i) {
+      Tensor sum = piece_squares_.flat_slice(i, 1);
+      kernels::sum_of_squares(pieces_[static_cast<size_t>(i)].grad, sum);
+    }
+    std::vector<float> host(static_cast<size_t>(pieces));
+    piece_squares_.copy_to_host(host.data());  // waits for the sums on a GPU
+    for (size_t i = 0; i < host.size(); ++i) per_param[piece_of_[i].param] += host[i];
+  }
+  // Each param's sum of squares over every task's pieces of it.
+  if (workers_.size() > 1) workers_.all_reduce(per_param.data(), per_param.size(), comm::ReduceOp::kSum);
+  if (!param_squares_.defined()) param_squares_ = Tensor({static_cast<int64_t>(params_.size())}, device);
+  param_squares_.copy_from_host(per_param.data());
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (clipnorm_ > 0.0)
+      kernels::clip_by_norm(pieces_[i].grad, param_squares_.flat_slice(static_cast<int64_t>(piece_of_[i].param), 1),
+                            static_cast<float>(clipnorm_));
+    else
+      kernels::clip_by_norm(pieces_[i].grad, param_squares_, static_cast<float>(global_clipnorm_));
+  }
+}
+
+double ZeroShard::gather_values() {
+  if (workers_.size() == 1) return 0.0;  // the one slice is the whole range
+  // Waits on a GPU for the optimizer's update of the slice.
+  if (hi_ > lo_) values_.flat_slice(lo_, hi_ - lo_).copy_to_host(mine_.data());
+  std::fill(mine_.begin() + (hi_ - lo_), mine_.end(), 0.0f);  // past G: the padding
+  const trace::Span span("all-gather", "comm");
+  Stopwatch waited;
+  workers_.all_gather(mine_.data(), static_cast<size_t>(chunk_), whole_.data());
+  values_.copy_from_host(whole_.data());
+  return waited.seconds();
+}
+
+std::vector<StatePiece> ZeroShard::slot_pieces(optim::Optimizer& optimizer) const {
+  std::vector<StatePiece> out;
+  const std::vector<nn::Param*> state = optimizer.state();  // slot-major: slot k of every piece, then k + 1
+  DT_CHECK(pieces_.empty() ? state.empty() : state.size() % pieces_.size() == 0,
+           "optimizer slots that are not one per piece");
+  for (size_t j = 0; j < state.size(); ++j) {
+    const PieceOf& of = piece_of_[j % pieces_.size()];
+    out.push_back({state[j]->name, params_[of.param]->value.shape(), of.offset, &state[j]->value, true});
+  }
+  return out;
+}
+
+void ZeroShard::load_slots(optim::Optimizer& optimizer, const Strategy::TensorLookup& lookup) const {
+  const std::vector<nn::Param*> state = optimizer.state();
+  for (size_t j = 0; j < state.size(); ++j) {
+    nn::Param& slot = *state[j];
+    const PieceOf& of = piece_of_[j % pieces_.size()];
+    const Shape& whole = params_[of.param]->value.shape();
+    const Tensor* t = lookup(slot.name);
+    if (!t)
+      throw ConfigError(str("the checkpoint's optimizer state has no tensor '", slot.name,
+                            "': it was written for another model or optimizer"));
+    if (t->shape() == whole) slot.value.copy_from(t->flat_slice(of.offset, slot.value.numel()));
+    else if (t->shape() == slot.value.shape()) slot.value.copy_from(*t);
+    else
+      throw ConfigError(str("the checkpoint's optimizer state tensor '", slot.name, "' has shape ",
+                            shape_str(t->shape()), " but the model needs ", shape_str(whole)));
+  }
+}
+
+}  // namespace dtrain::strategy

@@ -1,0 +1,213 @@
+// The pipeline strategy on threads of this process, its tasks meeting over Gloo
+// through an InMemoryStore: 2- and 4-stage pipelines under both schedules give
+// one_device's per-step loss on the same batch, end with exactly the parameters
+// of one_device with gradient accumulation over the same micro-batches (the same
+// sums in the same order), and 2 stages x 2 copies match one_device on both
+// copies' batches. Also the stage split's errors and the schedules' order.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/gloo_communicator.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "job/job_config.h"
+#include "rendezvous/store.h"
+#include "strategy/pipeline.h"
+#include "strategy/pipeline_stages.h"
+#include "strategy/registry.h"
+#include "support/rank_threads.h"
+#include "support/tiny_dense_job.h"
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// 6 inputs, four Dense layers (dense .. dense_3), Adam or SGD with momentum.
+job::JobConfig deep_job(const std::string& strategy, const std::string& train_extra = "",
+                        const std::string& optimizer = R"({"type": "adam", "learning_rate": 0.01})") {
+  return job::parse_job_config(R"({
+    "strategy": )" + strategy + R"(,
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
+                                             {"type": "Dense", "units": 8, "activation": "relu"},
+                                             {"type": "Dense", "units": 8, "activation": "tanh"},
+                                             {"type": "Dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": )" + optimizer + R"(,
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 8, "seed": 7)" + train_extra + R"(}})",
+                               "job.json");
+}
+
+data::Batch batch(int64_t step, int64_t first, int64_t rows) { return test::tiny_dense_batch(step, first, rows); }
+
+constexpr int kSteps = 20;
+
+struct Run {
+  std::vector<double> losses;
+  std::string hash;
+  std::map<std::string, std::vector<float>> params;  // by name
+};
+
+// one_device on `rows` rows per step, in `k` accumulation batches of rows / k.
+Run one_device(int64_t rows, int64_t k, const std::string& optimizer) {
+  const job::JobConfig job = deep_job(R"({"type": "one_device"})", str(", \"gradient_accumulation_steps\": ", k),
+                                      optimizer);
+  auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+  Run run;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    std::vector<data::Batch> batches;
+    for (int64_t i = 0; i < k; ++i) batches.push_back(batch(step, i * rows / k, rows / k));
+    nn::LossStats stats;
+    s->train_step(batches, step, stats);
+    run.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
+  }
+  run.hash = s->params_sha256();
+  for (const nn::Param* p : s->model().params())
+    run.params[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+  return run;
+}
+
+// A pipeline of `tasks` tasks; copy c trains on rows [8c, 8c + 8) of each step's stream.
+std::vector<Run> pipeline(int tasks, const std::string& strategy, const std::string& optimizer) {
+  rendezvous::InMemoryStore store;
+  std::vector<Run> runs(static_cast<size_t>(tasks));
+  const auto problems = test::run_on_threads(tasks, [&](int rank) -> std::string {
+    comm::GlooOptions o;
+    o.rank = rank;
+    o.size = tasks;
+    o.prefix = "comm/workers/";
+    o.timeout_seconds = 30.0;
+    auto workers = comm::make_gloo_communicator(store, o);
+    const job::JobConfig job = deep_job(strategy, "", optimizer);
+    auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
+    Run& run = runs[static_cast<size_t>(rank)];
+    const int copy = s->data_shard().index;
+    for (int64_t step = 0; step < kSteps; ++step) {
+      nn::LossStats stats;
+      s->train_step({batch(step, 8 * copy, 8)}, step, stats);
+      run.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    run.hash = s->params_sha256();
+    for (const nn::Param* p : s->model().params())
+      run.params[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+    return "";
+  });
+  test::check_all_ok(problems);
+  return runs;
+}
+
+void check_losses_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i << ": " << got[i] << " vs " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= tolerance * std::abs(want[i]));
+  }
+}
+
+void check_params_close(const Run& stage, const Run& whole, double tolerance) {
+  CHECK_FALSE(stage.params.empty());
+  for (const auto& [name, values] : stage.params) {
+    INFO(name);
+    REQUIRE(whole.params.count(name) == 1);
+    const std::vector<float>& want = whole.params.at(name);
+    REQUIRE(values.size() == want.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(values[i]) - want[i]) / std::max(1e-3, std::abs(double(want[i]))));
+    CHECK(worst <= tolerance);
+  }
+}
+
+const char* const kAdam = R"({"type": "adam", "learning_rate": 0.01})";
+const char* const kMomentum = R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})";
+
+}  // namespace
+
+TEST_CASE("pipeline: 2 and 4 stages, both schedules, equal one_device step by step") {
+  const std::string optimizer = GENERATE(as<std::string>{}, kAdam, kMomentum);
+  const Run whole = one_device(8, 1, optimizer);
+  const Run accumulated = one_device(8, 4, optimizer);
+  struct Case {
+    const char* strategy;
+    int tasks;
+  };
+  for (const Case& c : {Case{R"({"type": "pipeline", "stages": ["dense_2"], "schedule": "gpipe"})", 2},
+                        Case{R"({"type": "pipeline", "stages": ["dense_2"], "schedule": "1f1b"})", 2},
+                        Case{R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3"], "schedule": "gpipe"})", 4},
+                        Case{R"({"type": "pipeline", "stages": "auto", "micro_batches": 4})", 4}}) {
+    INFO(c.strategy << " with " << optimizer);
+    const std::vector<Run> runs = pipeline(c.tasks, c.strategy, optimizer);
+    for (const Run& r : runs) {
+      // Every stage reports the loss of the whole batch, one_device's within 1e-4.
+      check_losses_close(r.losses, whole.losses, 1e-4);
+      // The same sums in the same order as one_device's accumulation of the 4 micro-batches.
+      CHECK(r.hash == accumulated.hash);
+      check_params_close(r, accumulated, 0.0);
+      check_params_close(r, whole, 1e-4);
+    }
+  }
+}
+
+TEST_CASE("pipeline: 2 stages x 2 data-parallel copies equal one_device on both copies' batches") {
+  const Run whole = one_device(16, 1, kAdam);
+  const std::vector<Run> runs =
+      pipeline(4, R"({"type": "pipeline", "stages": ["dense_2"], "data_parallel": 2, "micro_batches": 2})", kAdam);
+  for (const Run& r : runs) {
+    check_losses_close(r.losses, whole.losses, 1e-4);
+    check_params_close(r, whole, 1e-4);
+  }
+  CHECK(runs[0].hash == runs[3].hash);
+}
+
+TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flight; gpipe keeps all") {
+  // Observed through the peak of held inputs on each stage after a step.
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    rendezvous::InMemoryStore store;
+    std::vector<int64_t> peaks(4);
+    test::check_all_ok(test::run_on_threads(4, [&](int rank) -> std::string {
+      comm::GlooOptions o;
+      o.rank = rank;
+      o.size = 4;
+      o.timeout_seconds = 30.0;
+      auto workers = comm::make_gloo_communicator(store, o);
+      const job::JobConfig job = deep_job(str(R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3"], )",
+                                              R"("micro_batches": 8, "schedule": ")", schedule, "\"}"));
+      auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
+      nn::LossStats stats;
+      s->train_step({batch(0, 0, 8)}, 0, stats);
+      peaks[static_cast<size_t>(rank)] = dynamic_cast<strategy::PipelineStrategy&>(*s).pipeline_stats().peak_inputs_held;
+      return "";
+    }));
+    for (int stage = 0; stage < 4; ++stage) {
+      INFO(schedule << " stage " << stage);
+      CHECK(peaks[static_cast<size_t>(stage)] == (std::string(schedule) == "gpipe" ? 8 : 4 - stage));
+    }
+  }
+}
+
+TEST_CASE("pipeline: bad stage lists and micro-batch counts are ConfigErrors with the fix") {
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(deep_job(R"({"type": "one_device"})").model);
+  auto spec = [](const std::string& section) { return deep_job(section).strategy; };
+  CHECK_THROWS_WITH(strategy::named_split(spec(R"({"type": "pipeline", "stages": ["dense_9"]})"), layers),
+                    Contains("stages[0]: 'dense_9' is not a layer of the model") && Contains("dense, dense_1"));
+  CHECK_THROWS_WITH(strategy::named_split(spec(R"({"type": "pipeline", "stages": ["dense_2", "dense_1"]})"), layers),
+                    Contains("stages[1]: 'dense_1' (layer 1) does not come after the previous boundary 'dense_2'"));
+  CHECK_THROWS_WITH(strategy::named_split(spec(R"({"type": "pipeline", "stages": ["dense"]})"), layers),
+                    Contains("is the model's first layer"));
+  CHECK_THROWS_WITH(
+      strategy::named_split(spec(R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3", "x"]})"), layers),
+      Contains("5 stages but the model has only 4 layers"));
+  CHECK_THROWS_WITH(strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": ["dense_2"]})"), 3),
+                    Contains("2 stages") && Contains("need 2 training tasks") && Contains("has 3"));
+  CHECK_THROWS_WITH(strategy::check_micro_batches(spec(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 3})"), 8),
+                    Contains("micro_batches: 3 micro-batches do not divide train.batch_size_per_replica 8"));
+  CHECK_THROWS_WITH(deep_job(R"({"type": "pipeline"})"), Contains("stages") && Contains("is required"));
+  CHECK_THROWS_WITH(deep_job(R"({"type": "one_device", "micro_batches": 2})"), Contains("only pipeline takes"));
+  // Balanced split: the heavy layer stands alone.
+  const strategy::StageSplit split = strategy::balanced_split({1, 1, 10, 1, 1}, 3, "test");
+  CHECK(split.starts == std::vector<size_t>{0, 2, 3});
+}

@@ -1,0 +1,330 @@
+// ZeRO stage 1 (strategy.shard_optimizer_state) under multi_worker_mirrored, on
+// threads of this process: with N = 1, 2, 3 and 4 tasks (the flat parameter
+// range of 325 floats divides by none of 2, 3, 4: padded) the sharded run follows
+// the unsharded one step by step (losses and final parameters within 1e-5
+// relative) with Adam, SGD with momentum, norm clipping, loss scaling and
+// gradient accumulation; each task holds exactly its slice of the optimizer
+// slots; whole optimizer state loads into a sharded strategy (another N) and
+// comes back whole from its checkpoint pieces; what ZeRO does not do is a
+// ConfigError.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/gloo_communicator.h"
+#include "comm/local_communicator.h"
+#include "core/error.h"
+#include "job/job_config.h"
+#include "optim/optimizer.h"
+#include "rendezvous/store.h"
+#include "strategy/registry.h"
+#include "support/rank_threads.h"
+#include "support/tiny_dense_job.h"
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// 6 inputs, Dense 16 tanh, Dense 5: trainable tensors of 96, 16, 80 and 5 floats,
+// padded in the arena to 128, 64, 128 and 5: a flat range of 325 floats.
+job::JobConfig zero_job(bool shard, const std::string& optimizer) {
+  job::JobConfig job = job::parse_job_config(R"({
+    "strategy": {"type": "multi_worker_mirrored"},
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 16, "activation": "tanh"},
+                                             {"type": "Dense", "units": 5}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": )" + optimizer + R"(,
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 4, "seed": 7}})",
+                                             "job.json");
+  job.strategy.shard_optimizer_state = shard;
+  return job;
+}
+
+const char* const kAdam = R"({"type": "adam", "learning_rate": 0.01})";
+const char* const kMomentum = R"({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9})";
+
+using Lookup = strategy::Strategy::TensorLookup;
+using TensorMap = std::map<std::string, Tensor>;
+
+Lookup lookup_in(const TensorMap& tensors) {
+  return [&tensors](const std::string& name) -> const Tensor* {
+    const auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  };
+}
+
+// The tasks' communicators (and Gloo's store), kept as long as their strategies.
+struct Group {
+  rendezvous::InMemoryStore store;
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+};
+
+// What one task ends a run with.
+struct TaskRun {
+  std::shared_ptr<Group> group;         // outlives `strategy` (declared first)
+  std::vector<double> losses;           // per step, the job's mean loss
+  std::map<std::string, std::vector<float>> params;  // the whole model, by name
+  int64_t state_bytes = 0;              // Strategy::optimizer_state_bytes()
+  std::vector<strategy::StatePiece> pieces;  // state_pieces() (pointing into `strategy`)
+  std::unique_ptr<strategy::Strategy> strategy;
+};
+
+struct RunOptions {
+  int steps = 20;
+  int accumulation = 1;
+  bool loss_scaling = false;
+  bool gloo = false;  // Gloo over an in-memory store, else the in-process group
+  const TensorMap* start_model = nullptr;  // load_state before the first step
+  const TensorMap* start_optimizer = nullptr;
+  int first_step = 0;
+};
+
+// `job` on n tasks (threads), task r training on rows 4r..4r+3 of each batch.
+std::vector<TaskRun> run(const job::JobConfig& job, int n, const RunOptions& o = {}) {
+  std::vector<TaskRun> out(static_cast<size_t>(n));
+  auto group = std::make_shared<Group>();
+  if (!o.gloo) group->comms = comm::make_local_group(n, 30.0);
+  else group->comms.resize(static_cast<size_t>(n));
+  for (TaskRun& t : out) t.group = group;
+  job::JobConfig j = job;
+  j.train.gradient_accumulation_steps = o.accumulation;
+  test::check_all_ok(test::run_on_threads(n, [&](int rank) -> std::string {
+    if (o.gloo) {
+      comm::GlooOptions g;
+      g.rank = rank;
+      g.size = n;
+      g.prefix = "comm/workers/";
+      g.timeout_seconds = 30.0;
+      group->comms[rank] = comm::make_gloo_communicator(group->store, g);
+    }
+    strategy::StrategyContext context{group->comms[rank].get(), 1};
+    context.loss_scaling = o.loss_scaling;
+    TaskRun& t = out[static_cast<size_t>(rank)];
+    t.strategy = strategy::make_strategy(j.strategy_job(), context);
+    if (o.start_model) t.strategy->load_state(lookup_in(*o.start_model), lookup_in(*o.start_optimizer));
+    for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
+      std::vector<data::Batch> micro;
+      for (int k = 0; k < o.accumulation; ++k)
+        micro.push_back(test::tiny_dense_batch(step * o.accumulation + k, 4 * rank, 4));
+      nn::LossStats stats;
+      t.strategy->train_step(micro, step, stats);
+      t.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    for (const nn::Param* p : t.strategy->model().params()) {
+      std::vector<float>& v = t.params[p->name];
+      v.resize(static_cast<size_t>(p->value.numel()));
+      p->value.copy_to_host(v.data());
+    }
+    t.state_bytes = t.strategy->optimizer_state_bytes();
+    t.pieces = t.strategy->state_pieces();
+    return "";
+  }));
+  return out;
+}
+
+// Every task's losses and parameters equal the reference task's within 1e-5 relative.
+void check_same_trajectory(const std::vector<TaskRun>& got, const TaskRun& reference) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    INFO("task " << r);
+    REQUIRE(got[r].losses.size() == reference.losses.size());
+    for (size_t s = 0; s < reference.losses.size(); ++s) {
+      INFO("step " << s);
+      CHECK(got[r].losses[s] == Approx(reference.losses[s]).epsilon(1e-5));
+    }
+    for (const auto& [name, values] : reference.params) {
+      INFO(name);
+      const std::vector<float>& mine = got[r].params.at(name);
+      REQUIRE(mine.size() == values.size());
+      float largest = 0.0f, diff = 0.0f;
+      for (size_t i = 0; i < values.size(); ++i) {
+        largest = std::max(largest, std::abs(values[i]));
+        diff = std::max(diff, std::abs(mine[i] - values[i]));
+      }
+      CHECK(diff <= 1e-5f * largest);
+    }
+  }
+}
+
+// The elements of the 325-float range (tensors at 0, 128, 192, 320) inside task r's slice of n.
+int64_t slice_elements(int r, int n) {
+  const int64_t offsets[] = {0, 128, 192, 320}, sizes[] = {96, 16, 80, 5};
+  const int64_t flat = 325, chunk = (flat + n - 1) / n;
+  const int64_t lo = std::min(flat, chunk * r), hi = std::min(flat, lo + chunk);
+  int64_t count = 0;
+  for (int i = 0; i < 4; ++i)
+    count += std::max<int64_t>(0, std::min(hi, offsets[i] + sizes[i]) - std::max(lo, offsets[i]));
+  return count;
+}
+
+// The whole optimizer state assembled from every task's pieces; each element must
+// come from exactly one piece.
+TensorMap assemble_slots(const std::vector<TaskRun>& tasks) {
+  TensorMap whole;
+  std::map<std::string, std::vector<int>> covered;
+  for (const TaskRun& t : tasks)
+    for (const strategy::StatePiece& piece : t.pieces) {
+      if (!piece.optimizer) continue;
+      auto [it, added] = whole.emplace(piece.name, Tensor(piece.whole_shape));
+      std::vector<int>& hits = covered[piece.name];
+      hits.resize(static_cast<size_t>(it->second.numel()));
+      const Tensor host = piece.value->to_host();
+      for (int64_t i = 0; i < host.numel(); ++i) {
+        it->second.data()[piece.offset + i] = host.data()[i];
+        ++hits[static_cast<size_t>(piece.offset + i)];
+      }
+    }
+  for (const auto& [name, hits] : covered) {
+    INFO(name);
+    CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+  }
+  return whole;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 follows the unsharded run over 20 steps, Adam and SGD with momentum, N = 1..4 (padded)") {
+  for (const char* optimizer : {kAdam, kMomentum}) {
+    for (int n : {1, 2, 3, 4}) {
+      CAPTURE(optimizer, n);
+      const std::vector<TaskRun> unsharded = run(zero_job(false, optimizer), n);
+      const std::vector<TaskRun> sharded = run(zero_job(true, optimizer), n);
+      check_same_trajectory(sharded, unsharded[0]);
+      check_same_trajectory(unsharded, unsharded[0]);
+      CHECK(unsharded[0].losses.back() < unsharded[0].losses.front() * 0.9);  // it learns
+      // Each task holds the slots of exactly its slice; together, the whole state once.
+      const int64_t slots = std::string(optimizer) == kAdam ? 2 : 1;
+      CHECK(unsharded[0].state_bytes == slots * 197 * 4);  // 96 + 16 + 80 + 5 floats per slot
+      int64_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        INFO("task " << r);
+        CHECK(sharded[r].state_bytes == slots * slice_elements(r, n) * 4);
+        CHECK(sharded[r].strategy->optimizer_state_shards() == n);
+        total += sharded[r].state_bytes;
+      }
+      CHECK(total == unsharded[0].state_bytes);
+    }
+  }
+}
+
+TEST_CASE("ZeRO-1 with Gloo's reduce_scatter and all_gather (3 tasks, padded) follows the unsharded run") {
+  RunOptions o;
+  o.gloo = true;
+  const std::vector<TaskRun> unsharded = run(zero_job(false, kAdam), 3, o);
+  check_same_trajectory(run(zero_job(true, kAdam), 3, o), unsharded[0]);
+}
+
+TEST_CASE("ZeRO-1 clips by each param's norm over all tasks, scales losses and accumulates like the unsharded run") {
+  SECTION("clipnorm and global_clipnorm") {
+    const char* const clipped[] = {R"({"type": "adam", "learning_rate": 0.01, "clipnorm": 0.05})",
+                                   R"({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9, "global_clipnorm": 0.05})"};
+    for (const char* optimizer : clipped) {
+      CAPTURE(optimizer);
+      const std::vector<TaskRun> unsharded = run(zero_job(false, optimizer), 3);
+      check_same_trajectory(run(zero_job(true, optimizer), 3), unsharded[0]);
+      // The limit acts: without it the run differs.
+      const bool adam = std::string(optimizer).find("adam") != std::string::npos;
+      const std::vector<TaskRun> unclipped = run(zero_job(false, adam ? kAdam : kMomentum), 3);
+      CHECK(std::abs(unclipped[0].losses.back() - unsharded[0].losses.back()) > 1e-4);
+    }
+  }
+  SECTION("dynamic loss scaling") {
+    RunOptions o;
+    o.loss_scaling = true;
+    const std::vector<TaskRun> unsharded = run(zero_job(false, kAdam), 2, o);
+    const std::vector<TaskRun> sharded = run(zero_job(true, kAdam), 2, o);
+    check_same_trajectory(sharded, unsharded[0]);
+    CHECK(sharded[1].strategy->loss_scale()->scale() == unsharded[0].strategy->loss_scale()->scale());
+  }
+  SECTION("gradient accumulation") {
+    RunOptions o;
+    o.accumulation = 2;
+    o.steps = 10;
+    const std::vector<TaskRun> unsharded = run(zero_job(false, kMomentum), 3, o);
+    check_same_trajectory(run(zero_job(true, kMomentum), 3, o), unsharded[0]);
+  }
+}
+
+TEST_CASE("ZeRO-1 state: whole slots load into any N, come back whole from the pieces, and resume the same") {
+  // Five unsharded steps on 2 tasks: the checkpoint (model and whole optimizer state).
+  RunOptions first;
+  first.steps = 5;
+  const std::vector<TaskRun> before = run(zero_job(false, kAdam), 2, first);
+  TensorMap model, optimizer;
+  for (const nn::Param* p : before[0].strategy->model().params()) model[p->name] = p->value.clone();
+  for (const nn::Param* p : before[0].strategy->optimizer().state()) optimizer[p->name] = p->value.clone();
+  REQUIRE(optimizer.size() == 8);  // m and v of 4 tensors
+
+  // Loaded into 3 sharded tasks and taken back out of their checkpoint pieces: the same slots.
+  RunOptions loaded;
+  loaded.steps = 0;
+  loaded.start_model = &model;
+  loaded.start_optimizer = &optimizer;
+  const std::vector<TaskRun> sharded = run(zero_job(true, kAdam), 3, loaded);
+  const TensorMap back = assemble_slots(sharded);
+  REQUIRE(back.size() == optimizer.size());
+  for (const auto& [name, whole] : optimizer) {
+    INFO(name);
+    const Tensor& got = back.at(name);
+    REQUIRE(got.shape() == whole.shape());
+    CHECK(std::equal(got.data(), got.data() + got.numel(), whole.data()));
+  }
+  // The model comes whole from the chief only.
+  for (size_t r = 0; r < sharded.size(); ++r) {
+    const auto model_pieces = std::count_if(sharded[r].pieces.begin(), sharded[r].pieces.end(),
+                                            [](const strategy::StatePiece& p) { return !p.optimizer; });
+    CHECK(model_pieces == (r == 0 ? 4 : 0));
+  }
+  CHECK(sharded[0].strategy->sharded_state());
+
+  // ...and back into an unsharded strategy: the same slots again.
+  RunOptions into_one = loaded;
+  into_one.start_optimizer = &back;
+  const std::vector<TaskRun> unsharded_again = run(zero_job(false, kAdam), 1, into_one);
+  for (const nn::Param* p : unsharded_again[0].strategy->optimizer().state()) {
+    INFO(p->name);
+    const Tensor host = p->value.to_host();
+    CHECK(std::equal(host.data(), host.data() + host.numel(), optimizer.at(p->name).data()));
+  }
+
+  // Resuming onto 3 tasks, sharded or not: the same trajectory.
+  RunOptions resume = loaded;
+  resume.steps = 5;
+  resume.first_step = 5;
+  const std::vector<TaskRun> resumed_unsharded = run(zero_job(false, kAdam), 3, resume);
+  check_same_trajectory(run(zero_job(true, kAdam), 3, resume), resumed_unsharded[0]);
+
+  // A sharded task's own current slots (restore_best_weights) load back unchanged.
+  strategy::Strategy& s = *sharded[1].strategy;
+  TensorMap own;
+  for (const nn::Param* p : s.optimizer().state()) own[p->name] = p->value.clone();
+  for (nn::Param* p : s.optimizer().state()) p->value.zero();
+  s.load_state(lookup_in(model), lookup_in(own));
+  for (const nn::Param* p : s.optimizer().state()) {
+    INFO(p->name);
+    CHECK(std::equal(p->value.data(), p->value.data() + p->value.numel(), own.at(p->name).data()));
+  }
+}
+
+TEST_CASE("ZeRO-1: what it does not do is a ConfigError saying what to do instead") {
+  auto group = comm::make_local_group(1);
+  const strategy::StrategyContext context{group[0].get(), 1};
+  job::JobConfig replicas = zero_job(true, kAdam);
+  replicas.strategy.replicas = 2;
+  CHECK_THROWS_WITH(strategy::make_strategy(replicas.strategy_job(), context), Contains("one replica per task"));
+  job::JobConfig bf16 = zero_job(true, kAdam);
+  bf16.strategy.allreduce_dtype = strategy::AllreduceDType::kBfloat16;
+  CHECK_THROWS_AS(strategy::make_strategy(bf16.strategy_job(), context), ConfigError);
+  job::JobConfig nccl = zero_job(true, kAdam);
+  nccl.strategy.communication = strategy::Communication::kNccl;
+  CHECK_THROWS_WITH(strategy::make_strategy(nccl.strategy_job(), context), Contains("use \"auto\" or \"ring\""));
+  // Only multi_worker_mirrored reads the key.
+  CHECK_THROWS_WITH(test::tiny_dense_job("mirrored", R"(, "shard_optimizer_state": true)"),
+                    Contains("only multi_worker_mirrored"));
+}
