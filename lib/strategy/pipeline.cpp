@@ -149,7 +149,12 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
     throw ConfigError(str(spec_.path, ".type: pipeline runs on the CPU only so far (its activations travel "
                           "through Gloo); set \"device\": \"cpu\""));
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
-  const StageSplit split = pipeline_split(spec_, layers, workers_->size());
+  StageSplit split = pipeline_split(spec_, layers, workers_->size());
+  if (!context.stage_starts.empty()) {
+    DT_CHECK(context.stage_starts.size() == split.stages() && context.stage_starts.front() == 0,
+             "the trainer's stage split has ", context.stage_starts.size(), " stages, not ", split.stages());
+    split = {context.stage_starts, context.stage_split_how};
+  }
   const int stages = static_cast<int>(split.stages());
   const StagePlace place = stage_of_task(workers_->rank(), stages);
   stats_.stages = stages;

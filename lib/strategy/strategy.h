@@ -50,6 +50,11 @@ struct StrategyContext {
   // reduces the gradients on the device (GradientReducer's device path); the
   // other collectives (the chief's broadcast, metrics, checks) stay on `workers`.
   comm::Communicator* gradients = nullptr;
+  // pipeline: the layer index where each stage begins, as the trainer decided it
+  // (strategy.stages, or "auto" by measured time or parameter bytes); empty: the
+  // strategy reads strategy.stages itself ("auto" by parameter bytes).
+  std::vector<size_t> stage_starts;
+  std::string stage_split_how;
 };
 
 // Whether a strategy for `job` scales the loss (train.precision mixed_float16, or

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/host.h"
 #include "core/log.h"
 #include "core/strings.h"
@@ -160,7 +161,66 @@ strategy::MemoryEstimate check_memory(const job::JobConfig& job, const strategy:
   return estimate;
 }
 
-strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank) {
+namespace {
+
+// Forward + backward seconds of each top-level layer of the whole model on
+// micro-batches of `rows` random samples: the mean of `steps` profiled steps
+// after one warm-up step (primitive creation).
+std::vector<double> measure_layer_seconds(const job::JobConfig& job, int64_t rows, int steps) {
+  nn::Sequential model(job.model, job.train.seed);
+  model.place(Device::cpu(), 0);
+  const std::unique_ptr<nn::Loss> loss = nn::make_loss(job.loss);
+  Tensor x(nn::with_batch(rows, model.input_shape()));
+  Rng rng(job.train.seed);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = rng.uniform();
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  const int64_t classes = model.output_shape().empty() ? 1 : model.output_shape()[0];
+  for (int32_t& l : labels) l = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(std::max<int64_t>(1, classes)));
+  const Tensor y = nn::labels_tensor(labels, Device::cpu());
+  const auto step = [&](int64_t i) {
+    const Tensor out = model.forward(x, {true, job.train.seed, i});
+    Tensor grad(out.shape());
+    nn::LossRows r;
+    loss->compute(out, y, &grad, 1.0f / static_cast<float>(rows), r);
+    model.backward(grad);
+  };
+  step(0);
+  model.set_profiling(true);
+  for (int i = 0; i < steps; ++i) step(i + 1);
+  std::vector<double> seconds;
+  for (const auto& layer : model.layers())
+    seconds.push_back((layer->time().forward_seconds + layer->time().backward_seconds) / steps);
+  model.set_profiling(false);
+  return seconds;
+}
+
+}  // namespace
+
+std::optional<strategy::StageSplit> plan_pipeline(const job::JobConfig& job, comm::Communicator* workers) {
+  if (!cuts_stages(job) || !workers) return std::nullopt;
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
+  strategy::StageSplit split = strategy::pipeline_split(job.strategy, layers, workers->size());
+  if (!job.strategy.stages_auto) return split;
+  // Measured only where one task may hold the whole model.
+  strategy::MemoryQuery whole = memory_query(job, workers->size());
+  const bool fits = job.runtime.memory_limit == 0 ||
+                    strategy::estimate_memory(whole).total <= job.runtime.memory_limit;
+  float too_big = fits ? 0.0f : 1.0f;  // on any task: all take the same split
+  workers->all_reduce(&too_big, 1, comm::ReduceOp::kSum);
+  if (too_big > 0.0f) return split;  // by parameter bytes
+  std::vector<float> cost(layers.size(), 0.0f);
+  if (workers->rank() == 0) {
+    const std::vector<double> seconds =
+        measure_layer_seconds(job, job.train.batch_size_per_replica / job.strategy.micro_batches, 3);
+    for (size_t i = 0; i < cost.size(); ++i) cost[i] = static_cast<float>(seconds[i]);
+  }
+  workers->broadcast(cost.data(), cost.size(), 0);
+  return strategy::balanced_split(std::vector<double>(cost.begin(), cost.end()), static_cast<int>(split.stages()),
+                                  "auto: measured time");
+}
+
+strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank,
+                                           const strategy::StageSplit* given) {
   const strategy::MemoryQuery query = memory_query(job, training_tasks);
   if (!cuts_stages(job)) return check_memory(job, query);
   if (training_tasks < 2) {
@@ -174,7 +234,7 @@ strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int traini
   // one forward pass; the stage's other micro-batches in flight keep only their
   // inputs, for the forward run again before their backward).
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
-  const strategy::StageSplit split = strategy::pipeline_split(job.strategy, layers, training_tasks);
+  const strategy::StageSplit split = given ? *given : strategy::pipeline_split(job.strategy, layers, training_tasks);
   const int stages = static_cast<int>(split.stages());
   const strategy::StagePlace place = strategy::stage_of_task(rank, stages);
   const size_t first = split.starts[static_cast<size_t>(place.stage)];

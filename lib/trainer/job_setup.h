@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "job/job_config.h"
@@ -10,6 +11,7 @@
 #include "data/pipeline.h"
 #include "nn/sequential.h"
 #include "strategy/memory_estimate.h"
+#include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -39,6 +41,14 @@ std::string describe_device(const Device& device);
 // What select_job_device would pick, without making it ready (for validate);
 // throws the same ConfigError when a GPU is asked for and none is usable.
 std::string check_job_device(const job::JobConfig& job);
+
+// A pipeline job's stage split (nullopt for other jobs): strategy.stages, or with
+// "auto" the layers balanced by their forward + backward time, measured by the
+// chief on a few steps of the whole model with one micro-batch (the profiler of
+// `bench train --profile`) and broadcast to every task, so all take the same
+// split; by parameter bytes when the whole model would not fit
+// runtime.memory_limit in one task. Collective over `workers`.
+std::optional<strategy::StageSplit> plan_pipeline(const job::JobConfig& job, comm::Communicator* workers);
 
 // Memory accounting (strategy/memory_estimate.h). The query of one training task
 // of `job` among `training_tasks` (chief + workers): every layer, batches of
@@ -70,7 +80,8 @@ strategy::MemoryEstimate check_memory(const job::JobConfig& job, const strategy:
 // activations and the inputs of its other micro-batches in flight). A pipeline
 // job with no cluster yet (validate without one) prints the whole model's
 // estimate, not held against the limit.
-strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank = 0);
+strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank = 0,
+                                           const strategy::StageSplit* split = nullptr);
 
 // Loads a data source and checks it against the model: sample size equals the
 // model's input size, and every label is a valid class of the model's output.

@@ -23,21 +23,32 @@
 namespace dtrain::trainer {
 
 RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
-  // Printed, and held against runtime.memory_limit, before any model is allocated.
+  // A pipeline's stages (measured on the chief for "auto"), then the memory
+  // estimate, printed and held against runtime.memory_limit before any model of
+  // this task is allocated.
+  const bool parameter_server =
+      strategy::entry_of(job.strategy).cross_task == strategy::CrossTask::kParameterServer;
+  const int threads = parameter_server ? 0 : setup_threads(job, options.host);  // (ps_training's own)
+  const std::optional<strategy::StageSplit> split = plan_pipeline(job, options.workers);
   const strategy::MemoryEstimate memory = check_task_memory(job, options.workers ? options.workers->size() : 1,
-                                                               options.workers ? options.workers->rank() : 0);
-  if (strategy::entry_of(job.strategy).cross_task == strategy::CrossTask::kParameterServer)
+                                                               options.workers ? options.workers->rank() : 0,
+                                                               split ? &*split : nullptr);
+  if (parameter_server)
     return options.ps.coordinator ? run_ps_coordinator(job, options) : run_ps_worker(job, options);
   Stopwatch wall;
   RunSummary summary;
   summary.memory = memory;
-  summary.threads = setup_threads(job, options.host);
+  summary.threads = threads;
   const Device device = select_job_device(job, options.host);
   summary.device = device.str();
   std::unique_ptr<comm::Communicator> gradients;  // outlives the strategy
   if (options.connect_gradients && !device.is_cpu()) gradients = options.connect_gradients(device);
   strategy::StrategyContext context{options.workers, summary.threads, device};
   context.gradients = gradients.get();
+  if (split) {
+    context.stage_starts = split->starts;
+    context.stage_split_how = split->how;
+  }
   auto strategy = strategy::make_strategy(job.strategy_job(), context);
   nn::Sequential& model = strategy->model();
   // The part of the data this task reads: its rank's shard (data parallelism), its

@@ -6,6 +6,7 @@
 // both ways between pipeline and one_device; a killed middle stage ends the job
 // with exit 4 naming it; bad stage lists are exit 2 with the fix.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -128,6 +129,16 @@ TEST_CASE("pipelines of the MLP and the CNN give one_device's losses and its acc
       CHECK(p.summary["world_size"] == 1);
     }
   }
+}
+
+TEST_CASE("stages \"auto\" balances the layers by their measured time, the same split on every task") {
+  TempDir one, dir;
+  const Result base = run_single(cnn(one, 64), one);
+  const Result p = run_pipeline(cnn(dir, 64), {{"type", "pipeline"}, {"stages", "auto"}}, 3, dir);
+  require_close(p.losses, base.losses, "auto pipeline vs one_device");
+  CHECK(p.summary["pipeline"]["split_how"] == "auto: measured time");
+  const std::string split = p.summary["pipeline"]["split"];
+  CHECK(std::count(split.begin(), split.end(), '|') == 2);
 }
 
 TEST_CASE("2 stages x 2 data-parallel copies give one_device's losses on the global batch") {
@@ -295,10 +306,16 @@ TEST_CASE("a model over runtime.memory_limit under one_device trains as a 4-stag
 
   job["output"]["dir"] = piped.file("out");
   job["strategy"] = {{"type", "pipeline"}, {"stages", "auto"}};
-  const RunOutput p = run_dtrain({"launch", "--workers", "4", "--config", write_job(piped, job), "--threads", "1"},
+  const RunOutput p = run_dtrain({"launch", "--workers", "4", "--config", write_job(piped, job), "--threads", "1",
+                                  "--summary", piped.file("launch.json")},
                                  {240.0, ""});
   INFO(describe(p));
   REQUIRE(p.exit_code == 0);
+  // "auto" could not measure the whole model in one task under the limit: split by parameter bytes.
+  const json stage = read_json_file(piped.file("launch.json"))["tasks"]["worker:1"];
+  CHECK(stage["pipeline"]["split_how"] == "auto: parameter bytes");
+  CHECK(stage["pipeline"]["split"] == "dense | dense_1 | dense_2 | dense_3");
+  CHECK(stage["memory"]["total"].get<int64_t>() < 400 << 20);
   CHECK(std::fabs(final_loss(piped) - final_loss(unlimited)) <= 1e-4 * final_loss(unlimited));
 
   job["output"]["dir"] = zero.file("out");
