@@ -87,7 +87,11 @@ double mean_bubble(const BenchRun& run) {
   return run.stages.empty() ? 0.0 : sum / static_cast<double>(run.stages.size());
 }
 
-std::string mib(int64_t bytes) { return str(static_cast<double>(bytes) / (1 << 20)); }
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
 
 }  // namespace
 

@@ -41,7 +41,7 @@ const std::vector<StrategyEntry>& strategies() {
       {"central_storage",
        "N replicas on threads of one process read one central copy of the variables on the host; their mean "
        "gradient updates it once per step",
-       CrossTask::kNothing, true, central_storage},
+       CrossTask::kNothing, true, central_storage, /*point_to_point=*/false, /*central_copy=*/true},
       {"parameter_server",
        "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take work units from "
        "the coordinator",

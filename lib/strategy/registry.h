@@ -33,6 +33,9 @@ struct StrategyEntry {
   // Sends activations between tasks (pipeline): its communicator over the training
   // tasks is Gloo's own (point-to-point and sub-groups), whatever communication says.
   bool point_to_point = false;
+  // Keeps one more copy of the variables, their gradients and slots: the central
+  // one (central_storage), for the memory estimate.
+  bool central_copy = false;
   bool available() const { return static_cast<bool>(make); }
 };
 

@@ -109,11 +109,6 @@ namespace {
 // A pipeline job: the model is cut into stages (only pipeline takes strategy.stages).
 bool cuts_stages(const job::JobConfig& job) { return job.strategy.stages_auto || !job.strategy.stages.empty(); }
 
-// central_storage keeps one more copy of the variables (and their gradients and
-// slots) on the host. The registry has no flag for it, so this is the one place
-// that knows it by name.
-bool keeps_central_copy(const strategy::StrategyEntry& entry) { return entry.name == "central_storage"; }
-
 strategy::MemoryQuery base_query(const job::JobConfig& job) {
   strategy::MemoryQuery q;
   q.model = job.model;
@@ -130,7 +125,7 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
   const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   strategy::MemoryQuery q = base_query(job);
   if (entry.local_replicas) q.local_replicas = std::max<int64_t>(1, job.strategy.replicas);
-  q.central_copy = keeps_central_copy(entry);
+  q.central_copy = entry.central_copy;
   if (job.strategy.shard_optimizer_state) q.optimizer_shards = std::max(1, training_tasks);
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.

@@ -2,6 +2,7 @@
 // files FAIL the test at once: they are problems of the test machine, not of
 // dtrain, and the message says which file.
 #include "integration/job_files.h"
+#include "integration/run_dtrain.h"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -51,6 +52,24 @@ nlohmann::json small_mlp_job(int64_t train_take, int64_t test_take) {
 
 nlohmann::json small_cnn_job(int64_t train_take, int64_t test_take) {
   return shrink(shipped_config("fashion_mnist_cnn.json"), train_take, test_take);
+}
+
+nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int workers) {
+  const std::string summary = dir.file("launch.json");
+  const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", write_job(dir, job),
+                                  "--threads", "1", "--summary", summary},
+                                 {180.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json launch = read_json_file(summary);
+  std::string hash;
+  for (const auto& [task, s] : launch["tasks"].items()) {
+    INFO(task);
+    REQUIRE(s.is_object());
+    if (hash.empty()) hash = s["params_sha256"];
+    CHECK(s["params_sha256"] == hash);
+  }
+  return launch;
 }
 
 std::string read_file(const std::string& path) {

@@ -38,6 +38,11 @@ nlohmann::json small_cnn_job(int64_t train_take = 640, int64_t test_take = 200);
 // every 10 steps into dir/ckpt, output in dir/out.
 nlohmann::json resumable_job(const TempDir& dir, int workers);
 
+// Runs `job` (written into `dir`) as `workers` local tasks, one thread each, with
+// `dtrain launch --summary`; REQUIREs exit 0 and every task's summary, CHECKs that
+// they all report the same params_sha256, and returns the launch summary.
+nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int workers);
+
 // The whole file as bytes.
 std::string read_file(const std::string& path);
 // One JSON value from a file.

@@ -72,21 +72,11 @@ Result run_single(json job, const TempDir& dir, int accumulation = 1) {
 
 Result run_pipeline(json job, const json& strategy, int tasks, const TempDir& dir) {
   job["strategy"] = strategy;
-  const std::string summary = dir.file("launch.json");
-  const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(tasks), "--config", write_job(dir, job),
-                                  "--threads", "1", "--summary", summary},
-                                 {180.0, ""});
-  INFO(describe(r));
-  REQUIRE(r.exit_code == 0);
-  const json launch = read_json_file(summary);
-  std::string hash;
-  for (const auto& [task, s] : launch["tasks"].items()) {
-    REQUIRE(s.is_object());
-    CHECK(s["strategy"] == "pipeline");
-    if (hash.empty()) hash = s["params_sha256"];
-    CHECK(s["params_sha256"] == hash);  // every task reports the whole model's hash
-  }
-  return {step_losses(dir), hash, launch["tasks"]["worker:0"]};
+  // Every task reports the whole model's hash (launch_job checks they agree).
+  const json launch = launch_job(dir, job, tasks);
+  for (const auto& [task, s] : launch["tasks"].items()) CHECK(s["strategy"] == "pipeline");
+  const json& chief = launch["tasks"]["worker:0"];
+  return {step_losses(dir), chief["params_sha256"], chief};
 }
 
 void require_close(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
