@@ -228,7 +228,6 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
                                   const std::vector<data::Batch>* /*upcoming*/) {
   DT_CHECK(!batches.empty(), "a step needs at least one batch");
   Stopwatch step_time;
-  const double wait_before = timings_.comm_wait_seconds;
   const std::vector<Micro> micros = cut(batches, micro_batches_);
   const int64_t count = static_cast<int64_t>(micros.size());
   int64_t samples = 0;
@@ -339,7 +338,6 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   timings_.steps += 1;
   stats_.busy_seconds += busy;
   stats_.step_seconds += seconds;
-  (void)wait_before;
 }
 
 void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {

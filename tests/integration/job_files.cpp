@@ -5,6 +5,7 @@
 #include "integration/run_dtrain.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -70,6 +71,23 @@ nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int wor
     CHECK(s["params_sha256"] == hash);
   }
   return launch;
+}
+
+std::vector<double> step_losses(const TempDir& dir, int64_t expected) {
+  std::vector<double> losses;
+  for (const nlohmann::json& record : read_json_lines(dir.file("out/metrics.jsonl")))
+    if (record["kind"] == "step") losses.push_back(record["loss"].get<double>());
+  if (expected >= 0) REQUIRE(static_cast<int64_t>(losses.size()) == expected);
+  return losses;
+}
+
+void require_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
+                   const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(what << ", step " << i + 1 << ": " << got[i] << " vs " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i]) <= tolerance * std::fabs(want[i]));
+  }
 }
 
 std::string read_file(const std::string& path) {

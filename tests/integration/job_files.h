@@ -43,6 +43,14 @@ nlohmann::json resumable_job(const TempDir& dir, int workers);
 // they all report the same params_sha256, and returns the launch summary.
 nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int workers);
 
+// The chief's (or the single task's) step losses from dir/out/metrics.jsonl, in
+// order (a resumed run's after the earlier ones); REQUIREs `expected` of them
+// unless it is negative.
+std::vector<double> step_losses(const TempDir& dir, int64_t expected = -1);
+// REQUIREs equal lengths and each |got - want| <= tolerance x |want|, naming the step.
+void require_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
+                   const std::string& what);
+
 // The whole file as bytes.
 std::string read_file(const std::string& path);
 // One JSON value from a file.

@@ -28,20 +28,9 @@ json equivalence_job(const TempDir& dir, const std::string& strategy, int batch_
   return job;
 }
 
-// The loss of each step, from the chief's (or the single task's) metrics.jsonl.
-std::vector<double> step_losses(const TempDir& dir) {
-  std::vector<double> losses;
-  for (const json& record : read_json_lines(dir.file("out/metrics.jsonl")))
-    if (record["kind"] == "step") losses.push_back(record["loss"].get<double>());
-  REQUIRE(losses.size() == kSteps);
-  return losses;
-}
-
-void require_same_trajectory(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
-  for (int i = 0; i < kSteps; ++i) {
-    INFO(what << ", step " << i + 1 << ": " << a[i] << " vs " << b[i]);
-    REQUIRE(std::fabs(a[i] - b[i]) <= 1e-4 * std::fabs(a[i]));
-  }
+void require_same_trajectory(const std::vector<double>& base, const std::vector<double>& other,
+                             const std::string& what) {
+  require_close(other, base, 1e-4, what);
 }
 
 // Runs the job on one process (`run`) and returns its step losses.
@@ -49,7 +38,7 @@ std::vector<double> run_single(const json& job, const TempDir& dir) {
   const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job), "--threads", "1"}, {120.0, ""});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
-  return step_losses(dir);
+  return step_losses(dir, kSteps);
 }
 
 // Runs the job as `workers` local tasks with `dtrain launch`; returns the chief's
@@ -59,7 +48,7 @@ std::vector<double> run_workers(const json& job, int workers, const TempDir& dir
   const json launch = launch_job(dir, job, workers);
   for (const auto& [task, s] : launch["tasks"].items())
     CHECK(s["world_size"] == (replicas_in_sync > 0 ? replicas_in_sync : workers));
-  return step_losses(dir);
+  return step_losses(dir, kSteps);
 }
 
 }  // namespace

@@ -51,23 +51,6 @@ json launch(const json& job, int workers, const TempDir& dir, const std::string&
   return s;
 }
 
-// The chief's step losses, in order (a resumed run's after the earlier ones).
-std::vector<double> step_losses(const TempDir& dir) {
-  std::vector<double> losses;
-  for (const json& record : read_json_lines(dir.file("out/metrics.jsonl")))
-    if (record["kind"] == "step") losses.push_back(record["loss"].get<double>());
-  return losses;
-}
-
-void require_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
-                   const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO(what << ", step " << i + 1 << ": " << got[i] << " vs " << want[i]);
-    REQUIRE(std::fabs(got[i] - want[i]) <= tolerance * std::fabs(want[i]));
-  }
-}
-
 std::vector<double> last(const std::vector<double>& v, size_t n) { return {v.end() - static_cast<long>(n), v.end()}; }
 
 }  // namespace
