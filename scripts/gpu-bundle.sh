@@ -15,8 +15,11 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh -DDTRAIN_CUDA=ON
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
-cp build/dtrain build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_layers \
-  build/tests/gpu/test_gpu_training build/tests/gpu/test_gpu_nccl .gpu/bin/
+cp build/dtrain .gpu/bin/
+for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training; do
+  # (the NCCL tests exist in builds with NCCL only)
+  if [ -x "build/tests/gpu/$t" ]; then cp "build/tests/gpu/$t" .gpu/bin/; fi
+done
 strip .gpu/bin/*
 ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |

@@ -2,7 +2,8 @@
 # Runs the gpu-labelled tests on a machine with a GPU: every op on the GPU
 # against the CPU (tests/gpu/test_gpu_ops.cpp), a ResNet-style model's outputs
 # and gradients against the CPU (test_gpu_layers.cpp) and training on the GPU
-# (test_gpu_training.cpp), NCCL's collectives (test_gpu_nccl.cpp, builds with
+# (test_gpu_training.cpp), a pipeline's stages on GPUs (test_gpu_pipeline.cpp),
+# NCCL's collectives and NCCL in training (test_gpu_nccl*.cpp, builds with
 # NCCL). Here a skipped test is a failure: the point of this script is that they
 # ran. The one exception: NCCL's two-rank tests need two GPUs and say so when the
 # machine has one ("needs two GPUs").
@@ -18,7 +19,7 @@ if [ -d .gpu/bin ]; then
   source scripts/gpu-env.sh
   "$DTRAIN_TEST_BINARY" devices || exit 1
   status=0
-  for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_nccl; do
+  for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training; do
     [ -x "$dtrain_gpu_test_dir/$t" ] || { echo "test-gpu.sh: $t is not in the bundle" >&2; status=1; continue; }
     echo "== $t"
     # The same limits as ctest's TIMEOUT for these tests: a hung GPU call fails, never blocks.

@@ -5,10 +5,11 @@
 // is a local cluster through the same launcher as `dtrain launch`, training
 // --steps steps; the tasks' summaries give samples/s (the chief's, evaluation and
 // loading excluded), each stage's measured bubble (1 - busy / step time: the share
-// of a step it waited for its neighbours) and the micro-batch inputs it held at
-// its peak. Printed: the bubble averaged over the stages next to the ideal
-// pipeline's (S - 1) / (M + S - 1), held bytes per stage, and samples/s against
-// multi_worker_mirrored's.
+// of a step it waited for its neighbours), the micro-batch inputs it held at its
+// peak, and its peak activation bytes as measured (tensor/memory_scope.h) next to
+// the memory estimate's. Printed: the bubble averaged over the stages next to the
+// ideal pipeline's (S - 1) / (M + S - 1), held inputs and activation bytes per
+// stage, and samples/s against multi_worker_mirrored's.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -71,12 +72,19 @@ BenchRun run_cluster(const BenchPipelineOptions& options, const runtime::Environ
   if (report.exit_code != 0)
     throw RuntimeError(str("bench pipeline: the ", name, " run failed (exit ", report.exit_code,
                            "); its task logs are in ", (dir / name / "logs").string()));
-  BenchRun run{name};
+  BenchRun run;
+  run.name = name;
   for (const launch::TaskReport& t : report.tasks) {
     if (t.summary_json.empty()) throw RuntimeError(str("bench pipeline: ", t.task.str(), " wrote no summary"));
     const nlohmann::json s = nlohmann::json::parse(t.summary_json);
     if (t.task.index == 0) run.samples_per_sec = s.at("train_samples_per_sec").get<double>();
-    if (s.contains("pipeline")) run.stages.push_back(s["pipeline"]);
+    if (!s.contains("pipeline")) continue;
+    nlohmann::json stage = s["pipeline"];
+    // The estimate of what the steps hold: forward's activations and backward's buffers.
+    if (s.contains("memory"))
+      stage["estimated_activation_bytes"] =
+          s["memory"].value("activations", int64_t{0}) + s["memory"].value("backward_buffers", int64_t{0});
+    run.stages.push_back(stage);
   }
   return run;
 }
@@ -129,6 +137,8 @@ int bench_pipeline_command(const BenchPipelineOptions& options, const runtime::E
                           {"bubble", s["bubble"]},
                           {"peak_inputs_held", s["peak_inputs_held"]},
                           {"peak_input_bytes", s["peak_input_bytes"]},
+                          {"peak_activation_bytes", s["peak_activation_bytes"]},
+                          {"estimated_activation_bytes", s.value("estimated_activation_bytes", int64_t{0})},
                           {"recomputed_forwards", s["recomputed_forwards"]}});
       std::printf("%s\n", nlohmann::json{{"config", options.job.config},
                                          {"schedule", r.name},
@@ -151,11 +161,13 @@ int bench_pipeline_command(const BenchPipelineOptions& options, const runtime::E
               runs[0].stages.empty() ? "" : runs[0].stages[0]["split"].get<std::string>().c_str(),
               options.micro_batches, static_cast<long long>(batch), options.steps);
   std::printf("%-24s %10s %10s %12s %10s  %s\n", "run", "bubble", "(S-1)/(M+S-1)", "samples/s", "vs mwms",
-              "held micro-batch inputs per stage: count / MiB");
+              "per stage: inputs held (count / MiB), activation MiB measured (estimate)");
   for (const BenchRun& r : runs) {
     std::vector<std::string> held;
     for (const nlohmann::json& s : r.stages)
-      held.push_back(str(s["peak_inputs_held"].get<int64_t>(), " / ", mib(s["peak_input_bytes"].get<int64_t>())));
+      held.push_back(str(s["peak_inputs_held"].get<int64_t>(), " / ", mib(s["peak_input_bytes"].get<int64_t>()), ", ",
+                         mib(s["peak_activation_bytes"].get<int64_t>()), " (",
+                         mib(s.value("estimated_activation_bytes", int64_t{0})), ")"));
     std::printf("%-24s %10.3f %13.3f %12.0f %9.2fx  %s\n", ("pipeline " + r.name).c_str(), mean_bubble(r), theory,
                 r.samples_per_sec, r.samples_per_sec / std::max(mwms.samples_per_sec, 1e-9), join(held, " | ").c_str());
   }

@@ -18,6 +18,7 @@ struct GpuInfo {
   int compute_major = 0, compute_minor = 0;
   int multiprocessors = 0;
   size_t total_bytes = 0, free_bytes = 0;  // free_bytes: 0 unless asked for
+  std::string pci_bus_id;  // "0000:3b:00.0": the same GPU whatever CUDA_VISIBLE_DEVICES numbers it
 };
 struct GpuReport {
   bool built_with_cuda = false;

@@ -121,27 +121,51 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
       comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders)), "workers");
 }
 
-std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl(const std::string& prefix, double timeout_seconds,
-                                                              const Device& device) {
-  if (session_.world_size() < 2) return nullptr;
+namespace {
+
 #if DTRAIN_HAVE_NCCL
+// An NCCL group of `size` tasks under `prefix`, this one `rank`, on `device`.
+std::unique_ptr<comm::NcclCommunicator> join_nccl(rendezvous::ClusterSession& session, const std::string& prefix,
+                                                  double timeout_seconds, const Device& device, int rank, int size,
+                                                  const std::string& name) {
   comm::NcclOptions options;
-  options.rank = session_.rank();
-  options.size = session_.world_size();
+  options.rank = rank;
+  options.size = size;
   options.device = device.index;
   options.prefix = prefix;
   options.timeout_seconds = timeout_seconds;
   // The heartbeats' view, asked without waiting at every poll of every wait.
-  options.peer_lost = [this] { return session_.wait_for_failure(0.0); };
+  options.peer_lost = [&session] { return session.wait_for_failure(0.0); };
   options.compute_stream = kernels::compute_stream(device);
-  options.name = "the training tasks' NCCL group";
-  auto nccl = std::make_unique<comm::NcclCommunicator>(session_.store(), options);
-  if (options.rank == 0)
-    log::info("comm: gradients all-reduced by NCCL (", comm::nccl_version(), ") on the GPUs of ", options.size,
-              " tasks; other collectives over Gloo");
+  options.name = name;
+  return std::make_unique<comm::NcclCommunicator>(session.store(), options);
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl(const std::string& prefix, double timeout_seconds,
+                                                              const Device& device) {
+  if (session_.world_size() < 2) return nullptr;
+#if DTRAIN_HAVE_NCCL
+  auto nccl = join_nccl(session_, prefix, timeout_seconds, device, session_.rank(), session_.world_size(),
+                        "the training tasks' NCCL group");
+  if (session_.rank() == 0)
+    log::info("comm: gradients all-reduced by NCCL (", comm::nccl_version(), ") on the GPUs of ",
+              session_.world_size(), " tasks; other collectives over Gloo");
   return nccl;
 #else
   (void)prefix, (void)timeout_seconds, (void)device;
+  throw ConfigError("strategy.communication: NCCL is not in this build of dtrain");
+#endif
+}
+
+std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl_pair(const std::string& prefix, double timeout_seconds,
+                                                                   const Device& device, int rank) {
+#if DTRAIN_HAVE_NCCL
+  return join_nccl(session_, prefix, timeout_seconds, device, rank, 2, str("the NCCL pair ", prefix));
+#else
+  (void)prefix, (void)timeout_seconds, (void)device, (void)rank;
   throw ConfigError("strategy.communication: NCCL is not in this build of dtrain");
 #endif
 }

@@ -56,6 +56,10 @@ class ClusterTask {
   // training task. A ConfigError in a build without NCCL.
   std::unique_ptr<comm::Communicator> connect_nccl(const std::string& prefix, double timeout_seconds,
                                                    const Device& device);
+  // A two-task NCCL group under `prefix` (a pipeline's neighbouring stages, one
+  // direction): this task is `rank` 0 or 1 in it; otherwise as connect_nccl.
+  std::unique_ptr<comm::Communicator> connect_nccl_pair(const std::string& prefix, double timeout_seconds,
+                                                        const Device& device, int rank);
 
   // A PeerLost, TimeoutError or CommError that a collective raised: the job's
   // failure as the heartbeats know it (naming the lost task, its address and last

@@ -216,6 +216,13 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
         run.connect_gradients = [&task, &job](const Device& device) {
           return task.connect_nccl("comm/nccl/workers/", job.runtime.heartbeat_timeout + 20.0, device);
         };
+      // A pipeline on GPUs sends its activations with NCCL likewise (where each
+      // stage has a GPU of its own: the strategy checks).
+      if (comm::kNcclBuilt && entry.point_to_point &&
+          (communication == strategy::Communication::kNccl || communication == strategy::Communication::kAuto))
+        run.connect_device_pair = [&task, &job](const Device& device, const std::string& name, int rank) {
+          return task.connect_nccl_pair(name, job.runtime.heartbeat_timeout + 20.0, device, rank);
+        };
     }
     if (parameter_server) {
       std::vector<std::string> addresses;

@@ -2,12 +2,7 @@
 #include "strategy/pipeline.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +16,7 @@
 #include "core/trace.h"
 #include "kernels/ops.h"
 #include "nn/losses.h"
+#include "strategy/pipeline_links.h"
 
 namespace dtrain::strategy {
 namespace {
@@ -61,93 +57,14 @@ size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(fl
 
 }  // namespace
 
-// Sends on a thread of their own, in the order posted, so a stage never blocks
-// on a send (two neighbours sending to each other at once cannot deadlock). Each
-// send carries its own copy of the data. drain() waits for all and rethrows the
-// first failure (a send has the communicator's deadline).
-class PipelineSender {
- public:
-  explicit PipelineSender(comm::Communicator& comm) : comm_(comm), thread_([this] { loop(); }) {}
-
-  ~PipelineSender() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  void post(Tensor data, int peer, uint64_t tag) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    rethrow_locked();
-    queue_.push_back({std::move(data), peer, tag});
-    cv_.notify_all();
-  }
-
-  void drain() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || error_; });
-    rethrow_locked();
-  }
-
- private:
-  struct Message {
-    Tensor data;
-    int peer;
-    uint64_t tag;
-  };
-
-  void rethrow_locked() {
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  void loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty() || error_) {
-        if (stop_) return;
-        queue_.clear();
-        continue;
-      }
-      Message m = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        comm_.send(m.data.data(), static_cast<size_t>(m.data.numel()), m.peer, m.tag);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      busy_ = false;
-      if (error && !error_) error_ = error;
-      cv_.notify_all();
-    }
-  }
-
-  comm::Communicator& comm_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Message> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;  // last: starts after the members it uses
-};
-
 PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext& context)
     : spec_(job.strategy),
       seed_(job.train.seed),
       schedule_(job.strategy.schedule),
       micro_batches_(job.strategy.micro_batches),
+      device_(context.device),
       workers_(context.workers) {
   DT_CHECK(workers_, "make_strategy gives pipeline a cluster");
-  if (!context.device.is_cpu())
-    throw ConfigError(str(spec_.path, ".type: pipeline runs on the CPU only so far (its activations travel "
-                          "through Gloo); set \"device\": \"cpu\""));
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
   StageSplit split = pipeline_split(spec_, layers, workers_->size());
   if (!context.stage_starts.empty()) {
@@ -181,17 +98,51 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
 
   model_ = std::make_unique<nn::Sequential>(job.model, seed_, first, end);
   optimizer_ = optim::make_optimizer(job.optimizer);
-  model_->place(Device::cpu(), optimizer_->slots_per_param());
+  model_->place(device_, optimizer_->slots_per_param());
   trainable_ = model_->trainable_params();
   optimizer_->create_state(trainable_, model_->arena());
   for (nn::Param* p : model_->params())
     if (!p->trainable()) state_.push_back(p);
-  for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape());
+  for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
   if (last_stage()) loss_ = nn::make_loss(job.loss);
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
-  sender_ = std::make_unique<PipelineSender>(*pipe_);
+  connect_links(context);
+}
+
+void PipelineStrategy::connect_links(const StrategyContext& context) {
+  // NCCL where the build has it (the runtime gives a connector for GPU jobs) and
+  // every stage of this copy has a GPU of its own; else Gloo. Every stage learns
+  // every stage's device, so all of the copy choose alike.
+  bool nccl = false;
+  if (context.connect_device_pair && !device_.is_cpu()) {
+    // Each stage's identity as a SHA-256 (64 hex characters, 16 floats' bytes); the CPU: none.
+    const std::string own = device_identity(device_);
+    std::string digest(64, ' ');
+    if (!own.empty()) {
+      Sha256 h;
+      h.update(own);
+      digest = h.hex_digest();
+    }
+    std::vector<float> all(16 * static_cast<size_t>(stats_.stages));
+    float raw[16];
+    std::memcpy(raw, digest.data(), sizeof raw);
+    pipe_->all_gather(raw, 16, all.data());
+    std::vector<std::string> identities;
+    for (int s = 0; s < stats_.stages; ++s) {
+      std::string id(reinterpret_cast<const char*>(&all[16 * static_cast<size_t>(s)]), 64);
+      identities.push_back(id == std::string(64, ' ') ? "" : id);
+    }
+    nccl = stages_on_distinct_gpus(identities);
+    if (!nccl && workers_->rank() == 0)
+      log::info("pipeline: stages share a GPU (NCCL needs one GPU per rank): activations travel through Gloo, "
+                "with host copies");
+  }
+  links_ = nccl ? make_nccl_links(stats_.stage, stats_.stages, stats_.copy, device_, context.connect_device_pair)
+                : make_host_links(*pipe_, device_);
+  stats_.links = links_->name();
+  if (workers_->rank() == 0) log::info("pipeline: activations and gradients between stages: ", stats_.links);
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
@@ -218,8 +169,7 @@ std::vector<PipelineStrategy::Op> PipelineStrategy::schedule(int64_t count) cons
 Tensor PipelineStrategy::receive(int64_t rows, const Shape& sample, int peer, uint64_t tag) {
   const trace::Span span("pipeline receive", "comm");
   Stopwatch wait;
-  Tensor t(nn::with_batch(rows, sample));
-  pipe_->recv(t.data(), static_cast<size_t>(t.numel()), peer, tag);
+  Tensor t = links_->receive(nn::with_batch(rows, sample), peer, tag);
   timings_.comm_wait_seconds += wait.seconds();
   return t;
 }
@@ -228,6 +178,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
                                   const std::vector<data::Batch>* /*upcoming*/) {
   DT_CHECK(!batches.empty(), "a step needs at least one batch");
   Stopwatch step_time;
+  const MemoryScope::Active counted(step_memory_);
   const std::vector<Micro> micros = cut(batches, micro_batches_);
   const int64_t count = static_cast<int64_t>(micros.size());
   int64_t samples = 0;
@@ -245,7 +196,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     const Micro& mb = micros[static_cast<size_t>(op.micro)];
     const size_t m = static_cast<size_t>(op.micro);
     if (op.forward) {
-      inputs[m] = first_stage() ? batches[mb.batch].images.slice_rows(mb.begin, mb.rows)
+      inputs[m] = first_stage() ? batches[mb.batch].images.slice_rows(mb.begin, mb.rows).to(device_)
                                 : receive(mb.rows, stage_input_, stats_.stage - 1, step_tag(step, op.micro, kActivation));
       if (++held > stats_.peak_inputs_held) {
         stats_.peak_inputs_held = held;
@@ -260,12 +211,12 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
       if (last_stage()) {
         const auto& labels = batches[mb.batch].labels;
         const std::vector<int32_t> mine(labels.begin() + mb.begin, labels.begin() + mb.begin + mb.rows);
-        grads[m] = Tensor(out.shape());
-        loss_->compute(out, nn::labels_tensor(mine, Device::cpu()), &grads[m], scale, rows[m]);
+        grads[m] = Tensor(out.shape(), device_);
+        loss_->compute(out, nn::labels_tensor(mine, device_), &grads[m], scale, rows[m]);
         busy += compute.seconds();
       } else {
         busy += compute.seconds();
-        sender_->post(out.clone(), stats_.stage + 1, step_tag(step, op.micro, kActivation));
+        links_->send(out.clone(), stats_.stage + 1, step_tag(step, op.micro, kActivation));
       }
       continue;
     }
@@ -302,11 +253,11 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     inputs[m] = Tensor();
     grads[m] = Tensor();
     --held;
-    if (!first_stage()) sender_->post(dx.clone(), stats_.stage - 1, step_tag(step, op.micro, kGradient));
+    if (!first_stage()) links_->send(dx.clone(), stats_.stage - 1, step_tag(step, op.micro, kGradient));
   }
   {
     Stopwatch wait;
-    sender_->drain();
+    links_->drain();
     timings_.comm_wait_seconds += wait.seconds();
   }
 
@@ -332,6 +283,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   optimizer_->apply(trainable_, step);
   timings_.update_seconds += update.seconds();
 
+  stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, step_memory_.peak(device_.type));
   const double seconds = step_time.seconds();
   timings_.compute_seconds += busy;
   timings_.step_seconds += seconds;
@@ -343,21 +295,22 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
 void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats) {
   const uint64_t tag = kEvalTag | (eval_calls_++ << 2);
   const nn::StepContext ctx{false, seed_, 0};
-  const Tensor x = first_stage() ? batch.images : receive(batch.size(), stage_input_, stats_.stage - 1, tag);
+  const Tensor x =
+      first_stage() ? batch.images.to(device_) : receive(batch.size(), stage_input_, stats_.stage - 1, tag);
   const Tensor out = model_->forward(x, ctx);
   float s[3] = {0.0f, 0.0f, 0.0f};
   if (last_stage()) {
     nn::LossRows rows;
-    loss_->compute(out, nn::labels_tensor(batch.labels, Device::cpu()), nullptr, 0.0f, rows);
+    loss_->compute(out, nn::labels_tensor(batch.labels, device_), nullptr, 0.0f, rows);
     nn::LossStats local;
     nn::Loss::add_stats(rows, local);
     s[0] = static_cast<float>(local.loss_sum);
     s[1] = static_cast<float>(local.correct);
     s[2] = static_cast<float>(local.count);
   } else {
-    sender_->post(out.clone(), stats_.stage + 1, tag);
+    links_->send(out, stats_.stage + 1, tag);
   }
-  sender_->drain();
+  links_->drain();
   // Every stage of the copy learns the batch's figures (the last stage's).
   pipe_->all_reduce(s, 3, comm::ReduceOp::kSum);
   stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
@@ -386,13 +339,15 @@ std::string PipelineStrategy::report_json() const {
                         {"data_parallel", stats_.copies},
                         {"split", stats_.split},
                         {"split_how", stats_.split_how},
+                        {"links", stats_.links},
                         {"micro_batches", micro_batches_},
                         {"schedule", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b"},
                         {"bubble", bubble},
                         {"theoretical_bubble", theoretical_bubble(stats_.stages, micro_batches_)},
                         {"recomputed_forwards", stats_.recomputed},
                         {"peak_inputs_held", stats_.peak_inputs_held},
-                        {"peak_input_bytes", stats_.peak_input_bytes}}
+                        {"peak_input_bytes", stats_.peak_input_bytes},
+                        {"peak_activation_bytes", stats_.peak_activation_bytes}}
       .dump();
 }
 
@@ -415,9 +370,10 @@ std::string PipelineStrategy::params_sha256() {
     if (first_stage()) {
       Sha256 h;
       for (const nn::Param* p : model_->params()) {
+        const Tensor value = p->value.to_host();
         h.update(p->name);
-        h.update(shape_str(p->value.shape()));
-        h.update(p->value.data(), p->value.bytes());
+        h.update(shape_str(value.shape()));
+        h.update(value.data(), value.bytes());
       }
       for (int s = 1; s < stats_.stages; ++s) {
         float header[2];
@@ -444,12 +400,13 @@ std::string PipelineStrategy::params_sha256() {
     } else {
       std::string blob;
       for (const nn::Param* p : model_->params()) {
-        const std::string shape = shape_str(p->value.shape());
-        const uint64_t sizes[3] = {p->name.size(), shape.size(), static_cast<uint64_t>(p->value.bytes())};
+        const Tensor value = p->value.to_host();
+        const std::string shape = shape_str(value.shape());
+        const uint64_t sizes[3] = {p->name.size(), shape.size(), static_cast<uint64_t>(value.bytes())};
         blob.append(reinterpret_cast<const char*>(sizes), sizeof sizes);
         blob += p->name;
         blob += shape;
-        blob.append(reinterpret_cast<const char*>(p->value.data()), p->value.bytes());
+        blob.append(reinterpret_cast<const char*>(value.data()), value.bytes());
       }
       const uint64_t bytes = blob.size();
       float header[2];

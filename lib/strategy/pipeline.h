@@ -10,9 +10,10 @@
 // A step cuts the replica's batch into M micro-batches (strategy.micro_batches;
 // with gradient accumulation K, each of the K batches into M). Activations go
 // forward and their gradients backward point-to-point between neighbouring stages
-// (Communicator::send/recv on the copy's group, tagged by step, micro-batch and
-// direction; sends are handed to a sender thread so no stage blocks on one, each
-// receive waits at most the communicator's deadline). The order of a stage's
+// (StageLinks, pipeline_links.h: Gloo send/recv on the copy's group, tagged by
+// step, micro-batch and direction, or NCCL send/recv on device buffers when every
+// stage of the copy has a GPU of its own; no stage blocks on a send, each receive
+// waits at most the communicator's deadline). The order of a stage's
 // forwards (F) and backwards (B) is the schedule's: gpipe, all F then all B;
 // 1f1b, S - s - 1 warm-up forwards on stage s, then F and B in turn, then the
 // remaining B (at most S - s micro-batches in flight on stage s). The gradients
@@ -35,7 +36,9 @@
 // stage of copy 0 writes its layers and their optimizer slots
 // (Strategy::state_pieces); the names are the whole model's, so the checkpoint
 // loads as one model (ckpt export, one_device resume) and a pipeline resumes
-// from any checkpoint of the same model. CPU only so far.
+// from any checkpoint of the same model. On the CPU or one GPU per stage (the
+// CUDA backend); the small collectives (metrics, evaluation figures, the copies'
+// gradient all-reduce) stay on Gloo.
 #pragma once
 
 #include <memory>
@@ -44,10 +47,11 @@
 
 #include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
+#include "tensor/memory_scope.h"
 
 namespace dtrain::strategy {
 
-class PipelineSender;  // pipeline.cpp
+class StageLinks;  // pipeline_links.h
 
 // The idle share of an ideal pipeline of equal stages: (S - 1) / (M + S - 1).
 double theoretical_bubble(int stages, int64_t micro_batches);
@@ -57,11 +61,17 @@ struct PipelineStats {
   int stage = 0, stages = 1, copy = 0, copies = 1;
   std::string split;           // the layers of each stage, "conv2d..flatten | dense..dense_1"
   std::string split_how;       // "strategy.stages", "auto: measured time", "auto: parameter bytes"
+  std::string links;           // how activations travel: "gloo", "gloo (host copies)", "nccl"
   double busy_seconds = 0.0;   // forwards, backwards (recomputation included) and the loss on this stage
   double step_seconds = 0.0;   // whole steps
   int64_t recomputed = 0;      // forwards run again before a backward
   int64_t peak_inputs_held = 0;     // micro-batch inputs held at once on this stage
   int64_t peak_input_bytes = 0;     // their bytes at that peak
+  // Measured (tensor/memory_scope.h): the most bytes of tensors on this stage's
+  // device that its training steps held at once: the activations the layers keep,
+  // the micro-batch inputs held, messages in flight, input gradients, the ops'
+  // temporaries (parameters, gradients and optimizer state are not in it).
+  int64_t peak_activation_bytes = 0;
 };
 
 class PipelineStrategy : public Strategy {
@@ -101,17 +111,18 @@ class PipelineStrategy : public Strategy {
   std::vector<Op> schedule(int64_t micro_batches) const;
   // Receives `rows` samples of this stage's input (stage > 0) or output gradient.
   Tensor receive(int64_t rows, const Shape& sample, int peer, uint64_t tag);
-  void forward_micro(const Tensor& input, const nn::StepContext& ctx);
-  void backward_micro(int64_t step, int64_t micro, int64_t count, const Tensor& grad);
+  // Picks and connects the links to the neighbouring stages (collective over the copy).
+  void connect_links(const StrategyContext& context);
 
   StrategySpec spec_;
   uint64_t seed_;
   PipelineSchedule schedule_;
   int64_t micro_batches_;
+  Device device_;
   comm::Communicator* workers_;
   std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
   std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage, rank = copy
-  std::unique_ptr<PipelineSender> sender_;
+  std::unique_ptr<StageLinks> links_;
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<nn::Loss> loss_;
@@ -120,6 +131,7 @@ class PipelineStrategy : public Strategy {
   ModelShapes shapes_;
   Shape stage_input_, stage_output_;  // per sample
   PipelineStats stats_;
+  MemoryScope step_memory_;  // the tensors the training steps allocate
   StepTimings timings_;
   uint64_t eval_calls_ = 0, hash_calls_ = 0;
   bool stop_requested_ = false, stop_agreed_ = false;

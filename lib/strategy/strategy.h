@@ -53,8 +53,11 @@ struct StrategyContext {
   // pipeline: the layer index where each stage begins, as the trainer decided it
   // (strategy.stages, or "auto" by measured time or parameter bytes); empty: the
   // strategy reads strategy.stages itself ("auto" by parameter bytes).
-  std::vector<size_t> stage_starts;
-  std::string stage_split_how;
+  std::vector<size_t> stage_starts = {};
+  std::string stage_split_how = {};
+  // pipeline on GPUs in builds with NCCL: connects a two-task NCCL group on this
+  // task's GPU (pipeline_links.h); empty: the stages' tensors travel through Gloo.
+  std::function<std::unique_ptr<comm::Communicator>(const std::string& name, int rank)> connect_device_pair = {};
 };
 
 // Whether a strategy for `job` scales the loss (train.precision mixed_float16, or

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "tensor/bfloat16.h"
 #include "tensor/device_memory.h"
+#include "tensor/memory_scope.h"
 
 namespace dtrain {
 
@@ -44,18 +45,30 @@ Tensor::Tensor(Shape shape, Device device, DType dtype, Uninitialized)
 void Tensor::allocate(bool zero) {
   numel_ = shape_numel(shape_);
   const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(numel_) * dtype_size(dtype_) + 63) / 64 * 64);
+  const Device device = device_;
+  void* p = nullptr;
   if (!device_.is_cpu()) {
-    DeviceMemory& memory = device_memory(device_.type);
-    const Device device = device_;
-    void* p = memory.allocate(device_, bytes, zero);
-    storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p),
-                                        [&memory, device, bytes](uint8_t* q) { memory.deallocate(device, q, bytes); });
+    p = device_memory(device_.type).allocate(device_, bytes, zero);
+  } else {
+    p = std::aligned_alloc(64, bytes);
+    if (!p) throw RuntimeError(str("out of memory allocating a tensor of shape ", shape_str(shape_)));
+    if (zero) std::memset(p, 0, bytes);
+  }
+  // Frees the storage, and counts it out of the memory scope it was counted in.
+  const auto release = [device, bytes](void* q) {
+    if (device.is_cpu()) std::free(q);
+    else device_memory(device.type).deallocate(device, q, bytes);
+  };
+  std::shared_ptr<MemoryScope::Counters> scope = memory_scope_detail::active_counters();
+  if (!scope) {
+    storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), release);
     return;
   }
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw RuntimeError(str("out of memory allocating a tensor of shape ", shape_str(shape_)));
-  if (zero) std::memset(p, 0, bytes);
-  storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  memory_scope_detail::allocated(*scope, device.type, static_cast<int64_t>(bytes));
+  storage_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [release, scope, device, bytes](uint8_t* q) {
+    release(q);
+    memory_scope_detail::freed(*scope, device.type, static_cast<int64_t>(bytes));
+  });
 }
 
 void* Tensor::typed(DType want) const {

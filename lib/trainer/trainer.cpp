@@ -45,6 +45,10 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   if (options.connect_gradients && !device.is_cpu()) gradients = options.connect_gradients(device);
   strategy::StrategyContext context{options.workers, summary.threads, device};
   context.gradients = gradients.get();
+  if (options.connect_device_pair && !device.is_cpu())
+    context.connect_device_pair = [&options, device](const std::string& name, int rank) {
+      return options.connect_device_pair(device, name, rank);
+    };
   if (split) {
     context.stage_starts = split->starts;
     context.stage_split_how = split->how;

@@ -43,6 +43,10 @@ struct RunOptions {
   // the gradients once the device is chosen (the cluster runtime sets it where
   // strategy.communication and the build allow NCCL; not called on the CPU).
   std::function<std::unique_ptr<comm::Communicator>(const Device& device)> connect_gradients;
+  // pipeline on a GPU: connects a two-task NCCL group of neighbouring stages under
+  // `name` (StrategyContext::connect_device_pair; set where the build has NCCL).
+  std::function<std::unique_ptr<comm::Communicator>(const Device& device, const std::string& name, int rank)>
+      connect_device_pair;
   // Polled before every step: true once the process was asked to stop (SIGTERM).
   // The job then stops after the step, saves a checkpoint and throws Preempted.
   std::function<bool()> stop_requested;

@@ -6,6 +6,8 @@
 // tasks share it (NCCL refuses two ranks on one GPU), so that case runs one task
 // with "nccl" (a group of one: no all-reduce) and checks it trains. Labelled gpu:
 // skipped (reported as skipped) without a usable GPU or a build without NCCL.
+// Also a pipeline's two stages on two GPUs, their activations and gradients
+// over NCCL against Gloo: the same losses.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -82,6 +84,31 @@ TEST_CASE("two tasks on two GPUs: gradients on NCCL train like Gloo's", "[gpu]")
   const double nccl_accuracy = nccl["tasks"]["worker:0"].at("test_accuracy").get<double>();
   const double gloo_accuracy = gloo["tasks"]["worker:0"].at("test_accuracy").get<double>();
   CHECK(std::fabs(nccl_accuracy - gloo_accuracy) <= 0.01);
+}
+
+TEST_CASE("a pipeline's two stages on two GPUs send their tensors over NCCL, as Gloo would", "[gpu]") {
+  if (!testing::gpu_or_skip() || !nccl_or_skip()) return;
+  if (kernels::list_gpus().gpus.size() < 2) {
+    std::cout << "DTRAIN-SKIPPED: needs two GPUs (one per stage)" << std::endl;
+    return;
+  }
+  TempDir dir;
+  std::vector<std::vector<double>> losses;
+  for (const std::string communication : {"nccl", "ring"}) {
+    nlohmann::json job = gpu_job(dir, communication, "pipeline-" + communication);
+    job["strategy"] = {{"type", "pipeline"}, {"stages", {"dense_1"}}, {"micro_batches", 4},
+                       {"communication", communication}};
+    const nlohmann::json run = launch(dir, job, 2, "pipeline-" + communication);
+    const std::string links = communication == "nccl" ? "nccl" : "gloo (host copies)";
+    for (const char* task : {"worker:0", "worker:1"})
+      CHECK(run["tasks"][task]["pipeline"]["links"] == links);
+    losses.emplace_back();
+    for (const nlohmann::json& record : read_json_lines(dir.file("out-pipeline-" + communication + "/metrics.jsonl")))
+      if (record.contains("loss")) losses.back().push_back(record["loss"].get<double>());
+  }
+  // The same values travel either way: the same losses, bit for bit.
+  CHECK(losses[0] == losses[1]);
+  CHECK(!losses[0].empty());
 }
 
 TEST_CASE("one task on one GPU with communication nccl trains", "[gpu]") {

@@ -5,6 +5,7 @@
 // caching allocator, host copies through the uploader). One GPU per process.
 #include "kernels/cuda/device.h"
 
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -134,6 +135,10 @@ GpuReport list_gpus(bool free_memory) {
     info.compute_minor = prop.minor;
     info.multiprocessors = prop.multiProcessorCount;
     info.total_bytes = prop.totalGlobalMem;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", static_cast<unsigned>(prop.pciDomainID),
+                  static_cast<unsigned>(prop.pciBusID), static_cast<unsigned>(prop.pciDeviceID));
+    info.pci_bus_id = bus;
     // Free memory needs a context on the device (hundreds of MiB each): only
     // when asked (dtrain devices), never while choosing a device to train on.
     size_t free_bytes = 0, total = 0;

@@ -1,7 +1,9 @@
-// tensor: storage sharing, reshapes, row slices, clones, device names.
+// tensor: storage sharing, reshapes, row slices, clones, device names, memory scopes.
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "core/error.h"
+#include "tensor/memory_scope.h"
 #include "tensor/tensor.h"
 
 using namespace dtrain;
@@ -43,4 +45,36 @@ TEST_CASE("devices parse from their names and bad names are config errors") {
   CHECK(Device::parse("cuda:1").str() == "cuda:1");
   CHECK_THROWS_AS(Device::parse("tpu"), ConfigError);
   CHECK_THROWS_AS(Device::parse("cuda:x"), ConfigError);
+}
+
+TEST_CASE("a memory scope counts the tensors allocated while it is active, until they are freed anywhere") {
+  MemoryScope scope;
+  Tensor outside({1000});  // before the scope: not counted
+  Tensor kept;
+  {
+    const MemoryScope::Active on(scope);
+    Tensor a({16});           // 64 bytes
+    kept = Tensor({100});     // 400 bytes, rounded up to 448
+    const Tensor view = kept.slice_rows(0, 10);  // shares storage: nothing new
+    CHECK(scope.live(DeviceType::kCpu) == 64 + 448);
+    {
+      MemoryScope inner;
+      const MemoryScope::Active nested(inner);
+      Tensor b({32});  // counted in the innermost scope only
+      CHECK(inner.live(DeviceType::kCpu) == 128);
+      CHECK(scope.live(DeviceType::kCpu) == 64 + 448);
+    }
+    Tensor c = outside.clone();  // 4000 bytes, rounded to 4032
+    CHECK(scope.peak(DeviceType::kCpu) == 64 + 448 + 4032);
+  }
+  // a and c are gone; `kept` lives on, and is freed on another thread later.
+  CHECK(scope.live(DeviceType::kCpu) == 448);
+  CHECK(scope.peak(DeviceType::kCpu) == 64 + 448 + 4032);
+  CHECK(scope.live(DeviceType::kCuda) == 0);
+  scope.reset_peak();
+  CHECK(scope.peak(DeviceType::kCpu) == 448);
+  std::thread([moved = std::move(kept)]() mutable { moved = Tensor(); }).join();
+  CHECK(scope.live(DeviceType::kCpu) == 0);
+  Tensor after({10});  // no scope active any more
+  CHECK(scope.live(DeviceType::kCpu) == 0);
 }

@@ -21,6 +21,7 @@
 #include "rendezvous/store.h"
 #include "strategy/parameter_server.h"
 #include "strategy/registry.h"
+#include "support/gloo_rank.h"
 #include "support/rank_threads.h"
 #include "support/temp_dir.h"
 #include "support/tiny_dense_job.h"
@@ -127,11 +128,7 @@ TEST_CASE("sync mode on two ps tasks over TCP follows multi_worker_mirrored's pe
     rendezvous::InMemoryStore store;
     std::vector<std::vector<double>> sums(2, std::vector<double>(kSteps));
     test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
-      comm::GlooOptions o;
-      o.rank = rank;
-      o.size = 2;
-      o.timeout_seconds = 30.0;
-      auto workers = comm::make_gloo_communicator(store, o);
+      auto workers = test::gloo_rank(store, rank, 2);
       const job::JobConfig mwm = job_of("multi_worker_mirrored");
       auto s = strategy::make_strategy(mwm.strategy_job(), {workers.get(), 1});
       for (int step = 0; step < kSteps; ++step) {

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,10 @@
 #include "job/job_config.h"
 #include "rendezvous/store.h"
 #include "strategy/pipeline.h"
+#include "strategy/pipeline_links.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/registry.h"
+#include "support/gloo_rank.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
 
@@ -164,22 +167,23 @@ TEST_CASE("pipeline: 2 stages x 2 data-parallel copies equal one_device on both 
 }
 
 TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flight; gpipe keeps all") {
-  // Observed through the peak of held inputs on each stage after a step.
+  // Observed through the peak of held inputs on each stage after a step, and in
+  // the measured bytes of the step's tensors.
+  std::map<std::string, std::vector<strategy::PipelineStats>> stats_of;
   for (const char* schedule : {"1f1b", "gpipe"}) {
     rendezvous::InMemoryStore store;
     std::vector<int64_t> peaks(4);
+    std::vector<strategy::PipelineStats>& all = stats_of[schedule];
+    all.resize(4);
     test::check_all_ok(test::run_on_threads(4, [&](int rank) -> std::string {
-      comm::GlooOptions o;
-      o.rank = rank;
-      o.size = 4;
-      o.timeout_seconds = 30.0;
-      auto workers = comm::make_gloo_communicator(store, o);
+      auto workers = test::gloo_rank(store, rank, 4);
       const job::JobConfig job = deep_job(str(R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3"], )",
                                               R"("micro_batches": 8, "schedule": ")", schedule, "\"}"));
       auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
       nn::LossStats stats;
       s->train_step({batch(0, 0, 8)}, 0, stats);
-      peaks[static_cast<size_t>(rank)] = dynamic_cast<strategy::PipelineStrategy&>(*s).pipeline_stats().peak_inputs_held;
+      all[static_cast<size_t>(rank)] = dynamic_cast<strategy::PipelineStrategy&>(*s).pipeline_stats();
+      peaks[static_cast<size_t>(rank)] = all[static_cast<size_t>(rank)].peak_inputs_held;
       return "";
     }));
     for (int stage = 0; stage < 4; ++stage) {
@@ -187,6 +191,43 @@ TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flig
       CHECK(peaks[static_cast<size_t>(stage)] == (std::string(schedule) == "gpipe" ? 8 : 4 - stage));
     }
   }
+  for (size_t stage = 1; stage < 4; ++stage) {
+    // A later stage's inputs are received tensors of its own, so the measured
+    // bytes hold them, and gpipe's extra inputs show in the difference.
+    const strategy::PipelineStats &gpipe = stats_of["gpipe"][stage], &f1b = stats_of["1f1b"][stage];
+    INFO("stage " << stage << ": measured gpipe " << gpipe.peak_activation_bytes << ", 1f1b "
+                  << f1b.peak_activation_bytes << "; inputs held " << gpipe.peak_input_bytes << ", "
+                  << f1b.peak_input_bytes);
+    CHECK(f1b.peak_activation_bytes >= f1b.peak_input_bytes);
+    CHECK(gpipe.peak_activation_bytes - f1b.peak_activation_bytes >= gpipe.peak_input_bytes - f1b.peak_input_bytes);
+  }
+}
+
+TEST_CASE("pipeline: NCCL links only where every stage of a copy has a GPU of its own") {
+  CHECK(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0", "host-a 0000:5e:00.0"}));
+  CHECK(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0", "host-b 0000:3b:00.0", "host-a 0000:5e:00.0"}));
+  CHECK_FALSE(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0", "host-a 0000:3b:00.0"}));  // one GPU, two ranks
+  CHECK_FALSE(strategy::stages_on_distinct_gpus({"", "host-a 0000:3b:00.0"}));  // a stage on the CPU
+  CHECK_FALSE(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0"}));
+  CHECK(strategy::device_identity(Device::cpu()).empty());
+}
+
+TEST_CASE("pipeline: a CPU job's stages send through Gloo, and say so") {
+  rendezvous::InMemoryStore store;
+  std::vector<std::string> links(2);
+  test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    auto workers = test::gloo_rank(store, rank, 2);
+    const job::JobConfig job = deep_job(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 2})");
+    strategy::StrategyContext context{workers.get(), 1};
+    // A connector is given, but the CPU never uses NCCL.
+    context.connect_device_pair = [](const std::string&, int) -> std::unique_ptr<comm::Communicator> {
+      throw std::runtime_error("connect_device_pair called for a CPU pipeline");
+    };
+    auto s = strategy::make_strategy(job.strategy_job(), context);
+    links[static_cast<size_t>(rank)] = dynamic_cast<strategy::PipelineStrategy&>(*s).pipeline_stats().links;
+    return "";
+  }));
+  CHECK(links == std::vector<std::string>{"gloo", "gloo"});
 }
 
 TEST_CASE("pipeline: bad stage lists and micro-batch counts are ConfigErrors with the fix") {
