@@ -151,6 +151,12 @@ Tensor Sequential::backward(const Tensor& doutput, const std::function<void(size
     if (!layers_[i]->params().empty()) first_with_params = i;
   Tensor g = doutput;
   for (size_t i = layers_.size(); i-- > 0;) {
+    if (!input_grad && i < first_with_params) {
+      // Below the first layer with parameters nothing is left to compute (and g,
+      // not computed, cannot be converted to a layer's dtype).
+      if (on_layer_done) on_layer_done(i);
+      continue;
+    }
     g = in_dtype(g, layers_[i]->compute_dtype(), cast_backward_[i]);
     g = layers_[i]->run_backward(g, /*need_dx=*/input_grad || i > first_with_params);
     if (on_layer_done) on_layer_done(i);

@@ -2,9 +2,10 @@
 // pipelines of the MLP and the CNN, both schedules, and 2 stages x 2 copies give
 // one_device's per-step loss on the same global batch within 1e-4 and end with
 // exactly the parameters of one_device accumulating the same micro-batches (also
-// with batch normalization, computed per micro-batch); sharded checkpoints load
-// both ways between pipeline and one_device; a killed middle stage ends the job
-// with exit 4 naming it; bad stage lists are exit 2 with the fix.
+// with batch normalization, computed per micro-batch, and in mixed_bfloat16);
+// sharded checkpoints load both ways between pipeline and one_device; a killed
+// middle stage ends the job with exit 4 naming it; bad stage lists are exit 2
+// with the fix.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -136,6 +137,23 @@ TEST_CASE("batch normalization in a pipeline is computed per micro-batch, as und
   const Result p = run_pipeline(job, {{"type", "pipeline"}, {"stages", {"batch_normalization"}}}, 2, dir);
   require_close(p.losses, acc.losses, 1e-4, "pipeline vs accumulation");
   CHECK(p.hash == acc.hash);  // moving statistics included (recomputed forwards put them back)
+}
+
+TEST_CASE("mixed_bfloat16: a pipeline of the shipped MLP ends bit-identical to one_device accumulating its micro-batches") {
+  // The shipped MLP begins with Flatten, which computes in bfloat16 and needs no
+  // input gradient on the first stage, but does on a later one.
+  TempDir accumulated, dir;
+  json job = mlp(accumulated, 64);
+  job["train"]["precision"] = "mixed_bfloat16";
+  const Result acc = run_single(job, accumulated, 4);
+  job["output"]["dir"] = dir.file("out");
+  for (const char* stages : {"dense_1", "dense"}) {
+    INFO("stages " << stages);
+    const Result p = run_pipeline(job, {{"type", "pipeline"}, {"stages", {stages}}}, 2, dir);
+    require_close(p.losses, acc.losses, 1e-4, "bfloat16 pipeline vs accumulation");
+    CHECK(p.hash == acc.hash);
+    std::filesystem::remove_all(dir.file("out"));
+  }
 }
 
 TEST_CASE("a pipeline's sharded checkpoint resumes under one_device, and one_device's under a pipeline") {

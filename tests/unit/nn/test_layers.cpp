@@ -397,6 +397,30 @@ TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches 
   }
 }
 
+TEST_CASE("a bfloat16 model that begins with layers without parameters runs backward (the shipped MLP)") {
+  // Flatten then Dense, as configs/fashion_mnist_mlp.json: Flatten computes in
+  // bfloat16 and needs no input gradient, so none may be converted for it.
+  nn::ModelSpec spec = model_spec({4, 4, 1}, {layer("Flatten", 0), dense(8, 1, "relu"), dense(3, 2)});
+  spec.compute_dtype = DType::kBF16;
+  nn::Sequential model(spec, 7);
+  REQUIRE(model.layers()[0]->compute_dtype() == DType::kBF16);
+  const Tensor x = random_tensor({5, 4, 4, 1}, 3);
+  const Tensor y = model.forward(x, {true, 11, 0});
+  std::vector<size_t> done;
+  model.backward(random_tensor(y.shape(), 4), [&](size_t layer) { done.push_back(layer); });
+  CHECK(done == std::vector<size_t>{2, 1, 0});
+  for (const nn::Param* p : model.trainable_params()) {
+    INFO(p->name);
+    double norm = 0;
+    for (int64_t i = 0; i < p->grad.numel(); ++i) norm += std::fabs(p->grad.data()[i]);
+    CHECK(norm > 0.0);
+  }
+  // A pipeline stage asks for the input gradient: through Flatten, in float32.
+  const Tensor dx = model.backward(random_tensor(y.shape(), 5), {}, /*input_grad=*/true);
+  CHECK(dx.dtype() == DType::kF32);
+  CHECK(dx.shape() == x.shape());
+}
+
 TEST_CASE("the bfloat16 weight copies are remade when the params may have changed") {
   nn::Sequential model(mixed_cnn_spec(DType::kBF16), 7);
   const Tensor x = random_tensor({2, 10, 10, 3}, 3);
