@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <regex>
+#include <set>
 
 #include "checkpoint/durable_file.h"
 #include "core/error.h"
@@ -58,22 +59,38 @@ std::string unlisted_part(const Manifest& m) {
   return "";
 }
 
-// The whole tensors of a sharded checkpoint at `path`, each put together from its
-// parts, which must cover it exactly (no gap, no overlap). `files`: the part files
-// read so far, by name.
+// The part files of a sharded checkpoint at `path` that hold parts of the tensors
+// `wanted` accepts, by file name, each read with only those parts: a file that
+// holds none of them is not opened.
+std::map<std::string, SafetensorsFile> read_parts(const std::string& path, const Manifest& m,
+                                                  const TensorFilter& wanted) {
+  std::map<std::string, std::set<std::string>> parts_in;  // file -> the part tensors to read from it
+  for (const auto* list : {&m.sharded.model, &m.sharded.optimizer})
+    for (const ShardedTensor& t : *list)
+      if (wanted(t.name))
+        for (const TensorPart& part : t.parts) parts_in[part.file].insert(part.tensor);
+  std::map<std::string, SafetensorsFile> files;
+  for (const auto& [file, parts] : parts_in)
+    files[file] = read_safetensors((fs::path(path) / file).string(),
+                                   [&](const std::string& name) { return parts.count(name) > 0; });
+  return files;
+}
+
+// The whole tensors of a sharded checkpoint at `path` that `wanted` accepts, each
+// put together from its parts, which must cover it exactly (no gap, no overlap).
+// `files`: read_parts() of the same `wanted`.
 SafetensorsFile assemble(const std::string& path, const Manifest& m, const std::vector<ShardedTensor>& tensors,
-                         const char* kind, std::map<std::string, SafetensorsFile>& files) {
+                         const char* kind, const TensorFilter& wanted,
+                         const std::map<std::string, SafetensorsFile>& files) {
   SafetensorsFile out;
   out.metadata = file_metadata(m, kind);
   for (const ShardedTensor& t : tensors) {
+    if (!wanted(t.name)) continue;
     NamedTensor whole{t.name, t.shape, Tensor(t.shape)};
     const int64_t n = whole.tensor.numel();
     std::vector<std::pair<int64_t, int64_t>> covered;  // (offset, elements) of each part
     for (const TensorPart& part : t.parts) {
-      auto file = files.find(part.file);
-      if (file == files.end())
-        file = files.emplace(part.file, read_safetensors((fs::path(path) / part.file).string())).first;
-      const Tensor* piece = file->second.find(part.tensor);
+      const Tensor* piece = files.at(part.file).find(part.tensor);
       if (!piece)
         throw IoError(str("checkpoint ", path, ": ", part.file, " has no tensor '", part.tensor, "' (part of ",
                           t.name, ")"));
@@ -289,6 +306,10 @@ std::optional<std::string> CheckpointStore::latest_good(std::vector<std::string>
 }
 
 LoadedCheckpoint CheckpointStore::load(const std::string& path) {
+  return load(path, [](const std::string&) { return true; });
+}
+
+LoadedCheckpoint CheckpointStore::load(const std::string& path, const TensorFilter& wanted) {
   const std::string problem = verify(path);
   if (!problem.empty()) throw IoError(str("checkpoint ", path, " is not usable: ", problem));
   const fs::path dir(path);
@@ -296,13 +317,13 @@ LoadedCheckpoint CheckpointStore::load(const std::string& path) {
   c.path = path;
   c.manifest = manifest_from_json(read_file((dir / kManifestFile).string()), (dir / kManifestFile).string());
   if (c.manifest.sharded.empty()) {
-    c.model = read_safetensors((dir / kModelFile).string());
-    c.optimizer = read_safetensors((dir / kOptimizerFile).string());
+    c.model = read_safetensors((dir / kModelFile).string(), wanted);
+    c.optimizer = read_safetensors((dir / kOptimizerFile).string(), wanted);
     return c;
   }
-  std::map<std::string, SafetensorsFile> files;  // each part file read once
-  c.model = assemble(path, c.manifest, c.manifest.sharded.model, "model", files);
-  c.optimizer = assemble(path, c.manifest, c.manifest.sharded.optimizer, "optimizer", files);
+  const std::map<std::string, SafetensorsFile> files = read_parts(path, c.manifest, wanted);
+  c.model = assemble(path, c.manifest, c.manifest.sharded.model, "model", wanted, files);
+  c.optimizer = assemble(path, c.manifest, c.manifest.sharded.optimizer, "optimizer", wanted, files);
   return c;
 }
 

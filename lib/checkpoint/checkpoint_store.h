@@ -15,8 +15,8 @@
 // A sharded checkpoint (save_sharded: parameter_server, where each ps task writes
 // its own shards) has, instead of model.safetensors and optimizer.safetensors, the
 // files others wrote into the temporary directory, and the manifest's `sharded`
-// layout; load() puts the whole tensors together again, so a reader never sees
-// the difference:
+// layout; load() puts the whole tensors together again (only the wanted ones, when
+// asked: see load(path, wanted)), so a reader never sees the difference:
 //
 //   <dir>/ckpt-00000100/  ps-00000-of-00002.safetensors  ps-00001-of-00002.safetensors  manifest.json  DONE
 #pragma once
@@ -94,6 +94,12 @@ class CheckpointStore {
   // Verifies and reads a checkpoint (a sharded one's tensors put together whole).
   // IoError naming the file when it is not good.
   static LoadedCheckpoint load(const std::string& path);
+  // The same (verify() still hashes every file, streaming), but reads only the
+  // model and optimizer tensors `wanted` accepts; the others are left out (find()
+  // gives nullptr). A sharded checkpoint opens only the part files that hold parts
+  // of wanted tensors and checks that only those tensors' parts cover them: what
+  // a pipeline stage resumes from without the whole model in memory.
+  static LoadedCheckpoint load(const std::string& path, const TensorFilter& wanted);
 
   // "ckpt-00000100" for step 100.
   static std::string dir_name(int64_t step);

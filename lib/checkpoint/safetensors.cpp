@@ -142,7 +142,9 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
   return h;
 }
 
-SafetensorsFile read_impl(const std::string& path, bool with_data) {
+// Reads the header of `path` and then, in file order, the entries `keep` accepts:
+// with their data when `with_data`, else with an undefined tensor.
+SafetensorsFile read_impl(const std::string& path, bool with_data, const TensorFilter& keep) {
   std::error_code ec;
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(str("cannot read ", path, ": ", ec.message()));
@@ -152,6 +154,7 @@ SafetensorsFile read_impl(const std::string& path, bool with_data) {
   SafetensorsFile file;
   file.metadata = std::move(h.metadata);
   for (Entry& e : h.entries) {
+    if (!keep(e.name)) continue;
     NamedTensor t{e.name, e.shape, {}};
     if (with_data) {
       t.tensor = Tensor(e.shape);
@@ -163,6 +166,8 @@ SafetensorsFile read_impl(const std::string& path, bool with_data) {
   }
   return file;
 }
+
+bool every_tensor(const std::string&) { return true; }
 
 }  // namespace
 
@@ -207,8 +212,12 @@ std::string write_safetensors(const std::string& path, const std::vector<TensorR
   return file.close();
 }
 
-SafetensorsFile read_safetensors(const std::string& path) { return read_impl(path, true); }
+SafetensorsFile read_safetensors(const std::string& path) { return read_impl(path, true, every_tensor); }
 
-SafetensorsFile read_safetensors_header(const std::string& path) { return read_impl(path, false); }
+SafetensorsFile read_safetensors(const std::string& path, const TensorFilter& wanted) {
+  return read_impl(path, true, wanted);
+}
+
+SafetensorsFile read_safetensors_header(const std::string& path) { return read_impl(path, false, every_tensor); }
 
 }  // namespace dtrain::checkpoint

@@ -10,6 +10,7 @@
 // read today; other known dtypes are reported as unsupported.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ std::string write_safetensors(const std::string& path, const std::vector<TensorR
 // shape, known dtypes, shapes, offsets within the data, sizes = numel * 4, no
 // overlaps and no gaps. Throws IoError naming the file and what is wrong.
 SafetensorsFile read_safetensors(const std::string& path);
+
+// Which tensors a selective read keeps: true for the name of a tensor to read.
+using TensorFilter = std::function<bool(const std::string& name)>;
+
+// Reads and validates the header as read_safetensors does (the whole header, every
+// tensor's entry), then the data of only the tensors `wanted` accepts, seeking to
+// each: the others are left out of the result (find() gives nullptr for them).
+SafetensorsFile read_safetensors(const std::string& path, const TensorFilter& wanted);
 
 // Reads and validates only the header (no tensor data).
 // Tensors come back with their shapes and an undefined `tensor`.

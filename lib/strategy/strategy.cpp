@@ -27,6 +27,13 @@ std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyCo
   return entry.make(job, context);
 }
 
+std::vector<std::string> Strategy::state_names_to_load() {
+  std::vector<std::string> names;
+  for (const nn::Param* p : model().params()) names.push_back(p->name);
+  for (const nn::Param* p : optimizer().state()) names.push_back(p->name);
+  return names;
+}
+
 void load_named(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what) {
   for (nn::Param* p : into) {
     const Tensor* t = lookup(p->name);

@@ -133,6 +133,14 @@ class Strategy {
   // (creating the optimizer's slots first). A missing tensor or a shape that
   // differs is a ConfigError naming it: the checkpoint is of another model.
   virtual void load_state(const TensorLookup& model, const TensorLookup& optimizer) = 0;
+  // Every name load_state() looks up (model tensors and optimizer slots together):
+  // resuming reads only these tensors of a checkpoint (a pipeline stage: its own
+  // layers'), and a lookup of a name not listed is an InternalError. The default,
+  // the names of model().params() and optimizer().state(), is right for a strategy
+  // whose model() and optimizer() hold what this task loads, slots created: all of
+  // today's (a pipeline stage's hold its layers; ZeRO-1's slot slices carry their
+  // whole tensors' names, which it loads whole and slices).
+  virtual std::vector<std::string> state_names_to_load();
 
   // Replica 0's model and optimizer (every replica holds the same parameters).
   virtual nn::Sequential& model() = 0;

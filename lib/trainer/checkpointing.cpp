@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/durable_file.h"
@@ -86,9 +87,21 @@ ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) 
     log::info("checkpoint: nothing to resume from in ", dir_, "; starting from the beginning");
     return point;
   }
-  const checkpoint::LoadedCheckpoint ckpt = checkpoint::CheckpointStore::load(*path);
-  strategy_.load_state([&](const std::string& n) { return ckpt.model.find(n); },
-                       [&](const std::string& n) { return ckpt.optimizer.find(n); });
+  // Only the tensors this task's strategy loads (a pipeline stage: its layers').
+  const std::vector<std::string> names = strategy_.state_names_to_load();
+  const std::set<std::string> wanted(names.begin(), names.end());
+  const checkpoint::LoadedCheckpoint ckpt = checkpoint::CheckpointStore::load(
+      *path, [&](const std::string& n) { return wanted.count(n) > 0; });
+  // A wanted name the checkpoint lacks finds nullptr (the strategy's ConfigError
+  // names it); a name never asked for was not read, which is a strategy's bug.
+  auto find_in = [&](const checkpoint::SafetensorsFile& file, const std::string& n) {
+    if (!wanted.count(n))
+      throw InternalError(str("checkpoint: strategy ", strategy_.name(), " looked up '", n,
+                              "', which its state_names_to_load() does not list"));
+    return file.find(n);
+  };
+  strategy_.load_state([&](const std::string& n) { return find_in(ckpt.model, n); },
+                       [&](const std::string& n) { return find_in(ckpt.optimizer, n); });
   const nlohmann::json rng = nlohmann::json::parse(ckpt.manifest.rng_json);
   const int64_t saved_batch = rng.value("global_batch", global_batch);
   const int64_t saved_step_in_epoch = rng.value("step_in_epoch", int64_t{0});

@@ -1,10 +1,14 @@
-// CheckpointStore: save/load round trip, keep-N pruning, and that incomplete,
-// corrupt and leftover temporary checkpoints are skipped for the previous good one.
+// CheckpointStore: save/load round trip, keep-N pruning, that incomplete, corrupt
+// and leftover temporary checkpoints are skipped for the previous good one, and
+// loads of only some tensors (plain and sharded).
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 
+#include <set>
+
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "core/error.h"
 #include "support/temp_dir.h"
@@ -313,4 +317,98 @@ TEST_CASE("manifest JSON round trip of a sharded layout") {
   std::string text = manifest_to_json(m);
   text.replace(text.find("\"offset\": 1"), 11, "\"offset\": -1");
   CHECK_THROWS_WITH(manifest_from_json(text, "m.json"), Catch::Contains("offset"));
+}
+
+namespace {
+
+TensorFilter only(std::set<std::string> names) {
+  return [names = std::move(names)](const std::string& n) { return names.count(n) > 0; };
+}
+
+// A pipeline's layout: stage-0 holds dense/kernel (in two parts) and its slot,
+// stage-1 holds dense/bias.
+ShardedLayout two_stage_layout() {
+  ShardedLayout l;
+  l.model = {ShardedTensor{"dense/kernel", {2, 3}, {{"stage-0.safetensors", "kernel@3", 3}, {"stage-0.safetensors", "kernel@0", 0}}},
+             ShardedTensor{"dense/bias", {3}, {{"stage-1.safetensors", "bias@0", 0}}}};
+  l.optimizer = {ShardedTensor{"dense/kernel/m", {2, 3}, {{"stage-0.safetensors", "kernel/m@0", 0}}}};
+  return l;
+}
+
+// Writes stage-0's file of State `s` into `dir`, and for stage-1 a file that is
+// not safetensors at all (its digest true to it: verify() finds nothing wrong).
+std::map<std::string, FileDigest> write_stages(const std::string& dir, const State& s) {
+  std::map<std::string, FileDigest> out;
+  FileDigest& a = out["stage-0.safetensors"];
+  a.sha256 = write_safetensors(dir + "/stage-0.safetensors",
+                               {{"kernel@0", {1, 3}, s.kernel.data()}, {"kernel@3", {1, 3}, s.kernel.data() + 3},
+                                {"kernel/m@0", {2, 3}, s.m.data()}},
+                               {}, &a.bytes);
+  const std::string garbage = "not a safetensors file at all";
+  out["stage-1.safetensors"] = {write_file_durably(dir + "/stage-1.safetensors", garbage), garbage.size()};
+  return out;
+}
+
+// Saves State `s` at step 50 as two stages' files, stage-1's garbage (write_stages).
+std::string save_two_stages(CheckpointStore& store, const State& s) {
+  Manifest m = manifest(50);
+  m.sharded = two_stage_layout();
+  return store.save_sharded(m, [&](const std::string& dir) { return write_stages(dir, s); });
+}
+
+}  // namespace
+
+TEST_CASE("a load of some tensors reads only those, from model and optimizer files") {
+  test::TempDir dir;
+  CheckpointStore store(dir.path(), 3);
+  const std::string path = save_step(store, 7);
+  const LoadedCheckpoint c = CheckpointStore::load(path, only({"dense/bias", "dense/kernel/m", "dense/nope"}));
+  CHECK(c.manifest.step == 7);
+  REQUIRE(c.model.tensors.size() == 1);
+  CHECK(c.model.tensors[0].name == "dense/bias");
+  CHECK(c.model.find("dense/kernel") == nullptr);
+  CHECK(c.model.find("dense/nope") == nullptr);
+  REQUIRE(c.optimizer.tensors.size() == 1);
+  const State s(7.0f);
+  CHECK(std::memcmp(c.model.find("dense/bias")->data(), s.bias.data(), 3 * sizeof(float)) == 0);
+  CHECK(std::memcmp(c.optimizer.find("dense/kernel/m")->data(), s.m.data(), 6 * sizeof(float)) == 0);
+  CHECK(c.model.metadata.at("dtrain_kind") == "model");
+}
+
+TEST_CASE("a sharded load of some tensors opens only the part files that hold them") {
+  test::TempDir tmp;
+  CheckpointStore store(tmp.file("ckpts"));
+  const State s(5.0f);
+  const std::string path = save_two_stages(store, s);
+  REQUIRE(CheckpointStore::verify(path).empty());
+
+  // stage-1's file is garbage: a load of everything fails on it, stage 0's load
+  // never opens it.
+  CHECK_THROWS_WITH(CheckpointStore::load(path), Catch::Contains("stage-1.safetensors"));
+  CHECK_THROWS_AS(CheckpointStore::load(path), IoError);
+  CHECK_THROWS_WITH(CheckpointStore::load(path, only({"dense/bias"})), Catch::Contains("stage-1.safetensors"));
+  const LoadedCheckpoint c = CheckpointStore::load(path, only({"dense/kernel", "dense/kernel/m"}));
+  REQUIRE(c.model.tensors.size() == 1);
+  REQUIRE(c.model.find("dense/kernel") != nullptr);
+  CHECK(c.model.find("dense/kernel")->shape() == Shape{2, 3});
+  CHECK(std::memcmp(c.model.find("dense/kernel")->data(), s.kernel.data(), 6 * sizeof(float)) == 0);
+  CHECK(c.model.find("dense/bias") == nullptr);
+  REQUIRE(c.optimizer.tensors.size() == 1);
+  CHECK(std::memcmp(c.optimizer.find("dense/kernel/m")->data(), s.m.data(), 6 * sizeof(float)) == 0);
+}
+
+TEST_CASE("a sharded load of some tensors checks that their parts cover them, and only theirs") {
+  test::TempDir tmp;
+  CheckpointStore store(tmp.file("ckpts"));
+  Manifest m = manifest(30);
+  m.sharded = two_file_layout();
+  m.sharded.model[1].parts[1].offset = 1;  // dense/bias: element 0 uncovered, element 1 twice
+  const std::string path = store.save_sharded(m, [&](const std::string& dir) { return write_parts(dir, State(2)); });
+  CHECK_THROWS_WITH(CheckpointStore::load(path, only({"dense/bias"})),
+                    Catch::Contains("dense/bias") && Catch::Contains("do not cover its 3 elements exactly"));
+  const LoadedCheckpoint c = CheckpointStore::load(path, only({"dense/kernel"}));
+  REQUIRE(c.model.tensors.size() == 1);
+  const State s(2.0f);
+  CHECK(std::memcmp(c.model.find("dense/kernel")->data(), s.kernel.data(), 6 * sizeof(float)) == 0);
+  CHECK(c.optimizer.tensors.empty());
 }

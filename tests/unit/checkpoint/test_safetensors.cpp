@@ -1,9 +1,12 @@
 // safetensors writer and reader: bit-exact round trip, the exact byte layout of a
-// tiny file, and IoError for every kind of malformed file.
+// tiny file, IoError for every kind of malformed file, and a read of selected
+// tensors that reads only their bytes.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <set>
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
@@ -28,6 +31,17 @@ std::string floats(std::initializer_list<float> values) {
   std::string s;
   for (float v : values) s.append(reinterpret_cast<const char*>(&v), sizeof v);
   return s;
+}
+
+// Bytes this process has read from files so far (Linux's /proc/self/io rchar), or
+// -1 where that is not available.
+int64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  return -1;
 }
 
 }  // namespace
@@ -132,4 +146,60 @@ TEST_CASE("write_safetensors rejects duplicate names") {
   test::TempDir dir;
   const float v = 1;
   CHECK_THROWS_AS(write_safetensors(dir.file("t"), {{"a", {1}, &v}, {"a", {1}, &v}}, {}), InternalError);
+}
+
+TEST_CASE("a selected read returns only the wanted tensors and reads only their bytes") {
+  test::TempDir dir;
+  std::vector<float> small = {1.0f, 2.0f, 3.0f}, last = {-1.0f, -2.0f};
+  std::vector<float> big(1 << 20);  // 4 MiB, between the wanted ones
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  const std::string path = dir.file("t.safetensors");
+  write_safetensors(path, {{"a", {3}, small.data()}, {"big", {1 << 20}, big.data()}, {"z", {2, 1}, last.data()}},
+                    {{"format", "dtrain"}});
+
+  const std::set<std::string> wanted = {"a", "z", "not_in_the_file"};
+  const int64_t before = bytes_read_so_far();
+  const SafetensorsFile f = read_safetensors(path, [&](const std::string& n) { return wanted.count(n) > 0; });
+  const int64_t read = bytes_read_so_far() - before;
+  REQUIRE(f.tensors.size() == 2);  // in file order; a wanted name the file lacks is simply absent
+  CHECK(f.tensors[0].name == "a");
+  CHECK(f.tensors[1].name == "z");
+  CHECK(f.tensors[1].tensor.shape() == Shape{2, 1});
+  CHECK(std::memcmp(f.find("a")->data(), small.data(), 3 * sizeof(float)) == 0);
+  CHECK(std::memcmp(f.find("z")->data(), last.data(), 2 * sizeof(float)) == 0);
+  CHECK(f.find("big") == nullptr);
+  CHECK(f.find("not_in_the_file") == nullptr);
+  CHECK(f.metadata.at("format") == "dtrain");
+  // The 4 MiB tensor was skipped, not read and dropped (a stream buffer's worth of
+  // bytes around the wanted ones at most), where a whole read reads all of it.
+  if (before >= 0) {
+    CHECK(read < (1 << 20));
+    const int64_t start = bytes_read_so_far();
+    CHECK(read_safetensors(path).find("big") != nullptr);
+    CHECK(bytes_read_so_far() - start >= (4 << 20));
+  } else {
+    WARN("no /proc/self/io here: the bytes read are not checked");
+  }
+
+  // Nothing wanted: no data, the metadata still.
+  const SafetensorsFile none = read_safetensors(path, [](const std::string&) { return false; });
+  CHECK(none.tensors.empty());
+  CHECK(none.metadata.at("format") == "dtrain");
+}
+
+TEST_CASE("a selected read validates the whole header, unwanted tensors' entries included") {
+  test::TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  // "y" (not wanted) claims 12 bytes for 2 elements.
+  test::spit(path, make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("y":{"dtype":"F32","shape":[2],"data_offsets":[8,20]}})",
+                             floats({1, 2, 3, 4, 5})));
+  CHECK_THROWS_WITH(read_safetensors(path, [](const std::string& n) { return n == "x"; }),
+                    Catch::Contains(path) && Catch::Contains("tensor 'y'") && Catch::Contains("needs 8 bytes"));
+  // A file cut short in an unwanted tensor's data is refused as well.
+  test::spit(path, make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("y":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                             floats({1, 2, 3})));
+  CHECK_THROWS_WITH(read_safetensors(path, [](const std::string& n) { return n == "x"; }),
+                    Catch::Contains("past the end of the data"));
 }
