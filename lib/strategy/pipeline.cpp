@@ -16,6 +16,7 @@
 #include "core/trace.h"
 #include "kernels/ops.h"
 #include "nn/losses.h"
+#include "strategy/gradient_reducer.h"
 #include "strategy/pipeline_links.h"
 
 namespace dtrain::strategy {
@@ -105,6 +106,7 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
     if (!p->trainable()) state_.push_back(p);
   for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
   if (last_stage()) loss_ = nn::make_loss(job.loss);
+  if (loss_scaling_on(job, context)) loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
@@ -183,8 +185,10 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   const int64_t count = static_cast<int64_t>(micros.size());
   int64_t samples = 0;
   for (const Micro& m : micros) samples += m.rows;
-  // The gradient of the mean loss over the step's samples, summed micro-batch by micro-batch.
-  const float scale = 1.0f / static_cast<float>(samples);
+  // The gradient of the mean loss over the step's samples, summed micro-batch by
+  // micro-batch (times the loss scale, under loss scaling).
+  const float loss_scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
+  const float scale = loss_scale / static_cast<float>(samples);
   const uint64_t copy = static_cast<uint64_t>(stats_.copy);
   nn::StepContext ctx{true, copy == 0 ? seed_ : hash_u64(seed_, copy), step};
   std::vector<Tensor> inputs(static_cast<size_t>(count)), grads(static_cast<size_t>(count));
@@ -261,26 +265,36 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     timings_.comm_wait_seconds += wait.seconds();
   }
 
-  // The loss and accuracy of the step's whole batch (the last stages'), and the stop flag.
+  // The loss and accuracy of the step's whole batch (the last stages'), the stop
+  // flag and, under loss scaling, the stages' non-finite gradients: one all-reduce.
   Stopwatch metrics;
   nn::LossStats local;
   for (const nn::LossRows& r : rows)
     if (r.both.defined()) nn::Loss::add_stats(r, local);
-  float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
-                static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
-  workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
+  float s[5] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
+                static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f,
+                loss_scale_ ? static_cast<float>(non_finite_gradients()) : 0.0f};
+  workers_->all_reduce(s, 5, comm::ReduceOp::kSum);
   stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
   stop_agreed_ = s[3] > 0.0f;
   timings_.metrics_seconds += metrics.seconds();
+  // A step with an inf or NaN on any stage is skipped everywhere (Keras' rule).
+  const bool apply = !loss_scale_ || s[4] == 0.0f;
+  const int64_t optimizer_step = loss_scale_ ? loss_scale_->applied_before(step) : step;
+  if (loss_scale_) loss_scale_->update(apply);
 
   // The copies of this stage average their gradients, then each applies the same update.
-  if (peers_->size() > 1) {
+  if (apply && peers_->size() > 1) {
     Stopwatch wait;
     for (nn::Param* p : trainable_) peers_->all_reduce(p->grad, comm::ReduceOp::kMean);
     timings_.comm_wait_seconds += wait.seconds();
   }
   Stopwatch update;
-  optimizer_->apply(trainable_, step);
+  if (apply) {
+    if (loss_scale_)
+      for (nn::Param* p : trainable_) kernels::divide(p->grad, loss_scale);
+    optimizer_->apply(trainable_, optimizer_step);
+  }
   timings_.update_seconds += update.seconds();
 
   stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, step_memory_.peak(device_.type));
@@ -314,6 +328,17 @@ void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats)
   // Every stage of the copy learns the batch's figures (the last stage's).
   pipe_->all_reduce(s, 3, comm::ReduceOp::kSum);
   stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
+}
+
+int64_t PipelineStrategy::non_finite_gradients() const {
+  size_t count = 0;
+  std::vector<float> host;
+  for (const nn::Param* p : trainable_) {
+    host.resize(static_cast<size_t>(p->grad.numel()));
+    p->grad.copy_to_host(host.data());
+    count += count_non_finite(host.data(), host.size());
+  }
+  return static_cast<int64_t>(count);
 }
 
 void PipelineStrategy::sync_state() {

@@ -32,7 +32,10 @@
 // DeepSpeed's pipelines do too).
 //
 // The loss, accuracy and the stop flag travel in one all-reduce over all tasks
-// after each step (only last stages contribute). Checkpoints are sharded: each
+// after each step (only last stages contribute). Under dynamic loss scaling
+// (mixed_float16) the last stage scales the loss gradient, and each stage's count
+// of non-finite gradients travels in the same all-reduce: every task skips the
+// same steps and keeps the same scale. Checkpoints are sharded: each
 // stage of copy 0 writes its layers and their optimizer slots
 // (Strategy::state_pieces); the names are the whole model's, so the checkpoint
 // loads as one model (ckpt export, one_device resume) and a pipeline resumes
@@ -91,6 +94,7 @@ class PipelineStrategy : public Strategy {
   void load_state(const TensorLookup& model, const TensorLookup& optimizer) override;
   nn::Sequential& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
+  optim::DynamicLossScale* loss_scale() override { return loss_scale_.get(); }
   StepTimings timings() const override { return timings_; }
   bool sharded_state() const override { return true; }
   std::vector<StatePiece> state_pieces() override;
@@ -113,6 +117,8 @@ class PipelineStrategy : public Strategy {
   Tensor receive(int64_t rows, const Shape& sample, int peer, uint64_t tag);
   // Picks and connects the links to the neighbouring stages (collective over the copy).
   void connect_links(const StrategyContext& context);
+  // Inf and NaN values among this stage's gradients (loss scaling).
+  int64_t non_finite_gradients() const;
 
   StrategySpec spec_;
   uint64_t seed_;
@@ -126,6 +132,7 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<nn::Loss> loss_;
+  std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // mixed_float16 (or a test's loss_scaling)
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
   ModelShapes shapes_;

@@ -6,6 +6,7 @@
 // copies' batches. Also the stage split's errors and the schedules' order.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -153,6 +154,60 @@ TEST_CASE("pipeline: 2 and 4 stages, both schedules, equal one_device step by st
       check_params_close(r, whole, 1e-4);
     }
   }
+}
+
+TEST_CASE("pipeline: loss scaling gives one_device's accumulation bit for bit; an inf skips the step on every stage") {
+  // Step 2's batch holds an inf (the first stage's gradients become NaN, the
+  // last stage's too); both runs skip that step and halve the scale.
+  constexpr int64_t kScaledSteps = 6, kPoisoned = 2;
+  const auto batch_of = [](int64_t step, int64_t first, int64_t rows) {
+    data::Batch b = batch(step, first, rows);
+    if (step == kPoisoned && first == 0) b.images.data()[0] = std::numeric_limits<float>::infinity();
+    return b;
+  };
+  struct Trace {
+    std::vector<std::string> hashes;
+    std::vector<double> scales;
+  };
+  Trace whole;
+  {
+    const job::JobConfig job = deep_job(R"({"type": "one_device"})", R"(, "gradient_accumulation_steps": 4)");
+    strategy::StrategyContext context{nullptr, 1};
+    context.loss_scaling = true;
+    auto s = strategy::make_strategy(job.strategy_job(), context);
+    for (int64_t step = 0; step < kScaledSteps; ++step) {
+      std::vector<data::Batch> batches;
+      for (int64_t i = 0; i < 4; ++i) batches.push_back(batch_of(step, 2 * i, 2));
+      nn::LossStats stats;
+      s->train_step(batches, step, stats);
+      whole.hashes.push_back(s->params_sha256());
+      whole.scales.push_back(s->loss_scale()->scale());
+    }
+  }
+  rendezvous::InMemoryStore store;
+  std::vector<Trace> stages(2);
+  test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    auto workers = test::gloo_rank(store, rank, 2);
+    const job::JobConfig job = deep_job(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 4})");
+    strategy::StrategyContext context{workers.get(), 1};
+    context.loss_scaling = true;
+    auto s = strategy::make_strategy(job.strategy_job(), context);
+    Trace& trace = stages[static_cast<size_t>(rank)];
+    for (int64_t step = 0; step < kScaledSteps; ++step) {
+      nn::LossStats stats;
+      s->train_step({batch_of(step, 0, 8)}, step, stats);
+      trace.hashes.push_back(s->params_sha256());
+      trace.scales.push_back(s->loss_scale()->scale());
+    }
+    return "";
+  }));
+  for (const Trace& t : stages) {
+    CHECK(t.hashes == whole.hashes);
+    CHECK(t.scales == whole.scales);
+  }
+  CHECK(whole.hashes[kPoisoned] == whole.hashes[kPoisoned - 1]);  // skipped: nothing changed
+  CHECK(whole.scales[kPoisoned] == whole.scales[kPoisoned - 1] / 2);
+  CHECK(whole.hashes[kPoisoned + 1] != whole.hashes[kPoisoned]);  // the next step applies
 }
 
 TEST_CASE("pipeline: 2 stages x 2 data-parallel copies equal one_device on both copies' batches") {
