@@ -66,7 +66,9 @@ const std::vector<config::KeyDoc>& strategy_keys() {
                         "all-reduces over Gloo) or `nccl` (NCCL between the tasks' GPUs, on device buffers: builds with "
                         "CUDA and NCCL, jobs whose `device` is a GPU; exit 2 otherwise). For a GPU job `auto` means "
                         "NCCL in such builds: the gradient buckets are all-reduced on the GPU, with no host copy; the "
-                        "other collectives stay on Gloo. None of it has run on a GPU yet"},
+                        "other collectives stay on Gloo. A pipeline on GPUs: `auto` and `nccl` send the stages' activations with "
+                        "NCCL where every stage has a GPU of its own, `ring` through Gloo with host copies. None of it "
+                        "has run on a GPU yet"},
       {"allreduce_dtype", "`float32` (default) or `bfloat16`: the type gradients travel in between tasks "
                           "(bfloat16 halves the bytes; sums are accumulated in float32 where the backend allows)"},
       {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"},
