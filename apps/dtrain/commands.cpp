@@ -257,7 +257,8 @@ int reference_command() {
 }
 
 int version_command() {
-  std::printf("dtrain %s\nbackends: %s\n", DTRAIN_VERSION, runtime::backends_description().c_str());
+  std::printf("dtrain %s\nbackends: %s\ncollectives: %s\n", DTRAIN_VERSION, runtime::backends_description().c_str(),
+              runtime::collectives_description().c_str());
   return 0;
 }
 

@@ -33,6 +33,9 @@ int print_error(const std::string& message, ExitCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Lines reach a pipe (dtrain launch's prefixer, a log collector) as they are
+  // printed, not in blocks of 4 KiB at exit (what PYTHONUNBUFFERED asks of Python).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"dtrain: distributed deep-learning training from a JSON job description", "dtrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("dtrain ") + DTRAIN_VERSION);

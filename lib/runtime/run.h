@@ -65,5 +65,8 @@ void bench_ps_task(const ClusterBenchRequest& request, const Environment& env);
 // there are none), and the backends built in with their libraries' versions.
 std::string devices_report(bool json);
 std::string backends_description();
+// The collectives' engines of this build: "Gloo (TCP), shared memory, NCCL 2.28.9"
+// (or "NCCL: not in this build").
+std::string collectives_description();
 
 }  // namespace dtrain::runtime

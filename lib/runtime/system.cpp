@@ -1,8 +1,13 @@
-// devices_report() and backends_description() (run.h): what `dtrain devices` and
-// `dtrain version` print, from the kernels' device layer.
+// devices_report(), backends_description() and collectives_description()
+// (run.h): what `dtrain devices` and `dtrain version` print, from the kernels'
+// device layer and the communicators.
 #include <nlohmann/json.hpp>
 
+#include "comm/nccl_support.h"
 #include "core/strings.h"
+#if DTRAIN_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 #include "kernels/device.h"
 #include "runtime/run.h"
 
@@ -43,6 +48,14 @@ std::string devices_report(bool json) {
     out += line;
   }
   return out;
+}
+
+std::string collectives_description() {
+  std::string nccl = "NCCL: not in this build";
+#if DTRAIN_HAVE_NCCL
+  nccl = comm::nccl_version();
+#endif
+  return str("Gloo (TCP), shared memory, ", nccl);
 }
 
 std::string backends_description() { return kernels::backends_description(); }

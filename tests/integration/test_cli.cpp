@@ -5,6 +5,7 @@
 // `cluster` prints what a resolver gives (Slurm variables) or names a bad variable.
 #include <catch2/catch.hpp>
 
+#include "comm/nccl_support.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 
@@ -27,6 +28,9 @@ TEST_CASE("dtrain version and dtrain --version print the version", "[integration
   const RunOutput r = run_dtrain({"version"});
   CHECK_THAT(r.out, Catch::Matchers::Contains("backends: cpu (oneDNN "));
   CHECK_THAT(r.out, Catch::Matchers::Contains("cuda (CUDA runtime ") || Catch::Matchers::Contains("cuda: not built"));
+  // And the collectives' engines, NCCL's version where the build has it.
+  CHECK_THAT(r.out, Catch::Matchers::Contains("collectives: Gloo (TCP), shared memory, "));
+  CHECK_THAT(r.out, Catch::Matchers::Contains(comm::kNcclBuilt ? "NCCL 2." : "NCCL: not in this build"));
 }
 
 TEST_CASE("dtrain --help exits 0 and lists the subcommands", "[integration]") {
