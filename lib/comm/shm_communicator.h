@@ -7,9 +7,11 @@
 // (a barrier: an atomic counter and a generation word in the segment, waited on
 // with a futex), each member reduces its share of the elements over the slots in
 // rank order (so every member gets bit-identical sums) into the result area, all
-// meet, each copies the result out, all meet. Every wait has the communicator's
-// deadline (TimeoutError); a member that fails or is destroyed marks the segment
-// broken and wakes the others (PeerLost). Local rank 0 creates the segment and
+// meet, each copies the result out (two meetings a chunk: nobody writes the
+// result area again before everyone has reached the next chunk's first meeting,
+// after copying out). Every wait has the communicator's deadline (TimeoutError);
+// a member that fails or is destroyed marks the segment broken and wakes the
+// others (PeerLost). Local rank 0 creates the segment and
 // publishes its name in the job's store; once every member has mapped it, the
 // name is unlinked, so nothing is left in /dev/shm whatever happens next.
 //
@@ -17,7 +19,8 @@
 // tasks of each machine reduce through shared memory, one leader per machine
 // (its lowest rank) all-reduces across machines over Gloo, and the leader's
 // result is shared back through shared memory. Cross-machine traffic is then
-// that of one task per machine.
+// that of one task per machine. With a single machine it is the shared-memory
+// all-reduce alone.
 #pragma once
 
 #include <memory>

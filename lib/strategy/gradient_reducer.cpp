@@ -110,13 +110,17 @@ void GradientReducer::param_ready(const nn::Param* p) {
     dst += q->grad.numel();
   }
   if (track_non_finite_) non_finite_ += count_non_finite(bucket.buffer.data(), dst - bucket.buffer.data());
-  if (fill_extras_ && it->second + 1 == buckets_.size()) fill_extras_(dst);
+  const bool last = it->second + 1 == buckets_.size();
+  if (fill_extras_ && last) fill_extras_(dst);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(it->second);
     ++pending_;
   }
-  cv_.notify_all();
+  // The last bucket is left to finish_step(), which this thread calls next: no
+  // hand-off to another thread (and core) when there is nothing to overlap with.
+  // The communication thread takes it if it is still busy with earlier ones.
+  if (!last) cv_.notify_all();
 }
 
 double GradientReducer::finish_step() {
@@ -127,7 +131,13 @@ double GradientReducer::finish_step() {
     return waited.seconds();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return pending_ == 0 || error_; });
+  while (pending_ > 0 && !error_) {
+    if (!busy_ && !queue_.empty()) {
+      reduce_next(lock);  // the communication thread is idle: reduce here
+      continue;
+    }
+    cv_.wait(lock, [this] { return pending_ == 0 || error_ || (!busy_ && !queue_.empty()); });
+  }
   if (error_) std::rethrow_exception(error_);
   return waited.seconds();
 }
@@ -190,38 +200,48 @@ void GradientReducer::comm_loop() {
   trace::set_thread_name("gradient all-reduce");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    const size_t b = queue_.front();
-    queue_.pop_front();
-    lock.unlock();
-    try {
-      Bucket& bucket = buckets_[b];
-      const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;
-      const size_t bytes = bucket.buffer.size() * (bfloat16 ? 2 : sizeof(float));
-      const trace::Span span("all-reduce", "comm",
-                             trace::enabled() ? str("bucket ", b, ", ", bytes, " bytes") : std::string());
-      if (bfloat16) comm_.all_reduce_bfloat16(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
-      else comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
-      const float* src = bucket.buffer.data();
-      for (nn::Param* q : bucket.params) {
-        // On a GPU the copy is issued on the compute stream, before the
-        // optimizer's update, which is issued after finish_step().
-        q->grad.copy_from_host(src);
-        src += q->grad.numel();
-      }
-      if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
-        for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = src[i] * static_cast<float>(comm_.size());
-    } catch (...) {
-      lock.lock();
-      error_ = std::current_exception();
-      cv_.notify_all();
-      return;  // the communicator is unusable after an error
-    }
-    lock.lock();
-    --pending_;
-    cv_.notify_all();
+    cv_.wait(lock, [this] { return stop_ || error_ || (!busy_ && !queue_.empty()); });
+    if (stop_ || error_) return;  // the communicator is unusable after an error
+    reduce_next(lock);
   }
+}
+
+void GradientReducer::reduce_next(std::unique_lock<std::mutex>& lock) {
+  // One bucket at a time, in queue order, whichever thread runs it: every task
+  // issues the collectives in the same order.
+  const size_t b = queue_.front();
+  queue_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    reduce_bucket(b);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  busy_ = false;
+  if (error) error_ = error;
+  else --pending_;
+  cv_.notify_all();
+}
+
+void GradientReducer::reduce_bucket(size_t b) {
+  Bucket& bucket = buckets_[b];
+  const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;
+  const size_t bytes = bucket.buffer.size() * (bfloat16 ? 2 : sizeof(float));
+  const trace::Span span("all-reduce", "comm", trace::enabled() ? str("bucket ", b, ", ", bytes, " bytes") : std::string());
+  if (bfloat16) comm_.all_reduce_bfloat16(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
+  else comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
+  const float* src = bucket.buffer.data();
+  for (nn::Param* q : bucket.params) {
+    // On a GPU the copy is issued on the compute stream, before the
+    // optimizer's update, which is issued after finish_step().
+    q->grad.copy_from_host(src);
+    src += q->grad.numel();
+  }
+  if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
+    for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = src[i] * static_cast<float>(comm_.size());
 }
 
 }  // namespace dtrain::strategy

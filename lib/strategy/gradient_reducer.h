@@ -1,7 +1,9 @@
 // GradientReducer: averages gradients across a group of replicas in buckets, each
 // bucket's all-reduce starting as soon as backward has produced all of its
 // gradients, on a communication thread, while backward goes on (PyTorch DDP's
-// scheme; bucket size is strategy.bytes_per_pack).
+// scheme; bucket size is strategy.bytes_per_pack). The last bucket, which has
+// nothing left to overlap with, is reduced by the thread waiting in
+// finish_step() unless the communication thread is still busy.
 //
 // Buckets are filled in reverse model order, the order backward produces
 // gradients. A bucket's gradients are copied into one flat buffer, all-reduced
@@ -93,6 +95,10 @@ class GradientReducer {
 #endif
   };
   void comm_loop();
+  // Takes the next queued bucket (lock held on entry and exit, released while
+  // reducing) and reduces it on the calling thread; an error ends the reducer.
+  void reduce_next(std::unique_lock<std::mutex>& lock);
+  void reduce_bucket(size_t b);
   // The device path (device_ is true): pack, launch, and the end of a step.
   void launch_on_device(size_t b);
   void finish_on_device();
@@ -111,6 +117,7 @@ class GradientReducer {
   std::condition_variable cv_;
   std::deque<size_t> queue_;  // buckets ready to reduce
   size_t pending_ = 0;        // buckets launched and not yet reduced
+  bool busy_ = false;         // a thread is reducing a bucket
   bool stop_ = false;
   std::exception_ptr error_;
   std::function<void(float*)> fill_extras_;

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/gloo_communicator.h"
@@ -87,6 +88,37 @@ TEST_CASE("shared memory: all_reduce, broadcast, all_gather, reduce_scatter and 
       return problem;  // (unlinked once every member had mapped it)
     }));
   }
+}
+
+// Two barriers a chunk: a member writes its slot for the next collective while
+// the others may still be reading the last result. Back-to-back collectives with
+// uneven pacing (rank 0 yields) must still be exact every time.
+TEST_CASE("shared memory: back-to-back all_reduces and broadcasts stay exact when the members run unevenly") {
+  rendezvous::InMemoryStore store;
+  check_all_ok(test::run_on_threads(3, [&](int rank) -> std::string {
+    auto comm = make_shm_communicator(store, shm_options(rank, 3, "comm/shm-paced/"));
+    constexpr size_t kCount = 23;  // 4 chunks, the last one short
+    std::string problem;
+    for (int round = 0; round < 300 && problem.empty(); ++round) {
+      if (rank == 0 && round % 3 == 0) std::this_thread::yield();
+      std::vector<float> x(kCount), sum(kCount);
+      for (size_t i = 0; i < kCount; ++i) {
+        x[i] = value(rank, i + static_cast<size_t>(round));
+        for (int r = 0; r < 3; ++r) sum[i] += value(r, i + static_cast<size_t>(round));
+      }
+      comm->all_reduce(x.data(), kCount, ReduceOp::kSum);
+      problem += compare_exact(x, sum, "all_reduce in round " + std::to_string(round));
+      const int root = round % 3;
+      std::vector<float> b(kCount), expected(kCount);
+      for (size_t i = 0; i < kCount; ++i) {
+        b[i] = value(rank, i + 1);
+        expected[i] = value(root, i + 1);
+      }
+      comm->broadcast(b.data(), kCount, root);
+      problem += compare_exact(b, expected, "broadcast in round " + std::to_string(round));
+    }
+    return problem;
+  }));
 }
 
 TEST_CASE("shared memory: a member that never comes is a TimeoutError, one that leaves is PeerLost") {
