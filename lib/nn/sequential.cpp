@@ -188,13 +188,18 @@ int64_t Sequential::count_params(bool trainable_only) const {
 
 std::string Sequential::params_sha256() const {
   Sha256 h;
-  for (Param* p : params()) {
-    h.update(p->name);
-    h.update(shape_str(p->value.shape()));
-    const Tensor host = p->value.to_host();
-    h.update(host.data(), host.bytes());
-  }
+  hash_input([&](const void* data, size_t size) { h.update(data, size); });
   return h.hex_digest();
+}
+
+void Sequential::hash_input(const std::function<void(const void* data, size_t size)>& feed) const {
+  for (Param* p : params()) {
+    feed(p->name.data(), p->name.size());
+    const std::string shape = shape_str(p->value.shape());
+    feed(shape.data(), shape.size());
+    const Tensor host = p->value.to_host();
+    feed(host.data(), host.bytes());
+  }
 }
 
 std::string Sequential::summary() const {

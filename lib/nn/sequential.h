@@ -72,6 +72,9 @@ class Sequential {
 
   // SHA-256 over every param's name, shape and float32 bytes, in params() order.
   std::string params_sha256() const;
+  // The bytes params_sha256() hashes, handed to `feed` piece by piece (a pipeline
+  // stage sends its part of the whole model's hash input to the chief).
+  void hash_input(const std::function<void(const void* data, size_t size)>& feed) const;
 
   // A table like Keras' model.summary().
   std::string summary() const;

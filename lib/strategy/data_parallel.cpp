@@ -239,12 +239,7 @@ bool DataParallelStrategy::gradients_finite(Replica& r) {
     // size), or ZeRO's all-reduce of the extras.
     non_finite = (zero_ ? zero_->extras() : r.reducer->extras())[non_finite_extra_] > 0.0f ? 1 : 0;
   } else {
-    std::vector<float> host;
-    for (const nn::Param* p : r.trainable) {
-      host.resize(static_cast<size_t>(p->grad.numel()));
-      p->grad.copy_to_host(host.data());
-      non_finite += count_non_finite(host.data(), host.size());
-    }
+    non_finite = count_non_finite_gradients(r.trainable);
   }
   if (non_finite > 0) return false;
   const float scale = static_cast<float>(loss_scale_->scale());

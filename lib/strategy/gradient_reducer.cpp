@@ -20,6 +20,17 @@ size_t count_non_finite(const float* data, size_t n) {
   return count;
 }
 
+size_t count_non_finite_gradients(const std::vector<nn::Param*>& params) {
+  size_t count = 0;
+  std::vector<float> host;
+  for (const nn::Param* p : params) {
+    host.resize(static_cast<size_t>(p->grad.numel()));
+    p->grad.copy_to_host(host.data());
+    count += count_non_finite(host.data(), host.size());
+  }
+  return count;
+}
+
 GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Communicator& comm,
                                  int64_t bytes_per_pack, AllreduceDType dtype)
     : comm_(comm), dtype_(dtype) {

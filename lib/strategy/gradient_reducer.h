@@ -52,6 +52,8 @@ namespace dtrain::strategy {
 
 // How many of data[0..n) are inf or NaN.
 size_t count_non_finite(const float* data, size_t n);
+// How many values of the params' gradients are inf or NaN (read through the host).
+size_t count_non_finite_gradients(const std::vector<nn::Param*>& params);
 
 class GradientReducer {
  public:

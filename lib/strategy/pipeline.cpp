@@ -273,7 +273,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     if (r.both.defined()) nn::Loss::add_stats(r, local);
   float s[5] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                 static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f,
-                loss_scale_ ? static_cast<float>(non_finite_gradients()) : 0.0f};
+                loss_scale_ ? static_cast<float>(count_non_finite_gradients(trainable_)) : 0.0f};
   workers_->all_reduce(s, 5, comm::ReduceOp::kSum);
   stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
   stop_agreed_ = s[3] > 0.0f;
@@ -330,17 +330,6 @@ void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats)
   stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
 }
 
-int64_t PipelineStrategy::non_finite_gradients() const {
-  size_t count = 0;
-  std::vector<float> host;
-  for (const nn::Param* p : trainable_) {
-    host.resize(static_cast<size_t>(p->grad.numel()));
-    p->grad.copy_to_host(host.data());
-    count += count_non_finite(host.data(), host.size());
-  }
-  return static_cast<int64_t>(count);
-}
-
 void PipelineStrategy::sync_state() {
   if (peers_->size() > 1)
     for (nn::Param* p : state_) peers_->all_reduce(p->value, comm::ReduceOp::kMean);
@@ -385,62 +374,35 @@ std::vector<StatePiece> PipelineStrategy::state_pieces() {
 }
 
 std::string PipelineStrategy::params_sha256() {
-  // nn::Sequential::params_sha256 of the whole model: stage 0 of copy 0 (the
-  // chief) hashes its own params, then each later stage's in stage order, which
-  // they send as one blob of records (name, shape text, bytes); the digest then
-  // goes to every task.
+  // nn::Sequential::params_sha256 of the whole model: each later stage of copy 0
+  // sends the chief the bytes its params add to the hash input (hash_input), and
+  // the chief hashes them after its own, in stage order; the digest then goes to
+  // every task.
   const uint64_t tag = kHashTag | (hash_calls_++ << 2);
   std::string digest(64, '0');
-  if (stats_.copy == 0) {
-    if (first_stage()) {
-      Sha256 h;
-      for (const nn::Param* p : model_->params()) {
-        const Tensor value = p->value.to_host();
-        h.update(p->name);
-        h.update(shape_str(value.shape()));
-        h.update(value.data(), value.bytes());
-      }
-      for (int s = 1; s < stats_.stages; ++s) {
-        float header[2];
-        pipe_->recv(header, 2, s, tag);
-        uint64_t bytes = 0;
-        std::memcpy(&bytes, header, sizeof bytes);
-        std::vector<float> blob(floats_for(bytes));
-        pipe_->recv(blob.data(), blob.size(), s, tag | 1);
-        const char* at = reinterpret_cast<const char*>(blob.data());
-        const char* end = at + bytes;
-        while (at < end) {
-          uint64_t sizes[3];
-          std::memcpy(sizes, at, sizeof sizes);
-          at += sizeof sizes;
-          h.update(at, sizes[0]);
-          at += sizes[0];
-          h.update(at, sizes[1]);
-          at += sizes[1];
-          h.update(at, sizes[2]);
-          at += sizes[2];
-        }
-      }
-      digest = h.hex_digest();
-    } else {
-      std::string blob;
-      for (const nn::Param* p : model_->params()) {
-        const Tensor value = p->value.to_host();
-        const std::string shape = shape_str(value.shape());
-        const uint64_t sizes[3] = {p->name.size(), shape.size(), static_cast<uint64_t>(value.bytes())};
-        blob.append(reinterpret_cast<const char*>(sizes), sizeof sizes);
-        blob += p->name;
-        blob += shape;
-        blob.append(reinterpret_cast<const char*>(value.data()), value.bytes());
-      }
-      const uint64_t bytes = blob.size();
+  if (stats_.copy == 0 && first_stage()) {
+    Sha256 h;
+    model_->hash_input([&](const void* data, size_t size) { h.update(data, size); });
+    for (int s = 1; s < stats_.stages; ++s) {
       float header[2];
-      std::memcpy(header, &bytes, sizeof bytes);
-      pipe_->send(header, 2, 0, tag);
-      std::vector<float> data(floats_for(bytes), 0.0f);
-      std::memcpy(data.data(), blob.data(), bytes);
-      pipe_->send(data.data(), data.size(), 0, tag | 1);
+      pipe_->recv(header, 2, s, tag);
+      uint64_t bytes = 0;
+      std::memcpy(&bytes, header, sizeof bytes);
+      std::vector<float> blob(floats_for(bytes));
+      pipe_->recv(blob.data(), blob.size(), s, tag | 1);
+      h.update(blob.data(), bytes);
     }
+    digest = h.hex_digest();
+  } else if (stats_.copy == 0) {
+    std::string input;
+    model_->hash_input([&](const void* data, size_t size) { input.append(static_cast<const char*>(data), size); });
+    const uint64_t bytes = input.size();
+    float header[2];
+    std::memcpy(header, &bytes, sizeof bytes);
+    pipe_->send(header, 2, 0, tag);
+    std::vector<float> blob(floats_for(bytes), 0.0f);
+    std::memcpy(blob.data(), input.data(), bytes);
+    pipe_->send(blob.data(), blob.size(), 0, tag | 1);
   }
   float raw[16];
   static_assert(sizeof raw == 64);

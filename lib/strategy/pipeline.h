@@ -117,8 +117,6 @@ class PipelineStrategy : public Strategy {
   Tensor receive(int64_t rows, const Shape& sample, int peer, uint64_t tag);
   // Picks and connects the links to the neighbouring stages (collective over the copy).
   void connect_links(const StrategyContext& context);
-  // Inf and NaN values among this stage's gradients (loss scaling).
-  int64_t non_finite_gradients() const;
 
   StrategySpec spec_;
   uint64_t seed_;

@@ -63,14 +63,19 @@ nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int wor
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   nlohmann::json launch = read_json_file(summary);
+  common_params_hash(launch);
+  return launch;
+}
+
+std::string common_params_hash(const nlohmann::json& launch_summary) {
   std::string hash;
-  for (const auto& [task, s] : launch["tasks"].items()) {
+  for (const auto& [task, s] : launch_summary["tasks"].items()) {
     INFO(task);
     REQUIRE(s.is_object());
     if (hash.empty()) hash = s["params_sha256"];
     CHECK(s["params_sha256"] == hash);
   }
-  return launch;
+  return hash;
 }
 
 std::vector<double> step_losses(const TempDir& dir, int64_t expected) {

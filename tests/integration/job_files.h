@@ -42,6 +42,9 @@ nlohmann::json resumable_job(const TempDir& dir, int workers);
 // `dtrain launch --summary`; REQUIREs exit 0 and every task's summary, CHECKs that
 // they all report the same params_sha256, and returns the launch summary.
 nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int workers);
+// The params_sha256 every task of a launch summary reports: REQUIREs each task's
+// summary and CHECKs that they all agree.
+std::string common_params_hash(const nlohmann::json& launch_summary);
 
 // The chief's (or the single task's) step losses from dir/out/metrics.jsonl, in
 // order (a resumed run's after the earlier ones); REQUIREs `expected` of them

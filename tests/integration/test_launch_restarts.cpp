@@ -19,16 +19,6 @@ RunOutput launch(const std::string& config, const std::vector<std::string>& extr
   return run_dtrain(args, {180.0, ""});
 }
 
-std::string params_hash(const json& summary) {
-  std::string hash;
-  for (const auto& [task, t] : summary["tasks"].items()) {
-    REQUIRE(t.is_object());
-    if (hash.empty()) hash = t["params_sha256"];
-    CHECK(t["params_sha256"] == hash);
-  }
-  return hash;
-}
-
 }  // namespace
 
 TEST_CASE("launch --max-restarts restarts a killed job from its checkpoint, exactly", "[integration]") {
@@ -54,7 +44,7 @@ TEST_CASE("launch --max-restarts restarts a killed job from its checkpoint, exac
   CHECK(s["attempts"][0]["exit_code"] == 128 + 9);
   CHECK(s["attempts"][1]["exit_code"] == 0);
   CHECK(s["tasks"]["worker:0"]["steps"] == 96);
-  CHECK(params_hash(s) == params_hash(read_json_file(straight.file("s.json"))));
+  CHECK(common_params_hash(s) == common_params_hash(read_json_file(straight.file("s.json"))));
 }
 
 TEST_CASE("launch without --max-restarts fails as before when a task is killed", "[integration]") {

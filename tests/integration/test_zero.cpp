@@ -42,12 +42,7 @@ json launch(const json& job, int workers, const TempDir& dir, const std::string&
   if (job["strategy"]["shard_optimizer_state"].get<bool>() && workers > 1)
     CHECK_THAT(r.out, Catch::Contains("(sharded 1/" + std::to_string(workers) + ")"));
   const json s = read_json_file(summary);
-  std::string hash;
-  for (const auto& [task, t] : s["tasks"].items()) {
-    REQUIRE(t.is_object());
-    if (hash.empty()) hash = t["params_sha256"];
-    CHECK(t["params_sha256"] == hash);
-  }
+  common_params_hash(s);
   return s;
 }
 
