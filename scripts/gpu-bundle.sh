@@ -16,7 +16,7 @@ bash scripts/build.sh -DDTRAIN_CUDA=ON
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
 cp build/dtrain .gpu/bin/
-for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training; do
+for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training test_gpu_mirrored; do
   # (the NCCL tests exist in builds with NCCL only)
   if [ -x "build/tests/gpu/$t" ]; then cp "build/tests/gpu/$t" .gpu/bin/; fi
 done

@@ -4,9 +4,10 @@
 # and gradients against the CPU (test_gpu_layers.cpp) and training on the GPU
 # (test_gpu_training.cpp), a pipeline's stages on GPUs (test_gpu_pipeline.cpp),
 # NCCL's collectives and NCCL in training (test_gpu_nccl*.cpp, builds with
-# NCCL). Here a skipped test is a failure: the point of this script is that they
-# ran. The one exception: NCCL's two-rank tests need two GPUs and say so when the
-# machine has one ("needs two GPUs").
+# NCCL), several GPUs in one process and mirrored over them (test_gpu_mirrored.cpp).
+# Here a skipped test is a failure: the point of this script is that they ran.
+# The one exception: the tests of two GPUs need two and say so when the machine
+# has one ("needs two GPUs").
 #
 # From a build tree (the machine has dtrain's build dependencies): builds with
 # -DDTRAIN_CUDA=ON and runs `ctest -L gpu`. From a bundle (.gpu/, made by
@@ -19,7 +20,7 @@ if [ -d .gpu/bin ]; then
   source scripts/gpu-env.sh
   "$DTRAIN_TEST_BINARY" devices || exit 1
   status=0
-  for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training; do
+  for t in test_gpu_ops test_gpu_layers test_gpu_training test_gpu_pipeline test_gpu_nccl test_gpu_nccl_training test_gpu_mirrored; do
     [ -x "$dtrain_gpu_test_dir/$t" ] || { echo "test-gpu.sh: $t is not in the bundle" >&2; status=1; continue; }
     echo "== $t"
     # The same limits as ctest's TIMEOUT for these tests: a hung GPU call fails, never blocks.

@@ -66,16 +66,23 @@ int num_threads() { return cpu::num_threads(); }
 void synchronize(const Device& device) {
   if (device.is_cpu()) return;
 #if DTRAIN_HAVE_CUDA
-  cuda::synchronize();
+  cuda::synchronize(device.index);
 #endif
 }
 
 void* compute_stream(const Device& device) {
   if (device.is_cpu()) return nullptr;
 #if DTRAIN_HAVE_CUDA
-  return cuda::compute_stream();
+  return cuda::compute_stream(device.index);
 #else
   return nullptr;
+#endif
+}
+
+void use_device(const Device& device) {
+  if (device.is_cpu()) return;
+#if DTRAIN_HAVE_CUDA
+  cuda::use_device(device.index);
 #endif
 }
 

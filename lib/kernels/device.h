@@ -41,6 +41,10 @@ std::string backends_description();
 // conversion path, slower than float32.
 std::string cpu_isa();
 bool cpu_has_bf16();
+// Makes `device` the calling thread's GPU (a process may use several: mirrored
+// runs one replica per GPU, a thread each); ops switch to their tensors' GPU by
+// themselves, this makes the choice explicit. No-op on the CPU.
+void use_device(const Device& device);
 // Waits until every op issued on `device` has finished (no-op on the CPU).
 void synchronize(const Device& device);
 // The stream every op on `device` is issued on (a cudaStream_t, for a

@@ -1,6 +1,7 @@
 // Device dispatch for ops.h: every op runs on the device of its tensors, which
 // must all be on one device. CPU tensors go to cpu::; GPU tensors to cuda:: in
-// builds with the CUDA backend (DTRAIN_HAVE_CUDA), and are a clear error otherwise.
+// builds with the CUDA backend (DTRAIN_HAVE_CUDA), and are a clear error
+// otherwise. A GPU op makes its tensors' GPU the calling thread's GPU.
 #include "kernels/ops.h"
 
 #include <initializer_list>
@@ -34,7 +35,9 @@ bool on_gpu(const char* op, const Tensor& first, const Ts&... rest) {
     if (t && t->defined() && t->device() != device)
       throw InternalError(str(op, ": tensors on ", device.str(), " and ", t->device().str(), " in one op"));
   if (device.is_cpu()) return false;
-#if !DTRAIN_HAVE_CUDA
+#if DTRAIN_HAVE_CUDA
+  cuda::use_device(device.index);  // the op runs on its tensors' GPU
+#else
   throw ConfigError(str("device ", device.str(), " is not available: this dtrain was built without the CUDA backend"));
 #endif
   return true;

@@ -5,14 +5,19 @@
 
 #include "comm/local_communicator.h"
 #include "comm/shm_communicator.h"
+#if DTRAIN_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 #include "core/check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "strategy/registry.h"
+#include "strategy/replica_devices.h"
 #include "strategy/zero_shard.h"
 
 namespace dtrain::strategy {
@@ -47,10 +52,12 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       device_(context.device),
       threads_(std::max(1, context.threads)) {
   const int n = entry_of(job.strategy).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
-  if (n > 1 && !device_.is_cpu())
-    throw ConfigError(str("strategy: mirrored with ", n, " replicas on ", device_.str(),
-                          " is not supported yet (the CUDA backend drives one GPU per process); use one_device, "
-                          "or multi_worker_mirrored with one GPU per task, or \"device\": \"cpu\""));
+  // On GPUs one GPU per replica (mirrored), each set up for this process.
+  const std::vector<Device> devices = replica_devices(
+      job.strategy, device_, n, device_.is_cpu() ? 0 : static_cast<int>(kernels::list_gpus().gpus.size()));
+  for (const Device& d : devices)
+    if (!d.is_cpu()) kernels::select_device(d.str());
+  device_ = devices[0];  // replica 0's: evaluation, staging, the strategy's device
   if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
   // ZeRO-1: no full optimizer state anywhere (ZeroShard creates the slots of this task's slice).
   const bool zero = job.strategy.shard_optimizer_state && workers_;
@@ -60,15 +67,16 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   }
   std::vector<std::unique_ptr<comm::Communicator>> local;
-  if (n > 1 && !central_) local = comm::make_local_group(n);
+  if (n > 1 && !central_) local = make_local_group(job, devices);
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
     Replica& r = replicas_[i];
+    r.device = devices[static_cast<size_t>(i)];
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
     // Params, grads and optimizer slots in one allocation on the device.
-    r.model->place(device_, zero ? 0 : r.optimizer->slots_per_param());
+    r.model->place(r.device, zero ? 0 : r.optimizer->slots_per_param());
     r.trainable = r.model->trainable_params();
     if (!zero) r.optimizer->create_state(r.trainable, r.model->arena());
     for (const auto& layer : r.model->layers()) {
@@ -78,7 +86,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       r.layer_params.push_back(ps);
     }
     if (accumulation_ > 1)
-      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), device_);
+      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), r.device);
     if (!local.empty()) r.local = std::move(local[i]);
   }
   if (workers_ && n > 1) {
@@ -104,13 +112,15 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
   // no reducer, so no hand-off to a communication thread every step.
   // On GPUs with NCCL (context.gradients) a task's single replica reduces its
-  // gradients there, on the device; everything else stays on `workers`.
+  // gradients there, on the device; everything else stays on `workers`. So do
+  // mirrored replicas on several GPUs, through their local NCCL group.
   const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
-  if (device_gradients && job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
+  const bool local_nccl = n > 1 && group_of(replicas_[0]) && group_of(replicas_[0])->device_buffers();
+  if ((device_gradients || local_nccl) && job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
     throw ConfigError(str(job.strategy.path, ".allreduce_dtype: 'bfloat16' is not supported with NCCL yet (dtrain "
                           "has no GPU kernel rounding to bfloat16 so far); use \"float32\", or communication "
                           "\"ring\" (Gloo, through host memory)"));
-  if (device_gradients && loss_scale_)
+  if ((device_gradients || local_nccl) && loss_scale_)
     throw ConfigError(str(job.strategy.path, ".communication: NCCL cannot count non-finite gradients on the GPU "
                           "for loss scaling yet; use communication \"ring\" (Gloo)"));
   for (Replica& r : replicas_)
@@ -161,6 +171,28 @@ int DataParallelStrategy::num_replicas_in_sync() const {
   return local_replicas() * (workers_ ? workers_->size() : 1);
 }
 
+std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_local_group(
+    const StrategyJob& job, const std::vector<Device>& devices) {
+  const bool on_gpus = !devices[0].is_cpu();
+  const Communication how = job.strategy.communication;
+#if DTRAIN_HAVE_NCCL
+  if (on_gpus && (how == Communication::kAuto || how == Communication::kNccl)) {
+    // One NCCL communicator per GPU, each used by its replica's thread.
+    std::vector<int> gpus;
+    for (const Device& d : devices) gpus.push_back(d.index);
+    comm::NcclOptions options;
+    options.name = "the mirrored replicas' NCCL group";
+    auto group = comm::make_local_nccl_group(gpus, options);
+    log::info("comm: mirrored replicas on ", devices.size(), " GPUs all-reduce with NCCL (", comm::nccl_version(), ")");
+    return {std::make_move_iterator(group.begin()), std::make_move_iterator(group.end())};
+  }
+#endif
+  if (on_gpus && how == Communication::kNccl)
+    throw ConfigError(str(job.strategy.path, ".communication: 'nccl' needs a build of dtrain with NCCL; use \"auto\""));
+  // Shared memory between the threads (GPU gradients through host copies).
+  return comm::make_local_group(static_cast<int>(devices.size()));
+}
+
 comm::Communicator* DataParallelStrategy::group_of(Replica& r) {
   if (r.group) return r.group.get();
   if (workers_) return workers_;
@@ -169,6 +201,7 @@ comm::Communicator* DataParallelStrategy::group_of(Replica& r) {
 
 void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches,
                                         int64_t step) {
+  kernels::use_device(r.device);  // this thread issues the replica's ops on its GPU
   r.stats = {};
   r.comm_wait = 0.0;
   Stopwatch compute;
@@ -183,13 +216,13 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     const int64_t rows = task_batch.size() / local_replicas();
     DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
     const data::Batch mine = slice(task_batch, rows * index, rows);
-    const auto [images, labels] = on_device(mine);
+    const auto [images, labels] = on_device(mine, r.device);
     {
       const trace::Span forward_span("forward", "compute");
       ctx.weights_changed = i == 0;  // one update's micro-batches share the weights' bf16 copies
       const Tensor output = r.model->forward(images, ctx);
       if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
-        r.grad_output = Tensor(output.shape(), device_);
+        r.grad_output = Tensor(output.shape(), r.device);
       // The gradient of the mean loss over this replica's K micro-batches; the
       // all-reduce (mean over replicas) makes it the mean over the global batch.
       // Under loss scaling, that gradient times the scale (1 without).
@@ -248,14 +281,14 @@ bool DataParallelStrategy::gradients_finite(Replica& r) {
   return true;
 }
 
-std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b) {
+std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b, const Device& device) {
   for (Staged& s : staged_)
     if (s.source == b.images.data() && s.images.numel() == b.images.numel()) {
       std::pair<Tensor, Tensor> out{s.images.reshaped(b.images.shape()), s.labels};
       s = Staged{};
       return out;
     }
-  return {b.images.to(device_), nn::labels_tensor(b.labels, device_)};
+  return {b.images.to(device), nn::labels_tensor(b.labels, device)};
 }
 
 void DataParallelStrategy::stage(const std::vector<data::Batch>& batches) {
@@ -332,7 +365,7 @@ void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& st
     replicas_behind_ = false;
   }
   staged_.clear();  // training batches staged but not used (a stop) must not match
-  const auto [images, labels] = on_device(batch);
+  const auto [images, labels] = on_device(batch, device_);
   const Tensor output = replicas_[0].model->forward(images, ctx);
   nn::LossRows rows;
   loss_->compute(output, labels, nullptr, 0.0f, rows);
@@ -379,7 +412,7 @@ void DataParallelStrategy::sync_state() {
   for (size_t j = 0; j < states[0].size(); ++j) {
     // Mean over the local replicas (in replica order: deterministic), then over workers.
     Tensor& mine = states[0][j]->value;
-    for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value, mine);
+    for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value.to(mine.device()), mine);
     if (n > 1) kernels::divide(mine, static_cast<float>(n));
     if (workers_) workers_->all_reduce(mine, comm::ReduceOp::kMean);
     for (size_t i = 1; i < n; ++i) states[i][j]->value.copy_from(mine);

@@ -1,6 +1,7 @@
 // DataParallelStrategy: synchronous data parallelism, the one code path behind
 // one_device (1 replica), mirrored (N replicas on threads of this process,
-// gradients averaged in shared memory) and multi_worker_mirrored (one replica per
+// gradients averaged in shared memory; on GPUs one replica per GPU, averaged by
+// a local NCCL group where the build has NCCL) and multi_worker_mirrored (one replica per
 // task, gradients averaged over Gloo). The chief's initial parameters are
 // broadcast; every replica applies the same averaged update, so all stay identical.
 //
@@ -82,6 +83,7 @@ class DataParallelStrategy : public Strategy {
 
  private:
   struct Replica {
+    Device device;  // its GPU (mirrored on GPUs: one each), or the CPU all share
     std::unique_ptr<nn::Sequential> model;
     std::unique_ptr<optim::Optimizer> optimizer;
     std::vector<nn::Param*> trainable;
@@ -106,9 +108,13 @@ class DataParallelStrategy : public Strategy {
   // the gradients unscaled when they are.
   bool gradients_finite(Replica& r);
   comm::Communicator* group_of(Replica& r);
-  // A batch's images and labels on the device: the staged copies when `b` was
+  // The local replicas' group: NCCL over their GPUs (one communicator each) where
+  // the build has it and strategy.communication allows, else shared memory.
+  static std::vector<std::unique_ptr<comm::Communicator>> make_local_group(const StrategyJob& job,
+                                                                           const std::vector<Device>& devices);
+  // A batch's images and labels on `device`: the staged copies when `b` was
   // staged, else copies started now.
-  std::pair<Tensor, Tensor> on_device(const data::Batch& b);
+  std::pair<Tensor, Tensor> on_device(const data::Batch& b, const Device& device);
   void stage(const std::vector<data::Batch>& batches);
 
   struct Staged {

@@ -57,9 +57,12 @@ const std::vector<StrategyEntry>& strategies() {
 const std::vector<config::KeyDoc>& strategy_keys() {
   static const std::vector<config::KeyDoc> keys = {
       {"type", "`one_device` (default), `mirrored`, `multi_worker_mirrored`, `central_storage`, `parameter_server`, `pipeline`"},
-      {"replicas", "mirrored, central_storage, multi_worker_mirrored: N replicas in this process (1)"},
+      {"replicas", "mirrored, central_storage, multi_worker_mirrored: N replicas in this process (1); mirrored on "
+                   "GPUs: one per GPU, from the job's GPU on (`device` `auto` picks the GPUs when there is one for "
+                   "every replica)"},
       {"devices", "mirrored, central_storage, multi_worker_mirrored: the replicas as device names, e.g. "
-                  "`[\"cpu:0\", \"cpu:1\"]` (TF's logical devices)"},
+                  "`[\"cpu:0\", \"cpu:1\"]` (TF's logical devices); mirrored: `[\"gpu:0\", \"gpu:1\"]`, one "
+                  "replica on each GPU named"},
       {"communication", "`auto` (hierarchical when several tasks share a machine and more than one machine takes "
                         "part, else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
                         "`hierarchical` (each machine's tasks reduce through shared memory, one leader per machine "
@@ -67,8 +70,9 @@ const std::vector<config::KeyDoc>& strategy_keys() {
                         "CUDA and NCCL, jobs whose `device` is a GPU; exit 2 otherwise). For a GPU job `auto` means "
                         "NCCL in such builds: the gradient buckets are all-reduced on the GPU, with no host copy; the "
                         "other collectives stay on Gloo. A pipeline on GPUs: `auto` and `nccl` send the stages' activations with "
-                        "NCCL where every stage has a GPU of its own, `ring` through Gloo with host copies. None of it "
-                        "has run on a GPU yet"},
+                        "NCCL where every stage has a GPU of its own, `ring` through Gloo with host copies. mirrored on "
+                        "several GPUs: `auto` and `nccl` all-reduce in a local NCCL group, `ring` in shared memory "
+                        "through host copies. None of it has run on a GPU yet"},
       {"allreduce_dtype", "`float32` (default) or `bfloat16`: the type gradients travel in between tasks "
                           "(bfloat16 halves the bytes; sums are accumulated in float32 where the backend allows)"},
       {"bytes_per_pack", "gradient bucket size in bytes (25 MiB, PyTorch DDP's); 0 = auto"},

@@ -15,6 +15,7 @@
 #include "kernels/ops.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/registry.h"
+#include "strategy/replica_devices.h"
 
 namespace dtrain::trainer {
 
@@ -35,8 +36,15 @@ int setup_threads(const job::JobConfig& job, const HostSettings& host) {
 
 namespace {
 
-// Several replicas in one process (only strategies with local replicas accept more than one).
-bool keeps_to_cpu(const job::JobConfig& job) { return job.device == "auto" && job.strategy.replicas > 1; }
+// Device "auto" with several replicas in one process (only strategies with local
+// replicas accept more than one): the CPU, unless strategy.devices names GPUs, or
+// it is mirrored and this machine has a GPU for each replica.
+bool keeps_to_cpu(const job::JobConfig& job) {
+  if (job.device != "auto" || job.strategy.replicas <= 1) return false;
+  if (!job.strategy.devices.empty()) return !strategy::devices_name_gpus(job.strategy);
+  return strategy::entry_of(job.strategy).name != "mirrored" ||
+         static_cast<int64_t>(kernels::list_gpus().gpus.size()) < job.strategy.replicas;
+}
 
 }  // namespace
 
@@ -60,10 +68,10 @@ void check_precision(const job::JobConfig& job, const Device& device) {
 Device select_job_device(const job::JobConfig& job, const HostSettings& host) {
   if (host.allow_tf32) kernels::set_allow_tf32(*host.allow_tf32);
   if (keeps_to_cpu(job)) {
-    if (!kernels::list_gpus().gpus.empty())
+    if (const size_t gpus = kernels::list_gpus().gpus.size(); gpus > 0)
       log::info("device auto: ", strategy::entry_of(job.strategy).name, " with ", job.strategy.replicas,
-                " replicas trains on the CPU (one replica per GPU in one process is not supported yet: the CUDA "
-                "backend drives one GPU per process; use multi_worker_mirrored with one GPU per task)");
+                " replicas trains on the CPU (", gpus, " GPU", gpus == 1 ? "" : "s",
+                " here; only mirrored puts one replica on each GPU, with a GPU for every replica)");
     check_precision(job, Device::cpu());
     return Device::cpu();
   }
@@ -94,14 +102,21 @@ std::string describe_device(const Device& device) {
 std::string check_job_device(const job::JobConfig& job) {
   const kernels::GpuReport report = kernels::list_gpus();
   if (keeps_to_cpu(job)) return "cpu:0 (several replicas in one process train on the CPU)";
+  Device first = Device::cpu();
   if (job.device == "auto") {
     if (report.gpus.empty()) return str("cpu:0 (no GPU: ", report.why_none, ")");
-    return describe_device(Device::cuda(0));
+    first = Device::cuda(0);
+  } else {
+    first = Device::parse(job.device);
+    if (first.is_cpu()) return "cpu:0";
+    if (static_cast<size_t>(first.index) >= report.gpus.size()) kernels::select_device(job.device);  // throws why
   }
-  const Device wanted = Device::parse(job.device);
-  if (wanted.is_cpu()) return "cpu:0";
-  if (static_cast<size_t>(wanted.index) >= report.gpus.size()) kernels::select_device(job.device);  // throws why
-  return describe_device(wanted);
+  // Mirrored on GPUs: one replica per GPU (throws what is wrong with them).
+  const std::vector<Device> devices = strategy::replica_devices(
+      job.strategy, first, static_cast<int>(job.strategy.replicas), static_cast<int>(report.gpus.size()));
+  std::string out;
+  for (const Device& d : devices) out += (out.empty() ? "" : ", ") + describe_device(d);
+  return out;
 }
 
 namespace {

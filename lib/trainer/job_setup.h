@@ -23,8 +23,10 @@ namespace dtrain::trainer {
 int setup_threads(const job::JobConfig& job, const HostSettings& host);
 
 // The job's "device", resolved and made ready (kernels::select_device). "auto"
-// keeps a mirrored job with several replicas on the CPU (the CUDA backend drives
-// one GPU per process). host.allow_tf32 false turns TF32 convolutions off.
+// with several replicas in one process means the CPU unless strategy.devices
+// names GPUs or the job is mirrored with a GPU for each replica (the strategy
+// sets up the other GPUs: replica_devices.h). host.allow_tf32 false turns TF32
+// convolutions off.
 // Also checks train.precision on the chosen device (check_precision).
 Device select_job_device(const job::JobConfig& job, const HostSettings& host);
 // train.precision on `device`: what runs, what is refused (ConfigError: either
@@ -38,8 +40,9 @@ void check_precision(const job::JobConfig& job, const Device& device);
 std::string local_gpu(const std::string& device, int local_rank);
 // "cpu:0", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90)".
 std::string describe_device(const Device& device);
-// What select_job_device would pick, without making it ready (for validate);
-// throws the same ConfigError when a GPU is asked for and none is usable.
+// What select_job_device would pick, with the other replicas' GPUs, without
+// making them ready (for validate); throws the same ConfigError when a GPU is
+// asked for and none is usable, or the replicas' GPUs are not there.
 std::string check_job_device(const job::JobConfig& job);
 
 // A pipeline job's stage split (nullopt for other jobs): strategy.stages, or with

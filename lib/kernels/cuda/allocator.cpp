@@ -1,5 +1,5 @@
-// Implementation of allocator.h: the caching allocator behind device_alloc,
-// device_free and Scratch. Blocks are rounded up and kept by size; a freed block
+// Implementation of allocator.h: the caching allocators (one per GPU, used for
+// the calling thread's current GPU) behind device_alloc, device_free and Scratch. Blocks are rounded up and kept by size; a freed block
 // carries an event recorded on the compute stream and may be handed out again at
 // once, because every op runs on that stream in issue order. When cudaMalloc runs
 // out of memory, the cached blocks go back to CUDA and the allocation is retried.
@@ -145,9 +145,14 @@ class CachingAllocator {
   size_t reserved_ = 0;
 };
 
+// The calling thread's current GPU's allocator (its blocks and events are that GPU's).
 CachingAllocator& allocator() {
-  static CachingAllocator* a = new CachingAllocator();  // never destroyed: tensors may outlive main()
-  return *a;
+  static std::mutex mutex;
+  static CachingAllocator* allocators[kMaxGpus] = {};  // never destroyed: tensors may outlive main()
+  const int device = std::max(0, current_device());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!allocators[device]) allocators[device] = new CachingAllocator();
+  return *allocators[device];
 }
 
 }  // namespace

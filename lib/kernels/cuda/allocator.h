@@ -10,7 +10,8 @@
 
 namespace dtrain::kernels::cuda {
 
-// Device memory from the caching allocator (not zero-filled).
+// Device memory on the calling thread's current GPU (device.h), from that GPU's
+// caching allocator (not zero-filled); device_free must run with the same GPU current.
 void* device_alloc(size_t bytes);
 // Returns a block to the cache; never throws (it runs in tensors' destructors).
 void device_free(void* p, size_t bytes);

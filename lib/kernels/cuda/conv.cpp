@@ -29,9 +29,10 @@ namespace {
 constexpr size_t kSearchWorkspaceBytes = 256u << 20;  // workspace offered while measuring algorithms
 
 struct ConvKey {
+  int device;  // a plan per GPU (its algorithms are measured there)
   int64_t n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr;
   bool tf32;
-  auto tie() const { return std::tie(n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32); }
+  auto tie() const { return std::tie(device, n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32); }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
 
@@ -59,8 +60,8 @@ ConvKey key_of(const Shape& x, const Shape& w, const Shape& y, const Conv2DParam
   DT_CHECK_EQ(x[0], y[0]);
   DT_CHECK_EQ(x[3], w[2]);
   DT_CHECK_EQ(y[3], w[3]);
-  return {x[0], x[1], x[2], x[3], w[3], w[0], w[1], y[1], y[2], p.stride[0], p.stride[1],
-          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], context().allow_tf32};
+  return {current_device(), x[0], x[1], x[2], x[3], w[3], w[0], w[1], y[1], y[2], p.stride[0], p.stride[1],
+          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], allow_tf32()};
 }
 
 ConvPlan make_plan(const ConvKey& k) {
@@ -102,12 +103,12 @@ ConvPlan& plan_for(const ConvKey& key) {
 }
 
 // The math type offered to the search, and whether a measured result may be used.
-cudnnMathType_t search_math() { return context().allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+cudnnMathType_t search_math() { return allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
 // Without TF32 only FMA math may run (on Ampere and later, DEFAULT math permits
 // TF32); never a math type that converts float32 data down to half precision.
 bool math_allowed(cudnnMathType_t m) {
   if (m == CUDNN_FMA_MATH) return true;
-  return context().allow_tf32 && (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH);
+  return allow_tf32() && (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH);
 }
 
 template <class Perf, class Algo>
@@ -116,7 +117,7 @@ void take_best(const std::vector<Perf>& results, int count, Choice<Algo>& choice
     if (results[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(results[i].mathType)) continue;
     choice.algo = results[i].algo;
     choice.workspace = results[i].memory;
-    choice.math = context().allow_tf32 ? results[i].mathType : CUDNN_FMA_MATH;
+    choice.math = allow_tf32() ? results[i].mathType : CUDNN_FMA_MATH;
     choice.chosen = true;
     return;
   }

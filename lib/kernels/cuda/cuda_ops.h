@@ -12,10 +12,14 @@
 namespace dtrain::kernels::cuda {
 
 GpuReport list_gpus(bool free_memory);
-// Makes GPU `index` current for this process and registers its DeviceMemory.
+// Sets GPU `index` up for this process (streams, library handles; the first one
+// also registers the DeviceMemory of cuda tensors). Several GPUs may be set up;
+// the first is every thread's GPU until a thread chooses another.
 void activate(int index);
-void synchronize();
-void* compute_stream();  // the active GPU's compute stream (a cudaStream_t)
+// Makes GPU `index` the calling thread's GPU for the ops it issues.
+void use_device(int index);
+void synchronize(int index);
+void* compute_stream(int index);  // GPU `index`'s compute stream (a cudaStream_t)
 void set_allow_tf32(bool allow);
 std::string library_versions();  // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0"
 

@@ -28,11 +28,12 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's recommended size for Hopper
 
 struct MatmulKey {
+  int device;  // a plan per GPU: its algorithm is the GPU's, and its bias pointer is set by one thread
   bool trans_a, trans_b;
   int64_t m, n, k;
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_c;  // pointer alignments (bytes, up to 256): the heuristic must respect them
-  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, epilogue, align_a, align_b, align_c); }
+  auto tie() const { return std::tie(device, trans_a, trans_b, m, n, k, epilogue, align_a, align_b, align_c); }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
@@ -113,7 +114,7 @@ MatmulPlan& plan_for(const MatmulKey& key) {
 // Returns false when no algorithm supports `epilogue` (nothing was computed).
 bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
             cublasLtEpilogue_t epilogue, const float* bias) {
-  MatmulPlan& plan = plan_for({trans_a, trans_b, m, n, k, epilogue, alignment(a), alignment(b), alignment(c)});
+  MatmulPlan& plan = plan_for({current_device(), trans_a, trans_b, m, n, k, epilogue, alignment(a), alignment(b), alignment(c)});
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));

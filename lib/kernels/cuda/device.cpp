@@ -1,10 +1,13 @@
 // The CUDA backend's device functions (cuda_ops.h: list_gpus, activate,
-// synchronize, set_allow_tf32, library_versions) and the per-process context of
+// synchronize, set_allow_tf32, library_versions) and the per-GPU contexts of
 // device.h: activating a GPU creates its streams and library handles and
 // registers the DeviceMemory that Tensor uses for cuda tensors (memory from the
-// caching allocator, host copies through the uploader). One GPU per process.
+// caching allocator, host copies through the uploader). A process may activate
+// several GPUs (mirrored: one replica per GPU); every call that takes a Device
+// works on that device's context.
 #include "kernels/cuda/device.h"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -21,61 +24,104 @@
 namespace dtrain::kernels::cuda {
 namespace {
 
-Context g_context;
+Context g_contexts[kMaxGpus];
+std::atomic<int> g_first{-1};  // the first GPU activated: every thread's GPU until it chooses one
+std::atomic<bool> g_allow_tf32{true};
 std::mutex g_activate_mutex;
+thread_local int t_device = -1;  // the thread's chosen GPU (-1: g_first)
+thread_local int t_bound = -1;   // the device cudaSetDevice was last given on this thread, by us
+
+bool activated(int index) { return index >= 0 && index < kMaxGpus && g_contexts[index].device == index; }
+
+// Copies between two GPUs: after the work issued so far on both, on the
+// destination's compute stream, waited for (rare: placing and averaging state).
+void copy_between_gpus(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+  cudaEvent_t ready = nullptr;
+  {
+    const DeviceScope scope(src_device);
+    DT_CUDA_CHECK(scope.status());
+    DT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    DT_CUDA_CHECK(cudaEventRecord(ready, g_contexts[src_device].compute));
+  }
+  const DeviceScope scope(dst_device);
+  DT_CUDA_CHECK(scope.status());
+  cudaStream_t stream = g_contexts[dst_device].compute;
+  const cudaError_t waited = cudaStreamWaitEvent(stream, ready, 0);
+  cudaEventDestroy(ready);  // released once the wait has been enqueued
+  DT_CUDA_CHECK(waited);
+  DT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream));
+  // Why: the source may be freed, and reused on its own stream, right after.
+  DT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 class CudaMemory : public DeviceMemory {
  public:
   void* allocate(const Device& device, size_t bytes, bool zero) override {
-    check_device(device);
-    bind_thread();
+    const DeviceScope scope(checked(device));
+    DT_CUDA_CHECK(scope.status());
     void* p = device_alloc(bytes);
-    if (zero) DT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_context.compute));
+    if (zero) DT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_contexts[device.index].compute));
     return p;
   }
 
-  void deallocate(const Device& device, void* p, size_t bytes) override { device_free(p, bytes); }
+  void deallocate(const Device& device, void* p, size_t bytes) override {
+    if (!activated(device.index)) return;
+    const DeviceScope scope(device.index);
+    device_free(p, bytes);  // binds itself (or drops the block when CUDA is shut down)
+  }
 
   void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device,
             size_t bytes) override {
-    bind_thread();
     if (dst_device.is_cpu()) {
-      // To the host: ordered after every op issued so far; returns when the bytes
-      // are there (cudaMemcpyAsync to pageable memory completes before returning,
-      // and the stream sync makes that explicit).
-      DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_context.compute));
-      DT_CUDA_CHECK(cudaStreamSynchronize(g_context.compute));
+      // To the host: ordered after every op issued so far on the source's GPU;
+      // returns when the bytes are there (cudaMemcpyAsync to pageable memory
+      // completes before returning, and the stream sync makes that explicit).
+      const DeviceScope scope(checked(src_device));
+    DT_CUDA_CHECK(scope.status());
+      cudaStream_t stream = g_contexts[src_device.index].compute;
+      DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+      DT_CUDA_CHECK(cudaStreamSynchronize(stream));
       return;
     }
-    check_device(dst_device);
     if (src_device.is_cpu()) {
+      const DeviceScope scope(checked(dst_device));
+    DT_CUDA_CHECK(scope.status());
       cuda::upload_ordered(dst, src, bytes);
       return;
     }
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_context.compute));
+    if (src_device.index != dst_device.index) {
+      copy_between_gpus(dst, checked(dst_device), src, checked(src_device), bytes);
+      return;
+    }
+    const DeviceScope scope(checked(dst_device));
+    DT_CUDA_CHECK(scope.status());
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_contexts[dst_device.index].compute));
   }
 
   void upload_new(const Device& device, void* dst, const void* src, size_t bytes) override {
-    check_device(device);
-    bind_thread();
+    const DeviceScope scope(checked(device));
+    DT_CUDA_CHECK(scope.status());
     cuda::upload_new(dst, src, bytes);
   }
 
   void fill(const Device& device, float* p, int64_t count, float value) override {
-    check_device(device);
-    bind_thread();
+    const DeviceScope scope(checked(device));
+    DT_CUDA_CHECK(scope.status());
     if (value == 0.0f) {
-      DT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(count) * sizeof(float), g_context.compute));
+      DT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(count) * sizeof(float),
+                                    g_contexts[device.index].compute));
       return;
     }
     launch(FillBody{p, value}, count);
   }
 
  private:
-  static void check_device(const Device& device) {
-    if (device.index != g_context.device)
-      throw ConfigError(str("a tensor on ", device.str(), " but this process uses cuda:", g_context.device,
-                            ": one GPU per process"));
+  // device.index, checked: a GPU this process has not set up is a ConfigError.
+  static int checked(const Device& device) {
+    if (!activated(device.index))
+      throw ConfigError(str("a tensor on ", device.str(), ", a GPU this process has not set up (its device or "
+                            "strategy names other GPUs)"));
+    return device.index;
   }
 };
 
@@ -91,22 +137,43 @@ std::string why_no_gpu(cudaError_t status) {
 
 }  // namespace
 
+int current_device() noexcept { return t_device >= 0 ? t_device : g_first.load(); }
+
+void use_device(int index) {
+  if (!activated(index)) throw InternalError(str("cuda:", index, " was chosen for a thread before it was set up"));
+  t_device = index;
+  bind_thread();
+}
+
 cudaError_t try_bind_thread() noexcept {
-  thread_local int bound = -1;
-  if (bound == g_context.device || g_context.device < 0) return cudaSuccess;
-  const cudaError_t status = cudaSetDevice(g_context.device);
-  if (status == cudaSuccess) bound = g_context.device;
+  const int device = current_device();
+  if (device < 0 || t_bound == device) return cudaSuccess;
+  const cudaError_t status = cudaSetDevice(device);
+  if (status == cudaSuccess) t_bound = device;
   return status;
 }
 void bind_thread() { DT_CUDA_CHECK(try_bind_thread()); }
 
-Context& raw_context() noexcept { return g_context; }
+Context& raw_context(int index) noexcept { return g_contexts[index >= 0 && index < kMaxGpus ? index : 0]; }
+Context& raw_context() noexcept { return raw_context(current_device()); }
 
 Context& context() {
-  if (g_context.device < 0) throw InternalError("a CUDA op ran before a GPU was selected");
+  const int device = current_device();
+  if (device < 0) throw InternalError("a CUDA op ran before a GPU was selected");
   bind_thread();
-  return g_context;
+  return g_contexts[device];
 }
+
+DeviceScope::DeviceScope(int index) noexcept : previous_(t_device) {
+  t_device = index;
+  status_ = try_bind_thread();
+}
+DeviceScope::~DeviceScope() {
+  t_device = previous_;
+  (void)try_bind_thread();
+}
+
+bool allow_tf32() noexcept { return g_allow_tf32.load(); }
 
 GpuReport list_gpus(bool free_memory) {
   GpuReport report;
@@ -145,7 +212,10 @@ GpuReport list_gpus(bool free_memory) {
     if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
       info.free_bytes = free_bytes;
     (void)cudaGetLastError();
-    if (free_memory && g_context.device >= 0) cudaSetDevice(g_context.device);
+    if (free_memory) {
+      t_bound = -1;  // the thread goes back to its own GPU at its next bind
+      (void)try_bind_thread();
+    }
     report.gpus.push_back(info);
   }
   if (report.gpus.empty()) report.why_none = "no CUDA device could be queried";
@@ -154,28 +224,38 @@ GpuReport list_gpus(bool free_memory) {
 
 void activate(int index) {
   std::lock_guard<std::mutex> lock(g_activate_mutex);
-  if (g_context.device == index) return;
-  if (g_context.device >= 0)
-    throw ConfigError(str("this process already uses cuda:", g_context.device, "; one GPU per process"));
+  if (index < 0 || index >= kMaxGpus) throw ConfigError(str("cuda:", index, ": dtrain uses GPUs 0 to ", kMaxGpus - 1));
+  if (activated(index)) return;
+  Context& c = g_contexts[index];
   DT_CUDA_CHECK(cudaSetDevice(index));
-  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&g_context.compute, cudaStreamNonBlocking));
-  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&g_context.copy, cudaStreamNonBlocking));
-  DT_CUBLAS_CHECK(cublasLtCreate(&g_context.lt));
-  DT_CUDNN_CHECK(cudnnCreate(&g_context.cudnn));
-  DT_CUDNN_CHECK(cudnnSetStream(g_context.cudnn, g_context.compute));
-  g_context.device = index;
-  static CudaMemory* memory = new CudaMemory();  // never destroyed: tensors may outlive main()
-  register_device_memory(DeviceType::kCuda, memory);
+  t_bound = index;
+  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&c.compute, cudaStreamNonBlocking));
+  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&c.copy, cudaStreamNonBlocking));
+  DT_CUBLAS_CHECK(cublasLtCreate(&c.lt));
+  DT_CUDNN_CHECK(cudnnCreate(&c.cudnn));
+  DT_CUDNN_CHECK(cudnnSetStream(c.cudnn, c.compute));
+  c.device = index;  // last: the context is complete once it says so
+  if (g_first.load() < 0) {
+    g_first = index;
+    static CudaMemory* memory = new CudaMemory();  // never destroyed: tensors may outlive main()
+    register_device_memory(DeviceType::kCuda, memory);
+  }
+  (void)try_bind_thread();  // back to the thread's current GPU
 }
 
-void synchronize() {
-  if (g_context.device < 0) return;
-  DT_CUDA_CHECK(cudaStreamSynchronize(g_context.compute));
+void synchronize(int index) {
+  if (!activated(index)) return;
+  const DeviceScope scope(index);
+  DT_CUDA_CHECK(scope.status());
+  DT_CUDA_CHECK(cudaStreamSynchronize(g_contexts[index].compute));
 }
 
-void* compute_stream() { return context().compute; }
+void* compute_stream(int index) {
+  if (!activated(index)) throw InternalError(str("the compute stream of cuda:", index, ", a GPU not set up"));
+  return g_contexts[index].compute;
+}
 
-void set_allow_tf32(bool allow) { g_context.allow_tf32 = allow; }
+void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 
 std::string library_versions() {
   // The runtime and cuDNN as compiled against, cuBLASLt as loaded; none needs a driver or GPU.

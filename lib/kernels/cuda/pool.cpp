@@ -68,11 +68,11 @@ PoolPlan make_plan(const Geometry& g, const Pool2DParams& p) {
 
 PoolPlan& plan_for(const Geometry& g, const Pool2DParams& p) {
   static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, int64_t, int64_t, int64_t, int>,
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, int64_t, int64_t, int>,
                   PoolPlan>
-      plans;
-  const auto key = std::make_tuple(g.n, g.h, g.w, g.c, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl,
+      plans;  // a plan per GPU
+  const auto key = std::make_tuple(current_device(), g.n, g.h, g.w, g.c, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl,
                                    p.pad_after[0], p.pad_after[1], static_cast<int>(p.kind));
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(key);

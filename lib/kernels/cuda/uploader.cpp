@@ -1,5 +1,6 @@
-// Implementation of uploader.h: a ring of pinned host buffers through which
-// host data is copied to the GPU chunk by chunk. Uploads into new tensors run on
+// Implementation of uploader.h: per GPU (the calling thread's current one), a
+// ring of pinned host buffers through which host data is copied to the GPU
+// chunk by chunk. Uploads into new tensors run on
 // the copy stream and the compute stream waits for them with an event, so the
 // next step's batch is copied while this step computes; uploads into existing
 // tensors run on the compute stream in issue order.
@@ -91,9 +92,14 @@ class Uploader {
   int next_ = 0;
 };
 
+// The calling thread's current GPU's uploader (events are recorded on its streams).
 Uploader& uploader() {
-  static Uploader* u = new Uploader();
-  return *u;
+  static std::mutex mutex;
+  static Uploader* uploaders[kMaxGpus] = {};  // never destroyed, as the allocators
+  const int device = std::max(0, current_device());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!uploaders[device]) uploaders[device] = new Uploader();
+  return *uploaders[device];
 }
 
 }  // namespace
