@@ -46,10 +46,8 @@ bool on_gpu(const char* op, const Tensor& first, const Ts&... rest) {
 }  // namespace
 
 void cast(const Tensor& x, Tensor& y) {
-  if (on_gpu("cast", x, y))
-    throw ConfigError(str("cast to ", dtype_name(y.dtype()), " on ", x.device().str(),
-                          ": the CUDA backend computes in float32 only so far"));
-  cpu::cast(x, y);
+  if (on_gpu("cast", x, y)) DT_GPU(cast(x, y));
+  else cpu::cast(x, y);
 }
 
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
@@ -128,6 +126,12 @@ void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
 void axpy(float alpha, const Tensor& x, Tensor& y) {
   if (on_gpu("axpy", x, y)) DT_GPU(axpy(alpha, x, y));
   else cpu::axpy(alpha, x, y);
+}
+void flag_non_finite(const Tensor& x, Tensor& flag) {
+  DT_CHECK(flag.numel() == 1 && flag.dtype() == DType::kF32 && x.dtype() == DType::kF32,
+           "flag_non_finite takes float32 values and a one-float flag");
+  if (on_gpu("flag_non_finite", x, flag)) DT_GPU(flag_non_finite(x, flag));
+  else cpu::flag_non_finite(x, flag);
 }
 void divide(Tensor& x, float divisor) {
   if (on_gpu("divide", x)) DT_GPU(divide(x, divisor));

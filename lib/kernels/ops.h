@@ -133,8 +133,11 @@ void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const Adagr
 
 // ---- Precision ----
 // y = x converted to y's dtype (float32 <-> bfloat16, rounding to nearest even);
-// same number of elements. The CPU only: GPU compute is float32 so far.
+// same number of elements. On a GPU: float32 <-> bfloat16 only.
 void cast(const Tensor& x, Tensor& y);
+// flag (one float32) = 1 when x (float32) holds an inf or NaN; else left as it
+// is (start it at 0). On a GPU nothing waits: the flag stays on the device.
+void flag_non_finite(const Tensor& x, Tensor& flag);
 
 // ---- Gradient clipping (Keras' clipnorm, global_clipnorm, clipvalue) ----
 // out (1) = sum of x^2 (summed in double). On a GPU the sum stays there: nothing waits for it.

@@ -115,14 +115,6 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   // gradients there, on the device; everything else stays on `workers`. So do
   // mirrored replicas on several GPUs, through their local NCCL group.
   const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
-  const bool local_nccl = n > 1 && group_of(replicas_[0]) && group_of(replicas_[0])->device_buffers();
-  if ((device_gradients || local_nccl) && job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
-    throw ConfigError(str(job.strategy.path, ".allreduce_dtype: 'bfloat16' is not supported with NCCL yet (dtrain "
-                          "has no GPU kernel rounding to bfloat16 so far); use \"float32\", or communication "
-                          "\"ring\" (Gloo, through host memory)"));
-  if ((device_gradients || local_nccl) && loss_scale_)
-    throw ConfigError(str(job.strategy.path, ".communication: NCCL cannot count non-finite gradients on the GPU "
-                          "for loss scaling yet; use communication \"ring\" (Gloo)"));
   for (Replica& r : replicas_)
     if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r);
         !zero_ && group && group->size() > 1) {

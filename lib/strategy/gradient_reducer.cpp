@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "kernels/device.h"
+#include "kernels/ops.h"
 
 namespace dtrain::strategy {
 
@@ -30,6 +31,13 @@ size_t count_non_finite_gradients(const std::vector<nn::Param*>& params) {
   }
   return count;
 }
+
+namespace {
+
+// A bfloat16 tensor of x's shape on x's device: a bucket's buffer on the wire.
+Tensor bfloat16_like(const Tensor& x) { return Tensor(x.shape(), x.device(), DType::kBF16); }
+
+}  // namespace
 
 GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Communicator& comm,
                                  int64_t bytes_per_pack, AllreduceDType dtype)
@@ -69,12 +77,13 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
 #else
   DT_CHECK(false, "a communicator of device buffers in a build without NCCL");
 #endif
-  DT_CHECK(dtype == AllreduceDType::kFloat32, "bfloat16 gradients on NCCL (the strategy refuses them)");
   for (Bucket& bucket : buckets_) {
     size_t floats = 0;
     for (const nn::Param* p : bucket.params) floats += static_cast<size_t>(p->grad.numel());
     bucket.device_buffer = Tensor({static_cast<int64_t>(floats)}, bucket.params.front()->grad.device());
+    if (dtype_ == AllreduceDType::kBfloat16) bucket.wire = bfloat16_like(bucket.device_buffer);
   }
+  non_finite_flag_ = Tensor({1}, buckets_.front().device_buffer.device());
 }
 
 GradientReducer::~GradientReducer() {
@@ -98,6 +107,7 @@ void GradientReducer::ride_along(size_t count, std::function<void(float* values)
   }
   const int64_t floats = last.device_buffer.numel();
   last.device_buffer = Tensor({floats + static_cast<int64_t>(count)}, last.device_buffer.device());
+  if (dtype_ == AllreduceDType::kBfloat16) last.wire = bfloat16_like(last.device_buffer);
 }
 
 void GradientReducer::begin_step() {
@@ -156,7 +166,6 @@ double GradientReducer::finish_step() {
 void GradientReducer::launch_on_device(size_t b) {
 #if DTRAIN_HAVE_NCCL
   Bucket& bucket = buckets_[b];
-  DT_CHECK(!track_non_finite_, "counting non-finite gradients on a GPU (loss scaling) is not supported with NCCL");
   // Device-to-device copies on the compute stream, after the backward ops that
   // produced the gradients.
   int64_t offset = 0;
@@ -164,7 +173,19 @@ void GradientReducer::launch_on_device(size_t b) {
     bucket.device_buffer.flat_slice(offset, q->grad.numel()).copy_from(q->grad);
     offset += q->grad.numel();
   }
-  if (fill_extras_ && b + 1 == buckets_.size()) {
+  const bool last = b + 1 == buckets_.size();
+  if (track_non_finite_) {
+    // Loss scaling: a flag on the GPU over every bucket's gradients; read once,
+    // at the last bucket, when backward has issued all its work anyway.
+    if (b == 0) non_finite_flag_.zero();
+    for (const nn::Param* q : bucket.params) kernels::flag_non_finite(q->grad, non_finite_flag_);
+    if (last) {
+      float flag = 0.0f;
+      non_finite_flag_.copy_to_host(&flag);
+      non_finite_ = flag > 0.0f ? 1 : 0;
+    }
+  }
+  if (fill_extras_ && last) {
     std::vector<float> extras(extras_.size());
     fill_extras_(extras.data());
     bucket.device_buffer.flat_slice(offset, static_cast<int64_t>(extras.size())).copy_from_host(extras.data());
@@ -172,9 +193,16 @@ void GradientReducer::launch_on_device(size_t b) {
   const trace::Span span("all-reduce launch", "comm",
                          trace::enabled() ? str("bucket ", b, ", ", bucket.device_buffer.bytes(), " bytes")
                                           : std::string());
+  void* stream = kernels::compute_stream(bucket.device_buffer.device());
+  if (bucket.wire.defined()) {
+    // bfloat16 on the wire: rounded on the compute stream, summed by NCCL in bfloat16.
+    kernels::cast(bucket.device_buffer, bucket.wire);
+    bucket.work = nccl_->all_reduce_async(bucket.wire.raw(), static_cast<size_t>(bucket.wire.numel()),
+                                          comm::ElementType::kBfloat16, comm::ReduceOp::kMean, stream);
+    return;
+  }
   bucket.work = nccl_->all_reduce_async(bucket.device_buffer.raw(), static_cast<size_t>(bucket.device_buffer.numel()),
-                                        comm::ElementType::kFloat32, comm::ReduceOp::kMean,
-                                        kernels::compute_stream(bucket.device_buffer.device()));
+                                        comm::ElementType::kFloat32, comm::ReduceOp::kMean, stream);
 #else
   (void)b;
   DT_CHECK(false, "the device path of the gradient reducer needs NCCL");
@@ -192,6 +220,7 @@ void GradientReducer::finish_on_device() {
     Bucket& bucket = buckets_[b];
     void* stream = kernels::compute_stream(bucket.device_buffer.device());
     bucket.work.block_stream(stream);
+    if (bucket.wire.defined()) kernels::cast(bucket.wire, bucket.device_buffer);  // back to float32
     int64_t offset = 0;
     for (nn::Param* q : bucket.params) {
       // On the compute stream, before the optimizer's update (issued after finish_step()).

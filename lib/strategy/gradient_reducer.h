@@ -28,8 +28,12 @@
 // communication thread. finish_step() waits on the host for the last bucket's
 // all-reduce (NCCL's polled wait: deadline, lost peers), makes the compute stream
 // wait for every bucket and issues the copies back. Only the ride-along values
-// cross to the host. Not with allreduce_dtype bfloat16 or track_non_finite (no
-// device kernels for them yet; DataParallelStrategy refuses both first).
+// cross to the host. With allreduce_dtype bfloat16 each bucket is rounded into a
+// bfloat16 device buffer that NCCL reduces (its sums are in bfloat16: NCCL has no
+// float32 accumulation for it) and widened back. With track_non_finite a flag on
+// the GPU collects inf/NaN over the buckets' gradients and is read on the host
+// once, at the last bucket (backward has issued everything by then), so
+// non_finite() is 1 or 0 there rather than a count.
 #pragma once
 
 #include <condition_variable>
@@ -92,6 +96,7 @@ class GradientReducer {
     std::vector<float> buffer;  // the host path's
     size_t ready = 0;
     Tensor device_buffer;       // the device path's: the gradients, then the extras
+    Tensor wire;                // the device path's bfloat16 copy of it (allreduce_dtype bfloat16)
 #if DTRAIN_HAVE_NCCL
     comm::NcclWork work;        // the device path's all-reduce in flight
 #endif
@@ -126,6 +131,7 @@ class GradientReducer {
   std::vector<float> extras_;  // summed over the group after finish_step()
   bool track_non_finite_ = false;
   size_t non_finite_ = 0;  // this step's, on the thread running backward
+  Tensor non_finite_flag_;  // the device path's: 1 when a gradient held inf or NaN (one float)
 };
 
 }  // namespace dtrain::strategy

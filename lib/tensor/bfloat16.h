@@ -1,26 +1,28 @@
 // bfloat16 as bits: the upper 16 bits of a float32 (same exponent range, 8 bits
 // of mantissa). Conversions from float32 round to nearest, ties to even, as
 // oneDNN, PyTorch and TF do; NaN stays a (quiet) NaN. Tensors of DType::kBF16
-// hold these bits.
+// hold these bits. The two conversions also run in the CUDA backend's kernels.
 #pragma once
 
-#include <cstdint>
-#include <cstring>
+#include <stdint.h>
+#include <string.h>  // memcpy: also callable in CUDA device code
+
+#include "core/host_device.h"
 
 namespace dtrain {
 
 using bf16_bits = uint16_t;
 
-inline float bf16_to_f32(bf16_bits b) {
+DT_HOST_DEVICE inline float bf16_to_f32(bf16_bits b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
-  std::memcpy(&f, &u, sizeof f);
+  memcpy(&f, &u, sizeof f);
   return f;
 }
 
-inline bf16_bits f32_to_bf16(float f) {
+DT_HOST_DEVICE inline bf16_bits f32_to_bf16(float f) {
   uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
+  memcpy(&u, &f, sizeof u);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
     return static_cast<bf16_bits>((u >> 16) | 0x0040u);  // NaN: keep it a quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);

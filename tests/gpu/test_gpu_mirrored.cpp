@@ -3,10 +3,13 @@
 // once, as mirrored's replicas do) and `mirrored` with one replica per GPU,
 // whose gradients meet in a local NCCL group (builds with NCCL) or in shared
 // memory through host copies (communication "ring"): both follow one_device on
-// one GPU at the same global batch. With one GPU, mirrored asking for two is a
-// clear exit 2. Labelled gpu: skipped (reported as skipped) without the GPUs.
+// one GPU at the same global batch. Over NCCL, loss scaling (an inf in one
+// replica's rows skips the step on both) and bfloat16 gradients. With one GPU,
+// mirrored asking for two is a clear exit 2. Labelled gpu: skipped (reported as
+// skipped) without the GPUs.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "comm/nccl_support.h"
@@ -15,6 +18,8 @@
 #include "integration/run_dtrain.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "strategy/registry.h"
+#include "support/tiny_dense_job.h"
 #include "unit/tensor_checks.h"
 
 namespace dtrain::integration {
@@ -24,6 +29,13 @@ bool two_gpus_or_skip() {
   if (!testing::gpu_or_skip()) return false;
   if (kernels::list_gpus().gpus.size() >= 2) return true;
   std::cout << "DTRAIN-SKIPPED: needs two GPUs (one per replica)" << std::endl;
+  return false;
+}
+
+bool two_gpus_with_nccl_or_skip() {
+  if (!two_gpus_or_skip()) return false;
+  if (comm::kNcclBuilt) return true;
+  std::cout << "DTRAIN-SKIPPED: this build has no NCCL" << std::endl;
   return false;
 }
 
@@ -43,6 +55,30 @@ nlohmann::json job_for(const TempDir& dir, const std::string& tag, int replicas,
   }
   job["output"]["dir"] = dir.file("out-" + tag);
   return job;
+}
+
+// The tiny job as mirrored on cuda:0 and cuda:1 in this process, with loss
+// scaling; runs the steps `batches` (8 rows each: replica 1 takes rows 4-7) and
+// returns the parameters' hash and the scale after each. Replica 1's rows of
+// step `poisoned` hold an inf (-1: never).
+std::pair<std::vector<std::string>, std::vector<double>> mirrored_steps(const std::vector<int64_t>& batches,
+                                                                        int64_t poisoned, const std::string& extra) {
+  const job::JobConfig job = test::tiny_dense_job("mirrored", R"(, "replicas": 2)" + extra);
+  strategy::StrategyContext context{nullptr, 1};
+  context.device = kernels::select_device("cuda:0");
+  context.loss_scaling = true;
+  auto s = strategy::make_strategy(job.strategy_job(), context);
+  std::vector<std::string> hashes;
+  std::vector<double> scales;
+  for (size_t step = 0; step < batches.size(); ++step) {
+    data::Batch b = test::tiny_dense_batch(batches[step], 0, 8);
+    if (static_cast<int64_t>(step) == poisoned) b.images.data()[5 * 6] = std::numeric_limits<float>::infinity();
+    nn::LossStats stats;
+    s->train_step({b}, static_cast<int64_t>(step), stats);
+    hashes.push_back(s->model().params_sha256());
+    scales.push_back(s->loss_scale()->scale());
+  }
+  return {hashes, scales};
 }
 
 RunOutput train(const TempDir& dir, const nlohmann::json& job, const std::string& tag) {
@@ -125,6 +161,42 @@ TEST_CASE("mirrored asking for more GPUs than the machine has is a clear exit 2"
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Matchers::Contains("dtrain: error:") &&
                                 Catch::Matchers::Contains("needs cuda:" + std::to_string(gpus) + ", but this machine has"));
+}
+
+
+TEST_CASE("mirrored on two GPUs over NCCL: an inf in one replica's rows skips the step on both", "[gpu]") {
+  if (!two_gpus_with_nccl_or_skip()) return;
+  const auto [poisoned, poisoned_scales] = mirrored_steps({0, 1, 2, 3, 4}, 2, "");
+  const auto [clean, clean_scales] = mirrored_steps({0, 1, 3, 4}, -1, "");
+  CHECK(poisoned[2] == poisoned[1]);  // skipped: nothing changed
+  CHECK(poisoned[3] != poisoned[2]);
+  CHECK(poisoned_scales[1] == 32768.0);
+  CHECK(poisoned_scales[2] == 16384.0);
+  // The skipped step advanced nothing, Adam's step count included.
+  CHECK(poisoned[4] == clean[3]);
+  CHECK(clean_scales[3] == 32768.0);
+}
+
+TEST_CASE("mirrored on two GPUs with bfloat16 gradients on NCCL learns like float32", "[gpu]") {
+  if (!two_gpus_with_nccl_or_skip()) return;
+  const auto run = [](const std::string& extra) {
+    const job::JobConfig job = test::tiny_dense_job("mirrored", R"(, "replicas": 2)" + extra);
+    strategy::StrategyContext context{nullptr, 1};
+    context.device = kernels::select_device("cuda:0");
+    auto s = strategy::make_strategy(job.strategy_job(), context);
+    double last = 0.0;
+    for (int64_t step = 0; step < 40; ++step) {
+      nn::LossStats stats;
+      s->train_step({test::tiny_dense_batch(step % 4, 0, 8)}, step, stats);
+      last = stats.loss_sum / static_cast<double>(stats.count);
+    }
+    return std::pair{last, s->model().params_sha256()};
+  };
+  const auto [f32_loss, f32_hash] = run("");
+  const auto [bf16_loss, bf16_hash] = run(R"(, "allreduce_dtype": "bfloat16")");
+  INFO("float32 " << f32_loss << ", bfloat16 " << bf16_loss);
+  CHECK(f32_hash != bf16_hash);  // the rounding changed something
+  CHECK(std::fabs(bf16_loss - f32_loss) <= 0.05 * f32_loss + 0.01);
 }
 
 }  // namespace dtrain::integration

@@ -1,8 +1,10 @@
 // Own loops for what oneDNN has no primitive for: dropout masks, products, axpy,
-// division and moving averages.
+// division, moving averages and the non-finite flag.
 // Each loop is data-parallel with OpenMP and writes each element once, so results
 // do not depend on the thread count. Dropout and multiply also take bfloat16
 // data (mixed precision) with a float32 mask.
+#include <cmath>
+
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -56,6 +58,15 @@ void axpy(float alpha, const Tensor& x, Tensor& y) {
   float* py = y.data();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+}
+
+void flag_non_finite(const Tensor& x, Tensor& flag) {
+  const float* p = x.data();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(p[i])) {
+      flag.data()[0] = 1.0f;
+      return;
+    }
 }
 
 void divide(Tensor& x, float divisor) {

@@ -3,7 +3,8 @@
 // body(i) for every i in [0, n) (a grid-stride loop); the same bodies compile
 // with the host compiler, so tests run them on the CPU over every index and
 // compare with the CPU backend. No CUDA header is needed here, and no body uses
-// shared memory, atomics or synchronisation: reductions are two passes (partial
+// shared memory, atomics or synchronisation (NonFiniteFlagBody's indexes may
+// race, all writing the same value): reductions are two passes (partial
 // sums per chunk of rows, then the chunk sums), gradients of pooling are
 // gathered per input element, so every output element is written by one index.
 //
@@ -18,6 +19,7 @@
 #include "core/host_device.h"
 #include "core/rng.h"
 #include "kernels/element_math.h"
+#include "tensor/bfloat16.h"
 
 namespace dtrain::kernels::cuda {
 
@@ -117,6 +119,29 @@ struct AxpyBody {
   const float* x;
   float* y;
   DT_HOST_DEVICE void operator()(int64_t i) const { y[i] += alpha * x[i]; }
+};
+
+// float32 <-> bfloat16 (round to nearest even, as the CPU's cast).
+struct CastToBf16Body {
+  const float* x;
+  bf16_bits* y;
+  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = f32_to_bf16(x[i]); }
+};
+
+struct CastFromBf16Body {
+  const bf16_bits* x;
+  float* y;
+  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = bf16_to_f32(x[i]); }
+};
+
+// *flag = 1 when x[i] is inf or NaN. Every index that writes writes the same
+// value, so the race between them is harmless: no atomics needed.
+struct NonFiniteFlagBody {
+  const float* x;
+  float* flag;
+  DT_HOST_DEVICE void operator()(int64_t i) const {
+    if (!isfinite(x[i])) *flag = 1.0f;
+  }
 };
 
 struct DivideBody {

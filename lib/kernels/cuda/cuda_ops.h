@@ -25,4 +25,7 @@ std::string library_versions();  // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9
 
 #include "kernels/backend_ops.inc"
 
+// float32 <-> bfloat16 (ops.h's cast; float16 is not done here).
+void cast(const Tensor& x, Tensor& y);
+
 }  // namespace dtrain::kernels::cuda

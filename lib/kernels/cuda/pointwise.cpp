@@ -95,6 +95,21 @@ void axpy(float alpha, const Tensor& x, Tensor& y) {
 
 void divide(Tensor& x, float divisor) { launch(DivideBody{x.data(), divisor}, x.numel()); }
 
+void flag_non_finite(const Tensor& x, Tensor& flag) { launch(NonFiniteFlagBody{x.data(), flag.data()}, x.numel()); }
+
+void cast(const Tensor& x, Tensor& y) {
+  DT_CHECK_EQ(x.numel(), y.numel());
+  if (x.dtype() == DType::kF32 && y.dtype() == DType::kBF16)
+    launch(CastToBf16Body{x.data(), y.data_bf16()}, x.numel());
+  else if (x.dtype() == DType::kBF16 && y.dtype() == DType::kF32)
+    launch(CastFromBf16Body{x.data_bf16(), y.data()}, x.numel());
+  else if (x.dtype() == y.dtype())
+    y.copy_from(x);
+  else
+    throw ConfigError(str("cast from ", dtype_name(x.dtype()), " to ", dtype_name(y.dtype()), " on ", x.device().str(),
+                          ": the CUDA backend converts between float32 and bfloat16 only"));
+}
+
 void moving_average(Tensor& avg, const Tensor& x, float momentum) {
   DT_CHECK_EQ(avg.numel(), x.numel());
   launch(MovingAverageBody{avg.data(), x.data(), momentum}, x.numel());

@@ -4,6 +4,8 @@
 // indexing and formulas on every machine; tests/gpu checks the real launches.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/rng.h"
@@ -280,5 +282,39 @@ TEST_CASE("kernel bodies: own pooling matches the CPU backend, asymmetric window
     run_on_host(PoolBackwardBody{g, max, dy.data(), arg.data(), dx.data()}, dx.numel());
     require_close(y, want_y);
     require_close(dx, want_dx);
+  }
+}
+
+TEST_CASE("kernel bodies: casts between float32 and bfloat16 are the CPU's, and the non-finite flag") {
+  Tensor x = random_tensor({3, 37}, 21, -1e3, 1e3);
+  x.data()[5] = std::numeric_limits<float>::infinity();
+  x.data()[9] = std::nanf("");
+  x.data()[11] = 1.00390625f;  // halfway between two bfloat16 values: rounds to even
+  Tensor want(x.shape(), Device::cpu(), DType::kBF16), got(x.shape(), Device::cpu(), DType::kBF16);
+  kernels::cast(x, want);
+  run_on_host(CastToBf16Body{x.data(), got.data_bf16()}, x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) REQUIRE(got.data_bf16()[i] == want.data_bf16()[i]);
+  Tensor want_back(x.shape()), got_back(x.shape());
+  kernels::cast(want, want_back);
+  run_on_host(CastFromBf16Body{got.data_bf16(), got_back.data()}, x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i)
+    REQUIRE(std::memcmp(&got_back.data()[i], &want_back.data()[i], sizeof(float)) == 0);
+
+  // The flag: set by an inf or a NaN anywhere, left alone by finite values.
+  for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::nanf("")}) {
+    Tensor g = random_tensor({100}, 22);
+    Tensor cpu_flag({1}), body_flag({1});
+    cpu_flag.zero();
+    body_flag.zero();
+    kernels::flag_non_finite(g, cpu_flag);
+    run_on_host(NonFiniteFlagBody{g.data(), body_flag.data()}, g.numel());
+    CHECK(cpu_flag.data()[0] == 0.0f);
+    CHECK(body_flag.data()[0] == 0.0f);
+    g.data()[73] = bad;
+    kernels::flag_non_finite(g, cpu_flag);
+    run_on_host(NonFiniteFlagBody{g.data(), body_flag.data()}, g.numel());
+    CHECK(cpu_flag.data()[0] == 1.0f);
+    CHECK(body_flag.data()[0] == 1.0f);
   }
 }
