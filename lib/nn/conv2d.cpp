@@ -22,9 +22,10 @@ std::vector<Param*> Conv2D::params() {
   return {&kernel_};
 }
 
-// bfloat16 too, except with a softmax activation (float32, as in Keras' mixed precision).
+// bfloat16 too on the CPU, except with a softmax activation (float32, as in
+// Keras' mixed precision). The CUDA backend has no bfloat16 convolution yet.
 bool Conv2D::supports_dtype(DType dtype) const {
-  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax && device().is_cpu());
 }
 
 void Conv2D::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }

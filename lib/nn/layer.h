@@ -71,7 +71,8 @@ class Layer {
   void set_profiling(bool on);
   const LayerTime& time() const { return time_; }
 
-  // Whether forward/backward can compute in `dtype`; float32 always.
+  // Whether forward/backward can compute in `dtype` on the layer's device();
+  // float32 always.
   virtual bool supports_dtype(DType dtype) const { return dtype == DType::kF32; }
   DType compute_dtype() const { return compute_dtype_; }
   // Sets the dtype to compute in (one the layer supports).

@@ -105,7 +105,10 @@ class Pool2D : public Layer {
          const kernels::Pool2DParams& p);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
-  bool supports_dtype(DType dtype) const override { return dtype != DType::kF16; }
+  // bfloat16 on the CPU (the CUDA backend pools in float32 only).
+  bool supports_dtype(DType dtype) const override {
+    return dtype == DType::kF32 || (dtype == DType::kBF16 && device().is_cpu());
+  }
 
  private:
   kernels::Pool2DParams p_;

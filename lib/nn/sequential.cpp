@@ -119,6 +119,7 @@ void Sequential::place(const Device& device, int optimizer_slots) {
     }
   for (auto& layer : layers_) layer->set_device(device);
   device_ = device;
+  set_compute_dtype(compute_dtype_);  // what each layer computes in depends on the device
 }
 
 void Sequential::set_profiling(bool on) {

@@ -31,9 +31,9 @@ DT_HOST_DEVICE inline bf16_bits f32_to_bf16(float f) {
 
 // Loops templated over the element type (float or bf16_bits) read a value as a
 // float and store a float result back in their type through these.
-inline float value_of(float v) { return v; }
-inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
-inline void store(float* p, float v) { *p = v; }
-inline void store(bf16_bits* p, float v) { *p = f32_to_bf16(v); }
+DT_HOST_DEVICE inline float value_of(float v) { return v; }
+DT_HOST_DEVICE inline float value_of(bf16_bits v) { return bf16_to_f32(v); }
+DT_HOST_DEVICE inline void store(float* p, float v) { *p = v; }
+DT_HOST_DEVICE inline void store(bf16_bits* p, float v) { *p = f32_to_bf16(v); }
 
 }  // namespace dtrain

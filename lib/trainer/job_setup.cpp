@@ -52,10 +52,14 @@ void check_precision(const job::JobConfig& job, const Device& device) {
   const config::Precision precision = job.train.precision;
   if (precision == config::Precision::kFloat32) return;
   const std::string where = str(job.train.path, ".precision: \"", config::precision_name(precision), "\"");
-  if (!device.is_cpu())
-    throw ConfigError(str(where, " on ", device.str(),
-                          ": dtrain's CUDA backend computes in float32 only so far (mixed precision runs on the "
-                          "CPU); use \"float32\" on a GPU, or \"device\": \"cpu\""));
+  if (!device.is_cpu()) {
+    if (precision == config::Precision::kMixedFloat16)
+      throw ConfigError(str(where, " on ", device.str(), ": dtrain's CUDA backend has no float16 kernels yet; use "
+                            "\"mixed_bfloat16\" (bfloat16 has float32's range: no loss scaling needed) or \"float32\""));
+    log::info(where, " on ", device.str(), ": Dense layers, activations and dropout compute in bfloat16; "
+              "convolutions and pooling stay float32 (no bfloat16 GPU kernels for them yet)");
+    return;
+  }
   if (precision == config::Precision::kMixedFloat16)
     throw ConfigError(str(where, " cannot train on the CPU: this build's oneDNN (2.6) has no float16 CPU kernels "
                           "(it runs ", kernels::cpu_isa(), "; native float16 math needs avx512_fp16); use "

@@ -29,9 +29,10 @@ int setup_threads(const job::JobConfig& job, const HostSettings& host);
 // convolutions off.
 // Also checks train.precision on the chosen device (check_precision).
 Device select_job_device(const job::JobConfig& job, const HostSettings& host);
-// train.precision on `device`: what runs, what is refused (ConfigError: either
-// mixed policy on a GPU, mixed_float16 on the CPU), and one warning where
-// bfloat16 runs on a CPU without bf16 instructions.
+// train.precision on `device`: what runs, what is refused (ConfigError:
+// mixed_float16 anywhere, as no backend has float16 kernels), one warning where
+// bfloat16 runs on a CPU without bf16 instructions, and on a GPU one line saying
+// which layers compute in bfloat16 there.
 void check_precision(const job::JobConfig& job, const Device& device);
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
 // GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):

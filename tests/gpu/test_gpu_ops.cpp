@@ -286,3 +286,50 @@ TEST_CASE("gpu ops: an argument on another device, an optional one too, is an er
   const Tensor host_x = x.to_host();
   REQUIRE_THROWS_WITH(kernels::axpy(1.0f, host_x, y), Catch::Contains("axpy"));
 }
+
+// Mixed precision on the GPU: bfloat16 activations and kernel copy, float32
+// bias, weight gradient and accumulation, against the CPU's bfloat16 ops on the
+// same inputs (each may round its bfloat16 outputs differently: one bfloat16 step).
+TEST_CASE("gpu ops: dense, activations and dropout in bfloat16 match the CPU's bfloat16 ops") {
+  if (!testing::gpu_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  const auto bf16 = [](const Tensor& x) {
+    Tensor y(x.shape(), x.device(), DType::kBF16);
+    kernels::cast(x, y);
+    return y;
+  };
+  const auto f32 = [](const Tensor& x) {
+    Tensor y(x.shape(), x.device(), DType::kF32);
+    kernels::cast(x, y);
+    return y;
+  };
+  const Tensor x = bf16(testing::random_tensor({64, 300}, 41)), w = bf16(testing::random_tensor({300, 70}, 42));
+  const Tensor b = testing::random_tensor({70}, 43), dy = bf16(testing::random_tensor({64, 70}, 44));
+  for (Activation act : {Activation::kLinear, Activation::kRelu, Activation::kTanh}) {
+    CAPTURE(static_cast<int>(act));
+    Tensor cpu_y({64, 70}, Device::cpu(), DType::kBF16), gpu_y({64, 70}, gpu, DType::kBF16);
+    const Tensor gpu_b = b.to(gpu);
+    kernels::dense_forward(x, w, &b, act, cpu_y);
+    kernels::dense_forward(x.to(gpu), w.to(gpu), &gpu_b, act, gpu_y);
+    testing::require_close(f32(gpu_y.to_host()), f32(cpu_y), 2e-2, 1.0 / 64);
+  }
+  Tensor cpu_dx({64, 300}, Device::cpu(), DType::kBF16), gpu_dx({64, 300}, gpu, DType::kBF16);
+  kernels::dense_backward_data(dy, w, cpu_dx);
+  kernels::dense_backward_data(dy.to(gpu), w.to(gpu), gpu_dx);
+  testing::require_close(f32(gpu_dx.to_host()), f32(cpu_dx), 2e-2, 1.0 / 64);
+  Tensor cpu_dw({300, 70}), cpu_db({70}), gpu_dw({300, 70}, gpu), gpu_db({70}, gpu);
+  kernels::dense_backward_weights(x, dy, cpu_dw, &cpu_db);
+  kernels::dense_backward_weights(x.to(gpu), dy.to(gpu), gpu_dw, &gpu_db);
+  testing::require_close(gpu_dw, cpu_dw, 1e-3, 1e-3);  // float32 outputs of exact bfloat16 products
+  testing::require_close(gpu_db, cpu_db, 1e-4, 1e-4);
+  Tensor cpu_a({64, 70}, Device::cpu(), DType::kBF16), gpu_a({64, 70}, gpu, DType::kBF16);
+  kernels::activation_forward(Activation::kSigmoid, dy, cpu_a);
+  kernels::activation_forward(Activation::kSigmoid, dy.to(gpu), gpu_a);
+  testing::require_close(f32(gpu_a.to_host()), f32(cpu_a), 1e-2, 1.0 / 128);
+  Tensor cpu_mask({64, 70}), gpu_mask({64, 70}, gpu), cpu_d({64, 70}, Device::cpu(), DType::kBF16),
+      gpu_d({64, 70}, gpu, DType::kBF16);
+  kernels::dropout_forward(dy, 0.5f, 3, cpu_d, cpu_mask);
+  kernels::dropout_forward(dy.to(gpu), 0.5f, 3, gpu_d, gpu_mask);
+  testing::require_close(gpu_mask, cpu_mask, 0, 0);
+  testing::require_close(f32(gpu_d.to_host()), f32(cpu_d), 0, 0);
+}

@@ -1,8 +1,8 @@
 // Training on a GPU with the dtrain binary: the same job on the CPU and on the
 // GPU follows the same loss curve and reaches the same accuracy; a checkpoint
 // written on the GPU resumes; the shipped Fashion-MNIST CNN reaches the issue's
-// target (test accuracy >= 0.91) on one GPU. Labelled gpu: skipped (reported as
-// skipped) on machines without a usable GPU.
+// target (test accuracy >= 0.91) on one GPU; mixed_bfloat16 trains like float32.
+// Labelled gpu: skipped (reported as skipped) on machines without a usable GPU.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -78,6 +78,32 @@ TEST_CASE("the shipped Fashion-MNIST CNN reaches 0.91 on one GPU", "[gpu]") {
   INFO(s.dump(2));
   CHECK(s.at("device") == "cuda:0");
   CHECK(s.at("test_accuracy").get<double>() >= 0.91);
+}
+
+TEST_CASE("mixed_bfloat16 on the GPU trains the MLP like float32 does", "[gpu]") {
+  if (!testing::gpu_or_skip()) return;
+  TempDir dir;
+  nlohmann::json job = small_mlp_job(4096, 1000);
+  job["train"]["epochs"] = 3;
+  job["device"] = "gpu";
+  job["output"]["dir"] = dir.file("out-f32");
+  const std::string f32_summary = dir.file("summary-f32.json");
+  const RunOutput f32 = run_dtrain({"run", "--config", write_job(dir, job, "f32.json"), "--summary", f32_summary});
+  INFO(describe(f32));
+  REQUIRE(f32.exit_code == 0);
+  job["train"]["precision"] = "mixed_bfloat16";
+  job["output"]["dir"] = dir.file("out-bf16");
+  const std::string bf16_summary = dir.file("summary-bf16.json");
+  const RunOutput bf16 = run_dtrain({"run", "--config", write_job(dir, job, "bf16.json"), "--summary", bf16_summary});
+  INFO(describe(bf16));
+  REQUIRE(bf16.exit_code == 0);
+  CHECK_THAT(bf16.out + bf16.err, Catch::Matchers::Contains("compute in bfloat16"));
+  const double a = read_json_file(f32_summary).at("test_accuracy").get<double>();
+  const double b = read_json_file(bf16_summary).at("test_accuracy").get<double>();
+  INFO("float32 " << a << ", mixed_bfloat16 " << b);
+  CHECK(b > 0.6);
+  CHECK(std::fabs(a - b) <= 0.03);
+  CHECK(read_json_file(f32_summary).at("params_sha256") != read_json_file(bf16_summary).at("params_sha256"));
 }
 
 }  // namespace dtrain::integration

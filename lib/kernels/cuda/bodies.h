@@ -32,30 +32,37 @@ struct FillBody {
 };
 
 // y = act(y + bias[channel]); bias may be null.   y (rows, cols)
+// Bodies templated on T (float, or bf16_bits for mixed precision) compute in
+// float32 and store in T: value_of / store of tensor/bfloat16.h.
+template <class T>
 struct BiasActivationBody {
-  float* y;
+  T* y;
   const float* bias;
   int64_t cols;
   Activation act;
   DT_HOST_DEVICE void operator()(int64_t i) const {
-    const float v = y[i] + (bias ? bias[i % cols] : 0.0f);
-    y[i] = math::activate(act, v);
+    const float v = value_of(y[i]) + (bias ? bias[i % cols] : 0.0f);
+    store(&y[i], math::activate(act, v));
   }
 };
 
+template <class T>
 struct ActivationForwardBody {
-  const float* x;
-  float* y;
+  const T* x;
+  T* y;
   Activation act;
-  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = math::activate(act, x[i]); }
+  DT_HOST_DEVICE void operator()(int64_t i) const { store(&y[i], math::activate(act, value_of(x[i]))); }
 };
 
+template <class T>
 struct ActivationBackwardBody {
-  const float* y;
-  const float* dy;
-  float* dx;
+  const T* y;
+  const T* dy;
+  T* dx;
   Activation act;
-  DT_HOST_DEVICE void operator()(int64_t i) const { dx[i] = math::activation_grad(act, y[i], dy[i]); }
+  DT_HOST_DEVICE void operator()(int64_t i) const {
+    store(&dx[i], math::activation_grad(act, value_of(y[i]), value_of(dy[i])));
+  }
 };
 
 // Softmax over each row of `cols` values; index = row.
@@ -93,9 +100,11 @@ struct SoftmaxBackwardRowsBody {
 };
 
 // Inverted dropout with the CPU backend's mask: a pure function of (seed, i).
+// The mask is float32 whatever T is.
+template <class T>
 struct DropoutBody {
-  const float* x;
-  float* y;
+  const T* x;
+  T* y;
   float* mask;
   float rate;
   float keep_scale;
@@ -103,15 +112,17 @@ struct DropoutBody {
   DT_HOST_DEVICE void operator()(int64_t i) const {
     const float u = u64_to_unit_float(hash_u64(seed, static_cast<uint64_t>(i)));
     mask[i] = u < rate ? 0.0f : keep_scale;
-    y[i] = x[i] * mask[i];
+    store(&y[i], value_of(x[i]) * mask[i]);
   }
 };
 
+// out = a * b, b float32 (a dropout mask).
+template <class T>
 struct MultiplyBody {
-  const float* a;
+  const T* a;
   const float* b;
-  float* out;
-  DT_HOST_DEVICE void operator()(int64_t i) const { out[i] = a[i] * b[i]; }
+  T* out;
+  DT_HOST_DEVICE void operator()(int64_t i) const { store(&out[i], value_of(a[i]) * b[i]); }
 };
 
 struct AxpyBody {
@@ -273,10 +284,11 @@ struct ClipByValueBody {
 // ---- column sums over rows (bias gradients, batch-norm statistics) ----
 
 // Values summed per column: x[r][c].
+template <class T>
 struct ElementValue {
-  const float* x;
+  const T* x;
   int64_t cols;
-  DT_HOST_DEVICE float operator()(int64_t r, int64_t c) const { return x[r * cols + c]; }
+  DT_HOST_DEVICE float operator()(int64_t r, int64_t c) const { return value_of(x[r * cols + c]); }
 };
 
 // (x[r][c] - mean[c])^2

@@ -4,8 +4,10 @@
 //   forward          Y^T (out, N)  = W^T (out, in) . X^T (in, N)          + bias/relu epilogue
 //   backward data    dX^T (in, N)  = (W^T)^T (in, out) . dY^T (out, N)
 //   backward weights dW^T (out, in) = dY^T (out, N) . (X^T)^T (N, in)
-// FP32 math (CUBLAS_COMPUTE_32F, PyTorch's default for matmuls). Each shape's
-// descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
+// FP32 math (CUBLAS_COMPUTE_32F, PyTorch's default for matmuls); under mixed
+// precision the activations and the kernel's copy are bfloat16 (accumulated in
+// float32; the weight gradient and the bias stay float32). Each shape's and
+// types' descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
 // Where no algorithm offers the fused epilogue, the bias and activation run as
 // an own kernel after a plain product.
 #include <algorithm>
@@ -31,9 +33,10 @@ struct MatmulKey {
   int device;  // a plan per GPU: its algorithm is the GPU's, and its bias pointer is set by one thread
   bool trans_a, trans_b;
   int64_t m, n, k;
+  cudaDataType_t ab, cd;  // the inputs' type and the output's (CUDA_R_32F, or CUDA_R_16BF under mixed precision)
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_c;  // pointer alignments (bytes, up to 256): the heuristic must respect them
-  auto tie() const { return std::tie(device, trans_a, trans_b, m, n, k, epilogue, align_a, align_b, align_c); }
+  auto tie() const { return std::tie(device, trans_a, trans_b, m, n, k, ab, cd, epilogue, align_a, align_b, align_c); }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
@@ -41,7 +44,7 @@ struct MatmulKey {
 uint32_t alignment(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   uint32_t align = 256;
-  while (align > 4 && a % align != 0) align /= 2;
+  while (align > 2 && a % align != 0) align /= 2;
   return align;
 }
 
@@ -67,9 +70,15 @@ MatmulPlan make_plan(const MatmulKey& key) {
   // Stored shapes (before the transposes), column-major, leading dimension = rows.
   const uint64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
   const uint64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols, static_cast<int64_t>(a_rows)));
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols, static_cast<int64_t>(b_rows)));
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, key.m, key.n, key.m));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, key.ab, a_rows, a_cols, static_cast<int64_t>(a_rows)));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.ab, b_rows, b_cols, static_cast<int64_t>(b_rows)));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.cd, key.m, key.n, key.m));
+  if (key.cd != CUDA_R_32F && key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_RELU) {
+    // A bfloat16 output with the float32 bias of the variables (mixed precision).
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof bias_type));
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t max_ws = kWorkspaceBytes;
@@ -110,21 +119,37 @@ MatmulPlan& plan_for(const MatmulKey& key) {
   return it->second;
 }
 
+// A matrix on the device and its element type.
+struct Operand {
+  const void* p;
+  cudaDataType_t type;
+};
+Operand operand(const Tensor& t) {
+  DT_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, "dense on the GPU: float32 or bfloat16 tensors");
+  return {t.raw(), t.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F};
+}
+
 // C (m, n) = op(A) . op(B), column-major; `bias` (m values) for the bias epilogues.
-// Returns false when no algorithm supports `epilogue` (nothing was computed).
-bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+// A and B share a type; C may differ (bfloat16 inputs, float32 weight gradient).
+// Float32 accumulation always. Returns false when no algorithm supports
+// `epilogue` (nothing was computed).
+bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand a, Operand b, Operand c,
             cublasLtEpilogue_t epilogue, const float* bias) {
-  MatmulPlan& plan = plan_for({current_device(), trans_a, trans_b, m, n, k, epilogue, alignment(a), alignment(b), alignment(c)});
+  DT_CHECK(a.type == b.type, "a matmul's two inputs in different types");
+  MatmulPlan& plan = plan_for({current_device(), trans_a, trans_b, m, n, k, a.type, c.type, epilogue, alignment(a.p),
+                               alignment(b.p), alignment(c.p)});
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
-    throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " FP32 matmul"));
+    throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " matmul of ",
+                        a.type == CUDA_R_16BF ? "bfloat16" : "float32", " inputs"));
   }
   if (bias)
     DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f, beta = 0.0f;
   Scratch workspace(std::max<size_t>(plan.workspace, 256));
-  DT_CUBLAS_CHECK(cublasLtMatmul(context().lt, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c, plan.c,
-                                 &plan.algo, workspace.get(), plan.workspace, context().compute));
+  void* out = const_cast<void*>(c.p);
+  DT_CUBLAS_CHECK(cublasLtMatmul(context().lt, plan.desc, &alpha, a.p, plan.a, b.p, plan.b, &beta, out, plan.c, out,
+                                 plan.c, &plan.algo, workspace.get(), plan.workspace, context().compute));
   return true;
 }
 
@@ -135,6 +160,7 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation
   DT_CHECK_EQ(x.numel(), n * in);
   DT_CHECK_EQ(y.numel(), n * out);
   DT_CHECK(act != Activation::kSoftmax, "dense_forward: apply softmax separately");
+  DT_CHECK(x.dtype() == y.dtype(), "dense_forward: input and output in one dtype");
   if (b) DT_CHECK_EQ(b->numel(), out);
   if (n == 0) return;
   const float* bias = b ? b->data() : nullptr;
@@ -142,13 +168,17 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation
   const bool fusable = act == Activation::kRelu || act == Activation::kLinear;
   cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (act == Activation::kRelu) epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  if (!matmul(false, false, out, n, in, w.data(), x.data(), y.data(), epilogue, bias)) {
+  const auto bias_activation = [&](const float* with_bias) {
+    if (y.dtype() == DType::kBF16) launch(BiasActivationBody{y.data_bf16(), with_bias, out, act}, n * out);
+    else launch(BiasActivationBody{y.data(), with_bias, out, act}, n * out);
+  };
+  if (!matmul(false, false, out, n, in, operand(w), operand(x), operand(y), epilogue, bias)) {
     // No algorithm with that epilogue: a plain product, then bias and activation.
-    matmul(false, false, out, n, in, w.data(), x.data(), y.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
-    launch(BiasActivationBody{y.data(), bias, out, act}, n * out);
+    matmul(false, false, out, n, in, operand(w), operand(x), operand(y), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+    bias_activation(bias);
     return;
   }
-  if (!fusable) launch(BiasActivationBody{y.data(), nullptr, out, act}, n * out);
+  if (!fusable) bias_activation(nullptr);
 }
 
 void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
@@ -156,7 +186,7 @@ void dense_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
   DT_CHECK_EQ(dy.numel(), n * out);
   DT_CHECK_EQ(dx.numel(), n * in);
   if (n == 0) return;
-  matmul(true, false, in, n, out, w.data(), dy.data(), dx.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+  matmul(true, false, in, n, out, operand(w), operand(dy), operand(dx), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
 }
 
 void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
@@ -168,8 +198,11 @@ void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tenso
     if (db) db->zero();
     return;
   }
-  matmul(false, true, out, in, n, dy.data(), x.data(), dw.data(), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
-  if (db) column_sums(ElementValue{dy.data(), out}, n, out, 1.0f, db->data());
+  // The weight gradient is float32 whatever the activations' type.
+  matmul(false, true, out, in, n, operand(dy), operand(x), operand(dw), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
+  if (!db) return;
+  if (dy.dtype() == DType::kBF16) column_sums(ElementValue{dy.data_bf16(), out}, n, out, 1.0f, db->data());
+  else column_sums(ElementValue{dy.data(), out}, n, out, 1.0f, db->data());
 }
 
 }  // namespace dtrain::kernels::cuda

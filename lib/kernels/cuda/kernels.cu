@@ -43,13 +43,18 @@ void column_sums_impl(const Value& value, int64_t rows, int64_t cols, float scal
   void launch(const Body& body, int64_t n) { run(body, n, #Body); }
 
 DT_DEFINE_LAUNCH(FillBody)
-DT_DEFINE_LAUNCH(BiasActivationBody)
-DT_DEFINE_LAUNCH(ActivationForwardBody)
-DT_DEFINE_LAUNCH(ActivationBackwardBody)
+DT_DEFINE_LAUNCH(BiasActivationBody<float>)
+DT_DEFINE_LAUNCH(BiasActivationBody<bf16_bits>)
+DT_DEFINE_LAUNCH(ActivationForwardBody<float>)
+DT_DEFINE_LAUNCH(ActivationForwardBody<bf16_bits>)
+DT_DEFINE_LAUNCH(ActivationBackwardBody<float>)
+DT_DEFINE_LAUNCH(ActivationBackwardBody<bf16_bits>)
 DT_DEFINE_LAUNCH(SoftmaxRowsBody)
 DT_DEFINE_LAUNCH(SoftmaxBackwardRowsBody)
-DT_DEFINE_LAUNCH(DropoutBody)
-DT_DEFINE_LAUNCH(MultiplyBody)
+DT_DEFINE_LAUNCH(DropoutBody<float>)
+DT_DEFINE_LAUNCH(DropoutBody<bf16_bits>)
+DT_DEFINE_LAUNCH(MultiplyBody<float>)
+DT_DEFINE_LAUNCH(MultiplyBody<bf16_bits>)
 DT_DEFINE_LAUNCH(AxpyBody)
 DT_DEFINE_LAUNCH(CastToBf16Body)
 DT_DEFINE_LAUNCH(CastFromBf16Body)
@@ -76,7 +81,10 @@ DT_DEFINE_LAUNCH(PoolBackwardBody)
 
 #undef DT_DEFINE_LAUNCH
 
-void column_sums(const ElementValue& v, int64_t rows, int64_t cols, float scale, float* out) {
+void column_sums(const ElementValue<float>& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+void column_sums(const ElementValue<bf16_bits>& v, int64_t rows, int64_t cols, float scale, float* out) {
   column_sums_impl(v, rows, cols, scale, out);
 }
 void column_sums(const CenteredSquareValue& v, int64_t rows, int64_t cols, float scale, float* out) {

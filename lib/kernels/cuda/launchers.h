@@ -10,13 +10,18 @@
 namespace dtrain::kernels::cuda {
 
 void launch(const FillBody& body, int64_t n);
-void launch(const BiasActivationBody& body, int64_t n);
-void launch(const ActivationForwardBody& body, int64_t n);
-void launch(const ActivationBackwardBody& body, int64_t n);
+void launch(const BiasActivationBody<float>& body, int64_t n);
+void launch(const BiasActivationBody<bf16_bits>& body, int64_t n);
+void launch(const ActivationForwardBody<float>& body, int64_t n);
+void launch(const ActivationForwardBody<bf16_bits>& body, int64_t n);
+void launch(const ActivationBackwardBody<float>& body, int64_t n);
+void launch(const ActivationBackwardBody<bf16_bits>& body, int64_t n);
 void launch(const SoftmaxRowsBody& body, int64_t rows);
 void launch(const SoftmaxBackwardRowsBody& body, int64_t rows);
-void launch(const DropoutBody& body, int64_t n);
-void launch(const MultiplyBody& body, int64_t n);
+void launch(const DropoutBody<float>& body, int64_t n);
+void launch(const DropoutBody<bf16_bits>& body, int64_t n);
+void launch(const MultiplyBody<float>& body, int64_t n);
+void launch(const MultiplyBody<bf16_bits>& body, int64_t n);
 void launch(const AxpyBody& body, int64_t n);
 void launch(const CastToBf16Body& body, int64_t n);
 void launch(const CastFromBf16Body& body, int64_t n);
@@ -43,7 +48,8 @@ void launch(const PoolBackwardBody& body, int64_t n);
 
 // out[c] = scale * sum over rows of value(r, c), for c in [0, cols): two passes
 // through a partial-sum scratch buffer.
-void column_sums(const ElementValue& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const ElementValue<float>& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const ElementValue<bf16_bits>& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredSquareValue& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredProductValue& value, int64_t rows, int64_t cols, float scale, float* out);
 

@@ -1,6 +1,8 @@
 // The CUDA ops that are own kernels only: activations, batch normalization,
 // dropout, element-wise arithmetic, class losses, optimizer updates and gradient
-// clipping. Each checks shapes and launches bodies from bodies.h on the compute stream.
+// clipping. Each checks shapes and launches bodies from bodies.h on the compute
+// stream. Activations (not softmax), dropout and its multiply also take
+// bfloat16 tensors (mixed precision); the rest is float32.
 #include <initializer_list>
 
 #include "core/check.h"
@@ -10,14 +12,26 @@
 
 namespace dtrain::kernels::cuda {
 
+namespace {
+// Whether the tensors are bfloat16 (mixed precision) rather than float32; they
+// must all be one or the other.
+bool bfloat16(std::initializer_list<const Tensor*> tensors) {
+  const DType first = (*tensors.begin())->dtype();
+  for (const Tensor* t : tensors) DT_CHECK(t->dtype() == first, "tensors of different dtypes in one op");
+  DT_CHECK(first == DType::kF32 || first == DType::kBF16, "the CUDA backend computes in float32 or bfloat16");
+  return first == DType::kBF16;
+}
+}  // namespace
+
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
-  if (act == Activation::kSoftmax) {
+  if (act == Activation::kSoftmax) {  // float32 only, as in Keras' mixed precision
     const int64_t cols = x.dim(-1);
     launch(SoftmaxRowsBody{x.data(), y.data(), cols}, x.numel() / cols);
     return;
   }
-  launch(ActivationForwardBody{x.data(), y.data(), act}, x.numel());
+  if (bfloat16({&x, &y})) launch(ActivationForwardBody{x.data_bf16(), y.data_bf16(), act}, x.numel());
+  else launch(ActivationForwardBody{x.data(), y.data(), act}, x.numel());
 }
 
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -28,7 +42,8 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tens
     launch(SoftmaxBackwardRowsBody{y.data(), dy.data(), dx.data(), cols}, y.numel() / cols);
     return;
   }
-  launch(ActivationBackwardBody{y.data(), dy.data(), dx.data(), act}, y.numel());
+  if (bfloat16({&y, &dy, &dx})) launch(ActivationBackwardBody{y.data_bf16(), dy.data_bf16(), dx.data_bf16(), act}, y.numel());
+  else launch(ActivationBackwardBody{y.data(), dy.data(), dx.data(), act}, y.numel());
 }
 
 namespace {
@@ -79,13 +94,18 @@ void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tens
   DT_CHECK_EQ(x.numel(), y.numel());
   DT_CHECK_EQ(x.numel(), mask.numel());
   DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
-  launch(DropoutBody{x.data(), y.data(), mask.data(), rate, 1.0f / (1.0f - rate), seed}, x.numel());
+  const float keep_scale = 1.0f / (1.0f - rate);
+  if (bfloat16({&x, &y}))
+    launch(DropoutBody{x.data_bf16(), y.data_bf16(), mask.data(), rate, keep_scale, seed}, x.numel());
+  else
+    launch(DropoutBody{x.data(), y.data(), mask.data(), rate, keep_scale, seed}, x.numel());
 }
 
 void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
   DT_CHECK_EQ(a.numel(), b.numel());
   DT_CHECK_EQ(a.numel(), out.numel());
-  launch(MultiplyBody{a.data(), b.data(), out.data()}, a.numel());
+  if (bfloat16({&a, &out})) launch(MultiplyBody{a.data_bf16(), b.data(), out.data_bf16()}, a.numel());
+  else launch(MultiplyBody{a.data(), b.data(), out.data()}, a.numel());
 }
 
 void axpy(float alpha, const Tensor& x, Tensor& y) {

@@ -318,3 +318,57 @@ TEST_CASE("kernel bodies: casts between float32 and bfloat16 are the CPU's, and 
     CHECK(body_flag.data()[0] == 1.0f);
   }
 }
+
+TEST_CASE("kernel bodies in bfloat16 (mixed precision): the CPU backend's bfloat16 ops") {
+  const auto bf16 = [](const Tensor& x) {
+    Tensor y(x.shape(), Device::cpu(), DType::kBF16);
+    kernels::cast(x, y);
+    return y;
+  };
+  const auto same_bits = [](const Tensor& got, const Tensor& want) {
+    REQUIRE(got.numel() == want.numel());
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      INFO("element " << i << ": got " << bf16_to_f32(got.data_bf16()[i]) << ", want "
+                      << bf16_to_f32(want.data_bf16()[i]));
+      REQUIRE(std::abs(bf16_to_f32(got.data_bf16()[i]) - bf16_to_f32(want.data_bf16()[i])) <=
+              1e-6 + std::abs(bf16_to_f32(want.data_bf16()[i])) / 128.0);
+    }
+  };
+  const Tensor x = bf16(random_tensor({6, 21}, 31, -3, 3)), dy = bf16(random_tensor({6, 21}, 32));
+  for (Activation act : {Activation::kRelu, Activation::kSigmoid, Activation::kTanh}) {
+    CAPTURE(static_cast<int>(act));
+    Tensor want_y = bf16(Tensor({6, 21})), got_y = bf16(Tensor({6, 21}));
+    kernels::activation_forward(act, x, want_y);
+    run_on_host(ActivationForwardBody{x.data_bf16(), got_y.data_bf16(), act}, x.numel());
+    same_bits(got_y, want_y);
+    Tensor want_dx = bf16(Tensor({6, 21})), got_dx = bf16(Tensor({6, 21}));
+    kernels::activation_backward(act, want_y, dy, want_dx);
+    run_on_host(ActivationBackwardBody{want_y.data_bf16(), dy.data_bf16(), got_dx.data_bf16(), act}, x.numel());
+    same_bits(got_dx, want_dx);
+  }
+  // Dropout: the same float32 mask as the float32 op, the product rounded once.
+  Tensor want_y = bf16(Tensor({6, 21})), got_y = bf16(Tensor({6, 21})), want_mask({6, 21}), got_mask({6, 21});
+  kernels::dropout_forward(x, 0.25f, 5, want_y, want_mask);
+  run_on_host(DropoutBody{x.data_bf16(), got_y.data_bf16(), got_mask.data(), 0.25f, 1.0f / 0.75f, 5}, x.numel());
+  require_close(got_mask, want_mask, 0, 0);
+  same_bits(got_y, want_y);
+  Tensor want_dx = bf16(Tensor({6, 21})), got_dx = bf16(Tensor({6, 21}));
+  kernels::multiply(dy, want_mask, want_dx);
+  run_on_host(MultiplyBody{dy.data_bf16(), want_mask.data(), got_dx.data_bf16()}, x.numel());
+  same_bits(got_dx, want_dx);
+  // The bias gradient of a bfloat16 dy: float32 column sums of its values.
+  float sums[21];
+  host_column_sums(ElementValue{dy.data_bf16(), 21}, 6, 21, 1.0f, sums);
+  for (int64_t c = 0; c < 21; ++c) {
+    double want = 0.0;
+    for (int64_t r = 0; r < 6; ++r) want += bf16_to_f32(dy.data_bf16()[r * 21 + c]);
+    CHECK(std::abs(sums[c] - want) <= 1e-5);
+  }
+  // Bias and activation on a bfloat16 product (the epilogue's fallback).
+  Tensor y = bf16(random_tensor({4, 5}, 33)), bias = random_tensor({5}, 34);
+  Tensor expected = bf16(Tensor({4, 5}));
+  for (int64_t i = 0; i < 20; ++i)
+    expected.data_bf16()[i] = f32_to_bf16(std::max(0.0f, bf16_to_f32(y.data_bf16()[i]) + bias.data()[i % 5]));
+  run_on_host(BiasActivationBody{y.data_bf16(), bias.data(), 5, Activation::kRelu}, 20);
+  same_bits(y, expected);
+}
