@@ -263,6 +263,7 @@ bool DataParallelStrategy::gradients_finite(Replica& r) {
     // The job-wide count, from the last bucket's all-reduce (a mean times the group
     // size), or ZeRO's all-reduce of the extras.
     non_finite = (zero_ ? zero_->extras() : r.reducer->extras())[non_finite_extra_] > 0.0f ? 1 : 0;
+    if (!zero_ && r.reducer->on_device()) non_finite = r.reducer->non_finite();  // checked after the all-reduce
   } else {
     non_finite = count_non_finite_gradients(r.trainable);
   }

@@ -174,17 +174,6 @@ void GradientReducer::launch_on_device(size_t b) {
     offset += q->grad.numel();
   }
   const bool last = b + 1 == buckets_.size();
-  if (track_non_finite_) {
-    // Loss scaling: a flag on the GPU over every bucket's gradients; read once,
-    // at the last bucket, when backward has issued all its work anyway.
-    if (b == 0) non_finite_flag_.zero();
-    for (const nn::Param* q : bucket.params) kernels::flag_non_finite(q->grad, non_finite_flag_);
-    if (last) {
-      float flag = 0.0f;
-      non_finite_flag_.copy_to_host(&flag);
-      non_finite_ = flag > 0.0f ? 1 : 0;
-    }
-  }
   if (fill_extras_ && last) {
     std::vector<float> extras(extras_.size());
     fill_extras_(extras.data());
@@ -227,11 +216,22 @@ void GradientReducer::finish_on_device() {
       q->grad.copy_from(bucket.device_buffer.flat_slice(offset, q->grad.numel()));
       offset += q->grad.numel();
     }
+    if (track_non_finite_) {
+      // Loss scaling: the reduced gradients, identical on every replica, hold an
+      // inf or NaN when any replica's did (or the bfloat16 wire overflowed).
+      if (b == 0) non_finite_flag_.zero();
+      for (const nn::Param* q : bucket.params) kernels::flag_non_finite(q->grad, non_finite_flag_);
+    }
     if (fill_extras_ && b + 1 == buckets_.size()) {  // a few floats to the host; the mean back to the sum
       bucket.device_buffer.flat_slice(offset, static_cast<int64_t>(extras_.size())).copy_to_host(extras_.data());
       for (float& v : extras_) v *= static_cast<float>(comm_.size());
     }
     bucket.work = {};
+  }
+  if (track_non_finite_) {
+    float flag = 0.0f;
+    non_finite_flag_.copy_to_host(&flag);
+    non_finite_ = flag > 0.0f ? 1 : 0;
   }
 #endif
 }

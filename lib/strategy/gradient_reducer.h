@@ -31,9 +31,10 @@
 // cross to the host. With allreduce_dtype bfloat16 each bucket is rounded into a
 // bfloat16 device buffer that NCCL reduces (its sums are in bfloat16: NCCL has no
 // float32 accumulation for it) and widened back. With track_non_finite a flag on
-// the GPU collects inf/NaN over the buckets' gradients and is read on the host
-// once, at the last bucket (backward has issued everything by then), so
-// non_finite() is 1 or 0 there rather than a count.
+// the GPU collects inf/NaN over the *reduced* gradients (identical on every
+// replica, so all decide alike without a ride-along; TF checks the same way),
+// read on the host at the end of finish_step(): there non_finite() is the
+// job-wide answer, 1 or 0, rather than this replica's count (on_device()).
 #pragma once
 
 #include <condition_variable>
@@ -82,6 +83,8 @@ class GradientReducer {
   // far, complete when the last bucket's ride-along values are filled.
   void track_non_finite() { track_non_finite_ = true; }
   size_t non_finite() const { return non_finite_; }
+  // The device path (NCCL): non_finite() is the job-wide answer after finish_step().
+  bool on_device() const { return device_; }
 
   void begin_step();
   // p's gradient is final for this step (called from the thread running backward).

@@ -161,8 +161,11 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     strategy.devices = devices->to_string_list();
     for (size_t i = 0; i < strategy.devices.size(); ++i) {
       const std::string& d = strategy.devices[i];
-      if (d.rfind("cpu", 0) != 0 && d.rfind("gpu", 0) != 0 && d.rfind("cuda", 0) != 0)
-        devices->at(i).fail(str("'", d, "' is not a device; use names like \"cpu:0\", \"cpu:1\""));
+      try {
+        (void)Device::parse(d);
+      } catch (const ConfigError&) {
+        devices->at(i).fail(str("'", d, "' is not a device; use names like \"cpu:0\", \"cpu:1\", \"gpu:0\""));
+      }
     }
     strategy.replicas = static_cast<int64_t>(strategy.devices.size());
   }

@@ -24,21 +24,22 @@ std::vector<Device> replica_devices(const StrategySpec& spec, const Device& devi
   if (device.is_cpu()) {
     if (named_gpus)
       throw ConfigError(str(spec.path, ".devices names GPUs, but the job trains on ", device.str(),
-                            "; set \"device\": \"gpu\" (or \"auto\" on a machine with GPUs), or name \"cpu:N\" devices"));
+                            " (\"device\": \"cpu\", or no usable GPU on this machine: `dtrain devices` says why); "
+                            "name \"cpu:N\" devices, or run where the GPUs are"));
     return std::vector<Device>(static_cast<size_t>(std::max(1, replicas)), device);
   }
   if (!spec.devices.empty() && !named_gpus)
     throw ConfigError(str(spec.path, ".devices names CPU devices, but the job trains on ", device.str(),
                           "; name GPUs (\"gpu:0\", \"gpu:1\") or set \"device\": \"cpu\""));
-  if (replicas <= 1) return {device};
+  if (replicas <= 1 && !named_gpus) return {device};
   const std::string name = entry_of(spec).name;
-  if (name != "mirrored")
+  if (replicas > 1 && name != "mirrored")
     throw ConfigError(str(spec.path, ": ", name, " with ", replicas, " replicas on GPUs is not built (one GPU per "
                           "process; only mirrored puts one replica on each of several GPUs); use mirrored, or one "
                           "task per GPU (multi_worker_mirrored under dtrain launch gives each local task its own "
                           "GPU), or \"device\": \"cpu\""));
   std::vector<Device> out;
-  for (int i = 0; i < replicas; ++i)
+  for (int i = 0; i < std::max(1, replicas); ++i)
     out.push_back(named_gpus ? Device::parse(spec.devices[static_cast<size_t>(i)]) : Device::cuda(device.index + i));
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i].index >= gpu_count)

@@ -1,10 +1,28 @@
 // Implementation of replica_pool.h.
 #include "strategy/replica_pool.h"
 
+#include "core/error.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 
 namespace dtrain::strategy {
+namespace {
+
+// Whether e is a TimeoutError. A replica that fails makes the others wait in
+// their local collective until its deadline: the failure, not the deadline, is
+// the error to report.
+bool timed_out(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
 
 ReplicaPool::ReplicaPool(int replicas, int threads_each) : threads_each_(threads_each) {
   for (int r = 1; r < replicas; ++r) threads_.emplace_back([this, r] { worker(r); });
@@ -37,6 +55,7 @@ void ReplicaPool::run(const std::function<void(int)>& fn) {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return running_ == 0; });
   job_ = nullptr;
+  if (mine && error_ && timed_out(mine) && !timed_out(error_)) std::rethrow_exception(error_);
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
 }
@@ -58,7 +77,7 @@ void ReplicaPool::worker(int replica) {
       error = std::current_exception();
     }
     lock.lock();
-    if (error && !error_) error_ = error;
+    if (error && (!error_ || (timed_out(error_) && !timed_out(error)))) error_ = error;
     if (--running_ == 0) cv_.notify_all();
   }
 }

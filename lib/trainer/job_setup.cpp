@@ -105,19 +105,25 @@ std::string describe_device(const Device& device) {
 
 std::string check_job_device(const job::JobConfig& job) {
   const kernels::GpuReport report = kernels::list_gpus();
-  if (keeps_to_cpu(job)) return "cpu:0 (several replicas in one process train on the CPU)";
+  const int gpus = static_cast<int>(report.gpus.size());
+  const int replicas = static_cast<int>(job.strategy.replicas);
+  // Replicas on the CPU: strategy.devices must not name GPUs (throws why, as run would).
+  const auto on_cpu = [&](const std::string& why) {
+    (void)strategy::replica_devices(job.strategy, Device::cpu(), replicas, gpus);
+    return why;
+  };
+  if (keeps_to_cpu(job)) return on_cpu("cpu:0 (several replicas in one process train on the CPU)");
   Device first = Device::cpu();
   if (job.device == "auto") {
-    if (report.gpus.empty()) return str("cpu:0 (no GPU: ", report.why_none, ")");
+    if (report.gpus.empty()) return on_cpu(str("cpu:0 (no GPU: ", report.why_none, ")"));
     first = Device::cuda(0);
   } else {
     first = Device::parse(job.device);
-    if (first.is_cpu()) return "cpu:0";
-    if (static_cast<size_t>(first.index) >= report.gpus.size()) kernels::select_device(job.device);  // throws why
+    if (first.is_cpu()) return on_cpu("cpu:0");
+    if (first.index >= gpus) kernels::select_device(job.device);  // throws why
   }
   // Mirrored on GPUs: one replica per GPU (throws what is wrong with them).
-  const std::vector<Device> devices = strategy::replica_devices(
-      job.strategy, first, static_cast<int>(job.strategy.replicas), static_cast<int>(report.gpus.size()));
+  const std::vector<Device> devices = strategy::replica_devices(job.strategy, first, replicas, gpus);
   std::string out;
   for (const Device& d : devices) out += (out.empty() ? "" : ", ") + describe_device(d);
   return out;

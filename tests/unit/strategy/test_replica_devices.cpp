@@ -46,6 +46,9 @@ TEST_CASE("replica devices: mirrored on GPUs takes one GPU per replica") {
   const auto named = spec_of("mirrored", R"(, "devices": ["gpu:3", "cuda:1"])");
   CHECK(strategy::devices_name_gpus(named));
   CHECK(names(strategy::replica_devices(named, Device::cuda(0), 2, 4)) == std::vector<std::string>{"cuda:3", "cuda:1"});
+  // One named GPU is that GPU.
+  CHECK(names(strategy::replica_devices(spec_of("mirrored", R"(, "devices": ["gpu:1"])"), Device::cuda(0), 1, 2)) ==
+        std::vector<std::string>{"cuda:1"});
   // One replica stays on the job's device whatever the strategy.
   CHECK(names(strategy::replica_devices(spec_of("one_device", ""), Device::cuda(2), 1, 4)) ==
         std::vector<std::string>{"cuda:2"});
