@@ -1,5 +1,6 @@
-// For the gpu-labelled tests: selects the GPU once, or prints DTRAIN-SKIPPED
-// (which ctest's SKIP_REGULAR_EXPRESSION turns into "skipped") and says why.
+// For the gpu-labelled tests: selects the GPU once (or also needs a second),
+// or prints DTRAIN-SKIPPED (which ctest's SKIP_REGULAR_EXPRESSION turns into
+// "skipped") and says why.
 #pragma once
 
 #include <iostream>
@@ -21,6 +22,15 @@ inline bool gpu_or_skip() {
   }();
   if (!usable) std::cout << "DTRAIN-SKIPPED: no usable GPU" << std::endl;
   return usable;
+}
+
+// True with a usable GPU and at least a second one; else false after printing
+// the skip line "needs two GPUs (<why>)", which scripts/test-gpu.sh tolerates.
+inline bool two_gpus_or_skip(const char* why) {
+  if (!gpu_or_skip()) return false;
+  if (kernels::list_gpus().gpus.size() >= 2) return true;
+  std::cout << "DTRAIN-SKIPPED: needs two GPUs (" << why << ")" << std::endl;
+  return false;
 }
 
 }  // namespace dtrain::testing

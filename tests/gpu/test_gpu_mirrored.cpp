@@ -14,6 +14,7 @@
 
 #include "comm/nccl_support.h"
 #include "gpu/gpu_skip.h"
+#include "gpu/nccl_skip.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 #include "kernels/device.h"
@@ -24,20 +25,6 @@
 
 namespace dtrain::integration {
 namespace {
-
-bool two_gpus_or_skip() {
-  if (!testing::gpu_or_skip()) return false;
-  if (kernels::list_gpus().gpus.size() >= 2) return true;
-  std::cout << "DTRAIN-SKIPPED: needs two GPUs (one per replica)" << std::endl;
-  return false;
-}
-
-bool two_gpus_with_nccl_or_skip() {
-  if (!two_gpus_or_skip()) return false;
-  if (comm::kNcclBuilt) return true;
-  std::cout << "DTRAIN-SKIPPED: this build has no NCCL" << std::endl;
-  return false;
-}
 
 // The MLP job at a global batch of 256 on "gpu": one_device, or mirrored with
 // 2 replicas of 128 over `communication`.
@@ -89,7 +76,7 @@ RunOutput train(const TempDir& dir, const nlohmann::json& job, const std::string
 }  // namespace
 
 TEST_CASE("tensors on two GPUs of one process: copies between them, an op from a thread per GPU", "[gpu]") {
-  if (!two_gpus_or_skip()) return;
+  if (!testing::two_gpus_or_skip("one per replica")) return;
   kernels::select_device("cuda:1");  // the second GPU of this process
   const Tensor x = testing::random_tensor({64, 300}, 1), w = testing::random_tensor({300, 70}, 2), b = testing::random_tensor({70}, 3);
   Tensor expected({64, 70});
@@ -122,7 +109,7 @@ TEST_CASE("tensors on two GPUs of one process: copies between them, an op from a
 }
 
 TEST_CASE("mirrored on two GPUs follows one_device on one GPU at the same global batch", "[gpu]") {
-  if (!two_gpus_or_skip()) return;
+  if (!testing::two_gpus_or_skip("one per replica")) return;
   TempDir dir;
   const RunOutput one = train(dir, job_for(dir, "one", 1, "auto"), "one");
   INFO(describe(one));
@@ -165,7 +152,7 @@ TEST_CASE("mirrored asking for more GPUs than the machine has is a clear exit 2"
 
 
 TEST_CASE("mirrored on two GPUs over NCCL: an inf in one replica's rows skips the step on both", "[gpu]") {
-  if (!two_gpus_with_nccl_or_skip()) return;
+  if (!testing::two_gpus_or_skip("one per replica") || !testing::nccl_or_skip()) return;
   const auto [poisoned, poisoned_scales] = mirrored_steps({0, 1, 2, 3, 4}, 2, "");
   const auto [clean, clean_scales] = mirrored_steps({0, 1, 3, 4}, -1, "");
   CHECK(poisoned[2] == poisoned[1]);  // skipped: nothing changed
@@ -178,7 +165,7 @@ TEST_CASE("mirrored on two GPUs over NCCL: an inf in one replica's rows skips th
 }
 
 TEST_CASE("mirrored on two GPUs with bfloat16 gradients on NCCL learns like float32", "[gpu]") {
-  if (!two_gpus_with_nccl_or_skip()) return;
+  if (!testing::two_gpus_or_skip("one per replica") || !testing::nccl_or_skip()) return;
   const auto run = [](const std::string& extra) {
     const job::JobConfig job = test::tiny_dense_job("mirrored", R"(, "replicas": 2)" + extra);
     strategy::StrategyContext context{nullptr, 1};

@@ -247,11 +247,7 @@ TEST_CASE("nccl: a peer that never joins is PeerLost as soon as the heartbeats s
 }
 
 TEST_CASE("nccl: a peer that never calls the collective: PeerLost within the deadline, then every call fails") {
-  if (!testing::gpu_or_skip()) return;
-  if (gpu_count() < 2) {
-    std::cout << "DTRAIN-SKIPPED: needs two GPUs (NCCL puts each rank on its own GPU)" << std::endl;
-    return;
-  }
+  if (!testing::two_gpus_or_skip("NCCL puts each rank on its own GPU")) return;
   rendezvous::InMemoryStore store;
   std::vector<std::string> problems = test::run_on_threads(2, [&](int rank) {
     cuda_ok(cudaSetDevice(rank));

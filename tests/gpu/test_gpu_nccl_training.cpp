@@ -11,8 +11,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "comm/nccl_support.h"
 #include "gpu/gpu_skip.h"
+#include "gpu/nccl_skip.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 
@@ -46,20 +46,10 @@ nlohmann::json launch(const TempDir& dir, const nlohmann::json& job, int workers
   return read_json_file(summary);
 }
 
-bool nccl_or_skip() {
-  if (comm::kNcclBuilt) return true;
-  std::cout << "DTRAIN-SKIPPED: this build has no NCCL" << std::endl;
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("two tasks on two GPUs: gradients on NCCL train like Gloo's", "[gpu]") {
-  if (!testing::gpu_or_skip() || !nccl_or_skip()) return;
-  if (kernels::list_gpus().gpus.size() < 2) {
-    std::cout << "DTRAIN-SKIPPED: needs two GPUs (one per task)" << std::endl;
-    return;
-  }
+  if (!testing::two_gpus_or_skip("one per task") || !testing::nccl_or_skip()) return;
   TempDir dir;
   const nlohmann::json nccl = launch(dir, gpu_job(dir, "nccl", "nccl"), 2, "nccl");
   const nlohmann::json gloo = launch(dir, gpu_job(dir, "ring", "gloo"), 2, "gloo");
@@ -87,11 +77,7 @@ TEST_CASE("two tasks on two GPUs: gradients on NCCL train like Gloo's", "[gpu]")
 }
 
 TEST_CASE("a pipeline's two stages on two GPUs send their tensors over NCCL, as Gloo would", "[gpu]") {
-  if (!testing::gpu_or_skip() || !nccl_or_skip()) return;
-  if (kernels::list_gpus().gpus.size() < 2) {
-    std::cout << "DTRAIN-SKIPPED: needs two GPUs (one per stage)" << std::endl;
-    return;
-  }
+  if (!testing::two_gpus_or_skip("one per stage") || !testing::nccl_or_skip()) return;
   TempDir dir;
   std::vector<std::vector<double>> losses;
   for (const std::string communication : {"nccl", "ring"}) {
@@ -112,7 +98,7 @@ TEST_CASE("a pipeline's two stages on two GPUs send their tensors over NCCL, as 
 }
 
 TEST_CASE("one task on one GPU with communication nccl trains", "[gpu]") {
-  if (!testing::gpu_or_skip() || !nccl_or_skip()) return;
+  if (!testing::gpu_or_skip() || !testing::nccl_or_skip()) return;
   TempDir dir;
   const nlohmann::json run = launch(dir, gpu_job(dir, "nccl", "one"), 1, "one");
   const nlohmann::json& chief = run["tasks"]["worker:0"];
