@@ -2,7 +2,9 @@
 # Multi-worker benchmark (rerunnable), every process on this machine's cores,
 # one compute thread each, samples/s of the whole job:
 #   dtrain multi_worker_mirrored (`dtrain launch --workers N`): the MLP with 1
-#     and 2 workers x batch 64, 2 workers x batch 512, the CNN with 1 and 2
+#     and 2 workers x batch 64 (over Gloo's ring and over shared memory, with the
+#     per-step budget: one worker's step + `bench allreduce` of its gradient
+#     bytes + 15%), 2 workers x batch 512, the CNN with 1 and 2
 #     workers x batch 64 over Gloo's ring and over shared memory (hierarchical),
 #     and two independent 1-worker CNN jobs at once: the cores' ceiling for 2
 #     workers (each run with its step breakdown, summary step_ms);
@@ -65,6 +67,23 @@ PY
 echo "== samples/s of the whole job ($(nproc) cores, 1 thread per process, $steps steps)"
 dtrain dtrain_mlp_1w_b64 mlp 1 64
 dtrain dtrain_mlp_2w_b64 mlp 2 64
+dtrain dtrain_mlp_2w_b64_shm mlp 2 64 --set strategy.communication=hierarchical
+# The step budget of issue 14: one worker's step + the all-reduce of the MLP's
+# gradient bytes (from the summary's memory estimate) over shared memory, + 15%.
+grad_bytes=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tasks']['worker:0']['memory']['gradients'])" \
+  "$out/dtrain_mlp_1w_b64.json")
+timeout 300 build/dtrain bench allreduce --workers 2 --communication hierarchical --sizes "$grad_bytes" \
+  --iterations 500 --warmup 50 --json >"$out/allreduce.log" 2>&1 || { echo "bench allreduce failed:"; tail -20 "$out/allreduce.log"; exit 1; }
+python3 - "$out" "$grad_bytes" <<'PY'
+import json, sys
+out, grad_bytes = sys.argv[1], int(sys.argv[2])
+ar = [json.loads(l) for l in open(f"{out}/allreduce.log") if l.startswith("{")][-1]["time_us"] / 1000
+one = json.load(open(f"{out}/dtrain_mlp_1w_b64.json"))["tasks"]["worker:0"]["step_ms"]["step"]
+two = json.load(open(f"{out}/dtrain_mlp_2w_b64_shm.json"))["tasks"]["worker:0"]["step_ms"]["step"]
+budget = (one + ar) * 1.15
+print(f"MLP step budget (shared memory): 1 worker {one:.3f} ms + all-reduce of {grad_bytes} B {ar:.3f} ms, + 15% = "
+      f"{budget:.3f} ms; 2 workers step {two:.3f} ms: {'within' if two <= budget else 'over'} the budget ({two / budget:.2f}x)")
+PY
 dtrain dtrain_mlp_2w_b512 mlp 2 512
 dtrain dtrain_cnn_1w_b64 cnn 1 64
 dtrain dtrain_cnn_2w_b64 cnn 2 64

@@ -1,9 +1,13 @@
 // The Tensor conveniences of Communicator: host tensors go to the pointer-based
 // collective directly; device tensors through a host copy for the host-memory
 // engines (Gloo, the local group), directly for a device engine (NCCL). Also the
-// defaults of send/recv/split (CommError), padded_count, and borrow().
+// defaults of send/recv/split (CommError) and of all_reduce_pieces (through one
+// buffer), padded_count, and borrow().
 #include "comm/communicator.h"
 #include "comm/reduction.h"
+
+#include <algorithm>
+#include <vector>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -33,6 +37,10 @@ class Borrowed : public Communicator {
   void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
     other_.all_reduce_bfloat16(data, count, op);
   }
+  void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
+    other_.all_reduce_pieces(pieces, op);
+  }
+  bool reduces_pieces_in_place() const override { return other_.reduces_pieces_in_place(); }
   void broadcast(float* data, size_t count, int root) override { other_.broadcast(data, count, root); }
   void all_gather(const float* in, size_t count, float* out) override { other_.all_gather(in, count, out); }
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
@@ -100,6 +108,20 @@ void Communicator::all_reduce_bfloat16(float* data, size_t count, ReduceOp op) {
   all_reduce(data, count, ReduceOp::kSum);
   round_to_bfloat16(data, count);
   if (op == ReduceOp::kMean) divide_by_size(data, count, size());
+}
+
+void Communicator::all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) {
+  size_t total = 0;
+  for (const Piece& p : pieces) total += p.count;
+  std::vector<float> buffer(total);
+  float* at = buffer.data();
+  for (const Piece& p : pieces) at = std::copy_n(p.data, p.count, at);
+  all_reduce(buffer.data(), total, op);
+  const float* from = buffer.data();
+  for (const Piece& p : pieces) {
+    std::copy_n(from, p.count, p.data);
+    from += p.count;
+  }
 }
 
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {

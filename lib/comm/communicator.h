@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -24,6 +25,12 @@
 namespace dtrain::comm {
 
 enum class ReduceOp { kSum, kMean };
+
+// count floats at data: one piece of the buffer all_reduce_pieces reduces.
+struct Piece {
+  float* data = nullptr;
+  size_t count = 0;
+};
 
 const char* reduce_op_name(ReduceOp op);
 
@@ -45,6 +52,15 @@ class Communicator {
   // half the bytes; there the partial sums travel between ranks as bfloat16, so
   // they are rounded after every addition (a sum of N ranks: N - 1 roundings).
   virtual void all_reduce_bfloat16(float* data, size_t count, ReduceOp op);
+  // all_reduce of the pieces' values one after another, as one buffer, in place:
+  // the same values as packing them into one buffer, all_reduce of it and
+  // unpacking it, which is what this default does. A communicator that reads and
+  // writes the pieces where they lie (shared memory: straight between them and
+  // its segment) overrides it and says so with reduces_pieces_in_place(); a
+  // caller then needs no buffer of its own and saves two copies of the values
+  // (the gradient reducer, on the host).
+  virtual void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op);
+  virtual bool reduces_pieces_in_place() const { return false; }
   // data[0..count) on every rank becomes root's data[0..count).
   virtual void broadcast(float* data, size_t count, int root) = 0;
   // out[r*count .. (r+1)*count) = rank r's in[0..count); out holds size()*count.

@@ -64,6 +64,12 @@ class Recorded final : public Communicator {
   void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {
     record("all_reduce_bf16", count * 2, [&] { inner_->all_reduce_bfloat16(data, count, op); });
   }
+  void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
+    size_t count = 0;
+    for (const Piece& p : pieces) count += p.count;
+    record("all_reduce", count * sizeof(float), [&] { inner_->all_reduce_pieces(pieces, op); });
+  }
+  bool reduces_pieces_in_place() const override { return inner_->reduces_pieces_in_place(); }
   void broadcast(float* data, size_t count, int root) override {
     record("broadcast", count * sizeof(float), [&] { inner_->broadcast(data, count, root); });
   }

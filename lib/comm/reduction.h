@@ -12,7 +12,9 @@ namespace dtrain::comm {
 void sum_in_rank_order(const float* const* inputs, int count, size_t n, float* out);
 
 // kMean's last step: data[0..n) divided by `size` (a division, not a
-// multiplication by 1/size, so a mean that a float can hold comes out exact).
+// multiplication by a rounded 1/size, so a mean that a float can hold comes out
+// exact; for a power of two, whose 1/size is exact, the multiplication gives the
+// same bits and is what runs).
 void divide_by_size(float* data, size_t n, int size);
 
 }  // namespace dtrain::comm

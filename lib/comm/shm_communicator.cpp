@@ -18,6 +18,7 @@
 #include <ctime>
 #include <map>
 #include <new>
+#include <span>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -87,6 +88,48 @@ void scatter_by_all_reduce(Communicator& c, const float* in, size_t count_per_ra
   std::memcpy(out, all.data() + count_per_rank * c.rank(), count_per_rank * sizeof(float));
 }
 
+// Walks the pieces of all_reduce_pieces as one buffer: the next n values of
+// the pieces to a slot, or from the result area into the pieces.
+class PieceCursor {
+ public:
+  explicit PieceCursor(std::span<const Piece> pieces) : pieces_(pieces) {}
+
+  void gather(float* to, size_t n) {
+    walk(n, [&](float* piece, size_t k) {
+      std::memcpy(to, piece, k * sizeof(float));
+      to += k;
+    });
+  }
+  void scatter(const float* from, size_t n) {
+    walk(n, [&](float* piece, size_t k) {
+      std::memcpy(piece, from, k * sizeof(float));
+      from += k;
+    });
+  }
+
+ private:
+  // Calls copy(pointer into the current piece, how many) until n values are covered.
+  template <class F>
+  void walk(size_t n, F copy) {
+    while (n > 0) {
+      DT_CHECK(index_ < pieces_.size(), "more values asked of the pieces than they hold");
+      const Piece& p = pieces_[index_];
+      const size_t k = std::min(n, p.count - offset_);
+      if (k > 0) copy(p.data + offset_, k);
+      n -= k;
+      offset_ += k;
+      if (offset_ == p.count) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+  }
+
+  std::span<const Piece> pieces_;
+  size_t index_ = 0;   // the piece the next value is in
+  size_t offset_ = 0;  // and its place in that piece
+};
+
 class ShmCommunicator : public Communicator {
  public:
   ShmCommunicator(rendezvous::Store& store, const ShmOptions& o) : options_(o) {
@@ -122,18 +165,27 @@ class ShmCommunicator : public Communicator {
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
 
+  void all_reduce(float* data, size_t count, ReduceOp op) override {
+    const Piece whole{data, count};
+    all_reduce_pieces({&whole, 1}, op);
+  }
+
   // Two barriers a chunk. Slots are read only between a collective's two
   // barriers and the result area only after its last one, so a member may write
   // its slot for the next chunk (or collective) at once: the others may still be
   // reading the result, but nobody writes the result before the next barrier,
-  // which they reach only once they have copied it out.
-  void all_reduce(float* data, size_t count, ReduceOp op) override {
+  // which they reach only once they have copied it out. The pieces are copied
+  // straight into the slot and the result straight back into them.
+  void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
     if (options_.size == 1) return;  // the sum and the mean of one member are its values
     const size_t cap = options_.capacity_floats;
+    size_t count = 0;
+    for (const Piece& p : pieces) count += p.count;
+    PieceCursor to_slot(pieces), from_result(pieces);
     std::vector<const float*> inputs(static_cast<size_t>(options_.size));
     for (size_t off = 0; off < count; off += cap) {
       const size_t n = std::min(cap, count - off);
-      std::memcpy(slot(options_.rank), data + off, n * sizeof(float));
+      to_slot.gather(slot(options_.rank), n);
       barrier();  // every slot written, every member done with the last result
       // This member's share of the elements, summed over the slots in rank order
       // (and divided here, while it is in the cache, for a mean).
@@ -142,9 +194,10 @@ class ShmCommunicator : public Communicator {
       sum_in_rank_order(inputs.data(), options_.size, hi - lo, result() + lo);
       if (op == ReduceOp::kMean) divide_by_size(result() + lo, hi - lo, options_.size);
       barrier();  // the whole result written, every slot read
-      std::memcpy(data + off, result(), n * sizeof(float));
+      from_result.scatter(result(), n);
     }
   }
+  bool reduces_pieces_in_place() const override { return true; }
 
   // The root's values go through its slot (not the result area, which the
   // others may still be reading after an all_reduce).
@@ -269,6 +322,15 @@ class HierarchicalCommunicator : public Communicator {
   int size() const override { return static_cast<int>(layout_.host_of.size()); }
 
   void all_reduce(float* data, size_t count, ReduceOp op) override { reduce(data, count, op, false); }
+  // One machine: the pieces go to shared memory where they lie. Several: through
+  // one buffer (the leaders' Gloo all-reduce takes one).
+  void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
+    if (layout_.hosts() == 1) return local_->all_reduce_pieces(pieces, op);
+    Communicator::all_reduce_pieces(pieces, op);
+  }
+  bool reduces_pieces_in_place() const override {
+    return layout_.hosts() == 1 && local_->reduces_pieces_in_place();
+  }
   // In the machine the values are summed in float32 (shared memory costs no
   // bytes on a wire); only the leaders' exchange travels as bfloat16.
   void all_reduce_bfloat16(float* data, size_t count, ReduceOp op) override {

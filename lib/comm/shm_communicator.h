@@ -9,18 +9,20 @@
 // rank order (so every member gets bit-identical sums) into the result area, all
 // meet, each copies the result out (two meetings a chunk: nobody writes the
 // result area again before everyone has reached the next chunk's first meeting,
-// after copying out). Every wait has the communicator's deadline (TimeoutError);
-// a member that fails or is destroyed marks the segment broken and wakes the
-// others (PeerLost). Local rank 0 creates the segment and
-// publishes its name in the job's store; once every member has mapped it, the
-// name is unlinked, so nothing is left in /dev/shm whatever happens next.
+// after copying out). all_reduce_pieces copies straight between the caller's
+// pieces and the segment (reduces_pieces_in_place). Every wait has the
+// communicator's deadline (TimeoutError); a member that fails or is destroyed
+// marks the segment broken and wakes the others (PeerLost). Local rank 0 creates
+// the segment and publishes its name in the job's store; once every member has
+// mapped it, the name is unlinked, so nothing is left in /dev/shm whatever
+// happens next.
 //
 // The hierarchical communicator (strategy.communication "hierarchical"): the
 // tasks of each machine reduce through shared memory, one leader per machine
 // (its lowest rank) all-reduces across machines over Gloo, and the leader's
 // result is shared back through shared memory. Cross-machine traffic is then
 // that of one task per machine. With a single machine it is the shared-memory
-// all-reduce alone.
+// all-reduce alone (its all_reduce_pieces too).
 #pragma once
 
 #include <memory>

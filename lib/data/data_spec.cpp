@@ -3,6 +3,9 @@
 // of another format says whose it is ("'files' belongs to cifar10 sources").
 #include "data/data_spec.h"
 
+#include <algorithm>
+#include <string>
+
 #include "core/strings.h"
 #include "data/dataset.h"
 
@@ -20,6 +23,21 @@ DataSourceSpec read_source_spec(const config::Value& value) {
   r.finish();
   return src;
 }
+
+namespace {
+
+// data.prefetch: a count of batches, or "auto" (nullopt). A count may come as a
+// string too ("2"): --set gives a string over a string already there ("auto").
+std::optional<int64_t> read_prefetch(const config::Value& v) {
+  if (!v.is_string()) return v.to_int(0);
+  const std::string text = v.to_string();
+  if (text == "auto") return std::nullopt;
+  if (!text.empty() && text.size() <= 9 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::stoll(text);
+  v.fail(str("expected a number of batches (0 or more) or \"auto\", got ", v.describe()));
+}
+
+}  // namespace
 
 // data.test and data.validation may be null (no such set), which lets --set
 // data.test=null drop it.
@@ -41,7 +59,7 @@ DataSpec read_data_spec(const config::Value& value) {
     data.validation = read_source_spec(*validation);
   }
   data.shuffle_buffer = r.get_int("shuffle_buffer", data.shuffle_buffer, 0);
-  data.prefetch = r.get_int("prefetch", data.prefetch, 0);
+  if (const auto prefetch = r.find("prefetch")) data.prefetch = read_prefetch(*prefetch);
   data.drop_remainder = r.get_bool("drop_remainder", data.drop_remainder);
   data.cache = r.get_bool("cache", data.cache);
   const std::string policy = r.get_choice("shard_policy", "auto", {"auto", "data", "file", "off"}, "shard policy");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ struct DataSpec {
   bool has_validation = false;
   DataSourceSpec validation;
   int64_t shuffle_buffer = 10000;  // 0 or 1 = no shuffle
-  int64_t prefetch = 2;            // batches prepared ahead on a background thread (0 = none)
+  // Batches prepared ahead on a background thread (0 = none); unset: "auto", 2
+  // when a core is free for that thread, else 0 (trainer::prefetch_batches).
+  std::optional<int64_t> prefetch;
   bool drop_remainder = false;     // drop the last, smaller training batch
   bool cache = true;               // keep decoded float samples in memory after the first epoch
   ShardPolicy shard_policy = ShardPolicy::kAuto;

@@ -156,7 +156,8 @@ Batch Pipeline::Impl::assemble(int64_t b) {
   shape.insert(shape.end(), dataset->sample_shape.begin(), dataset->sample_shape.end());
   Batch batch;
   batch.index = b;
-  batch.images = Tensor(std::move(shape));
+  // Every value is written below: no zeroing first.
+  batch.images = Tensor::uninitialized(std::move(shape));
   batch.labels.resize(static_cast<size_t>(n));
   const int64_t numel = dataset->sample_numel();
   float* out = batch.images.data();

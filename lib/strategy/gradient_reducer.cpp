@@ -58,15 +58,19 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
     }
   }
   if (!current.params.empty()) buckets_.push_back(std::move(current));
+  device_ = comm.device_buffers();
+  in_place_ = !device_ && dtype == AllreduceDType::kFloat32 && comm.reduces_pieces_in_place() &&
+              std::all_of(params.begin(), params.end(), [](const nn::Param* p) {
+                return p->grad.device().is_cpu() && p->grad.dtype() == DType::kF32;
+              });
   for (size_t b = 0; b < buckets_.size(); ++b) {
     size_t floats = 0;
     for (const nn::Param* p : buckets_[b].params) {
       bucket_of_[p] = b;
       floats += static_cast<size_t>(p->grad.numel());
     }
-    if (!comm.device_buffers()) buckets_[b].buffer.resize(floats);
+    if (!device_ && !in_place_) buckets_[b].buffer.resize(floats);
   }
-  device_ = comm.device_buffers();
   if (!device_) {
     thread_ = std::thread([this] { comm_loop(); });
     return;
@@ -92,7 +96,7 @@ GradientReducer::~GradientReducer() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
   thread_.join();
 }
 
@@ -101,6 +105,10 @@ void GradientReducer::ride_along(size_t count, std::function<void(float* values)
   extras_.assign(count, 0.0f);
   fill_extras_ = std::move(fill);
   Bucket& last = buckets_.back();
+  if (in_place_) {
+    riding_.assign(count, 0.0f);
+    return;
+  }
   if (!device_) {
     last.buffer.resize(last.buffer.size() + count);
     return;
@@ -123,16 +131,21 @@ void GradientReducer::param_ready(const nn::Param* p) {
   Bucket& bucket = buckets_[it->second];
   if (++bucket.ready < bucket.params.size()) return;
   if (device_) return launch_on_device(it->second);
-  // Pack on this thread (a memcpy, or a copy from the GPU that waits for the
-  // backward ops issued so far), reduce on the communication thread.
-  float* dst = bucket.buffer.data();
-  for (const nn::Param* q : bucket.params) {
-    q->grad.copy_to_host(dst);
-    dst += q->grad.numel();
-  }
-  if (track_non_finite_) non_finite_ += count_non_finite(bucket.buffer.data(), dst - bucket.buffer.data());
   const bool last = it->second + 1 == buckets_.size();
-  if (fill_extras_ && last) fill_extras_(dst);
+  if (in_place_) {
+    // Nothing to pack: the communicator reads the gradients where they lie.
+    bucket.pieces.clear();
+    for (nn::Param* q : bucket.params) {
+      bucket.pieces.push_back({q->grad.data(), static_cast<size_t>(q->grad.numel())});
+      if (track_non_finite_) non_finite_ += count_non_finite(q->grad.data(), bucket.pieces.back().count);
+    }
+    if (fill_extras_ && last) {
+      fill_extras_(riding_.data());
+      bucket.pieces.push_back({riding_.data(), riding_.size()});
+    }
+  } else {
+    pack(bucket, last);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(it->second);
@@ -141,7 +154,19 @@ void GradientReducer::param_ready(const nn::Param* p) {
   // The last bucket is left to finish_step(), which this thread calls next: no
   // hand-off to another thread (and core) when there is nothing to overlap with.
   // The communication thread takes it if it is still busy with earlier ones.
-  if (!last) cv_.notify_all();
+  if (!last) work_cv_.notify_one();
+}
+
+void GradientReducer::pack(Bucket& bucket, bool last) {
+  // Pack on this thread (a memcpy, or a copy from the GPU that waits for the
+  // backward ops issued so far), reduce on the communication thread.
+  float* dst = bucket.buffer.data();
+  for (const nn::Param* q : bucket.params) {
+    q->grad.copy_to_host(dst);
+    dst += q->grad.numel();
+  }
+  if (track_non_finite_) non_finite_ += count_non_finite(bucket.buffer.data(), dst - bucket.buffer.data());
+  if (fill_extras_ && last) fill_extras_(dst);
 }
 
 double GradientReducer::finish_step() {
@@ -157,7 +182,7 @@ double GradientReducer::finish_step() {
       reduce_next(lock);  // the communication thread is idle: reduce here
       continue;
     }
-    cv_.wait(lock, [this] { return pending_ == 0 || error_ || (!busy_ && !queue_.empty()); });
+    done_cv_.wait(lock, [this] { return pending_ == 0 || error_ || (!busy_ && !queue_.empty()); });
   }
   if (error_) std::rethrow_exception(error_);
   return waited.seconds();
@@ -240,7 +265,7 @@ void GradientReducer::comm_loop() {
   trace::set_thread_name("gradient all-reduce");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || error_ || (!busy_ && !queue_.empty()); });
+    work_cv_.wait(lock, [this] { return stop_ || error_ || (!busy_ && !queue_.empty()); });
     if (stop_ || error_) return;  // the communicator is unusable after an error
     reduce_next(lock);
   }
@@ -263,11 +288,24 @@ void GradientReducer::reduce_next(std::unique_lock<std::mutex>& lock) {
   busy_ = false;
   if (error) error_ = error;
   else --pending_;
-  cv_.notify_all();
+  done_cv_.notify_all();
+  // The communication thread only when there is more for it (or it must end): a
+  // step's last bucket, reduced by finish_step(), wakes nobody.
+  if (error || !queue_.empty()) work_cv_.notify_all();
 }
 
 void GradientReducer::reduce_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
+  if (in_place_) {
+    size_t floats = 0;
+    for (const comm::Piece& p : bucket.pieces) floats += p.count;
+    const trace::Span span("all-reduce", "comm",
+                           trace::enabled() ? str("bucket ", b, ", ", floats * sizeof(float), " bytes") : std::string());
+    comm_.all_reduce_pieces(bucket.pieces, comm::ReduceOp::kMean);
+    if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
+      for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = riding_[i] * static_cast<float>(comm_.size());
+    return;
+  }
   const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;
   const size_t bytes = bucket.buffer.size() * (bfloat16 ? 2 : sizeof(float));
   const trace::Span span("all-reduce", "comm", trace::enabled() ? str("bucket ", b, ", ", bytes, " bytes") : std::string());

@@ -7,9 +7,12 @@
 //
 // Buckets are filled in reverse model order, the order backward produces
 // gradients. A bucket's gradients are copied into one flat buffer, all-reduced
-// (mean), and copied back. finish_step() waits for the last bucket and returns
-// how long the caller had to wait: the share of step time spent waiting on
-// communication.
+// (mean), and copied back; or, on a communicator that reduces pieces in place
+// (shared memory: Communicator::reduces_pieces_in_place) with float32 gradients
+// in host memory, handed to it as they lie (all_reduce_pieces): it copies them
+// straight into its segment and the mean straight back, two copies fewer.
+// finish_step() waits for the last bucket and returns how long the caller had to
+// wait: the share of step time spent waiting on communication.
 //
 // A few small values per step (the loss sums and the stop flag, the count of
 // non-finite gradient values under loss scaling) can ride along in the last
@@ -96,7 +99,8 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<nn::Param*> params;
-    std::vector<float> buffer;  // the host path's
+    std::vector<float> buffer;  // the host path's (not when reducing in place)
+    std::vector<comm::Piece> pieces;  // in place: the gradients, then the ride-along values
     size_t ready = 0;
     Tensor device_buffer;       // the device path's: the gradients, then the extras
     Tensor wire;                // the device path's bfloat16 copy of it (allreduce_dtype bfloat16)
@@ -109,12 +113,16 @@ class GradientReducer {
   // reducing) and reduces it on the calling thread; an error ends the reducer.
   void reduce_next(std::unique_lock<std::mutex>& lock);
   void reduce_bucket(size_t b);
+  // The host path with buffers: the bucket's gradients (and, in the last one,
+  // the ride-along values) into its buffer, on the thread running backward.
+  void pack(Bucket& bucket, bool last);
   // The device path (device_ is true): pack, launch, and the end of a step.
   void launch_on_device(size_t b);
   void finish_on_device();
 
   comm::Communicator& comm_;
   bool device_ = false;  // the gradients stay on the GPU (NCCL)
+  bool in_place_ = false;  // the host path without buffers: comm_ reduces the gradients where they lie
 #if DTRAIN_HAVE_NCCL
   comm::NcclCommunicator* nccl_ = nullptr;  // comm_ itself, on the device path
 #endif
@@ -124,7 +132,11 @@ class GradientReducer {
 
   std::thread thread_;
   std::mutex mutex_;
-  std::condition_variable cv_;
+  // Two conditions, so that a step's end wakes no thread that has nothing to do:
+  // the communication thread waits on work_cv_ for a bucket (or the end),
+  // finish_step() on done_cv_ for a bucket reduced (or one it may reduce itself).
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
   std::deque<size_t> queue_;  // buckets ready to reduce
   size_t pending_ = 0;        // buckets launched and not yet reduced
   bool busy_ = false;         // a thread is reducing a bucket
@@ -132,6 +144,7 @@ class GradientReducer {
   std::exception_ptr error_;
   std::function<void(float*)> fill_extras_;
   std::vector<float> extras_;  // summed over the group after finish_step()
+  std::vector<float> riding_;  // in place: this step's ride-along values, then their mean
   bool track_non_finite_ = false;
   size_t non_finite_ = 0;  // this step's, on the thread running backward
   Tensor non_finite_flag_;  // the device path's: 1 when a gradient held inf or NaN (one float)

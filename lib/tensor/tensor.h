@@ -35,6 +35,11 @@ class Tensor {
   explicit Tensor(Shape shape, Device device = Device::cpu(), DType dtype = DType::kF32);
 
   static Tensor zeros(Shape shape) { return Tensor(std::move(shape)); }
+  // A tensor whose values are left as they come (not zeroed): for one the caller
+  // writes whole next, where zeroing it first would be a wasted pass.
+  static Tensor uninitialized(Shape shape, Device device = Device::cpu(), DType dtype = DType::kF32) {
+    return Tensor(std::move(shape), device, dtype, Uninitialized{});
+  }
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }

@@ -72,7 +72,7 @@ RunSummary run_evaluator(const job::JobConfig& job, const EvaluatorOptions& opti
   auto strategy = strategy::make_strategy({one_device, job.model, job.loss, job.optimizer, job.train},
                                           {nullptr, summary.threads, device});
   const data::DataSourceSpec& source = evaluation_source(job);
-  data::Pipeline pipeline(load_checked(source, strategy->model()), eval_pipeline_options(job));
+  data::Pipeline pipeline(load_checked(source, strategy->model()), eval_pipeline_options(job, prefetch_batches(job, options.host, summary.threads, 1, device)));
   const std::string dir = checkpoint_dir(job);
   std::printf("Evaluator: watching %s; each checkpoint evaluated on %s (%s, %d threads)\n", dir.c_str(),
               source.path.c_str(), describe_device(device).c_str(), summary.threads);

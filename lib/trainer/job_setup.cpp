@@ -322,14 +322,26 @@ data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int
   return spec;
 }
 
+int64_t prefetch_batches(const job::JobConfig& job, const HostSettings& host, int threads, int local_replicas,
+                         const Device& device) {
+  if (job.data.prefetch) return *job.data.prefetch;
+  if (!device.is_cpu()) return 2;
+  const int cores = usable_cores();
+  const int busy = std::max(1, host.tasks_on_host) * std::max({1, threads, local_replicas});
+  if (busy < cores) return 2;
+  log::debug("data.prefetch auto: 0 (", busy, " compute threads on ", cores,
+             " cores: no core for a prefetch thread; batches are assembled on the training thread)");
+  return 0;
+}
+
 data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
-                                             int worker_rank, int num_workers) {
+                                             int worker_rank, int num_workers, int64_t prefetch) {
   data::PipelineOptions o;
   o.batch_size = job.train.batch_size_per_replica * s.local_replicas();
   o.shuffle_buffer = job.data.shuffle_buffer;
   o.seed = job.train.seed;
   o.drop_remainder = job.data.drop_remainder || s.num_replicas_in_sync() > 1;  // replicas need equal batches
-  o.prefetch = job.data.prefetch;
+  o.prefetch = prefetch;
   o.cache = job.data.cache;
   if (num_workers > 1 && shard_policy(job, num_workers) == data::ShardPolicy::kData) {
     o.shard_count = num_workers;
@@ -338,11 +350,11 @@ data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const st
   return o;
 }
 
-data::PipelineOptions eval_pipeline_options(const job::JobConfig& job) {
+data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch) {
   data::PipelineOptions o;
   o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
   o.seed = job.train.seed;
-  o.prefetch = job.data.prefetch;
+  o.prefetch = prefetch;
   o.cache = job.data.cache;
   return o;
 }

@@ -106,13 +106,23 @@ data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers);
 // whole source.
 data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers);
 
+// data.prefetch as set, or for "auto" (the default): 2 batches when the prefetch
+// thread has a core of its own (a GPU job, whose training thread mostly waits for
+// the GPU; or a host whose cores the tasks' compute threads, `threads` each or one
+// per local replica, do not all take), else 0: there the batch is assembled on
+// the training thread, since a prefetch thread could only run by interrupting a
+// training thread in the middle of its step (measured in the README).
+int64_t prefetch_batches(const job::JobConfig& job, const HostSettings& host, int threads, int local_replicas,
+                         const Device& device);
+
 // Training batches of this task: per-replica batch x local replicas, sharded over
-// the workers after the shuffle (shard_policy auto/data), or not (off, file).
+// the workers after the shuffle (shard_policy auto/data), or not (off, file);
+// `prefetch` from prefetch_batches().
 data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
-                                             int worker_rank, int num_workers);
+                                             int worker_rank, int num_workers, int64_t prefetch);
 
 // Evaluation batches: the whole test set in order, on every task.
-data::PipelineOptions eval_pipeline_options(const job::JobConfig& job);
+data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch);
 
 // Mean loss and accuracy of summed stats (0 with no samples).
 double mean_loss(const nn::LossStats& s);

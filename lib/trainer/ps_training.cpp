@@ -72,13 +72,13 @@ PsSetup setup(const job::JobConfig& job, const RunOptions& options) {
   return s;
 }
 
-data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOptions& options) {
+data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOptions& options, int threads) {
   data::PipelineOptions o;
   o.batch_size = job.train.batch_size_per_replica;
   o.shuffle_buffer = job.data.shuffle_buffer;
   o.seed = job.train.seed;
   o.drop_remainder = true;
-  o.prefetch = job.data.prefetch;
+  o.prefetch = prefetch_batches(job, options.host, threads, 1, Device::cpu());
   o.cache = job.data.cache;
   if (is_sync(job)) {
     o.shard_count = options.ps.num_workers;
@@ -100,7 +100,7 @@ RunSummary run_ps_worker(const job::JobConfig& job, const RunOptions& options) {
   std::printf("Model: %lld params, strategy parameter_server (worker, %s), %d threads\n",
               static_cast<long long>(s.strategy->model().count_params(false)),
               is_sync(job) ? "sync" : job.strategy.mode == ps::UpdateMode::kStale ? "stale" : "async", s.threads);
-  data::Pipeline pipeline(s.train, worker_pipeline(job, options));
+  data::Pipeline pipeline(s.train, worker_pipeline(job, options, s.threads));
   ps::WorkQueue queue(*options.ps.store, s.plan);
   const auto health = [&] {
     if (options.on_step) options.on_step(summary.steps);
@@ -197,7 +197,7 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
               options.ps.group->placement().describe().c_str());
   std::unique_ptr<data::Pipeline> test_pipeline;
   if (job.data.has_test)
-    test_pipeline = std::make_unique<data::Pipeline>(load_checked(job.data.test, model), eval_pipeline_options(job));
+    test_pipeline = std::make_unique<data::Pipeline>(load_checked(job.data.test, model), eval_pipeline_options(job, prefetch_batches(job, options.host, s.threads, 1, Device::cpu())));
 
   rendezvous::Store& store = *options.ps.store;
   ps::WorkQueue queue(store, s.plan);

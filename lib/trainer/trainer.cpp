@@ -67,9 +67,10 @@ RunSummary run_training(const job::JobConfig& job, const RunOptions& options) {
   auto train_data = load_checked(task_source(job, worker_rank, num_workers), strategy->model_shapes());
   std::shared_ptr<data::Dataset> test_data;
   if (job.data.has_test) test_data = load_checked(job.data.test, strategy->model_shapes());
-  data::Pipeline train_pipeline(train_data, train_pipeline_options(job, *strategy, worker_rank, num_workers));
+  const int64_t prefetch = prefetch_batches(job, options.host, summary.threads, strategy->local_replicas(), device);
+  data::Pipeline train_pipeline(train_data, train_pipeline_options(job, *strategy, worker_rank, num_workers, prefetch));
   std::unique_ptr<data::Pipeline> test_pipeline;
-  if (test_data) test_pipeline = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job));
+  if (test_data) test_pipeline = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job, prefetch));
   std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
               test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
 

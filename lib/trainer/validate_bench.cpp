@@ -60,7 +60,8 @@ BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, 
   const int worker_rank = strategy->data_shard().index;
   const int num_workers = strategy->data_shard().count;
   auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model_shapes());
-  data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers);
+  const int64_t prefetch = prefetch_batches(job, options.host, result.threads, strategy->local_replicas(), device);
+  data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers, prefetch);
   po.drop_remainder = true;  // every timed step has the full batch
   data::Pipeline pipeline(dataset, po);
 

@@ -136,6 +136,17 @@ TEST_CASE("booleans must be JSON booleans", "[config][errors]") {
   CHECK_THAT(config_error(job), Contains("data.cache: expected true or false, got 1 (a number)"));
 }
 
+TEST_CASE("data.prefetch takes a count of batches or \"auto\", nothing else", "[config][errors]") {
+  json job = minimal_job();
+  job["data"]["prefetch"] = "fast";
+  CHECK_THAT(config_error(job),
+             Contains("data.prefetch: expected a number of batches (0 or more) or \"auto\", got \"fast\""));
+  job["data"]["prefetch"] = "-2";
+  CHECK_THAT(config_error(job), Contains("data.prefetch: expected a number of batches"));
+  job["data"]["prefetch"] = -1;
+  CHECK_THAT(config_error(job), Contains("data.prefetch"));
+}
+
 TEST_CASE("out-of-range values say the range and the value", "[config][errors]") {
   json job = minimal_job();
   job["train"]["batch_size_per_replica"] = 0;

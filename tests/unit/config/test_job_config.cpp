@@ -201,7 +201,7 @@ TEST_CASE("absent keys take their defaults", "[config]") {
   CHECK(c.data.train.take == 0);
   CHECK_FALSE(c.data.has_test);
   CHECK(c.data.shuffle_buffer == 10000);
-  CHECK(c.data.prefetch == 2);
+  CHECK_FALSE(c.data.prefetch.has_value());  // "auto"
   CHECK_FALSE(c.data.drop_remainder);
   CHECK(c.data.cache);
   CHECK(c.train.epochs == 1);
@@ -232,6 +232,18 @@ TEST_CASE("layer defaults of Conv2D and pooling and BatchNormalization", "[confi
   CHECK(opt<nn::BatchNormalizationOptions>(L[3]).epsilon == Approx(1e-3));
   CHECK(opt<nn::BatchNormalizationOptions>(L[3]).center);
   CHECK(opt<nn::BatchNormalizationOptions>(L[3]).scale);
+}
+
+TEST_CASE("data.prefetch is a number of batches or \"auto\" (the default)", "[config]") {
+  json job = minimal_job();
+  job["data"]["prefetch"] = "auto";
+  CHECK_FALSE(parse(job).data.prefetch.has_value());
+  job["data"]["prefetch"] = 3;
+  CHECK(parse(job).data.prefetch == 3);
+  job["data"]["prefetch"] = 0;
+  CHECK(parse(job).data.prefetch == 0);
+  job["data"]["prefetch"] = "4";  // what --set data.prefetch=4 makes over "auto"
+  CHECK(parse(job).data.prefetch == 4);
 }
 
 TEST_CASE("idx sources keep relative paths and default rescale", "[config]") {
