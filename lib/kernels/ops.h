@@ -132,8 +132,9 @@ struct AdagradCoeffs {
 void adagrad_update(Tensor& w, const Tensor& g, Tensor& accumulator, const AdagradCoeffs& k);
 
 // ---- Precision ----
-// y = x converted to y's dtype (float32 <-> bfloat16, rounding to nearest even);
-// same number of elements. On a GPU: float32 <-> bfloat16 only.
+
+// y = x converted to y's dtype (float32 <-> bfloat16 or float16, rounding to
+// nearest even); same number of elements. On a GPU: between float32 and either.
 void cast(const Tensor& x, Tensor& y);
 // flag (one float32) = 1 when x (float32) holds an inf or NaN; else left as it
 // is (start it at 0). On a GPU nothing waits: the flag stays on the device.

@@ -20,9 +20,11 @@ std::vector<Param*> Dense::params() {
   return {&kernel_};
 }
 
-// bfloat16 too, except with a softmax activation (float32, as in Keras' mixed precision).
+// bfloat16 too, and float16 on a GPU (the CPU backend has no float16 kernels);
+// float32 with a softmax activation, as in Keras' mixed precision.
 bool Dense::supports_dtype(DType dtype) const {
-  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+  if (dtype == DType::kF32) return true;
+  return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
 }
 
 void Dense::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }

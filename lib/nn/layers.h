@@ -130,7 +130,8 @@ class Dropout : public Layer {
   Dropout(const std::string& name, const Shape& input, float rate, uint64_t layer_index);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
-  bool supports_dtype(DType dtype) const override { return dtype != DType::kF16; }
+  // bfloat16, and float16 on a GPU.
+  bool supports_dtype(DType dtype) const override { return dtype != DType::kF16 || !device().is_cpu(); }
 
  private:
   float rate_;
@@ -144,9 +145,10 @@ class ActivationLayer : public Layer {
   ActivationLayer(const std::string& name, const Shape& input, Activation act);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
-  // bfloat16 too, except softmax (float32, as in Keras' mixed precision).
+  // bfloat16 too, and float16 on a GPU; softmax in float32, as in Keras' mixed precision.
   bool supports_dtype(DType dtype) const override {
-    return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax);
+    if (dtype == DType::kF32) return true;
+    return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
   }
 
  private:

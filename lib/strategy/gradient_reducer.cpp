@@ -22,6 +22,13 @@ size_t count_non_finite(const float* data, size_t n) {
 }
 
 size_t count_non_finite_gradients(const std::vector<nn::Param*>& params) {
+  if (!params.empty() && !params[0]->grad.device().is_cpu()) {
+    Tensor flag({1}, params[0]->grad.device());  // zero-filled
+    for (const nn::Param* p : params) kernels::flag_non_finite(p->grad, flag);
+    float set = 0.0f;
+    flag.copy_to_host(&set);
+    return set > 0.0f ? 1 : 0;
+  }
   size_t count = 0;
   std::vector<float> host;
   for (const nn::Param* p : params) {

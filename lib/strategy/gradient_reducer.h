@@ -60,7 +60,9 @@ namespace dtrain::strategy {
 
 // How many of data[0..n) are inf or NaN.
 size_t count_non_finite(const float* data, size_t n);
-// How many values of the params' gradients are inf or NaN (read through the host).
+// How many values of the params' gradients are inf or NaN: counted on the host
+// for host gradients; for GPU gradients 0 or 1, from one flag set on the GPU
+// (kernels::flag_non_finite) and read back as one float, not every gradient.
 size_t count_non_finite_gradients(const std::vector<nn::Param*>& params);
 
 class GradientReducer {

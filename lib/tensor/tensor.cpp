@@ -141,6 +141,10 @@ void Tensor::fill(float value) {
     std::fill(data_bf16(), data_bf16() + numel_, f32_to_bf16(value));
     return;
   }
+  if (dtype_ == DType::kF16 && device_.is_cpu()) {
+    std::fill(data_f16(), data_f16() + numel_, f32_to_f16(value));
+    return;
+  }
   if (device_.is_cpu()) {
     std::fill(data(), data() + numel_, value);
     return;

@@ -7,8 +7,8 @@
 // through the backend's DeviceMemory (device_memory.h) for a GPU, where data()
 // is a device pointer that only kernels may dereference. The element type is
 // float32, or bfloat16 / float16 (16-bit) for the compute of mixed precision
-// (train.precision): data() is the float32 view and checks the type; raw() and
-// data_bf16() serve the others.
+// (train.precision): data() is the float32 view and checks the type; raw(),
+// data_bf16() and data_f16() serve the others.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tensor/device.h"
+#include "tensor/float16.h"
 
 namespace dtrain {
 
@@ -57,6 +58,9 @@ class Tensor {
   // The elements as bfloat16 bits (bfloat16.h); DType::kBF16 only.
   uint16_t* data_bf16() { return static_cast<uint16_t*>(typed(DType::kBF16)); }
   const uint16_t* data_bf16() const { return static_cast<const uint16_t*>(typed(DType::kBF16)); }
+  // The elements as float16 bits (float16.h); DType::kF16 only.
+  f16_bits* data_f16() { return static_cast<f16_bits*>(typed(DType::kF16)); }
+  const f16_bits* data_f16() const { return static_cast<const f16_bits*>(typed(DType::kF16)); }
   // The first element's bytes, whatever the dtype.
   void* raw() { return storage_.get() + offset_ * dtype_size(dtype_); }
   const void* raw() const { return storage_.get() + offset_ * dtype_size(dtype_); }

@@ -53,11 +53,10 @@ void check_precision(const job::JobConfig& job, const Device& device) {
   if (precision == config::Precision::kFloat32) return;
   const std::string where = str(job.train.path, ".precision: \"", config::precision_name(precision), "\"");
   if (!device.is_cpu()) {
-    if (precision == config::Precision::kMixedFloat16)
-      throw ConfigError(str(where, " on ", device.str(), ": dtrain's CUDA backend has no float16 kernels yet; use "
-                            "\"mixed_bfloat16\" (bfloat16 has float32's range: no loss scaling needed) or \"float32\""));
-    log::info(where, " on ", device.str(), ": Dense layers, activations and dropout compute in bfloat16; "
-              "convolutions and pooling stay float32 (no bfloat16 GPU kernels for them yet)");
+    const bool f16 = precision == config::Precision::kMixedFloat16;
+    log::info(where, " on ", device.str(), ": Dense layers, activations and dropout compute in ",
+              f16 ? "float16 (dynamic loss scaling)" : "bfloat16", "; convolutions and pooling stay float32 (no ",
+              f16 ? "float16" : "bfloat16", " GPU kernels for them yet)");
     return;
   }
   if (precision == config::Precision::kMixedFloat16)

@@ -30,9 +30,9 @@ int setup_threads(const job::JobConfig& job, const HostSettings& host);
 // Also checks train.precision on the chosen device (check_precision).
 Device select_job_device(const job::JobConfig& job, const HostSettings& host);
 // train.precision on `device`: what runs, what is refused (ConfigError:
-// mixed_float16 anywhere, as no backend has float16 kernels), one warning where
-// bfloat16 runs on a CPU without bf16 instructions, and on a GPU one line saying
-// which layers compute in bfloat16 there.
+// mixed_float16 on the CPU, whose backend has no float16 kernels), one warning
+// where bfloat16 runs on a CPU without bf16 instructions, and on a GPU one line
+// saying which layers compute in bfloat16 or float16 there.
 void check_precision(const job::JobConfig& job, const Device& device);
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
 // GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):

@@ -290,19 +290,22 @@ TEST_CASE("gpu ops: an argument on another device, an optional one too, is an er
 // Mixed precision on the GPU: bfloat16 activations and kernel copy, float32
 // bias, weight gradient and accumulation, against the CPU's bfloat16 ops on the
 // same inputs (each may round its bfloat16 outputs differently: one bfloat16 step).
+namespace {
+
+// x converted to `dtype` on its own device.
+Tensor cast_to(const Tensor& x, DType dtype) {
+  Tensor y(x.shape(), x.device(), dtype);
+  kernels::cast(x, y);
+  return y;
+}
+
+}  // namespace
+
 TEST_CASE("gpu ops: dense, activations and dropout in bfloat16 match the CPU's bfloat16 ops") {
   if (!testing::gpu_or_skip()) return;
   const Device gpu = Device::cuda(0);
-  const auto bf16 = [](const Tensor& x) {
-    Tensor y(x.shape(), x.device(), DType::kBF16);
-    kernels::cast(x, y);
-    return y;
-  };
-  const auto f32 = [](const Tensor& x) {
-    Tensor y(x.shape(), x.device(), DType::kF32);
-    kernels::cast(x, y);
-    return y;
-  };
+  const auto bf16 = [](const Tensor& x) { return cast_to(x, DType::kBF16); };
+  const auto f32 = [](const Tensor& x) { return cast_to(x, DType::kF32); };
   const Tensor x = bf16(testing::random_tensor({64, 300}, 41)), w = bf16(testing::random_tensor({300, 70}, 42));
   const Tensor b = testing::random_tensor({70}, 43), dy = bf16(testing::random_tensor({64, 70}, 44));
   for (Activation act : {Activation::kLinear, Activation::kRelu, Activation::kTanh}) {
@@ -332,4 +335,49 @@ TEST_CASE("gpu ops: dense, activations and dropout in bfloat16 match the CPU's b
   kernels::dropout_forward(dy.to(gpu), 0.5f, 3, gpu_d, gpu_mask);
   testing::require_close(gpu_mask, cpu_mask, 0, 0);
   testing::require_close(f32(gpu_d.to_host()), f32(cpu_d), 0, 0);
+}
+
+TEST_CASE("gpu ops: dense, activations and dropout in float16 match float32 on the same values") {
+  if (!testing::gpu_or_skip()) return;
+  // No CPU backend computes in float16: the reference is the CPU's float32 op on
+  // the float16 inputs' values; the GPU accumulates in float32 and rounds once.
+  const Device gpu = Device::cuda(0);
+  const auto f16 = [](const Tensor& x) { return cast_to(x, DType::kF16); };
+  const auto f32 = [](const Tensor& x) { return cast_to(x, DType::kF32); };
+  const Tensor x = f16(testing::random_tensor({64, 300}, 51)), w = f16(testing::random_tensor({300, 70}, 52));
+  const Tensor b = testing::random_tensor({70}, 53), dy = f16(testing::random_tensor({64, 70}, 54));
+  const Tensor x32 = f32(x), w32 = f32(w), dy32 = f32(dy);
+  // The GPU's rounding to float16 is the CPU's (oneDNN's), overflow to infinity included.
+  const Tensor r = testing::random_tensor({4096}, 55, -70000, 70000);
+  const Tensor gpu_r = f16(r.to(gpu)).to_host(), cpu_r = f16(r);
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    INFO("float32 " << r.data()[i]);
+    REQUIRE(gpu_r.data_f16()[i].bits == cpu_r.data_f16()[i].bits);
+  }
+  for (Activation act : {Activation::kLinear, Activation::kRelu, Activation::kTanh}) {
+    CAPTURE(static_cast<int>(act));
+    Tensor cpu_y({64, 70}), gpu_y({64, 70}, gpu, DType::kF16);
+    const Tensor gpu_b = b.to(gpu);
+    kernels::dense_forward(x32, w32, &b, act, cpu_y);
+    kernels::dense_forward(x.to(gpu), w.to(gpu), &gpu_b, act, gpu_y);
+    testing::require_close(f32(gpu_y.to_host()), cpu_y, 5e-3, 2e-3);
+  }
+  Tensor cpu_dx({64, 300}), gpu_dx({64, 300}, gpu, DType::kF16);
+  kernels::dense_backward_data(dy32, w32, cpu_dx);
+  kernels::dense_backward_data(dy.to(gpu), w.to(gpu), gpu_dx);
+  testing::require_close(f32(gpu_dx.to_host()), cpu_dx, 5e-3, 2e-3);
+  Tensor cpu_dw({300, 70}), cpu_db({70}), gpu_dw({300, 70}, gpu), gpu_db({70}, gpu);
+  kernels::dense_backward_weights(x32, dy32, cpu_dw, &cpu_db);
+  kernels::dense_backward_weights(x.to(gpu), dy.to(gpu), gpu_dw, &gpu_db);
+  testing::require_close(gpu_dw, cpu_dw, 1e-3, 1e-3);  // float32 outputs of exact float16 products
+  testing::require_close(gpu_db, cpu_db, 1e-4, 1e-4);
+  Tensor cpu_a({64, 70}), gpu_a({64, 70}, gpu, DType::kF16);
+  kernels::activation_forward(Activation::kSigmoid, dy32, cpu_a);
+  kernels::activation_forward(Activation::kSigmoid, dy.to(gpu), gpu_a);
+  testing::require_close(f32(gpu_a.to_host()), cpu_a, 1e-3, 1e-3);
+  Tensor cpu_mask({64, 70}), gpu_mask({64, 70}, gpu), cpu_d({64, 70}), gpu_d({64, 70}, gpu, DType::kF16);
+  kernels::dropout_forward(dy32, 0.5f, 3, cpu_d, cpu_mask);
+  kernels::dropout_forward(dy.to(gpu), 0.5f, 3, gpu_d, gpu_mask);
+  testing::require_close(gpu_mask, cpu_mask, 0, 0);
+  testing::require_close(f32(gpu_d.to_host()), cpu_d, 0, 0);  // x * 2 is exact in float16 here
 }

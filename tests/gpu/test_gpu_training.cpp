@@ -1,7 +1,8 @@
 // Training on a GPU with the dtrain binary: the same job on the CPU and on the
 // GPU follows the same loss curve and reaches the same accuracy; a checkpoint
 // written on the GPU resumes; the shipped Fashion-MNIST CNN reaches the issue's
-// target (test accuracy >= 0.91) on one GPU; mixed_bfloat16 trains like float32.
+// target (test accuracy >= 0.91) on one GPU; mixed_bfloat16 and mixed_float16
+// (with loss scaling) train like float32.
 // Labelled gpu: skipped (reported as skipped) on machines without a usable GPU.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -80,30 +81,47 @@ TEST_CASE("the shipped Fashion-MNIST CNN reaches 0.91 on one GPU", "[gpu]") {
   CHECK(s.at("test_accuracy").get<double>() >= 0.91);
 }
 
-TEST_CASE("mixed_bfloat16 on the GPU trains the MLP like float32 does", "[gpu]") {
-  if (!testing::gpu_or_skip()) return;
-  TempDir dir;
+// The small MLP for 3 epochs on the GPU in `precision`; exit 0 required, the
+// summary returned, the run's output in *out.
+nlohmann::json train_mlp_in(const std::string& precision, const TempDir& dir, std::string* out = nullptr) {
   nlohmann::json job = small_mlp_job(4096, 1000);
   job["train"]["epochs"] = 3;
   job["device"] = "gpu";
-  job["output"]["dir"] = dir.file("out-f32");
-  const std::string f32_summary = dir.file("summary-f32.json");
-  const RunOutput f32 = run_dtrain({"run", "--config", write_job(dir, job, "f32.json"), "--summary", f32_summary});
-  INFO(describe(f32));
-  REQUIRE(f32.exit_code == 0);
-  job["train"]["precision"] = "mixed_bfloat16";
-  job["output"]["dir"] = dir.file("out-bf16");
-  const std::string bf16_summary = dir.file("summary-bf16.json");
-  const RunOutput bf16 = run_dtrain({"run", "--config", write_job(dir, job, "bf16.json"), "--summary", bf16_summary});
-  INFO(describe(bf16));
-  REQUIRE(bf16.exit_code == 0);
-  CHECK_THAT(bf16.out + bf16.err, Catch::Matchers::Contains("compute in bfloat16"));
-  const double a = read_json_file(f32_summary).at("test_accuracy").get<double>();
-  const double b = read_json_file(bf16_summary).at("test_accuracy").get<double>();
-  INFO("float32 " << a << ", mixed_bfloat16 " << b);
-  CHECK(b > 0.6);
-  CHECK(std::fabs(a - b) <= 0.03);
-  CHECK(read_json_file(f32_summary).at("params_sha256") != read_json_file(bf16_summary).at("params_sha256"));
+  job["train"]["precision"] = precision;
+  job["output"]["dir"] = dir.file("out-" + precision);
+  const std::string summary = dir.file("summary-" + precision + ".json");
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job, precision + ".json"), "--summary", summary});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  if (out) *out = r.out + r.err;
+  return read_json_file(summary);
+}
+
+TEST_CASE("mixed_bfloat16 and mixed_float16 on the GPU train the MLP like float32 does", "[gpu]") {
+  if (!testing::gpu_or_skip()) return;
+  TempDir dir;
+  const nlohmann::json f32 = train_mlp_in("float32", dir);
+  for (const std::string precision : {"mixed_bfloat16", "mixed_float16"}) {
+    INFO(precision);
+    std::string out;
+    const nlohmann::json mixed = train_mlp_in(precision, dir, &out);
+    const bool f16 = precision == "mixed_float16";
+    CHECK_THAT(out, Catch::Matchers::Contains(f16 ? "compute in float16" : "compute in bfloat16"));
+    const double a = f32.at("test_accuracy").get<double>(), b = mixed.at("test_accuracy").get<double>();
+    INFO("float32 " << a << ", " << precision << " " << b);
+    CHECK(b > 0.6);
+    CHECK(std::fabs(a - b) <= 0.03);
+    CHECK(f32.at("params_sha256") != mixed.at("params_sha256"));
+    // Keras' LossScaleOptimizer under mixed_float16: the scale starts at 2^15 and
+    // is in the summary; a few early steps may be skipped while it settles.
+    CHECK(mixed.contains("loss_scale") == f16);
+    if (f16) {
+      const double scale = mixed.at("loss_scale").get<double>();
+      CHECK(scale >= 1.0);
+      CHECK(scale <= 65536.0);
+      CHECK(mixed.at("loss_scale_skipped_steps").get<int64_t>() < 20);
+    }
+  }
 }
 
 }  // namespace dtrain::integration

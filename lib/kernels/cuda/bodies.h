@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "kernels/element_math.h"
 #include "tensor/bfloat16.h"
+#include "tensor/float16.h"
 
 namespace dtrain::kernels::cuda {
 
@@ -32,8 +33,9 @@ struct FillBody {
 };
 
 // y = act(y + bias[channel]); bias may be null.   y (rows, cols)
-// Bodies templated on T (float, or bf16_bits for mixed precision) compute in
-// float32 and store in T: value_of / store of tensor/bfloat16.h.
+// Bodies templated on T (float, or bf16_bits / f16_bits for mixed precision)
+// compute in float32 and store in T: value_of / store of tensor/bfloat16.h and
+// tensor/float16.h.
 template <class T>
 struct BiasActivationBody {
   T* y;
@@ -133,17 +135,25 @@ struct AxpyBody {
 };
 
 // float32 <-> bfloat16 (round to nearest even, as the CPU's cast).
-struct CastToBf16Body {
+// float32 to a 16-bit type T (bf16_bits, f16_bits), rounded to nearest even, and back.
+template <class T>
+struct CastToBody {
   const float* x;
-  bf16_bits* y;
-  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = f32_to_bf16(x[i]); }
+  T* y;
+  DT_HOST_DEVICE void operator()(int64_t i) const { store(&y[i], x[i]); }
 };
 
-struct CastFromBf16Body {
-  const bf16_bits* x;
+template <class T>
+struct CastFromBody {
+  const T* x;
   float* y;
-  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = bf16_to_f32(x[i]); }
+  DT_HOST_DEVICE void operator()(int64_t i) const { y[i] = value_of(x[i]); }
 };
+
+using CastToBf16Body = CastToBody<bf16_bits>;
+using CastFromBf16Body = CastFromBody<bf16_bits>;
+using CastToF16Body = CastToBody<f16_bits>;
+using CastFromF16Body = CastFromBody<f16_bits>;
 
 // *flag = 1 when x[i] is inf or NaN. Every index that writes writes the same
 // value, so the race between them is harmless: no atomics needed.

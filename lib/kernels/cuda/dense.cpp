@@ -5,8 +5,8 @@
 //   backward data    dX^T (in, N)  = (W^T)^T (in, out) . dY^T (out, N)
 //   backward weights dW^T (out, in) = dY^T (out, N) . (X^T)^T (N, in)
 // FP32 math (CUBLAS_COMPUTE_32F, PyTorch's default for matmuls); under mixed
-// precision the activations and the kernel's copy are bfloat16 (accumulated in
-// float32; the weight gradient and the bias stay float32). Each shape's and
+// precision the activations and the kernel's copy are bfloat16 or float16
+// (accumulated in float32; the weight gradient and the bias stay float32). Each shape's and
 // types' descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
 // Where no algorithm offers the fused epilogue, the bias and activation run as
 // an own kernel after a plain product.
@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/elements.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/runtime.h"
 
@@ -33,7 +34,7 @@ struct MatmulKey {
   int device;  // a plan per GPU: its algorithm is the GPU's, and its bias pointer is set by one thread
   bool trans_a, trans_b;
   int64_t m, n, k;
-  cudaDataType_t ab, cd;  // the inputs' type and the output's (CUDA_R_32F, or CUDA_R_16BF under mixed precision)
+  cudaDataType_t ab, cd;  // the inputs' type and the output's (CUDA_R_32F, or CUDA_R_16BF / CUDA_R_16F under mixed precision)
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_c;  // pointer alignments (bytes, up to 256): the heuristic must respect them
   auto tie() const { return std::tie(device, trans_a, trans_b, m, n, k, ab, cd, epilogue, align_a, align_b, align_c); }
@@ -74,7 +75,7 @@ MatmulPlan make_plan(const MatmulKey& key) {
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.ab, b_rows, b_cols, static_cast<int64_t>(b_rows)));
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.cd, key.m, key.n, key.m));
   if (key.cd != CUDA_R_32F && key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_RELU) {
-    // A bfloat16 output with the float32 bias of the variables (mixed precision).
+    // A 16-bit output with the float32 bias of the variables (mixed precision).
     const cudaDataType_t bias_type = CUDA_R_32F;
     DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof bias_type));
@@ -125,12 +126,21 @@ struct Operand {
   cudaDataType_t type;
 };
 Operand operand(const Tensor& t) {
-  DT_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, "dense on the GPU: float32 or bfloat16 tensors");
-  return {t.raw(), t.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F};
+  switch (t.dtype()) {
+    case DType::kF32: return {t.raw(), CUDA_R_32F};
+    case DType::kBF16: return {t.raw(), CUDA_R_16BF};
+    case DType::kF16: return {t.raw(), CUDA_R_16F};
+  }
+  DT_CHECK(false, "dense on the GPU: an unknown dtype");
+  return {};
+}
+
+const char* type_name(cudaDataType_t type) {
+  return type == CUDA_R_16BF ? "bfloat16" : type == CUDA_R_16F ? "float16" : "float32";
 }
 
 // C (m, n) = op(A) . op(B), column-major; `bias` (m values) for the bias epilogues.
-// A and B share a type; C may differ (bfloat16 inputs, float32 weight gradient).
+// A and B share a type; C may differ (16-bit inputs, float32 weight gradient).
 // Float32 accumulation always. Returns false when no algorithm supports
 // `epilogue` (nothing was computed).
 bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand a, Operand b, Operand c,
@@ -141,7 +151,7 @@ bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " matmul of ",
-                        a.type == CUDA_R_16BF ? "bfloat16" : "float32", " inputs"));
+                        type_name(a.type), " inputs"));
   }
   if (bias)
     DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -169,8 +179,10 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation
   cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (act == Activation::kRelu) epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   const auto bias_activation = [&](const float* with_bias) {
-    if (y.dtype() == DType::kBF16) launch(BiasActivationBody{y.data_bf16(), with_bias, out, act}, n * out);
-    else launch(BiasActivationBody{y.data(), with_bias, out, act}, n * out);
+    by_element_type({&y}, [&](auto t) {
+      using T = decltype(t);
+      launch(BiasActivationBody<T>{elements<T>(y), with_bias, out, act}, n * out);
+    });
   };
   if (!matmul(false, false, out, n, in, operand(w), operand(x), operand(y), epilogue, bias)) {
     // No algorithm with that epilogue: a plain product, then bias and activation.
@@ -201,8 +213,10 @@ void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tenso
   // The weight gradient is float32 whatever the activations' type.
   matmul(false, true, out, in, n, operand(dy), operand(x), operand(dw), CUBLASLT_EPILOGUE_DEFAULT, nullptr);
   if (!db) return;
-  if (dy.dtype() == DType::kBF16) column_sums(ElementValue{dy.data_bf16(), out}, n, out, 1.0f, db->data());
-  else column_sums(ElementValue{dy.data(), out}, n, out, 1.0f, db->data());
+  by_element_type({&dy}, [&](auto t) {
+    using T = decltype(t);
+    column_sums(ElementValue<T>{elements<T>(dy), out}, n, out, 1.0f, db->data());
+  });
 }
 
 }  // namespace dtrain::kernels::cuda

@@ -45,19 +45,26 @@ void column_sums_impl(const Value& value, int64_t rows, int64_t cols, float scal
 DT_DEFINE_LAUNCH(FillBody)
 DT_DEFINE_LAUNCH(BiasActivationBody<float>)
 DT_DEFINE_LAUNCH(BiasActivationBody<bf16_bits>)
+DT_DEFINE_LAUNCH(BiasActivationBody<f16_bits>)
 DT_DEFINE_LAUNCH(ActivationForwardBody<float>)
 DT_DEFINE_LAUNCH(ActivationForwardBody<bf16_bits>)
+DT_DEFINE_LAUNCH(ActivationForwardBody<f16_bits>)
 DT_DEFINE_LAUNCH(ActivationBackwardBody<float>)
 DT_DEFINE_LAUNCH(ActivationBackwardBody<bf16_bits>)
+DT_DEFINE_LAUNCH(ActivationBackwardBody<f16_bits>)
 DT_DEFINE_LAUNCH(SoftmaxRowsBody)
 DT_DEFINE_LAUNCH(SoftmaxBackwardRowsBody)
 DT_DEFINE_LAUNCH(DropoutBody<float>)
 DT_DEFINE_LAUNCH(DropoutBody<bf16_bits>)
+DT_DEFINE_LAUNCH(DropoutBody<f16_bits>)
 DT_DEFINE_LAUNCH(MultiplyBody<float>)
 DT_DEFINE_LAUNCH(MultiplyBody<bf16_bits>)
+DT_DEFINE_LAUNCH(MultiplyBody<f16_bits>)
 DT_DEFINE_LAUNCH(AxpyBody)
 DT_DEFINE_LAUNCH(CastToBf16Body)
 DT_DEFINE_LAUNCH(CastFromBf16Body)
+DT_DEFINE_LAUNCH(CastToF16Body)
+DT_DEFINE_LAUNCH(CastFromF16Body)
 DT_DEFINE_LAUNCH(NonFiniteFlagBody)
 DT_DEFINE_LAUNCH(DivideBody)
 DT_DEFINE_LAUNCH(MovingAverageBody)
@@ -85,6 +92,9 @@ void column_sums(const ElementValue<float>& v, int64_t rows, int64_t cols, float
   column_sums_impl(v, rows, cols, scale, out);
 }
 void column_sums(const ElementValue<bf16_bits>& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+void column_sums(const ElementValue<f16_bits>& v, int64_t rows, int64_t cols, float scale, float* out) {
   column_sums_impl(v, rows, cols, scale, out);
 }
 void column_sums(const CenteredSquareValue& v, int64_t rows, int64_t cols, float scale, float* out) {

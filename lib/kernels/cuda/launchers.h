@@ -12,19 +12,26 @@ namespace dtrain::kernels::cuda {
 void launch(const FillBody& body, int64_t n);
 void launch(const BiasActivationBody<float>& body, int64_t n);
 void launch(const BiasActivationBody<bf16_bits>& body, int64_t n);
+void launch(const BiasActivationBody<f16_bits>& body, int64_t n);
 void launch(const ActivationForwardBody<float>& body, int64_t n);
 void launch(const ActivationForwardBody<bf16_bits>& body, int64_t n);
+void launch(const ActivationForwardBody<f16_bits>& body, int64_t n);
 void launch(const ActivationBackwardBody<float>& body, int64_t n);
 void launch(const ActivationBackwardBody<bf16_bits>& body, int64_t n);
+void launch(const ActivationBackwardBody<f16_bits>& body, int64_t n);
 void launch(const SoftmaxRowsBody& body, int64_t rows);
 void launch(const SoftmaxBackwardRowsBody& body, int64_t rows);
 void launch(const DropoutBody<float>& body, int64_t n);
 void launch(const DropoutBody<bf16_bits>& body, int64_t n);
+void launch(const DropoutBody<f16_bits>& body, int64_t n);
 void launch(const MultiplyBody<float>& body, int64_t n);
 void launch(const MultiplyBody<bf16_bits>& body, int64_t n);
+void launch(const MultiplyBody<f16_bits>& body, int64_t n);
 void launch(const AxpyBody& body, int64_t n);
 void launch(const CastToBf16Body& body, int64_t n);
 void launch(const CastFromBf16Body& body, int64_t n);
+void launch(const CastToF16Body& body, int64_t n);
+void launch(const CastFromF16Body& body, int64_t n);
 void launch(const NonFiniteFlagBody& body, int64_t n);
 void launch(const DivideBody& body, int64_t n);
 void launch(const MovingAverageBody& body, int64_t n);
@@ -50,6 +57,7 @@ void launch(const PoolBackwardBody& body, int64_t n);
 // through a partial-sum scratch buffer.
 void column_sums(const ElementValue<float>& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const ElementValue<bf16_bits>& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const ElementValue<f16_bits>& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredSquareValue& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredProductValue& value, int64_t rows, int64_t cols, float scale, float* out);
 

@@ -2,26 +2,17 @@
 // dropout, element-wise arithmetic, class losses, optimizer updates and gradient
 // clipping. Each checks shapes and launches bodies from bodies.h on the compute
 // stream. Activations (not softmax), dropout and its multiply also take
-// bfloat16 tensors (mixed precision); the rest is float32.
+// bfloat16 and float16 tensors (mixed precision; elements.h); the rest is float32.
 #include <initializer_list>
+#include <type_traits>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/elements.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/runtime.h"
 
 namespace dtrain::kernels::cuda {
-
-namespace {
-// Whether the tensors are bfloat16 (mixed precision) rather than float32; they
-// must all be one or the other.
-bool bfloat16(std::initializer_list<const Tensor*> tensors) {
-  const DType first = (*tensors.begin())->dtype();
-  for (const Tensor* t : tensors) DT_CHECK(t->dtype() == first, "tensors of different dtypes in one op");
-  DT_CHECK(first == DType::kF32 || first == DType::kBF16, "the CUDA backend computes in float32 or bfloat16");
-  return first == DType::kBF16;
-}
-}  // namespace
 
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
@@ -30,8 +21,10 @@ void activation_forward(Activation act, const Tensor& x, Tensor& y) {
     launch(SoftmaxRowsBody{x.data(), y.data(), cols}, x.numel() / cols);
     return;
   }
-  if (bfloat16({&x, &y})) launch(ActivationForwardBody{x.data_bf16(), y.data_bf16(), act}, x.numel());
-  else launch(ActivationForwardBody{x.data(), y.data(), act}, x.numel());
+  by_element_type({&x, &y}, [&](auto t) {
+    using T = decltype(t);
+    launch(ActivationForwardBody<T>{elements<T>(x), elements<T>(y), act}, x.numel());
+  });
 }
 
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -42,8 +35,10 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tens
     launch(SoftmaxBackwardRowsBody{y.data(), dy.data(), dx.data(), cols}, y.numel() / cols);
     return;
   }
-  if (bfloat16({&y, &dy, &dx})) launch(ActivationBackwardBody{y.data_bf16(), dy.data_bf16(), dx.data_bf16(), act}, y.numel());
-  else launch(ActivationBackwardBody{y.data(), dy.data(), dx.data(), act}, y.numel());
+  by_element_type({&y, &dy, &dx}, [&](auto t) {
+    using T = decltype(t);
+    launch(ActivationBackwardBody<T>{elements<T>(y), elements<T>(dy), elements<T>(dx), act}, y.numel());
+  });
 }
 
 namespace {
@@ -95,17 +90,19 @@ void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tens
   DT_CHECK_EQ(x.numel(), mask.numel());
   DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
   const float keep_scale = 1.0f / (1.0f - rate);
-  if (bfloat16({&x, &y}))
-    launch(DropoutBody{x.data_bf16(), y.data_bf16(), mask.data(), rate, keep_scale, seed}, x.numel());
-  else
-    launch(DropoutBody{x.data(), y.data(), mask.data(), rate, keep_scale, seed}, x.numel());
+  by_element_type({&x, &y}, [&](auto t) {
+    using T = decltype(t);
+    launch(DropoutBody<T>{elements<T>(x), elements<T>(y), mask.data(), rate, keep_scale, seed}, x.numel());
+  });
 }
 
 void multiply(const Tensor& a, const Tensor& b, Tensor& out) {
   DT_CHECK_EQ(a.numel(), b.numel());
   DT_CHECK_EQ(a.numel(), out.numel());
-  if (bfloat16({&a, &out})) launch(MultiplyBody{a.data_bf16(), b.data(), out.data_bf16()}, a.numel());
-  else launch(MultiplyBody{a.data(), b.data(), out.data()}, a.numel());
+  by_element_type({&a, &out}, [&](auto t) {
+    using T = decltype(t);
+    launch(MultiplyBody<T>{elements<T>(a), b.data(), elements<T>(out)}, a.numel());
+  });
 }
 
 void axpy(float alpha, const Tensor& x, Tensor& y) {
@@ -119,15 +116,21 @@ void flag_non_finite(const Tensor& x, Tensor& flag) { launch(NonFiniteFlagBody{x
 
 void cast(const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
-  if (x.dtype() == DType::kF32 && y.dtype() == DType::kBF16)
-    launch(CastToBf16Body{x.data(), y.data_bf16()}, x.numel());
-  else if (x.dtype() == DType::kBF16 && y.dtype() == DType::kF32)
-    launch(CastFromBf16Body{x.data_bf16(), y.data()}, x.numel());
-  else if (x.dtype() == y.dtype())
-    y.copy_from(x);
-  else
-    throw ConfigError(str("cast from ", dtype_name(x.dtype()), " to ", dtype_name(y.dtype()), " on ", x.device().str(),
-                          ": the CUDA backend converts between float32 and bfloat16 only"));
+  if (x.dtype() == y.dtype()) return y.copy_from(x);
+  if (x.dtype() == DType::kF32)
+    return by_element_type({&y}, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (std::is_same_v<T, float>) y.copy_from(x);  // (not reached: the dtypes differ)
+      else launch(CastToBody<T>{x.data(), elements<T>(y)}, x.numel());
+    });
+  if (y.dtype() == DType::kF32)
+    return by_element_type({&x}, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (std::is_same_v<T, float>) y.copy_from(x);
+      else launch(CastFromBody<T>{elements<T>(x), y.data()}, x.numel());
+    });
+  throw ConfigError(str("cast from ", dtype_name(x.dtype()), " to ", dtype_name(y.dtype()), " on ", x.device().str(),
+                        ": the CUDA backend converts between float32 and the 16-bit types only"));
 }
 
 void moving_average(Tensor& avg, const Tensor& x, float momentum) {

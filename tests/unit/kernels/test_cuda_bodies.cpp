@@ -372,3 +372,132 @@ TEST_CASE("kernel bodies in bfloat16 (mixed precision): the CPU backend's bfloat
   run_on_host(BiasActivationBody{y.data_bf16(), bias.data(), 5, Activation::kRelu}, 20);
   same_bits(y, expected);
 }
+
+namespace {
+
+// Whether two floats have the same bits, or are both NaN (payloads may differ).
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+TEST_CASE("kernel bodies: casts between float32 and float16 are oneDNN's, every float16 value included") {
+  // float32 -> float16: random values over float16's whole range and beyond,
+  // its subnormals, the ties of both, overflow, infinities, NaN and the zeros.
+  std::vector<float> values;
+  Rng rng(16);
+  for (int i = 0; i < 20000; ++i) {
+    const auto magnitude = static_cast<float>(std::ldexp(1.0 + rng.uniform(), static_cast<int>(rng.below(50)) - 30));  // 2^-30 .. 2^20
+    values.push_back(rng.below(2) ? magnitude : -magnitude);
+  }
+  for (const float v : {0.0f, 65504.0f, 65519.99f, 65520.0f, 70000.0f, -1e30f, 6.103515625e-05f,
+                        6.0975552e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.940697e-08f,
+                        1.00048828125f, 1.00146484375f, 2049.0f, 2051.0f, std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity(), std::nanf(""), 1e-45f})
+    values.push_back(v);
+  const auto n = static_cast<int64_t>(values.size());
+  Tensor x({n});
+  std::memcpy(x.data(), values.data(), values.size() * sizeof(float));
+  Tensor want({n}, Device::cpu(), DType::kF16), got({n}, Device::cpu(), DType::kF16);
+  kernels::cast(x, want);  // oneDNN's reorder
+  run_on_host(CastToF16Body{x.data(), got.data_f16()}, n);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("float32 " << values[static_cast<size_t>(i)]);
+    const bool both_nan = std::isnan(f16_to_f32(got.data_f16()[i])) && std::isnan(f16_to_f32(want.data_f16()[i]));
+    if (!both_nan) REQUIRE(got.data_f16()[i].bits == want.data_f16()[i].bits);
+  }
+  // (oneDNN's reorders give -0 as +0, both ways; IEEE, F16C and CUDA's
+  // __float2half_rn keep the sign.)
+  CHECK(f32_to_f16(-0.0f).bits == 0x8000);
+  CHECK(f32_to_f16(65504.0f).bits == 0x7bff);
+  CHECK(f32_to_f16(65520.0f).bits == 0x7c00);  // the tie past the largest value rounds to infinity
+  CHECK(f32_to_f16(5.9604645e-08f).bits == 0x0001);  // 2^-24, the smallest subnormal
+  CHECK(f32_to_f16(2.9802322e-08f).bits == 0x0000);  // 2^-25: the tie rounds to even zero
+
+  // float16 -> float32: all 65536 values, exactly (NaN stays NaN).
+  Tensor every({65536}, Device::cpu(), DType::kF16);
+  for (uint32_t b = 0; b < 65536; ++b) every.data_f16()[b].bits = static_cast<uint16_t>(b);
+  Tensor want_back({65536}), got_back({65536});
+  kernels::cast(every, want_back);
+  run_on_host(CastFromF16Body{every.data_f16(), got_back.data()}, 65536);
+  for (int64_t b = 0; b < 65536; ++b) {
+    INFO("float16 bits " << b);
+    if (b == 0x8000) {  // -0, which oneDNN gives as +0
+      CHECK(std::signbit(got_back.data()[b]));
+      CHECK(got_back.data()[b] == 0.0f);
+      continue;
+    }
+    REQUIRE(same_float(got_back.data()[b], want_back.data()[b]));
+    // And back: every float16 value survives the round trip (NaNs as NaN).
+    const f16_bits again = f32_to_f16(got_back.data()[b]);
+    if (!std::isnan(got_back.data()[b])) REQUIRE(again.bits == every.data_f16()[b].bits);
+  }
+}
+
+TEST_CASE("kernel bodies in float16 (mixed_float16 on a GPU): float32 math on the float16 values, rounded once") {
+  // No CPU backend computes in float16: the reference is the float32 op on the
+  // same (float16-representable) values, its result rounded to float16.
+  const auto f16 = [](const Tensor& x) {
+    Tensor y(x.shape(), Device::cpu(), DType::kF16);
+    kernels::cast(x, y);
+    return y;
+  };
+  const auto f32 = [](const Tensor& x) {
+    Tensor y(x.shape());
+    kernels::cast(x, y);
+    return y;
+  };
+  // got (float16) is want (float32) rounded to nearest: within half a float16 step.
+  const auto rounded_from = [](const Tensor& got, const Tensor& want) {
+    REQUIRE(got.numel() == want.numel());
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const float w = want.data()[i], g = f16_to_f32(got.data_f16()[i]);
+      INFO("element " << i << ": got " << g << ", want " << w);
+      if (g == w) continue;  // infinities too
+      REQUIRE(std::abs(g - w) <= 6e-8 + std::abs(w) / 2048.0);
+    }
+  };
+  const Tensor x = f16(random_tensor({6, 21}, 41, -3, 3)), dy = f16(random_tensor({6, 21}, 42));
+  const Tensor x32 = f32(x), dy32 = f32(dy);
+  for (Activation act : {Activation::kRelu, Activation::kSigmoid, Activation::kTanh}) {
+    CAPTURE(static_cast<int>(act));
+    Tensor want_y({6, 21}), got_y = f16(Tensor({6, 21}));
+    kernels::activation_forward(act, x32, want_y);
+    run_on_host(ActivationForwardBody{x.data_f16(), got_y.data_f16(), act}, x.numel());
+    rounded_from(got_y, want_y);
+    // The backward from the float16 y, as the GPU runs it.
+    Tensor want_dx({6, 21}), got_dx = f16(Tensor({6, 21}));
+    kernels::activation_backward(act, f32(got_y), dy32, want_dx);
+    run_on_host(ActivationBackwardBody{got_y.data_f16(), dy.data_f16(), got_dx.data_f16(), act}, x.numel());
+    rounded_from(got_dx, want_dx);
+  }
+  // Dropout: the float32 op's mask exactly, the product rounded once.
+  Tensor want_y({6, 21}), got_y = f16(Tensor({6, 21})), want_mask({6, 21}), got_mask({6, 21});
+  kernels::dropout_forward(x32, 0.25f, 5, want_y, want_mask);
+  run_on_host(DropoutBody{x.data_f16(), got_y.data_f16(), got_mask.data(), 0.25f, 1.0f / 0.75f, 5}, x.numel());
+  require_close(got_mask, want_mask, 0, 0);
+  rounded_from(got_y, want_y);
+  Tensor want_dx({6, 21}), got_dx = f16(Tensor({6, 21}));
+  kernels::multiply(dy32, want_mask, want_dx);
+  run_on_host(MultiplyBody{dy.data_f16(), want_mask.data(), got_dx.data_f16()}, x.numel());
+  rounded_from(got_dx, want_dx);
+  // The bias gradient of a float16 dy: float32 column sums of its values.
+  float sums[21];
+  host_column_sums(ElementValue{dy.data_f16(), 21}, 6, 21, 1.0f, sums);
+  for (int64_t c = 0; c < 21; ++c) {
+    double want = 0.0;
+    for (int64_t r = 0; r < 6; ++r) want += dy32.data()[r * 21 + c];
+    CHECK(std::abs(sums[c] - want) <= 1e-5);
+  }
+  // Bias and relu on a float16 product (the epilogue's fallback), and an
+  // overflow: a sum past 65504 is infinity in float16, which loss scaling catches.
+  Tensor y = f16(random_tensor({4, 5}, 43)), bias = random_tensor({5}, 44);
+  y.data_f16()[3] = f32_to_f16(65000.0f);
+  bias.data()[3] = 1000.0f;
+  Tensor expected({4, 5});
+  for (int64_t i = 0; i < 20; ++i)
+    expected.data()[i] = std::max(0.0f, f16_to_f32(y.data_f16()[i]) + bias.data()[i % 5]);
+  run_on_host(BiasActivationBody{y.data_f16(), bias.data(), 5, Activation::kRelu}, 20);
+  CHECK(std::isinf(f16_to_f32(y.data_f16()[3])));
+  expected.data()[3] = f16_to_f32(y.data_f16()[3]);
+  rounded_from(y, expected);
+}

@@ -376,6 +376,11 @@ TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches 
   CHECK(dtypes == std::vector<std::string>{"bfloat16", "float32", "bfloat16", "bfloat16", "bfloat16", "bfloat16",
                                            "float32"});
   for (auto& l : f32.layers()) CHECK(l->compute_dtype() == DType::kF32);
+  // float16 on the CPU: no layer has a CPU kernel for it (only Flatten, which
+  // computes nothing, passes it on); on a GPU Dense, Dropout and the
+  // activations do (tests/gpu).
+  nn::Sequential f16(mixed_cnn_spec(DType::kF16), 7);
+  for (auto& l : f16.layers()) CHECK(l->compute_dtype() == (l->type() == "Flatten" ? DType::kF16 : DType::kF32));
 
   const Tensor x = random_tensor({6, 10, 10, 3}, 3);
   const nn::StepContext ctx{true, 11, 0};
