@@ -22,10 +22,11 @@ std::vector<Param*> Conv2D::params() {
   return {&kernel_};
 }
 
-// bfloat16 too on the CPU, except with a softmax activation (float32, as in
-// Keras' mixed precision). The CUDA backend has no bfloat16 convolution yet.
+// bfloat16 too, and float16 on a GPU (the CPU backend has no float16 kernels);
+// float32 with a softmax activation, as in Keras' mixed precision.
 bool Conv2D::supports_dtype(DType dtype) const {
-  return dtype == DType::kF32 || (dtype == DType::kBF16 && act_ != Activation::kSoftmax && device().is_cpu());
+  if (dtype == DType::kF32) return true;
+  return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
 }
 
 void Conv2D::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }

@@ -105,9 +105,9 @@ class Pool2D : public Layer {
          const kernels::Pool2DParams& p);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
-  // bfloat16 on the CPU (the CUDA backend pools in float32 only).
+  // bfloat16 too, and float16 on a GPU (the CPU backend has no float16 kernels).
   bool supports_dtype(DType dtype) const override {
-    return dtype == DType::kF32 || (dtype == DType::kBF16 && device().is_cpu());
+    return dtype == DType::kF32 || dtype == DType::kBF16 || !device().is_cpu();
   }
 
  private:

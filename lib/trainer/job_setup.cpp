@@ -54,9 +54,9 @@ void check_precision(const job::JobConfig& job, const Device& device) {
   const std::string where = str(job.train.path, ".precision: \"", config::precision_name(precision), "\"");
   if (!device.is_cpu()) {
     const bool f16 = precision == config::Precision::kMixedFloat16;
-    log::info(where, " on ", device.str(), ": Dense layers, activations and dropout compute in ",
-              f16 ? "float16 (dynamic loss scaling)" : "bfloat16", "; convolutions and pooling stay float32 (no ",
-              f16 ? "float16" : "bfloat16", " GPU kernels for them yet)");
+    log::info(where, " on ", device.str(), ": Dense, Conv2D, pooling, activations and dropout compute in ",
+              f16 ? "float16 (with dynamic loss scaling)" : "bfloat16",
+              "; batch normalization, softmax and the loss in float32");
     return;
   }
   if (precision == config::Precision::kMixedFloat16)

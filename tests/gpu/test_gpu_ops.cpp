@@ -381,3 +381,66 @@ TEST_CASE("gpu ops: dense, activations and dropout in float16 match float32 on t
   testing::require_close(gpu_mask, cpu_mask, 0, 0);
   testing::require_close(f32(gpu_d.to_host()), cpu_d, 0, 0);  // x * 2 is exact in float16 here
 }
+
+TEST_CASE("gpu ops: convolution and pooling in bfloat16 and float16 match float32 on the same values") {
+  if (!testing::gpu_or_skip()) return;
+  // The CPU's float32 ops on the 16-bit inputs' values are the reference; cuDNN
+  // accumulates in float32 and rounds the outputs once (the weight gradient and
+  // the bias gradient come out in float32, from 16-bit products).
+  const Device gpu = Device::cuda(0);
+  const auto f32 = [](const Tensor& x) { return cast_to(x, DType::kF32); };
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    CAPTURE(dtype_name(dtype));
+    const double tol = dtype == DType::kBF16 ? 1.0 / 64 : 2e-3;  // half a step of the type, and the sums' rounding
+    const auto low = [dtype](const Tensor& x) { return cast_to(x, dtype); };
+    const Tensor x = low(testing::random_tensor({4, 9, 9, 6}, 61)), w = low(testing::random_tensor({3, 3, 6, 8}, 62));
+    const Tensor b = testing::random_tensor({8}, 63);
+    const Tensor x32 = f32(x), w32 = f32(w);
+    // Symmetric padding, and an asymmetric one (stride 2: padded explicitly).
+    for (const int64_t stride : {1, 2}) {
+      CAPTURE(stride);
+      kernels::Conv2DParams p;
+      p.stride[0] = p.stride[1] = stride;
+      p.pad_before[0] = p.pad_before[1] = stride == 1 ? 1 : 0;
+      p.pad_after[0] = p.pad_after[1] = 1;
+      const int64_t o = (9 + p.pad_before[0] + p.pad_after[0] - 3) / stride + 1;
+      const Tensor dy = low(testing::random_tensor({4, o, o, 8}, 64)), dy32 = f32(dy);
+      Tensor cpu_y({4, o, o, 8}), gpu_y({4, o, o, 8}, gpu, dtype);
+      const Tensor gpu_b = b.to(gpu);
+      kernels::conv2d_forward(x32, w32, &b, p, Activation::kRelu, cpu_y);
+      kernels::conv2d_forward(x.to(gpu), w.to(gpu), &gpu_b, p, Activation::kRelu, gpu_y);
+      testing::require_close(f32(gpu_y.to_host()), cpu_y, tol, tol);
+      Tensor cpu_dx({4, 9, 9, 6}), gpu_dx({4, 9, 9, 6}, gpu, dtype);
+      kernels::conv2d_backward_data(dy32, w32, p, cpu_dx);
+      kernels::conv2d_backward_data(dy.to(gpu), w.to(gpu), p, gpu_dx);
+      testing::require_close(f32(gpu_dx.to_host()), cpu_dx, tol, tol);
+      Tensor cpu_dw({3, 3, 6, 8}), cpu_db({8}), gpu_dw({3, 3, 6, 8}, gpu), gpu_db({8}, gpu);
+      kernels::conv2d_backward_weights(x32, dy32, p, cpu_dw, &cpu_db);
+      kernels::conv2d_backward_weights(x.to(gpu), dy.to(gpu), p, gpu_dw, &gpu_db);
+      testing::require_close(gpu_dw, cpu_dw, 4 * tol, tol);  // sums of 4*o*o products, rounded to the type once
+      testing::require_close(gpu_db, cpu_db, 1e-4, 1e-4);
+    }
+    // Max (own kernels) and average (cuDNN) pooling, and average with "same"
+    // padding that cuDNN cannot express (own kernels).
+    for (const auto kind : {kernels::PoolKind::kMax, kernels::PoolKind::kAverage}) {
+      for (const int64_t after : {0, 1}) {
+        CAPTURE(static_cast<int>(kind), after);
+        kernels::Pool2DParams p;
+        p.kind = kind;
+        p.pad_after[0] = p.pad_after[1] = after;
+        const int64_t o = (9 + after - 2) / 2 + 1;
+        Tensor cpu_y({4, o, o, 6}), gpu_y({4, o, o, 6}, gpu, dtype);
+        kernels::Workspace cpu_ws, gpu_ws;
+        kernels::pool2d_forward(x32, p, cpu_y, &cpu_ws);
+        const Tensor gx = x.to(gpu);
+        kernels::pool2d_forward(gx, p, gpu_y, &gpu_ws);
+        testing::require_close(f32(gpu_y.to_host()), cpu_y, tol, tol);
+        const Tensor dy = low(testing::random_tensor({4, o, o, 6}, 65));
+        Tensor cpu_dx({4, 9, 9, 6}), gpu_dx({4, 9, 9, 6}, gpu, dtype);
+        kernels::pool2d_backward(f32(dy), p, &cpu_ws, cpu_dx);
+        kernels::pool2d_backward(dy.to(gpu), p, &gpu_ws, gpu_dx);
+        testing::require_close(f32(gpu_dx.to_host()), cpu_dx, tol, tol);
+      }
+    }
+  }
+}

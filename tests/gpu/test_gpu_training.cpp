@@ -81,45 +81,49 @@ TEST_CASE("the shipped Fashion-MNIST CNN reaches 0.91 on one GPU", "[gpu]") {
   CHECK(s.at("test_accuracy").get<double>() >= 0.91);
 }
 
-// The small MLP for 3 epochs on the GPU in `precision`; exit 0 required, the
-// summary returned, the run's output in *out.
-nlohmann::json train_mlp_in(const std::string& precision, const TempDir& dir, std::string* out = nullptr) {
-  nlohmann::json job = small_mlp_job(4096, 1000);
+// `job` (`model`: its name in file names) for 3 epochs on the GPU in
+// `precision`; exit 0 required, the summary returned, the run's output in *out.
+nlohmann::json train_in(nlohmann::json job, const std::string& model, const std::string& precision,
+                        const TempDir& dir, std::string* out = nullptr) {
   job["train"]["epochs"] = 3;
   job["device"] = "gpu";
   job["train"]["precision"] = precision;
-  job["output"]["dir"] = dir.file("out-" + precision);
-  const std::string summary = dir.file("summary-" + precision + ".json");
-  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job, precision + ".json"), "--summary", summary});
+  const std::string name = model + "-" + precision;
+  job["output"]["dir"] = dir.file("out-" + name);
+  const std::string summary = dir.file("summary-" + name + ".json");
+  const RunOutput r = run_dtrain({"run", "--config", write_job(dir, job, name + ".json"), "--summary", summary});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   if (out) *out = r.out + r.err;
   return read_json_file(summary);
 }
 
-TEST_CASE("mixed_bfloat16 and mixed_float16 on the GPU train the MLP like float32 does", "[gpu]") {
+TEST_CASE("mixed_bfloat16 and mixed_float16 on the GPU train an MLP and a CNN like float32 does", "[gpu]") {
   if (!testing::gpu_or_skip()) return;
   TempDir dir;
-  const nlohmann::json f32 = train_mlp_in("float32", dir);
-  for (const std::string precision : {"mixed_bfloat16", "mixed_float16"}) {
-    INFO(precision);
-    std::string out;
-    const nlohmann::json mixed = train_mlp_in(precision, dir, &out);
-    const bool f16 = precision == "mixed_float16";
-    CHECK_THAT(out, Catch::Matchers::Contains(f16 ? "compute in float16" : "compute in bfloat16"));
-    const double a = f32.at("test_accuracy").get<double>(), b = mixed.at("test_accuracy").get<double>();
-    INFO("float32 " << a << ", " << precision << " " << b);
-    CHECK(b > 0.6);
-    CHECK(std::fabs(a - b) <= 0.03);
-    CHECK(f32.at("params_sha256") != mixed.at("params_sha256"));
-    // Keras' LossScaleOptimizer under mixed_float16: the scale starts at 2^15 and
-    // is in the summary; a few early steps may be skipped while it settles.
-    CHECK(mixed.contains("loss_scale") == f16);
-    if (f16) {
-      const double scale = mixed.at("loss_scale").get<double>();
-      CHECK(scale >= 1.0);
-      CHECK(scale <= 65536.0);
-      CHECK(mixed.at("loss_scale_skipped_steps").get<int64_t>() < 20);
+  for (const std::string model : {"mlp", "cnn"}) {
+    const nlohmann::json job = model == "mlp" ? small_mlp_job(4096, 1000) : small_cnn_job(2048, 500);
+    const nlohmann::json f32 = train_in(job, model, "float32", dir);
+    for (const std::string precision : {"mixed_bfloat16", "mixed_float16"}) {
+      INFO(model << ", " << precision);
+      std::string out;
+      const nlohmann::json mixed = train_in(job, model, precision, dir, &out);
+      const bool f16 = precision == "mixed_float16";
+      CHECK_THAT(out, Catch::Matchers::Contains(f16 ? "compute in float16" : "compute in bfloat16"));
+      const double a = f32.at("test_accuracy").get<double>(), b = mixed.at("test_accuracy").get<double>();
+      INFO("float32 " << a << ", " << precision << " " << b);
+      CHECK(b > 0.6);
+      CHECK(std::fabs(a - b) <= 0.03);
+      CHECK(f32.at("params_sha256") != mixed.at("params_sha256"));
+      // Keras' LossScaleOptimizer under mixed_float16: the scale starts at 2^15 and
+      // is in the summary; a few early steps may be skipped while it settles.
+      CHECK(mixed.contains("loss_scale") == f16);
+      if (f16) {
+        const double scale = mixed.at("loss_scale").get<double>();
+        CHECK(scale >= 1.0);
+        CHECK(scale <= 65536.0);
+        CHECK(mixed.at("loss_scale_skipped_steps").get<int64_t>() < 20);
+      }
     }
   }
 }

@@ -428,9 +428,10 @@ struct Geometry {
 };
 
 // dst (N, H+pt+pb, W+pl+pr, C) = src (N, H, W, C) with zero borders; index = dst element.
+template <class T>
 struct PadBody {
-  const float* src;
-  float* dst;
+  const T* src;
+  T* dst;
   int64_t h, w, c;        // src
   int64_t ph, pw;         // dst height, width
   int64_t pt, pl;
@@ -440,14 +441,16 @@ struct PadBody {
     const int64_t y = (i / (c * pw)) % ph;
     const int64_t b = i / (c * pw * ph);
     const int64_t sy = y - pt, sx = x - pl;
-    dst[i] = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? src[((b * h + sy) * w + sx) * c + ch] : 0.0f;
+    if (sy >= 0 && sy < h && sx >= 0 && sx < w) dst[i] = src[((b * h + sy) * w + sx) * c + ch];
+    else store(&dst[i], 0.0f);
   }
 };
 
 // dst (N, H, W, C) = the interior of src (N, H+pt+pb, W+pl+pr, C); index = dst element.
+template <class T>
 struct CropBody {
-  const float* src;
-  float* dst;
+  const T* src;
+  T* dst;
   int64_t h, w, c;        // dst
   int64_t ph, pw;         // src height, width
   int64_t pt, pl;
@@ -461,32 +464,36 @@ struct CropBody {
 };
 
 // Keras' (KH, KW, C, F) kernel to cuDNN's (F, KH, KW, C); index = dst element.
+template <class T>
 struct HwioToOhwiBody {
-  const float* src;
-  float* dst;
+  const T* src;
+  T* dst;
   int64_t rsc;  // KH*KW*C
   int64_t f;
   DT_HOST_DEVICE void operator()(int64_t i) const { dst[i] = src[(i % rsc) * f + i / rsc]; }
 };
 
-// cuDNN's (F, KH, KW, C) back to Keras' (KH, KW, C, F); index = dst element.
+// cuDNN's (F, KH, KW, C) back to Keras' (KH, KW, C, F), in float32 (a weight
+// gradient: cuDNN's is in the convolution's type); index = dst element.
+template <class T>
 struct OhwiToHwioBody {
-  const float* src;
+  const T* src;
   float* dst;
   int64_t rsc;
   int64_t f;
-  DT_HOST_DEVICE void operator()(int64_t i) const { dst[i] = src[(i % f) * rsc + i / f]; }
+  DT_HOST_DEVICE void operator()(int64_t i) const { dst[i] = value_of(src[(i % f) * rsc + i / f]); }
 };
 
 // ---- pooling (for windows cuDNN cannot express: asymmetric padding) ----
 
 // index = output element (b, oy, ox, ch); writes y and, for max, the argmax as the
 // flat window position (ky * kw + kx) in `arg` (a float: windows are small).
+template <class T>
 struct PoolForwardBody {
   Geometry g;
   bool max;
-  const float* x;
-  float* y;
+  const T* x;
+  T* y;
   float* arg;  // max only
   DT_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t ch = i % g.c;
@@ -501,7 +508,7 @@ struct PoolForwardBody {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox * g.sw - g.pl + kx;
         if (ix < 0 || ix >= g.w) continue;
-        const float v = x[((b * g.h + iy) * g.w + ix) * g.c + ch];
+        const float v = value_of(x[((b * g.h + iy) * g.w + ix) * g.c + ch]);
         if (v > best || best_k < 0) {
           best = v;
           best_k = ky * g.kw + kx;
@@ -511,22 +518,23 @@ struct PoolForwardBody {
       }
     }
     if (max) {
-      y[i] = best_k < 0 ? 0.0f : best;
+      store(&y[i], best_k < 0 ? 0.0f : best);
       arg[i] = static_cast<float>(best_k);
     } else {
-      y[i] = count ? sum / static_cast<float>(count) : 0.0f;
+      store(&y[i], count ? sum / static_cast<float>(count) : 0.0f);
     }
   }
 };
 
 // index = input element (b, iy, ix, ch): dx = sum of dy over the windows that
 // hold it (max: only where it was the argmax; average: dy / window count).
+template <class T>
 struct PoolBackwardBody {
   Geometry g;
   bool max;
-  const float* dy;
+  const T* dy;
   const float* arg;  // max only
-  float* dx;
+  T* dx;
   DT_HOST_DEVICE int64_t window_count(int64_t oy, int64_t ox) const {
     int64_t rows = 0, cols = 0;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -557,13 +565,13 @@ struct PoolBackwardBody {
         if (ox >= g.ow) continue;
         const int64_t o = ((b * g.oh + oy) * g.ow + ox) * g.c + ch;
         if (max) {
-          if (static_cast<int64_t>(arg[o]) == ky * g.kw + kx) sum += dy[o];
+          if (static_cast<int64_t>(arg[o]) == ky * g.kw + kx) sum += value_of(dy[o]);
         } else {
-          sum += dy[o] / static_cast<float>(window_count(oy, ox));
+          sum += value_of(dy[o]) / static_cast<float>(window_count(oy, ox));
         }
       }
     }
-    dx[i] = sum;
+    store(&dx[i], sum);
   }
 };
 

@@ -1,4 +1,7 @@
-// Conv2D on the GPU with cuDNN's convolution API (NHWC tensors, float32).
+// Conv2D on the GPU with cuDNN's convolution API (NHWC tensors, float32; or
+// bfloat16 / float16 under mixed precision, accumulated in float32: cuDNN's
+// "pseudo" configurations, on tensor cores where cuDNN picks them; the bias and
+// the weight gradient stay float32, as the variables).
 //
 // Keras keeps kernels as (KH, KW, C, F); cuDNN's NHWC filters are (F, KH, KW, C),
 // so each call converts with an own transpose kernel (small next to the
@@ -20,6 +23,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/elements.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/runtime.h"
 
@@ -32,7 +36,8 @@ struct ConvKey {
   int device;  // a plan per GPU (its algorithms are measured there)
   int64_t n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr;
   bool tf32;
-  auto tie() const { return std::tie(device, n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32); }
+  DType dtype;  // of the input, the filter and the output
+  auto tie() const { return std::tie(device, n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32, dtype); }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
 
@@ -55,13 +60,13 @@ struct ConvPlan {
   Choice<cudnnConvolutionBwdFilterAlgo_t> backward_filter;
 };
 
-ConvKey key_of(const Shape& x, const Shape& w, const Shape& y, const Conv2DParams& p) {
+ConvKey key_of(const Shape& x, const Shape& w, const Shape& y, const Conv2DParams& p, DType dtype) {
   DT_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, "conv2d ranks");
   DT_CHECK_EQ(x[0], y[0]);
   DT_CHECK_EQ(x[3], w[2]);
   DT_CHECK_EQ(y[3], w[3]);
   return {current_device(), x[0], x[1], x[2], x[3], w[3], w[0], w[1], y[1], y[2], p.stride[0], p.stride[1],
-          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], allow_tf32()};
+          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], allow_tf32(), dtype};
 }
 
 ConvPlan make_plan(const ConvKey& k) {
@@ -75,12 +80,14 @@ ConvPlan make_plan(const ConvKey& k) {
   DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan.y));
   DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan.w));
   DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan.conv));
-  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(k.n),
+  const cudnnDataType_t type = cudnn_type(k.dtype);
+  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NHWC, type, static_cast<int>(k.n),
                                             static_cast<int>(k.c), static_cast<int>(plan.ph), static_cast<int>(plan.pw)));
-  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(k.n),
+  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NHWC, type, static_cast<int>(k.n),
                                             static_cast<int>(k.f), static_cast<int>(k.oh), static_cast<int>(k.ow)));
-  DT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, static_cast<int>(k.f),
+  DT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w, type, CUDNN_TENSOR_NHWC, static_cast<int>(k.f),
                                             static_cast<int>(k.c), static_cast<int>(k.kh), static_cast<int>(k.kw)));
+  // Float32 accumulation whatever the data type (PSEUDO_HALF / PSEUDO_BFLOAT16).
   DT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan.conv, pad_h, pad_w, static_cast<int>(k.sh),
                                                  static_cast<int>(k.sw), 1, 1, CUDNN_CROSS_CORRELATION,
                                                  CUDNN_DATA_FLOAT));
@@ -103,21 +110,25 @@ ConvPlan& plan_for(const ConvKey& key) {
 }
 
 // The math type offered to the search, and whether a measured result may be used.
-cudnnMathType_t search_math() { return allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
-// Without TF32 only FMA math may run (on Ampere and later, DEFAULT math permits
-// TF32); never a math type that converts float32 data down to half precision.
-bool math_allowed(cudnnMathType_t m) {
+// 16-bit data: tensor cores are the point (DEFAULT math permits them).
+cudnnMathType_t search_math(DType dtype) {
+  return allow_tf32() || dtype != DType::kF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+// Float32 data without TF32: only FMA math may run (on Ampere and later, DEFAULT
+// math permits TF32); never a math type that converts float32 data down to half
+// precision. 16-bit data: any math but such a conversion.
+bool math_allowed(cudnnMathType_t m, DType dtype) {
   if (m == CUDNN_FMA_MATH) return true;
-  return allow_tf32() && (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH);
+  return (allow_tf32() || dtype != DType::kF32) && (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH);
 }
 
 template <class Perf, class Algo>
-void take_best(const std::vector<Perf>& results, int count, Choice<Algo>& choice, const char* what) {
+void take_best(const std::vector<Perf>& results, int count, DType dtype, Choice<Algo>& choice, const char* what) {
   for (int i = 0; i < count; ++i) {
-    if (results[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(results[i].mathType)) continue;
+    if (results[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(results[i].mathType, dtype)) continue;
     choice.algo = results[i].algo;
     choice.workspace = results[i].memory;
-    choice.math = allow_tf32() ? results[i].mathType : CUDNN_FMA_MATH;
+    choice.math = allow_tf32() || dtype != DType::kF32 ? results[i].mathType : CUDNN_FMA_MATH;
     choice.chosen = true;
     return;
   }
@@ -125,19 +136,26 @@ void take_best(const std::vector<Perf>& results, int count, Choice<Algo>& choice
 }
 
 // The input as cuDNN sees it: x itself, or x padded into `scratch`.
-const float* conv_input(const ConvPlan& plan, const ConvKey& k, const Tensor& x, Scratch* scratch) {
-  if (!plan.padded) return x.data();
-  launch(PadBody{x.data(), scratch->floats(), k.h, k.w, k.c, plan.ph, plan.pw, k.pt, k.pl}, k.n * plan.ph * plan.pw * k.c);
-  return scratch->floats();
+const void* conv_input(const ConvPlan& plan, const ConvKey& k, const Tensor& x, Scratch* scratch) {
+  if (!plan.padded) return x.raw();
+  by_element_type({&x}, [&](auto t) {
+    using T = decltype(t);
+    launch(PadBody<T>{elements<T>(x), static_cast<T*>(scratch->get()), k.h, k.w, k.c, plan.ph, plan.pw, k.pt, k.pl},
+           k.n * plan.ph * plan.pw * k.c);
+  });
+  return scratch->get();
 }
 
 size_t padded_bytes(const ConvPlan& plan, const ConvKey& k) {
-  return plan.padded ? static_cast<size_t>(k.n * plan.ph * plan.pw * k.c) * sizeof(float) : 256;
+  return plan.padded ? static_cast<size_t>(k.n * plan.ph * plan.pw * k.c) * dtype_size(k.dtype) : 256;
 }
 
 // Keras' kernel in cuDNN's filter layout.
-void to_filter_layout(const Tensor& w, const ConvKey& k, float* out) {
-  launch(HwioToOhwiBody{w.data(), out, k.kh * k.kw * k.c, k.f}, w.numel());
+void to_filter_layout(const Tensor& w, const ConvKey& k, void* out) {
+  by_element_type({&w}, [&](auto t) {
+    using T = decltype(t);
+    launch(HwioToOhwiBody<T>{elements<T>(w), static_cast<T*>(out), k.kh * k.kw * k.c, k.f}, w.numel());
+  });
 }
 
 }  // namespace
@@ -146,62 +164,73 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
                     Tensor& y) {
   DT_CHECK(act != Activation::kSoftmax, "conv2d_forward: apply softmax separately");
   if (x.dim(0) == 0) return;
-  const ConvKey k = key_of(x.shape(), w.shape(), y.shape(), p);
+  DT_CHECK(x.dtype() == w.dtype() && x.dtype() == y.dtype(), "conv2d_forward: input, kernel and output in one dtype");
+  const ConvKey k = key_of(x.shape(), w.shape(), y.shape(), p, x.dtype());
   ConvPlan& plan = plan_for(k);
   Scratch padded(padded_bytes(plan, k));
   Scratch filter(w.bytes());
-  const float* input = conv_input(plan, k, x, &padded);
-  to_filter_layout(w, k, filter.floats());
+  const void* input = conv_input(plan, k, x, &padded);
+  to_filter_layout(w, k, filter.get());
   cudnnHandle_t h = context().cudnn;
   if (!plan.forward.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math()));
+    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
     Scratch search(kSearchWorkspaceBytes);
     std::vector<cudnnConvolutionFwdAlgoPerf_t> results(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     int count = 0;
-    DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, input, plan.w, filter.floats(), plan.conv, plan.y,
-                                                          y.data(), static_cast<int>(results.size()), &count,
+    DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, input, plan.w, filter.get(), plan.conv, plan.y,
+                                                          y.raw(), static_cast<int>(results.size()), &count,
                                                           results.data(), search.get(), search.bytes()));
-    take_best(results, count, plan.forward, "forward");
+    take_best(results, count, k.dtype, plan.forward, "forward");
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.forward.math));
   Scratch workspace(std::max<size_t>(plan.forward.workspace, 256));
-  const float alpha = 1.0f, beta = 0.0f;
-  DT_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, plan.x, input, plan.w, filter.floats(), plan.conv,
+  const float alpha = 1.0f, beta = 0.0f;  // float32 scaling factors for every data type here
+  DT_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, plan.x, input, plan.w, filter.get(), plan.conv,
                                          plan.forward.algo, workspace.get(), plan.forward.workspace, &beta, plan.y,
-                                         y.data()));
+                                         y.raw()));
   if (b || act != Activation::kLinear)
-    launch(BiasActivationBody{y.data(), b ? b->data() : nullptr, k.f, act}, y.numel());
+    by_element_type({&y}, [&](auto t) {
+      using T = decltype(t);
+      launch(BiasActivationBody<T>{elements<T>(y), b ? b->data() : nullptr, k.f, act}, y.numel());
+    });
 }
 
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx) {
   if (dx.dim(0) == 0) return;
-  const ConvKey k = key_of(dx.shape(), w.shape(), dy.shape(), p);
+  DT_CHECK(dy.dtype() == w.dtype() && dy.dtype() == dx.dtype(),
+           "conv2d_backward_data: gradients and kernel in one dtype");
+  const ConvKey k = key_of(dx.shape(), w.shape(), dy.shape(), p, dx.dtype());
   ConvPlan& plan = plan_for(k);
   Scratch filter(w.bytes());
-  to_filter_layout(w, k, filter.floats());
+  to_filter_layout(w, k, filter.get());
   // With explicit padding, cuDNN writes the gradient of the padded input; the
   // interior is dx.
   Scratch padded(padded_bytes(plan, k));
-  float* out = plan.padded ? padded.floats() : dx.data();
+  void* out = plan.padded ? padded.get() : dx.raw();
   cudnnHandle_t h = context().cudnn;
   if (!plan.backward_data.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math()));
+    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
     Scratch search(kSearchWorkspaceBytes);
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     int count = 0;
-    DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w, filter.floats(), plan.y, dy.data(), plan.conv,
+    DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w, filter.get(), plan.y, dy.raw(), plan.conv,
                                                                plan.x, out, static_cast<int>(results.size()), &count,
                                                                results.data(), search.get(), search.bytes()));
-    take_best(results, count, plan.backward_data, "backward-data");
+    take_best(results, count, k.dtype, plan.backward_data, "backward-data");
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.backward_data.math));
   Scratch workspace(std::max<size_t>(plan.backward_data.workspace, 256));
   const float alpha = 1.0f, beta = 0.0f;
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &alpha, plan.w, filter.floats(), plan.y, dy.data(), plan.conv,
+  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &alpha, plan.w, filter.get(), plan.y, dy.raw(), plan.conv,
                                               plan.backward_data.algo, workspace.get(), plan.backward_data.workspace,
                                               &beta, plan.x, out));
   if (plan.padded)
-    launch(CropBody{padded.floats(), dx.data(), k.h, k.w, k.c, plan.ph, plan.pw, k.pt, k.pl}, dx.numel());
+    by_element_type({&dx}, [&](auto t) {
+      using T = decltype(t);
+      launch(CropBody<T>{static_cast<const T*>(padded.get()), elements<T>(dx), k.h, k.w, k.c, plan.ph, plan.pw, k.pt,
+                         k.pl},
+             dx.numel());
+    });
 }
 
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw, Tensor* db) {
@@ -210,30 +239,35 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DPara
     if (db) db->zero();
     return;
   }
-  const ConvKey k = key_of(x.shape(), dw.shape(), dy.shape(), p);
+  DT_CHECK(x.dtype() == dy.dtype(), "conv2d_backward_weights: input and gradient in one dtype");
+  const ConvKey k = key_of(x.shape(), dw.shape(), dy.shape(), p, x.dtype());
   ConvPlan& plan = plan_for(k);
   Scratch padded(padded_bytes(plan, k));
-  const float* input = conv_input(plan, k, x, &padded);
-  Scratch filter_grad(dw.bytes());  // cuDNN's (F, KH, KW, C) layout
+  const void* input = conv_input(plan, k, x, &padded);
+  // cuDNN's (F, KH, KW, C) layout, in the convolution's type; dw is float32.
+  Scratch filter_grad(static_cast<size_t>(dw.numel()) * dtype_size(k.dtype));
   cudnnHandle_t h = context().cudnn;
   if (!plan.backward_filter.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math()));
+    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
     Scratch search(kSearchWorkspaceBytes);
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     int count = 0;
     DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, plan.x, input, plan.y, dy.data(), plan.conv, plan.w, filter_grad.floats(), static_cast<int>(results.size()),
+        h, plan.x, input, plan.y, dy.raw(), plan.conv, plan.w, filter_grad.get(), static_cast<int>(results.size()),
         &count, results.data(), search.get(), search.bytes()));
-    take_best(results, count, plan.backward_filter, "backward-filter");
+    take_best(results, count, k.dtype, plan.backward_filter, "backward-filter");
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.backward_filter.math));
   Scratch workspace(std::max<size_t>(plan.backward_filter.workspace, 256));
   const float alpha = 1.0f, beta = 0.0f;
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &alpha, plan.x, input, plan.y, dy.data(), plan.conv,
+  DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &alpha, plan.x, input, plan.y, dy.raw(), plan.conv,
                                                 plan.backward_filter.algo, workspace.get(),
-                                                plan.backward_filter.workspace, &beta, plan.w, filter_grad.floats()));
-  launch(OhwiToHwioBody{filter_grad.floats(), dw.data(), k.kh * k.kw * k.c, k.f}, dw.numel());
-  if (db) column_sums(ElementValue{dy.data(), k.f}, k.n * k.oh * k.ow, k.f, 1.0f, db->data());
+                                                plan.backward_filter.workspace, &beta, plan.w, filter_grad.get()));
+  by_element_type({&dy}, [&](auto t) {
+    using T = decltype(t);
+    launch(OhwiToHwioBody<T>{static_cast<const T*>(filter_grad.get()), dw.data(), k.kh * k.kw * k.c, k.f}, dw.numel());
+    if (db) column_sums(ElementValue<T>{elements<T>(dy), k.f}, k.n * k.oh * k.ow, k.f, 1.0f, db->data());
+  });
 }
 
 }  // namespace dtrain::kernels::cuda

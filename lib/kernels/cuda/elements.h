@@ -1,7 +1,9 @@
 // The CUDA ops' element types: a tensor's elements as the type a body of
-// bodies.h is templated on (float, bf16_bits or f16_bits), and a dispatch on
-// the dtype that the tensors of one op share.
+// bodies.h is templated on (float, bf16_bits or f16_bits), a dispatch on the
+// dtype that the tensors of one op share, and the dtype as cuDNN names it.
 #pragma once
+
+#include <cudnn.h>
 
 #include <initializer_list>
 
@@ -41,6 +43,15 @@ void by_element_type(std::initializer_list<const Tensor*> tensors, F&& f) {
     case DType::kBF16: return f(bf16_bits{});
     case DType::kF16: return f(f16_bits{});
   }
+}
+
+inline cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDNN_DATA_FLOAT;
+    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
+    case DType::kF16: return CUDNN_DATA_HALF;
+  }
+  return CUDNN_DATA_FLOAT;
 }
 
 }  // namespace dtrain::kernels::cuda

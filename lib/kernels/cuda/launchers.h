@@ -46,12 +46,24 @@ void launch(const ClipByValueBody& body, int64_t n);
 void launch(const BatchNormApplyBody& body, int64_t n);
 void launch(const BatchNormBackwardBody& body, int64_t n);
 void launch(const BatchNormGammaGradBody& body, int64_t cols);
-void launch(const PadBody& body, int64_t n);
-void launch(const CropBody& body, int64_t n);
-void launch(const HwioToOhwiBody& body, int64_t n);
-void launch(const OhwiToHwioBody& body, int64_t n);
-void launch(const PoolForwardBody& body, int64_t n);
-void launch(const PoolBackwardBody& body, int64_t n);
+void launch(const PadBody<float>& body, int64_t n);
+void launch(const PadBody<bf16_bits>& body, int64_t n);
+void launch(const PadBody<f16_bits>& body, int64_t n);
+void launch(const CropBody<float>& body, int64_t n);
+void launch(const CropBody<bf16_bits>& body, int64_t n);
+void launch(const CropBody<f16_bits>& body, int64_t n);
+void launch(const HwioToOhwiBody<float>& body, int64_t n);
+void launch(const HwioToOhwiBody<bf16_bits>& body, int64_t n);
+void launch(const HwioToOhwiBody<f16_bits>& body, int64_t n);
+void launch(const OhwiToHwioBody<float>& body, int64_t n);
+void launch(const OhwiToHwioBody<bf16_bits>& body, int64_t n);
+void launch(const OhwiToHwioBody<f16_bits>& body, int64_t n);
+void launch(const PoolForwardBody<float>& body, int64_t n);
+void launch(const PoolForwardBody<bf16_bits>& body, int64_t n);
+void launch(const PoolForwardBody<f16_bits>& body, int64_t n);
+void launch(const PoolBackwardBody<float>& body, int64_t n);
+void launch(const PoolBackwardBody<bf16_bits>& body, int64_t n);
+void launch(const PoolBackwardBody<f16_bits>& body, int64_t n);
 
 // out[c] = scale * sum over rows of value(r, c), for c in [0, cols): two passes
 // through a partial-sum scratch buffer.

@@ -378,6 +378,13 @@ namespace {
 // Whether two floats have the same bits, or are both NaN (payloads may differ).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
 
+// x converted to `dtype` on the CPU (oneDNN's reorder).
+Tensor cast_to(const Tensor& x, DType dtype) {
+  Tensor y(x.shape(), Device::cpu(), dtype);
+  kernels::cast(x, y);
+  return y;
+}
+
 }  // namespace
 
 TEST_CASE("kernel bodies: casts between float32 and float16 are oneDNN's, every float16 value included") {
@@ -436,16 +443,8 @@ TEST_CASE("kernel bodies: casts between float32 and float16 are oneDNN's, every 
 TEST_CASE("kernel bodies in float16 (mixed_float16 on a GPU): float32 math on the float16 values, rounded once") {
   // No CPU backend computes in float16: the reference is the float32 op on the
   // same (float16-representable) values, its result rounded to float16.
-  const auto f16 = [](const Tensor& x) {
-    Tensor y(x.shape(), Device::cpu(), DType::kF16);
-    kernels::cast(x, y);
-    return y;
-  };
-  const auto f32 = [](const Tensor& x) {
-    Tensor y(x.shape());
-    kernels::cast(x, y);
-    return y;
-  };
+  const auto f16 = [](const Tensor& x) { return cast_to(x, DType::kF16); };
+  const auto f32 = [](const Tensor& x) { return cast_to(x, DType::kF32); };
   // got (float16) is want (float32) rounded to nearest: within half a float16 step.
   const auto rounded_from = [](const Tensor& got, const Tensor& want) {
     REQUIRE(got.numel() == want.numel());
@@ -500,4 +499,48 @@ TEST_CASE("kernel bodies in float16 (mixed_float16 on a GPU): float32 math on th
   CHECK(std::isinf(f16_to_f32(y.data_f16()[3])));
   expected.data()[3] = f16_to_f32(y.data_f16()[3]);
   rounded_from(y, expected);
+}
+
+TEST_CASE("kernel bodies in 16 bits: padding, cropping, filter layouts and pooling carry the values float32 would") {
+  // The same bodies over bfloat16 / float16 elements against their float32
+  // instances on the same values: the layouts move values exactly, pooling sums
+  // in float32 and rounds once, max pooling picks the same first maximum.
+  const auto check_type = [](auto zero, DType dtype) {
+    using T = decltype(zero);
+    CAPTURE(dtype_name(dtype));
+    const auto low = [dtype](const Tensor& x) { return cast_to(x, dtype); };
+    const auto f32 = [](const Tensor& x) { return cast_to(x, DType::kF32); };
+    const auto elements = [](Tensor& t) { return static_cast<T*>(t.raw()); };
+    Tensor x = low(random_tensor({2, 5, 5, 3}, 71, -2, 2));
+    const Tensor x32 = f32(x);
+    // Padding (1 before, 2 after) and cropping back.
+    Tensor padded = low(Tensor({2, 8, 8, 3})), padded32({2, 8, 8, 3});
+    run_on_host(PadBody<T>{elements(x), elements(padded), 5, 5, 3, 8, 8, 1, 1}, padded.numel());
+    run_on_host(PadBody<float>{x32.data(), padded32.data(), 5, 5, 3, 8, 8, 1, 1}, padded32.numel());
+    require_close(f32(padded), padded32, 0, 0);
+    Tensor cropped = low(Tensor({2, 5, 5, 3}));
+    run_on_host(CropBody<T>{elements(padded), elements(cropped), 5, 5, 3, 8, 8, 1, 1}, cropped.numel());
+    require_close(f32(cropped), x32, 0, 0);
+    // A (3, 3, 3, 2) kernel to cuDNN's layout and back into float32 (the weight gradient's way).
+    Tensor w = low(random_tensor({3, 3, 3, 2}, 72)), ohwi = low(Tensor({2, 3, 3, 3})), back({3, 3, 3, 2});
+    run_on_host(HwioToOhwiBody<T>{elements(w), elements(ohwi), 27, 2}, w.numel());
+    run_on_host(OhwiToHwioBody<T>{elements(ohwi), back.data(), 27, 2}, w.numel());
+    require_close(back, f32(w), 0, 0);
+    // Pooling 2x2 stride 2 with one more row and column after (own kernels' case).
+    const Geometry g{2, 5, 5, 3, 3, 3, 2, 2, 2, 2, 0, 0};
+    for (const bool max : {true, false}) {
+      CAPTURE(max);
+      Tensor y = low(Tensor({2, 3, 3, 3})), y32({2, 3, 3, 3}), arg({2, 3, 3, 3}), arg32({2, 3, 3, 3});
+      run_on_host(PoolForwardBody<T>{g, max, elements(x), elements(y), arg.data()}, y.numel());
+      run_on_host(PoolForwardBody<float>{g, max, x32.data(), y32.data(), arg32.data()}, y32.numel());
+      require_close(f32(y), f32(low(y32)), 0, 0);  // float32's result, rounded once
+      if (max) require_close(arg, arg32, 0, 0);
+      Tensor dy = low(random_tensor({2, 3, 3, 3}, 73)), dx = low(Tensor({2, 5, 5, 3})), dx32({2, 5, 5, 3});
+      run_on_host(PoolBackwardBody<T>{g, max, elements(dy), arg.data(), elements(dx)}, dx.numel());
+      run_on_host(PoolBackwardBody<float>{g, max, f32(dy).data(), arg32.data(), dx32.data()}, dx32.numel());
+      require_close(f32(dx), f32(low(dx32)), 0, 0);
+    }
+  };
+  check_type(bf16_bits{}, DType::kBF16);
+  check_type(f16_bits{}, DType::kF16);
 }
