@@ -35,6 +35,28 @@ std::vector<float> message(int sender, uint64_t tag, size_t count) {
   return m;
 }
 
+// How a recv of 16 floats from rank 1 under `tag` ends: "none" (it returned),
+// `expected_name` when it throws Expected, else "other"; the error's message in
+// *message and the seconds it took in *elapsed.
+template <class Expected>
+std::string recv_outcome(Communicator& c, uint64_t tag, const char* expected_name, std::string* message,
+                         double* elapsed) {
+  std::vector<float> x(16);
+  Stopwatch watch;
+  std::string kind = "none";
+  try {
+    c.recv(x.data(), x.size(), 1, tag);
+  } catch (const Expected& e) {
+    kind = expected_name;
+    *message = e.what();
+  } catch (const std::exception& e) {
+    kind = "other";
+    *message = e.what();
+  }
+  *elapsed = watch.seconds();
+  return kind;
+}
+
 size_t count_for(uint64_t tag) { return tag % 4 == 3 ? size_t{1} << 18 : 1 + (tag % 5) * 37; }
 
 // Receives `tag` from `peer` and compares it with what that peer sent.
@@ -207,19 +229,8 @@ TEST_CASE("a recv whose peer never sends is a TimeoutError within the deadline, 
               while (!done) sleep_ms(10);
               return "";
             }
+            kind = recv_outcome<TimeoutError>(*c, 77, "TimeoutError", &message_text, &elapsed);
             std::vector<float> x(16);
-            Stopwatch watch;
-            try {
-              c->recv(x.data(), x.size(), 1, 77);
-              kind = "none";
-            } catch (const TimeoutError& e) {
-              kind = "TimeoutError";
-              message_text = e.what();
-            } catch (const std::exception& e) {
-              kind = "other";
-              message_text = e.what();
-            }
-            elapsed = watch.seconds();
             try {
               c->send(x.data(), x.size(), 1, 78);
             } catch (const TimeoutError&) {
@@ -255,19 +266,7 @@ TEST_CASE("a recv from a peer that destroyed its communicator is PeerLost, namin
               return "";
             }
             while (!gone) sleep_ms(5);
-            std::vector<float> x(16);
-            Stopwatch watch;
-            try {
-              c->recv(x.data(), x.size(), 1, 5);
-              kind = "none";
-            } catch (const PeerLost& e) {
-              kind = "PeerLost";
-              message_text = e.what();
-            } catch (const std::exception& e) {
-              kind = "other";
-              message_text = e.what();
-            }
-            elapsed = watch.seconds();
+            kind = recv_outcome<PeerLost>(*c, 5, "PeerLost", &message_text, &elapsed);
             return "";
           },
           5.0));
