@@ -2,28 +2,36 @@
 # Multi-worker benchmark (rerunnable), every process on this machine's cores,
 # one compute thread each, samples/s of the whole job:
 #   dtrain multi_worker_mirrored (`dtrain launch --workers N`): the MLP with 1
-#     and 2 workers x batch 64 (over Gloo's ring and over shared memory, with the
+#     and 2 workers x batch 64 (over Gloo's ring by name, and with the default
+#     `communication: auto`, which on one machine is shared memory; with the
 #     per-step budget: one worker's step + `bench allreduce` of its gradient
-#     bytes + 15%), 2 workers x batch 512, the CNN with 1 and 2
-#     workers x batch 64 over Gloo's ring and over shared memory (hierarchical),
-#     and two independent 1-worker CNN jobs at once: the cores' ceiling for 2
-#     workers (each run with its step breakdown, summary step_ms);
+#     bytes + 15%), 2 workers x batch 512, the CNN with 1 and 2 workers x batch
+#     64 over Gloo's ring and with the default (each run with its step breakdown,
+#     summary step_ms);
+#   the CNN's scaling in R alternated rounds (--rounds): one worker, two workers
+#     (default), and two independent 1-worker jobs at once, the cores' own ceiling
+#     for 2 workers (no communication at all); each CNN run trains --cnn-steps
+#     steps so that the pair's two jobs overlap for nearly all of theirs; the
+#     medians of the rounds' ratios;
 #   PyTorch DistributedDataParallel over gloo, 2 processes (bench/torch_ddp_reference.py,
 #     PyTorch 2.x from PyPI in the venv scripts/torch-venv.sh makes);
 #   TensorFlow MultiWorkerMirroredStrategy, 2 worker processes, tf-keras
 #     Model.fit (bench/tf_mwms_reference.py, the venv of scripts/tf-venv.sh).
 # Prints a table and the ratios the multi-worker goals are stated in.
-# Usage: scripts/bench-multiworker.sh [--steps S (300)] [--no-torch] [--no-tf]
+# Usage: scripts/bench-multiworker.sh [--steps S (300)] [--cnn-steps S (1200)]
+#                                     [--rounds R (3)] [--no-torch] [--no-tf]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-steps=300 run_torch=1 run_tf=1
+steps=300 cnn_steps=1200 rounds=3 run_torch=1 run_tf=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
+    --cnn-steps) cnn_steps="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     --no-torch) run_torch=0; shift ;;
     --no-tf) run_tf=0; shift ;;
-    *) echo "usage: $0 [--steps S] [--no-torch] [--no-tf]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--steps S] [--cnn-steps S] [--rounds R] [--no-torch] [--no-tf]" >&2; exit 2 ;;
   esac
 done
 [ -x build/dtrain ] || bash scripts/build.sh
@@ -31,13 +39,18 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 results=$out/results.txt
 
-# dtrain NAME MODEL WORKERS BATCH [--set K=V...]: one launch; records "NAME samples/s".
+# dtrain NAME MODEL WORKERS BATCH [--set K=V...]: one launch of $run_steps steps
+# ($steps unless set; in epochs of 200 so that the dataset never runs out);
+# records "NAME samples/s".
 dtrain() {
   local name="$1" model="$2" workers="$3" batch="$4" config=configs/fashion_mnist_mlp.json
+  local total="${run_steps:-$steps}" per_epoch=200
   shift 4
   [ "$model" = cnn ] && config=configs/fashion_mnist_cnn_multiworker.json
+  [ "$total" -lt "$per_epoch" ] && per_epoch="$total"
   timeout 900 build/dtrain launch --workers "$workers" --threads 1 --config "$config" \
-    --set strategy.type=multi_worker_mirrored --set train.epochs=1 --set train.steps_per_epoch="$steps" \
+    --set strategy.type=multi_worker_mirrored --set train.epochs=$(( (total + per_epoch - 1) / per_epoch )) \
+    --set train.steps_per_epoch="$per_epoch" \
     --set train.batch_size_per_replica="$batch" --set data.test.take=256 --set output.dir="$out/$name" \
     --summary "$out/$name.json" "$@" >"$out/$name.log" 2>&1 || { echo "$name failed:"; tail -20 "$out/$name.log"; exit 1; }
   python3 - "$out/$name.json" "$name" <<'PY' | tee -a "$results"
@@ -66,31 +79,37 @@ PY
 
 echo "== samples/s of the whole job ($(nproc) cores, 1 thread per process, $steps steps)"
 dtrain dtrain_mlp_1w_b64 mlp 1 64
+dtrain dtrain_mlp_2w_b64_ring mlp 2 64 --set strategy.communication=ring
 dtrain dtrain_mlp_2w_b64 mlp 2 64
-dtrain dtrain_mlp_2w_b64_shm mlp 2 64 --set strategy.communication=hierarchical
 # The step budget of issue 14: one worker's step + the all-reduce of the MLP's
-# gradient bytes (from the summary's memory estimate) over shared memory, + 15%.
+# gradient bytes (from the summary's memory estimate) as the job runs it (auto:
+# shared memory on one machine), + 15%.
 grad_bytes=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tasks']['worker:0']['memory']['gradients'])" \
   "$out/dtrain_mlp_1w_b64.json")
-timeout 300 build/dtrain bench allreduce --workers 2 --communication hierarchical --sizes "$grad_bytes" \
+timeout 300 build/dtrain bench allreduce --workers 2 --sizes "$grad_bytes" \
   --iterations 500 --warmup 50 --json >"$out/allreduce.log" 2>&1 || { echo "bench allreduce failed:"; tail -20 "$out/allreduce.log"; exit 1; }
 python3 - "$out" "$grad_bytes" <<'PY'
 import json, sys
 out, grad_bytes = sys.argv[1], int(sys.argv[2])
 ar = [json.loads(l) for l in open(f"{out}/allreduce.log") if l.startswith("{")][-1]["time_us"] / 1000
 one = json.load(open(f"{out}/dtrain_mlp_1w_b64.json"))["tasks"]["worker:0"]["step_ms"]["step"]
-two = json.load(open(f"{out}/dtrain_mlp_2w_b64_shm.json"))["tasks"]["worker:0"]["step_ms"]["step"]
+two = json.load(open(f"{out}/dtrain_mlp_2w_b64.json"))["tasks"]["worker:0"]["step_ms"]["step"]
 budget = (one + ar) * 1.15
-print(f"MLP step budget (shared memory): 1 worker {one:.3f} ms + all-reduce of {grad_bytes} B {ar:.3f} ms, + 15% = "
+print(f"MLP step budget: 1 worker {one:.3f} ms + all-reduce of {grad_bytes} B {ar:.3f} ms, + 15% = "
       f"{budget:.3f} ms; 2 workers step {two:.3f} ms: {'within' if two <= budget else 'over'} the budget ({two / budget:.2f}x)")
 PY
 dtrain dtrain_mlp_2w_b512 mlp 2 512
-dtrain dtrain_cnn_1w_b64 cnn 1 64
-dtrain dtrain_cnn_2w_b64 cnn 2 64
-dtrain dtrain_cnn_2w_b64_shm cnn 2 64 --set strategy.communication=hierarchical
-# The cores' own ceiling for the CNN: two independent 1-worker jobs at once (no
-# communication at all); their sum is the most 2 workers could reach here.
-dtrain dtrain_cnn_1w_pair_a cnn 1 64 & dtrain dtrain_cnn_1w_pair_b cnn 1 64 & wait
+dtrain dtrain_cnn_2w_b64_ring cnn 2 64 --set strategy.communication=ring
+echo "== the CNN's scaling: $rounds alternated rounds of $cnn_steps steps"
+for round in $(seq 1 "$rounds"); do
+  run_steps=$cnn_steps dtrain "dtrain_cnn_1w_b64_r$round" cnn 1 64
+  run_steps=$cnn_steps dtrain "dtrain_cnn_2w_b64_r$round" cnn 2 64
+  # The cores' own ceiling for the CNN: two independent 1-worker jobs at once
+  # (no communication at all); their sum is the most 2 workers could reach here.
+  run_steps=$cnn_steps dtrain "dtrain_cnn_pair_a_r$round" cnn 1 64 &
+  run_steps=$cnn_steps dtrain "dtrain_cnn_pair_b_r$round" cnn 1 64 &
+  wait
+done
 if [ "$run_torch" = 1 ]; then
   torch_py=$(bash scripts/torch-venv.sh)
   reference ddp_mlp_2w_b64 "$torch_py" bench/torch_ddp_reference.py --model mlp --workers 2 --batch 64 --steps "$steps"
@@ -103,22 +122,33 @@ if [ "$run_tf" = 1 ]; then
 fi
 
 echo "== ratios"
-python3 - "$results" <<'PY'
-import sys
+python3 - "$results" "$rounds" <<'PY'
+import statistics, sys
 r = {line.split()[0]: float(line.split()[1]) for line in open(sys.argv[1])}
-if "dtrain_cnn_1w_pair_a" in r and "dtrain_cnn_1w_pair_b" in r:
-    r["dtrain_cnn_1w_pair"] = r["dtrain_cnn_1w_pair_a"] + r["dtrain_cnn_1w_pair_b"]
+rounds = int(sys.argv[2])
 def ratio(what, a, b, goal=None):
     if a in r and b in r:
         text = f"  {what}: {r[a] / r[b]:.2f}x ({r[a]:.0f} / {r[b]:.0f})"
         print(text + (f"   goal >= {goal}x" if goal else ""))
-ratio("dtrain MLP 2 workers / PyTorch DDP", "dtrain_mlp_2w_b64", "ddp_mlp_2w_b64", 1.5)
-ratio("dtrain MLP 2 workers / TensorFlow MWMS", "dtrain_mlp_2w_b64", "tf_mlp_2w_b64", 4)
-ratio("dtrain CNN 2 workers / its 1 worker", "dtrain_cnn_2w_b64", "dtrain_cnn_1w_b64", 1.7)
-ratio("dtrain CNN 2 workers (shared memory) / its 1 worker", "dtrain_cnn_2w_b64_shm", "dtrain_cnn_1w_b64", 1.7)
-ratio("two independent 1-worker CNN jobs at once / one alone (the cores' ceiling)", "dtrain_cnn_1w_pair", "dtrain_cnn_1w_b64")
-ratio("dtrain CNN 2 workers (shared memory) / that ceiling", "dtrain_cnn_2w_b64_shm", "dtrain_cnn_1w_pair")
-ratio("dtrain MLP 2 workers / its 1 worker", "dtrain_mlp_2w_b64", "dtrain_mlp_1w_b64")
-ratio("dtrain CNN 2 workers / PyTorch DDP", "dtrain_cnn_2w_b64", "ddp_cnn_2w_b64")
-ratio("dtrain CNN 2 workers / TensorFlow MWMS", "dtrain_cnn_2w_b64", "tf_cnn_2w_b64")
+def rounds_ratio(what, num, den, goal=None):
+    # num, den: functions of the round giving samples/s; the median of the rounds' ratios.
+    per = [num(i) / den(i) for i in range(1, rounds + 1)]
+    text = f"  {what}: median {statistics.median(per):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in per)})"
+    print(text + (f"   goal >= {goal}x" if goal else ""))
+one = lambda i: r[f"dtrain_cnn_1w_b64_r{i}"]
+two = lambda i: r[f"dtrain_cnn_2w_b64_r{i}"]
+pair = lambda i: r[f"dtrain_cnn_pair_a_r{i}"] + r[f"dtrain_cnn_pair_b_r{i}"]
+ratio("dtrain MLP 2 workers (default: shared memory) / PyTorch DDP", "dtrain_mlp_2w_b64", "ddp_mlp_2w_b64", 1.5)
+ratio("dtrain MLP 2 workers over Gloo's ring / PyTorch DDP", "dtrain_mlp_2w_b64_ring", "ddp_mlp_2w_b64", 1.5)
+ratio("dtrain MLP 2 workers (default) / TensorFlow MWMS", "dtrain_mlp_2w_b64", "tf_mlp_2w_b64", 4)
+ratio("dtrain MLP 2 workers over Gloo's ring / TensorFlow MWMS", "dtrain_mlp_2w_b64_ring", "tf_mlp_2w_b64", 4)
+ratio("dtrain MLP 2 workers (default) / its 1 worker", "dtrain_mlp_2w_b64", "dtrain_mlp_1w_b64")
+rounds_ratio("dtrain CNN 2 workers (default) / its 1 worker", two, one, 1.7)
+rounds_ratio("two independent 1-worker CNN jobs at once / one alone (the cores' ceiling)", pair, one)
+rounds_ratio("dtrain CNN 2 workers (default) / that ceiling", two, pair)
+r["dtrain_cnn_1w_b64"] = statistics.median(one(i) for i in range(1, rounds + 1))
+r["dtrain_cnn_2w_b64"] = statistics.median(two(i) for i in range(1, rounds + 1))
+ratio("dtrain CNN 2 workers over Gloo's ring / 1 worker (median of the rounds)", "dtrain_cnn_2w_b64_ring", "dtrain_cnn_1w_b64")
+ratio("dtrain CNN 2 workers (default, median) / PyTorch DDP", "dtrain_cnn_2w_b64", "ddp_cnn_2w_b64")
+ratio("dtrain CNN 2 workers (default, median) / TensorFlow MWMS", "dtrain_cnn_2w_b64", "tf_cnn_2w_b64")
 PY

@@ -16,13 +16,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "tensor/tensor.h"
 
 namespace dtrain::comm {
+
+// Asks the heartbeats whether a peer of the job was lost: the message naming it
+// (the task, its address, its last step), or nullopt while all are alive. The
+// waits of communicators that cannot see a lost peer themselves (NCCL's, shared
+// memory's) poll it.
+using PeerLostCheck = std::function<std::optional<std::string>()>;
 
 enum class ReduceOp { kSum, kMean };
 

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "comm/communicator.h"
+
 #ifndef DTRAIN_HAVE_NCCL
 #define DTRAIN_HAVE_NCCL 0
 #endif
@@ -24,10 +26,6 @@ class Store;
 namespace dtrain::comm {
 
 inline constexpr bool kNcclBuilt = DTRAIN_HAVE_NCCL != 0;
-
-// Asks the heartbeats whether a peer of the job was lost: the message naming it
-// (the task, its address, its last step), or nullopt while all are alive.
-using PeerLostCheck = std::function<std::optional<std::string>()>;
 
 // Why a collective (or the communicator's set-up) did not finish: which error
 // type it becomes, and the message.

@@ -53,6 +53,9 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // us with it, 1 MiB in 98 against 62 us; spins of 10, 30 and 100 us did alike.
 constexpr auto kSpinTime = std::chrono::microseconds(20);
 
+// How often a wait that lasts asks the heartbeats whether a member was lost.
+constexpr auto kPeerPoll = std::chrono::milliseconds(50);
+
 // A hint to the CPU that this thread spins (it frees the core's resources).
 inline void pause_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -235,6 +238,7 @@ class ShmCommunicator : public Communicator {
     // Spin a little first: the others are often a few microseconds away, and a
     // futex wake costs tens of microseconds on a virtual machine.
     const auto spin_until = now + kSpinTime;
+    auto next_poll = now + kPeerPoll;
     while (h.generation.load(std::memory_order_acquire) == generation && Clock::now() < spin_until) pause_cpu();
     while (h.generation.load(std::memory_order_acquire) == generation) {
       if (h.broken.load())
@@ -246,7 +250,15 @@ class ShmCommunicator : public Communicator {
         throw TimeoutError(str("shared-memory group ", options_.prefix, ": rank ", options_.rank, " waited ",
                                options_.timeout_seconds, " s for the other members of this machine"));
       }
-      futex_wait(&h.generation, generation, deadline - now);
+      if (options_.peer_lost && now >= next_poll) {
+        if (std::optional<std::string> lost = options_.peer_lost()) {
+          h.broken.store(1);
+          futex_wake_all(&h.generation);
+          throw PeerLost(str(*lost, " (shared-memory group ", options_.prefix, ")"));
+        }
+        next_poll = now + kPeerPoll;
+      }
+      futex_wait(&h.generation, generation, std::min<Clock::duration>(deadline - now, kPeerPoll));
     }
   }
 

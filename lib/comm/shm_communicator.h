@@ -46,6 +46,10 @@ struct ShmOptions {
   std::string job_id;
   double timeout_seconds = 60.0;  // every wait for the other members
   size_t capacity_floats = size_t{1} << 20;  // per member: 4 MiB
+  // Polled (every kPeerPoll) while a wait lasts: a member killed in the middle
+  // of a collective leaves no mark in the segment, so the heartbeats tell (and
+  // the wait throws PeerLost). May be empty.
+  PeerLostCheck peer_lost;
 };
 
 // Joins the machine's group (collective over its members). TimeoutError when a

@@ -43,8 +43,8 @@ class ClusterTask {
   // `prefix` in the job's store, with the collective deadline `timeout_seconds`:
   // Gloo's, or the hierarchical one (shared memory within each machine, Gloo
   // between one leader per machine) when `communication` asks for it or, for
-  // kAuto, when several tasks share a machine and more than one machine takes
-  // part (machines as the rendezvous learned them). The caller decides whether
+  // kAuto, when several tasks share a machine (machines as the rendezvous learned
+  // them; on a single machine only shared memory is used). The caller decides whether
   // the strategy needs one.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
                                                              strategy::Communication communication);

@@ -63,8 +63,8 @@ const std::vector<config::KeyDoc>& strategy_keys() {
       {"devices", "mirrored, central_storage, multi_worker_mirrored: the replicas as device names, e.g. "
                   "`[\"cpu:0\", \"cpu:1\"]` (TF's logical devices); mirrored: `[\"gpu:0\", \"gpu:1\"]`, one "
                   "replica on each GPU named"},
-      {"communication", "`auto` (hierarchical when several tasks share a machine and more than one machine takes "
-                        "part, else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
+      {"communication", "`auto` (hierarchical when several tasks share a machine, on one machine too, where it is "
+                        "shared memory alone; else Gloo's own choice, today its ring), `ring` (Gloo's ring by name) or "
                         "`hierarchical` (each machine's tasks reduce through shared memory, one leader per machine "
                         "all-reduces over Gloo) or `nccl` (NCCL between the tasks' GPUs, on device buffers: builds with "
                         "CUDA and NCCL, jobs whose `device` is a GPU; exit 2 otherwise). For a GPU job `auto` means "

@@ -15,8 +15,8 @@ namespace dtrain::strategy {
 struct StrategyEntry;  // registry.h
 
 // strategy.communication, TF's CommunicationImplementation: how the training
-// tasks' all-reduce runs. auto: Gloo's own choice (NCCL for a GPU job in builds
-// with NCCL); ring: Gloo's ring by name; hierarchical: shared memory within a
+// tasks' all-reduce runs. auto: hierarchical where tasks share a machine, else
+// Gloo's own choice (NCCL for the gradients of a GPU job in builds with NCCL); ring: Gloo's ring by name; hierarchical: shared memory within a
 // machine, Gloo between machines; nccl: NCCL on device buffers (GPU jobs, builds
 // with NCCL: registry.h's check_communication_device).
 enum class Communication { kAuto, kRing, kHierarchical, kNccl };

@@ -54,12 +54,17 @@ std::vector<double> run_workers(const json& job, int workers, const TempDir& dir
 }  // namespace
 
 TEST_CASE("1 worker at batch 128, 2 at 64 and 4 at 32 follow the same loss trajectory") {
-  TempDir one, two, four;
+  TempDir one, two, four, ring;
   const auto base = run_single(equivalence_job(one, "one_device", 128), one);
+  // `auto`: the tasks share this machine, so shared memory.
   const auto two_workers = run_workers(equivalence_job(two, "multi_worker_mirrored", 64), 2, two);
   require_same_trajectory(base, two_workers, "2 workers");
   const auto four_workers = run_workers(equivalence_job(four, "multi_worker_mirrored", 32), 4, four);
   require_same_trajectory(base, four_workers, "4 workers");
+  // Gloo's ring over TCP, by name.
+  json over_tcp = equivalence_job(ring, "multi_worker_mirrored", 32);
+  over_tcp["strategy"]["communication"] = "ring";
+  require_same_trajectory(base, run_workers(over_tcp, 4, ring), "4 workers over Gloo's ring");
   CHECK(base.back() < base.front());  // it does learn
 }
 

@@ -104,14 +104,16 @@ TEST_CASE("evaluator: killing it leaves the training's exit codes 0, with a warn
   TempDir tmp;
   const RunOutput r = launch({"launch", "--workers", "2", "--evaluator", "--inject", "kill:evaluator:0@seconds=1",
                               "--summary", tmp.file("launch.json")},
-                             concat(evaluated_job(tmp, "multi_worker_mirrored", 20), {"--set", "checkpoint.every_steps=100"}));
+                             // 200 epochs: ~4 s of training over shared memory on 2 cores, so the
+                             // evaluator is killed (at 1 s) while the workers still train.
+                             concat(evaluated_job(tmp, "multi_worker_mirrored", 200), {"--set", "checkpoint.every_steps=100"}));
   INFO(describe(r));
   CHECK(r.exit_code == 0);
   const nlohmann::json s = read_json_file(tmp.file("launch.json"));
   CHECK(s["exit_codes"]["evaluator:0"] == -9);
   CHECK(s["exit_codes"]["worker:0"] == 0);
   CHECK(s["exit_codes"]["worker:1"] == 0);
-  CHECK(s["tasks"]["worker:0"]["epochs"] == 20);
+  CHECK(s["tasks"]["worker:0"]["epochs"] == 200);
   CHECK_THAT(r.out + r.err, Contains("evaluator:0") && Contains("the job goes on without it"));
 }
 

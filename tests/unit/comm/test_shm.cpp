@@ -3,14 +3,18 @@
 // processes) and the hierarchical communicator (2 "machines" x 2 ranks: shared
 // memory within each, Gloo over TCP between the leaders). Exact results of every
 // collective, across chunk boundaries; a member that never comes is a
-// TimeoutError, one that leaves is PeerLost for the others; no segment is left in
+// TimeoutError, one that leaves is PeerLost for the others, one that stalls is
+// PeerLost once the heartbeats' check says so; no segment is left in
 // /dev/shm. all_reduce_pieces in place (shared memory, through the recorder and a
 // borrowed handle, and a one-machine hierarchical group) and through one buffer
 // (two machines); kMean's multiplication by an exact 1/size.
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -248,6 +252,45 @@ TEST_CASE("shared memory: a member that never comes is a TimeoutError, one that 
     return "";
   });
   CHECK(outcome[0] == "PeerLost");
+}
+
+TEST_CASE("shared memory: a member that stalls (killed: no mark in the segment) is PeerLost once the heartbeats say so") {
+  rendezvous::InMemoryStore store;
+  std::atomic<bool> heartbeats_lost{false}, done{false};
+  std::string outcome;
+  double waited = 0.0;
+  test::run_on_threads(2, [&](int rank) -> std::string {
+    ShmOptions o = shm_options(rank, 2, "comm/stalled/");
+    o.peer_lost = [&]() -> std::optional<std::string> {
+      if (!heartbeats_lost) return std::nullopt;
+      return std::string("task worker:1 was lost after step 3");
+    };
+    auto comm = make_shm_communicator(store, o);
+    if (rank == 1) {
+      // Never enters the collective, and keeps its communicator (destroying it
+      // would mark the segment broken) until rank 0 is done.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      heartbeats_lost = true;
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return "";
+    }
+    std::vector<float> x(3, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->all_reduce(x.data(), x.size(), ReduceOp::kSum);
+      outcome = "no error";
+    } catch (const PeerLost& e) {
+      outcome = e.what();
+    } catch (const TimeoutError&) {
+      outcome = "TimeoutError";
+    }
+    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    done = true;
+    return "";
+  });
+  CHECK_THAT(outcome, Catch::Matchers::Contains("task worker:1 was lost after step 3"));
+  CHECK(waited >= 0.15);  // not before the heartbeats said so
+  CHECK(waited < 5.0);    // long before the 10 s deadline
 }
 
 TEST_CASE("hierarchical: 2 machines x 2 ranks reduce and broadcast exactly (shared memory inside, Gloo between)") {
