@@ -41,6 +41,7 @@ class Borrowed : public Communicator {
     other_.all_reduce_pieces(pieces, op);
   }
   bool reduces_pieces_in_place() const override { return other_.reduces_pieces_in_place(); }
+  std::shared_ptr<float> shared_area(size_t floats) override { return other_.shared_area(floats); }
   void broadcast(float* data, size_t count, int root) override { other_.broadcast(data, count, root); }
   void all_gather(const float* in, size_t count, float* out) override { other_.all_gather(in, count, out); }
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {

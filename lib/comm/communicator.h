@@ -69,6 +69,15 @@ class Communicator {
   // (the gradient reducer, on the host).
   virtual void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op);
   virtual bool reduces_pieces_in_place() const { return false; }
+  // Memory of this member that the other members reach too (shared memory), for
+  // `floats` values, or nullptr where the communicator has none (the default).
+  // Pieces that lie in it are all-reduced by all_reduce_pieces where they are:
+  // each member sums its share of the elements over every member's area and
+  // writes the result into all of them, with no copy in or out (PyTorch DDP's
+  // gradient_as_bucket_view, the other way round: the gradients live in the
+  // communicator's memory). Collective: every member asks once, for the same
+  // size. The memory stays valid while the returned pointer (or a copy) lives.
+  virtual std::shared_ptr<float> shared_area(size_t floats) { return nullptr; }
   // data[0..count) on every rank becomes root's data[0..count).
   virtual void broadcast(float* data, size_t count, int root) = 0;
   // out[r*count .. (r+1)*count) = rank r's in[0..count); out holds size()*count.

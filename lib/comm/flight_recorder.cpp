@@ -70,6 +70,7 @@ class Recorded final : public Communicator {
     record("all_reduce", count * sizeof(float), [&] { inner_->all_reduce_pieces(pieces, op); });
   }
   bool reduces_pieces_in_place() const override { return inner_->reduces_pieces_in_place(); }
+  std::shared_ptr<float> shared_area(size_t floats) override { return inner_->shared_area(floats); }
   void broadcast(float* data, size_t count, int root) override {
     record("broadcast", count * sizeof(float), [&] { inner_->broadcast(data, count, root); });
   }

@@ -53,6 +53,10 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // us with it, 1 MiB in 98 against 62 us; spins of 10, 30 and 100 us did alike.
 constexpr auto kSpinTime = std::chrono::microseconds(20);
 
+// Room after each member's shared area for the few values of a collective that
+// lie outside it (a step's loss sums and flags, riding along with the gradients).
+constexpr size_t kSpillFloats = 64;
+
 // How often a wait that lasts asks the heartbeats whether a member was lost.
 constexpr auto kPeerPoll = std::chrono::milliseconds(50);
 
@@ -89,6 +93,50 @@ void scatter_by_all_reduce(Communicator& c, const float* in, size_t count_per_ra
   std::vector<float> all(in, in + count_per_rank * c.size());
   c.all_reduce(all.data(), all.size(), op);
   std::memcpy(out, all.data() + count_per_rank * c.rank(), count_per_rank * sizeof(float));
+}
+
+// The name of a job's segment for a group's `what` ("" for the group's own,
+// "area" for its shared area): the same on every member, short enough for
+// /dev/shm, and another job's never.
+std::string segment_name(const ShmOptions& o, const std::string& what) {
+  return "/dtrain-" + sha256_hex(o.job_id + "|" + o.prefix + what).substr(0, 24);
+}
+
+// Maps `bytes` of the open segment fd (and closes fd).
+char* map_segment(int fd, const std::string& name, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) throw IoError(str("cannot map shared memory ", name, ": ", std::strerror(e)));
+  return static_cast<char*>(p);
+}
+
+// Makes the segment `name`, `bytes` long and zero-filled (after removing one a
+// crashed run of the same job left), and maps it.
+char* create_segment(const std::string& name, size_t bytes) {
+  shm_unlink(name.c_str());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError(str("cannot create shared memory ", name, " in /dev/shm: ", std::strerror(errno)));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    throw IoError(str("cannot size shared memory ", name, " to ", bytes, " bytes: ", std::strerror(e),
+                      " (is /dev/shm large enough?)"));
+  }
+  return map_segment(fd, name, bytes);
+}
+
+// Maps the existing segment `name`, which must be `bytes` long.
+char* attach_segment(const std::string& name, size_t bytes) {
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) throw IoError(str("cannot open shared memory ", name, ": ", std::strerror(errno)));
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    throw CommError(str("shared memory ", name, " has another size than this group needs: another job?"));
+  }
+  return map_segment(fd, name, bytes);
 }
 
 // Walks the pieces of all_reduce_pieces as one buffer: the next n values of
@@ -135,14 +183,14 @@ class PieceCursor {
 
 class ShmCommunicator : public Communicator {
  public:
-  ShmCommunicator(rendezvous::Store& store, const ShmOptions& o) : options_(o) {
+  ShmCommunicator(rendezvous::Store& store, const ShmOptions& o) : options_(o), store_(store) {
     if (o.size < 1 || o.rank < 0 || o.rank >= o.size)
       throw ConfigError(str("shared-memory group: rank ", o.rank, " outside 0..", o.size - 1));
     DT_CHECK(o.capacity_floats > 0, "a shared-memory slot needs room");
     timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_seconds));
     if (o.size == 1) return;  // a group of one needs no segment
     bytes_ = kHeaderBytes + (static_cast<size_t>(o.size) + 1) * o.capacity_floats * sizeof(float);
-    const std::string name = "/dtrain-" + sha256_hex(o.job_id + "|" + o.prefix).substr(0, 24);
+    const std::string name = segment_name(o, "");
     const std::string key = o.prefix + "shm_segment";
     if (o.rank == 0) {
       create(name);
@@ -181,6 +229,7 @@ class ShmCommunicator : public Communicator {
   // straight into the slot and the result straight back into them.
   void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
     if (options_.size == 1) return;  // the sum and the mean of one member are its values
+    if (area_ && reduce_in_area(pieces, op)) return;
     const size_t cap = options_.capacity_floats;
     size_t count = 0;
     for (const Piece& p : pieces) count += p.count;
@@ -201,6 +250,37 @@ class ShmCommunicator : public Communicator {
     }
   }
   bool reduces_pieces_in_place() const override { return true; }
+
+  // A second segment, made by member 0 and published in the store like the
+  // group's own: one area per member, each padded to whole cache lines.
+  std::shared_ptr<float> shared_area(size_t floats) override {
+    if (options_.size == 1) return nullptr;  // nothing to share with
+    DT_CHECK(!area_, "a shared-memory group has one shared area");
+    area_stride_ = (floats + kSpillFloats + 63) / 64 * 64;
+    const size_t bytes = area_stride_ * static_cast<size_t>(options_.size) * sizeof(float);
+    const std::string name = segment_name(options_, "area");
+    const std::string key = options_.prefix + "shm_area";
+    char* p = nullptr;
+    if (options_.rank == 0) {
+      p = create_segment(name, bytes);
+      store_.set(key, name);
+    } else {
+      if (!store_.wait({key}, options_.timeout_seconds))
+        throw TimeoutError(str("shared-memory group ", options_.prefix, ": its first member did not create the "
+                               "shared area within ", options_.timeout_seconds, " s"));
+      p = attach_segment(store_.get(key).value_or(name), bytes);
+    }
+    area_ = std::shared_ptr<char>(p, [bytes](char* q) { munmap(q, bytes); });
+    area_floats_ = floats;
+    try {
+      barrier();  // every member has mapped it
+    } catch (...) {
+      if (options_.rank == 0) shm_unlink(name.c_str());
+      throw;
+    }
+    if (options_.rank == 0) shm_unlink(name.c_str());
+    return std::shared_ptr<float>(area_, area(options_.rank));
+  }
 
   // The root's values go through its slot (not the result area, which the
   // others may still be reading after an all_reduce).
@@ -273,40 +353,72 @@ class ShmCommunicator : public Communicator {
   }
 
   void create(const std::string& name) {
-    shm_unlink(name.c_str());  // a segment left by a crashed run of the same job
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw IoError(str("cannot create shared memory ", name, " in /dev/shm: ", std::strerror(errno)));
-    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
-      const int e = errno;
-      close(fd);
-      shm_unlink(name.c_str());
-      throw IoError(str("cannot size shared memory ", name, " to ", bytes_, " bytes: ", std::strerror(e),
-                        " (is /dev/shm large enough?)"));
-    }
-    map(fd, name);
+    base_ = create_segment(name, bytes_);
     header_ = new (base_) Header{kMagic, options_.size, options_.capacity_floats, {0}, {0}, {0}};
   }
 
   void attach(const std::string& name) {
-    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) throw IoError(str("cannot open shared memory ", name, ": ", std::strerror(errno)));
-    struct stat st{};
-    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes_) {
-      close(fd);
-      throw CommError(str("shared memory ", name, " has another size than this group needs: another job?"));
-    }
-    map(fd, name);
+    base_ = attach_segment(name, bytes_);
     header_ = reinterpret_cast<Header*>(base_);
     if (header_->magic != kMagic || header_->size != options_.size || header_->capacity != options_.capacity_floats)
       throw CommError(str("shared memory ", name, " was made for another group"));
   }
 
-  void map(int fd, const std::string& name) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) throw IoError(str("cannot map shared memory ", name, ": ", std::strerror(e)));
-    base_ = static_cast<char*>(p);
+  // The pieces reduced where they lie in this member's shared area; the few
+  // values outside it (a step's loss sums riding along) through the spill room
+  // after it. False, with nothing done, when those do not fit there.
+  bool reduce_in_area(std::span<const Piece> pieces, ReduceOp op) {
+    float* mine = area(options_.rank);
+    std::vector<size_t> at(pieces.size());  // each piece's place in the area
+    size_t spill = 0, count = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      if (p.count > 0 && p.data >= mine && p.data + p.count <= mine + area_floats_) {
+        at[i] = static_cast<size_t>(p.data - mine);
+      } else {
+        at[i] = area_floats_ + spill;
+        spill += p.count;
+      }
+      count += p.count;
+    }
+    if (spill > kSpillFloats) return false;
+    auto outside = [&](size_t i) { return at[i] >= area_floats_; };
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (outside(i)) std::memcpy(mine + at[i], pieces[i].data, pieces[i].count * sizeof(float));
+    barrier();  // every member's values in its area
+    // This member's share of the pieces' elements, in their order.
+    const size_t lo = count * options_.rank / options_.size, hi = count * (options_.rank + 1) / options_.size;
+    size_t begin = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const size_t end = begin + pieces[i].count;
+      const size_t a = std::max(begin, lo), b = std::min(end, hi);
+      if (a < b) reduce_area_range(at[i] + (a - begin), b - a, op);
+      begin = end;
+    }
+    barrier();  // every share written into every area
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (outside(i)) std::memcpy(pieces[i].data, mine + at[i], pieces[i].count * sizeof(float));
+    return true;
+  }
+
+  // Elements [off, off + n) of the areas: summed over the members in rank order
+  // into member 0's area (a mean divided there) and copied to the others', in
+  // blocks that stay in the cache between the sum and the copies.
+  void reduce_area_range(size_t off, size_t n, ReduceOp op) {
+    constexpr size_t kBlock = 4096;
+    std::vector<const float*> inputs(static_cast<size_t>(options_.size));
+    for (size_t b = 0; b < n; b += kBlock) {
+      const size_t k = std::min(kBlock, n - b);
+      for (int r = 0; r < options_.size; ++r) inputs[static_cast<size_t>(r)] = area(r) + off + b;
+      float* out = area(0) + off + b;
+      sum_in_rank_order(inputs.data(), options_.size, k, out);
+      if (op == ReduceOp::kMean) divide_by_size(out, k, options_.size);
+      for (int r = 1; r < options_.size; ++r) std::memcpy(area(r) + off + b, out, k * sizeof(float));
+    }
+  }
+
+  float* area(int r) {
+    return reinterpret_cast<float*>(area_.get()) + static_cast<size_t>(r) * area_stride_;
   }
 
   float* slot(int r) {
@@ -315,10 +427,15 @@ class ShmCommunicator : public Communicator {
   float* result() { return slot(options_.size); }
 
   ShmOptions options_;
+  rendezvous::Store& store_;  // the job's: shared_area publishes its segment there
   Clock::duration timeout_{};
   size_t bytes_ = 0;
   char* base_ = nullptr;
   Header* header_ = nullptr;
+  // shared_area(): the members' areas, area_stride_ floats apart, each
+  // area_floats_ long plus kSpillFloats of spill room.
+  std::shared_ptr<char> area_;
+  size_t area_floats_ = 0, area_stride_ = 0;
 };
 
 class HierarchicalCommunicator : public Communicator {
@@ -342,6 +459,11 @@ class HierarchicalCommunicator : public Communicator {
   }
   bool reduces_pieces_in_place() const override {
     return layout_.hosts() == 1 && local_->reduces_pieces_in_place();
+  }
+  // One machine: the shared memory's (several: the leaders' exchange goes through
+  // one buffer anyway).
+  std::shared_ptr<float> shared_area(size_t floats) override {
+    return layout_.hosts() == 1 ? local_->shared_area(floats) : nullptr;
   }
   // In the machine the values are summed in float32 (shared memory costs no
   // bytes on a wire); only the leaders' exchange travels as bfloat16.

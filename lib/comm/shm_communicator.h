@@ -10,12 +10,18 @@
 // meet, each copies the result out (two meetings a chunk: nobody writes the
 // result area again before everyone has reached the next chunk's first meeting,
 // after copying out). all_reduce_pieces copies straight between the caller's
-// pieces and the segment (reduces_pieces_in_place). Every wait has the
+// pieces and the segment (reduces_pieces_in_place). shared_area() makes a second
+// segment with an area per member (a multi_worker_mirrored task's gradients live
+// there): pieces lying in it are reduced where they are, each member summing its
+// share over all areas and writing the result into every one (two meetings, no
+// copy in or out; a few values outside the area go through a spill room after
+// it). Every wait has the
 // communicator's deadline (TimeoutError); a member that fails or is destroyed
 // marks the segment broken and wakes the others (PeerLost). Local rank 0 creates
 // the segment and publishes its name in the job's store; once every member has
 // mapped it, the name is unlinked, so nothing is left in /dev/shm whatever
-// happens next.
+// happens next. While a wait lasts, the heartbeats are asked every 50 ms whether
+// a member was lost (a killed process leaves no mark in the segment): PeerLost.
 //
 // The hierarchical communicator (strategy.communication "hierarchical"): the
 // tasks of each machine reduce through shared memory, one leader per machine

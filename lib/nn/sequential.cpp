@@ -97,11 +97,23 @@ void Sequential::check_unique_names() const {
   for (auto& layer : layers_) visit(*layer);
 }
 
-void Sequential::place(const Device& device, int optimizer_slots) {
+int64_t Sequential::gradient_floats() const {
+  int64_t floats = 0;
+  for (const Param* p : params())
+    if (p->trainable()) floats += TensorArena::padded(p->value.numel());
+  return floats;
+}
+
+void Sequential::place(const Device& device, int optimizer_slots, Tensor gradient_memory) {
   const std::vector<Param*> all = params();
   int64_t trainable = 0, state = 0;
   for (const Param* p : all) (p->trainable() ? trainable : state) += TensorArena::padded(p->value.numel());
-  arena_ = std::make_unique<TensorArena>(device, trainable * (2 + optimizer_slots) + state);
+  if (gradient_memory.defined()) {
+    DT_CHECK(device.is_cpu() && gradient_memory.device().is_cpu(), "gradient memory of the host for a host model");
+    DT_CHECK_GE(gradient_memory.numel(), trainable);
+    gradient_arena_ = std::make_unique<TensorArena>(std::move(gradient_memory));
+  }
+  arena_ = std::make_unique<TensorArena>(device, trainable * ((gradient_arena_ ? 1 : 2) + optimizer_slots) + state);
   // Values, then grads, in the same order, so both are flat ranges with one layout.
   for (Param* p : all)
     if (p->trainable()) {
@@ -110,7 +122,7 @@ void Sequential::place(const Device& device, int optimizer_slots) {
       p->value = v;
     }
   for (Param* p : all)
-    if (p->trainable()) p->grad = arena_->take(p->grad.shape());
+    if (p->trainable()) p->grad = (gradient_arena_ ? *gradient_arena_ : *arena_).take(p->grad.shape());
   for (Param* p : all)
     if (!p->trainable()) {
       Tensor v = arena_->take(p->value.shape());

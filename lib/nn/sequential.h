@@ -36,7 +36,13 @@ class Sequential {
   // [trainable values][their grads][non-trainable state][room for
   // `optimizer_slots` slot tensors per trainable param, for the optimizer's
   // create_state], and moves the layers' own tensors there. Values are kept.
-  void place(const Device& device, int optimizer_slots);
+  // With `gradient_memory` (a zero-filled 1-D float32 host tensor of at least
+  // gradient_floats() values, e.g. a shared-memory area that the communicator
+  // reduces in place) the grads go there instead, in the same layout, and the
+  // arena holds the rest.
+  void place(const Device& device, int optimizer_slots, Tensor gradient_memory = Tensor());
+  // Floats the grads take in an arena (each trainable param's, padded).
+  int64_t gradient_floats() const;
   // The arena of place(), or nullptr before it.
   TensorArena* arena() { return arena_.get(); }
   const Device& device() const { return device_; }
@@ -91,6 +97,7 @@ class Sequential {
   std::vector<std::unique_ptr<Layer>> layers_;
   Device device_;
   std::unique_ptr<TensorArena> arena_;
+  std::unique_ptr<TensorArena> gradient_arena_;  // place()'s gradient_memory, when given
   DType compute_dtype_ = DType::kF32;
   // Activations and gradients converted between layers of different dtypes: slot i
   // is layer i's input (and its output's gradient); the last, the model's output.

@@ -68,6 +68,10 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   }
   std::vector<std::unique_ptr<comm::Communicator>> local;
   if (n > 1 && !central_) local = make_local_group(job, devices);
+  // Whether the workers' all-reduce takes the gradients where they lie (the
+  // same answer on every task: it asks them all for a shared area at once).
+  const bool shared_gradients = workers_ && n == 1 && !zero && !context.gradients && devices[0].is_cpu() &&
+                                job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
     Replica& r = replicas_[i];
@@ -75,8 +79,19 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
-    // Params, grads and optimizer slots in one allocation on the device.
-    r.model->place(r.device, zero ? 0 : r.optimizer->slots_per_param());
+    // Params, grads and optimizer slots in one allocation on the device; the
+    // grads of a task's single host replica in the workers' shared area where
+    // they have one (tasks sharing a machine: shared memory), where the
+    // all-reduce sums them without copying them in or out.
+    Tensor gradient_memory;
+    if (shared_gradients)
+      if (std::shared_ptr<float> area = workers_->shared_area(static_cast<size_t>(r.model->gradient_floats()))) {
+        gradient_memory = Tensor::over_host_memory(std::move(area), r.model->gradient_floats());
+        if (workers_->rank() == 0)
+          log::info("comm: gradients in shared memory, all-reduced where they lie (",
+                    r.model->gradient_floats() * 4, " bytes a task)");
+      }
+    r.model->place(r.device, zero ? 0 : r.optimizer->slots_per_param(), gradient_memory);
     r.trainable = r.model->trainable_params();
     if (!zero) r.optimizer->create_state(r.trainable, r.model->arena());
     for (const auto& layer : r.model->layers()) {

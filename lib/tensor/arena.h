@@ -19,6 +19,9 @@ class TensorArena {
 
   // Allocates `capacity_floats` zero-filled floats on `device`.
   TensorArena(Device device, int64_t capacity_floats);
+  // An arena over `base`, a zero-filled 1-D float32 tensor the caller made (e.g.
+  // Tensor::over_host_memory): its whole length is the capacity.
+  explicit TensorArena(Tensor base);
 
   // The next `shape`-sized tensor of the arena (zero-filled, sharing its storage).
   // Throws InternalError when the arena is full: the capacity was computed wrongly.

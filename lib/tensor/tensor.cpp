@@ -42,6 +42,18 @@ Tensor::Tensor(Shape shape, Device device, DType dtype, Uninitialized)
   allocate(false);
 }
 
+Tensor Tensor::over_host_memory(std::shared_ptr<float> memory, int64_t numel) {
+  DT_CHECK(memory != nullptr && numel >= 0, "over_host_memory needs memory");
+  Tensor t;
+  t.shape_ = {numel};
+  t.numel_ = numel;
+  t.device_ = Device::cpu();
+  t.dtype_ = DType::kF32;
+  // The aliasing constructor: shares ownership of `memory`, points at its bytes.
+  t.storage_ = std::shared_ptr<uint8_t>(memory, reinterpret_cast<uint8_t*>(memory.get()));
+  return t;
+}
+
 void Tensor::allocate(bool zero) {
   numel_ = shape_numel(shape_);
   const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(numel_) * dtype_size(dtype_) + 63) / 64 * 64);

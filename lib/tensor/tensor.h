@@ -42,6 +42,11 @@ class Tensor {
     return Tensor(std::move(shape), device, dtype, Uninitialized{});
   }
 
+  // A 1-D float32 host tensor over `numel` floats at `memory`, which the tensor
+  // (and every view of it) keeps alive through the shared_ptr: memory that is not
+  // the allocator's, e.g. a shared-memory segment (Communicator::shared_area).
+  static Tensor over_host_memory(std::shared_ptr<float> memory, int64_t numel);
+
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }

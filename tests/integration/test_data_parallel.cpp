@@ -77,14 +77,16 @@ TEST_CASE("2 workers with 2 replicas each (reduced in the task first) follow one
   require_same_trajectory(base, workers, "2 workers x 2 replicas");
 }
 
-TEST_CASE("3 workers on one machine through shared memory (hierarchical) follow one device's trajectory") {
+TEST_CASE("3 workers on one machine through shared memory (hierarchical), the gradients in it, follow one device's trajectory") {
   TempDir one, shared;
   const auto base = run_single(equivalence_job(one, "one_device", 96), one);
   json job = equivalence_job(shared, "multi_worker_mirrored", 32);
   job["strategy"]["communication"] = "hierarchical";
   require_same_trajectory(base, run_workers(job, 3, shared), "3 workers, hierarchical");
+  // The gradients live in the shared memory (reduced where they lie).
   CHECK_THAT(read_file(shared.file("out/logs/worker-0.log")),
-             Catch::Matchers::Contains("hierarchical all-reduce: 1 machine(s), 3 tasks"));
+             Catch::Matchers::Contains("hierarchical all-reduce: 1 machine(s), 3 tasks") &&
+                 Catch::Matchers::Contains("comm: gradients in shared memory, all-reduced where they lie"));
 }
 
 TEST_CASE("gradient accumulation of 2 micro-batches of 64 matches one step at 128") {
