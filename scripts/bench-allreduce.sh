@@ -27,7 +27,9 @@ have_torch=0
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && have_torch=1
 
 for r in $(seq "$repeats"); do
-  timeout 600 build/dtrain bench allreduce --workers "$workers" --sizes "$sizes" --iterations "$iterations" --json \
+  # Gloo's ring by name: `auto` would reduce through shared memory on one machine.
+  timeout 600 build/dtrain bench allreduce --workers "$workers" --sizes "$sizes" --iterations "$iterations" \
+    --communication ring --json \
     2>/dev/null | sed "s/^/dtrain $r /" >>"$out/all"  # JSON lines only on stdout
   timeout 600 build/bench/gloo_allreduce_reference --size "$workers" --sizes "$sizes" --iters "$iterations" \
     | sed -n 's/^[^{]*{/{/p' | sed "s/^/gloo $r /" >>"$out/all"

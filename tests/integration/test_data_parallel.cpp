@@ -146,8 +146,9 @@ std::vector<json> json_lines(const std::string& out) {
 }  // namespace
 
 TEST_CASE("bench allreduce prints correct nccl-tests style JSON lines for every size, and nothing else") {
+  // Gloo's ring by name (`auto` would take shared memory here: the next test's).
   const RunOutput r = run_dtrain({"bench", "allreduce", "--workers", "2", "--sizes", "4K:64K", "--iterations", "3",
-                                  "--json"},
+                                  "--communication", "ring", "--json"},
                                  {120.0, ""});
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
