@@ -22,6 +22,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "rendezvous/store.h"
@@ -56,6 +57,10 @@ constexpr auto kSpinTime = std::chrono::microseconds(20);
 // Room after each member's shared area for the few values of a collective that
 // lie outside it (a step's loss sums and flags, riding along with the gradients).
 constexpr size_t kSpillFloats = 64;
+
+// What member 0 publishes instead of a segment's name when it could not make
+// the shared area.
+constexpr const char* kNoArea = "none";
 
 // How often a wait that lasts asks the heartbeats whether a member was lost.
 constexpr auto kPeerPoll = std::chrono::milliseconds(50);
@@ -117,8 +122,11 @@ char* create_segment(const std::string& name, size_t bytes) {
   shm_unlink(name.c_str());
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError(str("cannot create shared memory ", name, " in /dev/shm: ", std::strerror(errno)));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
+  // The pages reserved now (posix_fallocate), not when first written: a full
+  // /dev/shm is this error here rather than a SIGBUS in the middle of a step.
+  int e = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (e == 0) e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (e != 0) {
     close(fd);
     shm_unlink(name.c_str());
     throw IoError(str("cannot size shared memory ", name, " to ", bytes, " bytes: ", std::strerror(e),
@@ -262,13 +270,24 @@ class ShmCommunicator : public Communicator {
     const std::string key = options_.prefix + "shm_area";
     char* p = nullptr;
     if (options_.rank == 0) {
-      p = create_segment(name, bytes);
+      try {
+        p = create_segment(name, bytes);
+      } catch (const IoError& e) {
+        // No room in /dev/shm: every member goes on without an area (the
+        // collectives copy through the slots, as without one).
+        log::warn("comm: no shared area of ", bytes, " bytes for ", options_.prefix, ": ", e.what(),
+                  "; the all-reduce copies through its slots instead");
+        store_.set(key, kNoArea);
+        return nullptr;
+      }
       store_.set(key, name);
     } else {
       if (!store_.wait({key}, options_.timeout_seconds))
         throw TimeoutError(str("shared-memory group ", options_.prefix, ": its first member did not create the "
                                "shared area within ", options_.timeout_seconds, " s"));
-      p = attach_segment(store_.get(key).value_or(name), bytes);
+      const std::string published = store_.get(key).value_or(name);
+      if (published == kNoArea) return nullptr;
+      p = attach_segment(published, bytes);
     }
     area_ = std::shared_ptr<char>(p, [bytes](char* q) { munmap(q, bytes); });
     area_floats_ = floats;

@@ -423,3 +423,20 @@ TEST_CASE("shared memory: pieces in the shared area are reduced where they lie, 
     CHECK_FALSE(segment_left(prefix + "area"));  // unlinked once every member mapped it
   }
 }
+
+TEST_CASE("shared memory: a shared area that /dev/shm cannot hold is none on every member, not a crash later") {
+  rendezvous::InMemoryStore store;
+  std::vector<int> got(2, -1);
+  check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    auto shm = make_shm_communicator(store, shm_options(rank, 2, "comm/huge-area/"));
+    // 2 x 2^40 floats (8 TiB each): more than any /dev/shm; the pages are
+    // reserved when the segment is made, so this fails there, on member 0.
+    got[static_cast<size_t>(rank)] = shm->shared_area(size_t{1} << 40) != nullptr;
+    // The group still works, through its slots.
+    std::vector<float> x(10, static_cast<float>(rank + 1));
+    shm->all_reduce(x.data(), x.size(), ReduceOp::kSum);
+    return x[9] == 3.0f ? "" : "the all-reduce after the refused area is wrong";
+  }));
+  CHECK(got == std::vector<int>{0, 0});
+  CHECK_FALSE(segment_left("comm/huge-area/area"));
+}
