@@ -75,8 +75,10 @@ class Communicator {
   // each member sums its share of the elements over every member's area and
   // writes the result into all of them, with no copy in or out (PyTorch DDP's
   // gradient_as_bucket_view, the other way round: the gradients live in the
-  // communicator's memory). Collective: every member asks once, for the same
-  // size. The memory stays valid while the returned pointer (or a copy) lives.
+  // communicator's memory). Collective: every member asks, for the same size
+  // (asked again for that size, it is the same area, zero-filled again; for
+  // another, none). The memory stays valid while the returned pointer (or a
+  // copy) lives.
   virtual std::shared_ptr<float> shared_area(size_t floats) { return nullptr; }
   // data[0..count) on every rank becomes root's data[0..count).
   virtual void broadcast(float* data, size_t count, int root) = 0;

@@ -263,7 +263,13 @@ class ShmCommunicator : public Communicator {
   // group's own: one area per member, each padded to whole cache lines.
   std::shared_ptr<float> shared_area(size_t floats) override {
     if (options_.size == 1) return nullptr;  // nothing to share with
-    DT_CHECK(!area_, "a shared-memory group has one shared area");
+    if (area_) {
+      // Asked again (a strategy made anew on the same group): the same area,
+      // zero-filled again, if it is the same size; else none.
+      if (floats != area_floats_) return nullptr;
+      std::fill(area(options_.rank), area(options_.rank) + area_stride_, 0.0f);
+      return std::shared_ptr<float>(area_, area(options_.rank));
+    }
     area_stride_ = (floats + kSpillFloats + 63) / 64 * 64;
     const size_t bytes = area_stride_ * static_cast<size_t>(options_.size) * sizeof(float);
     const std::string name = segment_name(options_, "area");

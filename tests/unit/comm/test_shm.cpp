@@ -418,6 +418,10 @@ TEST_CASE("shared memory: pieces in the shared area are reduced where they lie, 
       for (size_t i = 0; i < want.size(); ++i)
         for (int r = 0; r < n; ++r) want[i] += value(r, i);
       problem += compare_exact({mine, mine + 100}, want, "area piece beside a large outside piece");
+      // Asked again (a strategy made anew): the same area, zero-filled; another size: none.
+      if (comm->shared_area(kFloats).get() != mine) problem += "asked again, another area; ";
+      if (mine[0] != 0.0f || mine[kFloats - 1] != 0.0f) problem += "asked again, not zero-filled; ";
+      if (comm->shared_area(kFloats + 1)) problem += "an area of another size; ";
       return problem;
     }));
     CHECK_FALSE(segment_left(prefix + "area"));  // unlinked once every member mapped it
