@@ -106,8 +106,10 @@ int64_t Sequential::gradient_floats() const {
 
 void Sequential::place(const Device& device, int optimizer_slots, Tensor gradient_memory) {
   const std::vector<Param*> all = params();
-  int64_t trainable = 0, state = 0;
-  for (const Param* p : all) (p->trainable() ? trainable : state) += TensorArena::padded(p->value.numel());
+  const int64_t trainable = gradient_floats();  // the values' floats too: the same layout
+  int64_t state = 0;
+  for (const Param* p : all)
+    if (!p->trainable()) state += TensorArena::padded(p->value.numel());
   if (gradient_memory.defined()) {
     DT_CHECK(device.is_cpu() && gradient_memory.device().is_cpu(), "gradient memory of the host for a host model");
     DT_CHECK_GE(gradient_memory.numel(), trainable);

@@ -84,13 +84,14 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // they have one (tasks sharing a machine: shared memory), where the
     // all-reduce sums them without copying them in or out.
     Tensor gradient_memory;
-    if (shared_gradients)
-      if (std::shared_ptr<float> area = workers_->shared_area(static_cast<size_t>(r.model->gradient_floats()))) {
-        gradient_memory = Tensor::over_host_memory(std::move(area), r.model->gradient_floats());
+    if (shared_gradients) {
+      const int64_t floats = r.model->gradient_floats();
+      if (std::shared_ptr<float> area = workers_->shared_area(static_cast<size_t>(floats))) {
+        gradient_memory = Tensor::over_host_memory(std::move(area), floats);
         if (workers_->rank() == 0)
-          log::info("comm: gradients in shared memory, all-reduced where they lie (",
-                    r.model->gradient_floats() * 4, " bytes a task)");
+          log::info("comm: gradients in shared memory, all-reduced where they lie (", floats * 4, " bytes a task)");
       }
+    }
     r.model->place(r.device, zero ? 0 : r.optimizer->slots_per_param(), gradient_memory);
     r.trainable = r.model->trainable_params();
     if (!zero) r.optimizer->create_state(r.trainable, r.model->arena());
