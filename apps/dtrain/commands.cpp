@@ -225,7 +225,9 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
   if (options.json) {
     nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
                         {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},
-                        {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec}};
+                        {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec},
+                        {"precision", r.precision}};
+    if (!r.cpu_bf16.empty()) j["cpu_bf16"] = r.cpu_bf16;
     if (!r.profile.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (const auto& l : r.profile)
@@ -239,9 +241,10 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%s: %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
-              options.job.config.c_str(), r.device.c_str(), static_cast<long long>(r.batch_size), r.threads,
-              static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
+  const std::string precision = r.cpu_bf16.empty() ? r.precision : str(r.precision, " (bfloat16 ", r.cpu_bf16, ")");
+  std::printf("%s: %s, %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
+              options.job.config.c_str(), r.device.c_str(), precision.c_str(), static_cast<long long>(r.batch_size),
+              r.threads, static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
   if (!r.profile.empty()) print_profile(r);
   return 0;
 }

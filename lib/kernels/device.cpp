@@ -60,6 +60,35 @@ std::string backends_description() {
 std::string cpu_isa() { return cpu::isa_name(); }
 bool cpu_has_bf16() { return cpu::has_bf16_instructions(); }
 
+CpuBf16 cpu_bf16() {
+  if (!cpu::has_bf16_kernels()) return CpuBf16::kEmulated;
+  return cpu::has_bf16_instructions() ? CpuBf16::kNative : CpuBf16::kConverted;
+}
+
+int64_t cpu_bf16_emulated_ops() { return cpu::bf16_emulated_plans(); }
+
+std::string cpu_bf16_name(CpuBf16 path) {
+  switch (path) {
+    case CpuBf16::kNative: return "native";
+    case CpuBf16::kConverted: return "converted";
+    case CpuBf16::kEmulated: return "emulated";
+  }
+  return "unknown";
+}
+
+std::string cpu_bf16_description() {
+  const std::string isa = cpu::isa_name();
+  switch (cpu_bf16()) {
+    case CpuBf16::kNative: return "native (ISA " + isa + ")";
+    case CpuBf16::kConverted:
+      return "no bfloat16 instructions on this CPU (ISA " + isa +
+             "); oneDNN's bfloat16 kernels convert, expect it slower than float32";
+    case CpuBf16::kEmulated:
+      return "no native support on this CPU (ISA " + isa + "); emulated, expect it slower than float32";
+  }
+  return "unknown";
+}
+
 void set_num_threads(int threads) { cpu::set_num_threads(threads); }
 int num_threads() { return cpu::num_threads(); }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,11 +37,26 @@ Device select_device(const std::string& spec);
 // The backends of this build and their libraries' versions, e.g.
 // "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
 std::string backends_description();
-// The instruction set oneDNN runs on (e.g. "avx512_core_bf16") and whether it
-// computes bfloat16 natively; without, mixed_bfloat16 runs on oneDNN's
-// conversion path, slower than float32.
+// The instruction set oneDNN runs on (e.g. "avx512_core_bf16", or "avx2" on an
+// AVX2 CPU or with ONEDNN_MAX_CPU_ISA=AVX2) and whether it computes bfloat16
+// natively.
 std::string cpu_isa();
 bool cpu_has_bf16();
+// How mixed_bfloat16 computes on this CPU:
+//   kNative     oneDNN's bfloat16 kernels on bfloat16 instructions (avx512_bf16, AMX)
+//   kConverted  oneDNN's bfloat16 kernels converting to float32 inside (avx512_core)
+//   kEmulated   no oneDNN bfloat16 kernels for the ISA (AVX2): each op runs in
+//               float32 between dtrain's bfloat16 roundings (kernels/cpu/onednn.h)
+enum class CpuBf16 { kNative, kConverted, kEmulated };
+CpuBf16 cpu_bf16();
+// "native", "converted" or "emulated".
+std::string cpu_bf16_name(CpuBf16 path);
+// One line on it, with the reason: "no native support on this CPU (ISA avx2);
+// emulated, expect it slower than float32".
+std::string cpu_bf16_description();
+// How many CPU op plans (one per op, shape and dtypes) this process has made on
+// the emulated path so far: 0 where oneDNN had a bfloat16 kernel for each.
+int64_t cpu_bf16_emulated_ops();
 // Makes `device` the calling thread's GPU (a process may use several: mirrored
 // runs one replica per GPU, a thread each); ops switch to their tensors' GPU by
 // themselves, this makes the choice explicit. No-op on the CPU.

@@ -16,8 +16,8 @@ namespace dtrain::runtime {
 std::string devices_report(bool json) {
   const kernels::GpuReport report = kernels::list_gpus(/*free_memory=*/true);
   const std::string cpu_line =
-      str("CPU: oneDNN's instruction set ", kernels::cpu_isa(), " (bfloat16: ",
-          kernels::cpu_has_bf16() ? "native" : "converted, slower than float32", ")\n");
+      str("CPU: oneDNN's instruction set ", kernels::cpu_isa(), " (bfloat16: ", kernels::cpu_bf16_description(),
+          ")\n");
   if (json) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const kernels::GpuInfo& g : report.gpus)
@@ -31,7 +31,8 @@ std::string devices_report(bool json) {
     nlohmann::json out = {{"cuda_backend", report.built_with_cuda},
                           {"gpus", gpus},
                           {"cpu_isa", kernels::cpu_isa()},
-                          {"cpu_bf16", kernels::cpu_has_bf16()}};
+                          {"cpu_bf16", kernels::cpu_has_bf16()},
+                          {"cpu_bf16_path", kernels::cpu_bf16_name(kernels::cpu_bf16())}};
     if (report.gpus.empty()) out["why_none"] = report.why_none;
     return out.dump(2) + "\n";
   }
@@ -58,6 +59,8 @@ std::string collectives_description() {
   return str("Gloo (TCP), shared memory, ", nccl);
 }
 
-std::string backends_description() { return kernels::backends_description(); }
+std::string backends_description() {
+  return str(kernels::backends_description(), "\nbfloat16 on the CPU: ", kernels::cpu_bf16_description());
+}
 
 }  // namespace dtrain::runtime

@@ -63,9 +63,8 @@ void check_precision(const job::JobConfig& job, const Device& device) {
     throw ConfigError(str(where, " cannot train on the CPU: this build's oneDNN (2.6) has no float16 CPU kernels "
                           "(it runs ", kernels::cpu_isa(), "; native float16 math needs avx512_fp16); use "
                           "\"mixed_bfloat16\" on the CPU (bfloat16 has float32's range: no loss scaling needed)"));
-  if (!kernels::cpu_has_bf16())
-    log::warn(where, ": this CPU has no bfloat16 instructions (oneDNN runs ", kernels::cpu_isa(),
-              "), so bfloat16 goes through conversions and trains slower than float32");
+  if (kernels::cpu_bf16() != kernels::CpuBf16::kNative)
+    log::warn(where, ": bfloat16: ", kernels::cpu_bf16_description());
 }
 
 Device select_job_device(const job::JobConfig& job, const HostSettings& host) {

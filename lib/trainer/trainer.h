@@ -180,6 +180,8 @@ struct BenchResult {
   int threads = 1;
   double comm_wait_share = 0.0;
   std::string device = "cpu:0";
+  std::string precision = "float32";  // train.precision
+  std::string cpu_bf16;               // mixed_bfloat16 on the CPU: "native", "converted" or "emulated"
   std::vector<LayerProfile> profile;  // with profile_steps > 0
   double profile_step_ms = 0.0;       // mean step time of the profiled steps (loss, update, data and the
                                       // waits around each layer included)

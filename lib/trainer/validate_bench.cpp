@@ -56,6 +56,9 @@ BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, 
   result.threads = setup_threads(job, options.host);
   const Device device = select_job_device(job, options.host);
   result.device = device.str();
+  result.precision = config::precision_name(job.train.precision);
+  if (device.is_cpu() && job.train.precision == config::Precision::kMixedBfloat16)
+    result.cpu_bf16 = kernels::cpu_bf16_name(kernels::cpu_bf16());
   auto strategy = strategy::make_strategy(job.strategy_job(), {workers, result.threads, device});
   const int worker_rank = strategy->data_shard().index;
   const int num_workers = strategy->data_shard().count;

@@ -279,7 +279,9 @@ TEST_CASE("cluster: without a job secret a task stops at once and says how to se
   auto task = start_task(cluster, "worker", 0, {}, {"DTRAIN_JOB_SECRET"});
   const RunOutput r = task->finish(10.0);
   check_failed(r, 2, {"DTRAIN_JOB_SECRET", "runtime.secret_file"});
-  CHECK(r.seconds < 5.0);
+  // At once: before any rendezvous (no wall-time bound: start-up on a loaded
+  // machine varies; the finish deadline above catches a task that waits for peers).
+  CHECK_THAT(r.err, !Contains("rendezvous"));
 }
 
 TEST_CASE("cluster: runtime.secret_file gives the tasks their secret", "[cluster]") {
@@ -304,7 +306,9 @@ TEST_CASE("cluster: a task that never starts makes the chief time out with exit 
   check_failed(r, 5, {"worker:1 at " + cluster.address("worker", 1), "runtime.rendezvous_timeout"});
   WARN("the chief gave up on the missing worker:1 after " << r.seconds << " s (rendezvous_timeout 3 s)");
   CHECK(r.seconds >= 3.0);
-  CHECK(r.seconds < 5.0);  // the timeout, not the next 5 s report, ends the wait
+  // The timeout ends the wait, not the 5 s report that would come after it (it
+  // says "rendezvous: waiting for"): asserted on what was printed, not on wall time.
+  CHECK_THAT(r.err, !Contains("rendezvous: waiting for"));
 }
 
 TEST_CASE("cluster: kill -9 of a worker makes the chief exit 4 in time, naming it", "[cluster][kill]") {

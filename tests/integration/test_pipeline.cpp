@@ -139,7 +139,7 @@ TEST_CASE("batch normalization in a pipeline is computed per micro-batch, as und
   CHECK(p.hash == acc.hash);  // moving statistics included (recomputed forwards put them back)
 }
 
-TEST_CASE("mixed_bfloat16: a pipeline of the shipped MLP ends bit-identical to one_device accumulating its micro-batches") {
+TEST_CASE("mixed_bfloat16: a pipeline of the shipped MLP ends bit-identical to one_device accumulating its micro-batches", "[bf16]") {
   // The shipped MLP begins with Flatten, which computes in bfloat16 and needs no
   // input gradient on the first stage, but does on a later one.
   TempDir accumulated, dir;

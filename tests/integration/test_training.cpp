@@ -154,7 +154,7 @@ TEST_CASE("the CNN config runs a few steps end to end", "[integration]") {
   CHECK(t.summary["test_accuracy"].is_number());
 }
 
-TEST_CASE("mixed_bfloat16 trains the CNN to about float32's accuracy", "[integration]") {
+TEST_CASE("mixed_bfloat16 trains the CNN to about float32's accuracy", "[integration][bf16]") {
   TempDir tmp;
   const nlohmann::json job = small_cnn_job(2000, 500);
   const std::vector<std::string> args = {"--threads", "2", "--set", "train.epochs=2"};

@@ -20,20 +20,38 @@ struct EltwisePlan {
   memory::desc md;
   dnnl::eltwise_forward forward;
   dnnl::eltwise_backward backward;
+  bool emulated = false;  // float32 in place of bfloat16 (onednn.h)
 };
 
-EltwisePlan& eltwise_plan(Activation act, int64_t n, DType dtype) {
-  return cached<EltwisePlan>(str("eltwise:", static_cast<int>(act), ",", n, ",", dtype_name(dtype)), [&] {
-    EltwisePlan plan;
-    plan.md = memory::desc({n}, dnnl_type(dtype), Tag::a);
-    const auto alg = eltwise_algorithm_dst(act);
-    const auto fwd_pd = dnnl::eltwise_forward::primitive_desc(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, plan.md, 0.0f, 0.0f),
-        engine());
-    plan.forward = dnnl::eltwise_forward(fwd_pd);
-    plan.backward = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(alg, plan.md, plan.md, 0.0f, 0.0f), engine(), fwd_pd));
-    return plan;
+const char* activation_label(Activation act) {
+  switch (act) {
+    case Activation::kRelu: return "relu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kTanh: return "tanh";
+    default: return "linear or softmax";
+  }
+}
+
+// The plan for activation act over t's elements, in t's dtype.
+EltwisePlan& eltwise_plan(Activation act, const Tensor& t) {
+  const int64_t n = t.numel();
+  const std::string key = str("eltwise:", static_cast<int>(act), ",", n, ",", dtype_name(t.dtype()));
+  return cached<EltwisePlan>(key, [&] {
+    const Describe describe = [&] {
+      return str("a ", activation_label(act), " activation over ", n, " elements in ", dtype_name(t.dtype()));
+    };
+    return make_plan<EltwisePlan>(any_bf16({&t}), describe, [&](bool emulated) {
+      EltwisePlan plan;
+      plan.md = memory::desc({n}, compute_type(t, emulated), Tag::a);
+      const auto alg = eltwise_algorithm_dst(act);
+      const auto fwd_pd = dnnl::eltwise_forward::primitive_desc(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, plan.md, 0.0f, 0.0f),
+          engine());
+      plan.forward = dnnl::eltwise_forward(fwd_pd);
+      plan.backward = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
+          dnnl::eltwise_backward::desc(alg, plan.md, plan.md, 0.0f, 0.0f), engine(), fwd_pd));
+      return plan;
+    });
   });
 }
 
@@ -72,8 +90,10 @@ void activation_forward(Activation act, const Tensor& x, Tensor& y) {
     return execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.md, x)}, {DNNL_ARG_DST, as_memory(plan.md, y)}});
   }
   DT_CHECK(x.dtype() == y.dtype(), "activation between dtypes");
-  auto& plan = eltwise_plan(act, x.numel(), x.dtype());
-  execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.md, x)}, {DNNL_ARG_DST, as_memory(plan.md, y)}});
+  auto& plan = eltwise_plan(act, x);
+  Staging staging(plan.emulated);
+  execute(plan.forward, {{DNNL_ARG_SRC, staging.in(plan.md, x)}, {DNNL_ARG_DST, staging.out(plan.md, y)}},
+          staging);
 }
 
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -89,10 +109,13 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tens
                                    {DNNL_ARG_DIFF_SRC, as_memory(plan.md, dx)}});
   }
   DT_CHECK(y.dtype() == dy.dtype() && dy.dtype() == dx.dtype(), "activation backward between dtypes");
-  auto& plan = eltwise_plan(act, y.numel(), y.dtype());
-  execute(plan.backward, {{DNNL_ARG_DST, as_memory(plan.md, y)},
-                          {DNNL_ARG_DIFF_DST, as_memory(plan.md, dy)},
-                          {DNNL_ARG_DIFF_SRC, as_memory(plan.md, dx)}});
+  auto& plan = eltwise_plan(act, y);
+  Staging staging(plan.emulated);
+  execute(plan.backward,
+          {{DNNL_ARG_DST, staging.in(plan.md, y)},
+           {DNNL_ARG_DIFF_DST, staging.in(plan.md, dy)},
+           {DNNL_ARG_DIFF_SRC, staging.out(plan.md, dx)}},
+          staging);
 }
 
 }  // namespace dtrain::kernels::cpu

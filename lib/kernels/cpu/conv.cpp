@@ -33,14 +33,16 @@ struct ConvDescs {
   memory::dims strides, pad_l, pad_r;
 };
 
-// x (N, H, W, C), w (KH, KW, C, F), y (N, OH, OW, F), in the dtypes of xt, wt, yt.
-ConvDescs conv_descs(const Tensor& xt, const Tensor& wt, const Tensor& yt, const Conv2DParams& p) {
+// x (N, H, W, C), w (KH, KW, C, F), y (N, OH, OW, F), in the dtypes of xt, wt, yt
+// (float32 in place of bfloat16 when emulated).
+ConvDescs conv_descs(const Tensor& xt, const Tensor& wt, const Tensor& yt, const Conv2DParams& p,
+                     bool emulated) {
   const Shape &x = xt.shape(), &w = wt.shape(), &y = yt.shape();
   ConvDescs d;
-  d.src = memory::desc({x[0], x[3], x[1], x[2]}, dnnl_type(xt), Tag::nhwc);
-  d.weights = memory::desc({w[3], w[2], w[0], w[1]}, dnnl_type(wt), Tag::hwio);
+  d.src = memory::desc({x[0], x[3], x[1], x[2]}, compute_type(xt, emulated), Tag::nhwc);
+  d.weights = memory::desc({w[3], w[2], w[0], w[1]}, compute_type(wt, emulated), Tag::hwio);
   d.bias = memory::desc({w[3]}, kF32, Tag::a);
-  d.dst = memory::desc({y[0], y[3], y[1], y[2]}, dnnl_type(yt), Tag::nhwc);
+  d.dst = memory::desc({y[0], y[3], y[1], y[2]}, compute_type(yt, emulated), Tag::nhwc);
   d.strides = {p.stride[0], p.stride[1]};
   d.pad_l = {p.pad_before[0], p.pad_before[1]};
   d.pad_r = {p.pad_after[0], p.pad_after[1]};
@@ -52,6 +54,17 @@ std::string conv_key(const char* what, const Tensor& x, const Tensor& w, const T
   return str(what, shape_str(x.shape()), shape_str(w.shape()), shape_str(y.shape()), p.stride[0], ",",
              p.stride[1], ",", p.pad_before[0], ",", p.pad_before[1], ",", p.pad_after[0], ",",
              p.pad_after[1], ",", extra, ",", dtype_key({&x, &w, &y}));
+}
+
+// "a Conv2D forward pass, input (64,28,28,1), kernel (3,3,1,32), output ..., strides 1,1 ...": for errors.
+Describe conv_describe(const char* pass, const Tensor& x, const Tensor& w, const Tensor& y,
+                       const Conv2DParams& p) {
+  return [pass, &x, &w, &y, &p] {
+    return str("a Conv2D ", pass, " (input ", shape_str(x.shape()), ", kernel ", shape_str(w.shape()),
+               ", output ", shape_str(y.shape()), ", strides ", p.stride[0], ",", p.stride[1], ", padding ",
+               p.pad_before[0], ",", p.pad_before[1], ",", p.pad_after[0], ",", p.pad_after[1], ") in ",
+               dtype_key({&x, &w, &y}), " (input, kernel, output)");
+  };
 }
 
 
@@ -106,20 +119,24 @@ struct WeightsLayout {
   }
 };
 
+// Each plan may be emulated: float32 primitives in place of bfloat16 (onednn.h).
 struct ForwardPlan {
   ConvDescs d;
   dnnl::convolution_forward prim;
   WeightsLayout weights;
+  bool emulated = false;
 };
 struct BackwardDataPlan {
   ConvDescs d;
   dnnl::convolution_backward_data prim;
   WeightsLayout weights;
+  bool emulated = false;
 };
 struct BackwardWeightsPlan {
   ConvDescs d;
   dnnl::convolution_backward_weights prim;
   WeightsLayout weights;
+  bool emulated = false;
 };
 
 }  // namespace
@@ -131,88 +148,105 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
   DT_CHECK_EQ(y.dim(3), w.dim(3));
   const int extra = (b ? 1 : 0) + 2 * static_cast<int>(act);
   auto& plan = cached<ForwardPlan>(conv_key("conv_fwd", x, w, y, p, extra), [&] {
-    ForwardPlan plan;
-    plan.d = conv_descs(x, w, y, p);
-    dnnl::primitive_attr attr;
-    if (act != Activation::kLinear) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, eltwise_algorithm(act), 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-    }
-    const auto pd = forward_pd(plan.d, any_layout(plan.d.weights), b != nullptr, attr);
-    // Only the weights are `any`; the bias stays a plain vector.
-    DT_CHECK(!b || pd.bias_desc() == plan.d.bias, "conv2d: oneDNN wants another bias layout");
-    plan.prim = dnnl::convolution_forward(pd);
-    plan.weights = WeightsLayout(plan.d.weights, pd.weights_desc(), true);
-    return plan;
+    const auto make = [&](bool emulated) {
+      ForwardPlan plan;
+      plan.d = conv_descs(x, w, y, p, emulated);
+      dnnl::primitive_attr attr;
+      if (act != Activation::kLinear) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, eltwise_algorithm(act), 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      const auto pd = forward_pd(plan.d, any_layout(plan.d.weights), b != nullptr, attr);
+      // Only the weights are `any`; the bias stays a plain vector.
+      DT_CHECK(!b || pd.bias_desc() == plan.d.bias, "conv2d: oneDNN wants another bias layout");
+      plan.prim = dnnl::convolution_forward(pd);
+      plan.weights = WeightsLayout(plan.d.weights, pd.weights_desc(), true);
+      return plan;
+    };
+    return make_plan<ForwardPlan>(any_bf16({&x, &w, &y}), conv_describe("forward pass", x, w, y, p), make);
   });
+  Staging staging(plan.emulated);
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, as_memory(plan.d.src, x)},
-      {DNNL_ARG_WEIGHTS, plan.weights.to_primitive(as_memory(plan.d.weights, w))},
-      {DNNL_ARG_DST, as_memory(plan.d.dst, y)}};
+      {DNNL_ARG_SRC, staging.in(plan.d.src, x)},
+      {DNNL_ARG_WEIGHTS, plan.weights.to_primitive(staging.in(plan.d.weights, w))},
+      {DNNL_ARG_DST, staging.out(plan.d.dst, y)}};
   if (b) args.emplace(DNNL_ARG_BIAS, as_memory(plan.d.bias, *b));
-  execute(plan.prim, args);
+  execute(plan.prim, args, staging);
 }
 
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams& p, Tensor& dx) {
   auto& plan = cached<BackwardDataPlan>(conv_key("conv_bwd_data", dx, w, dy, p, 0), [&] {
-    BackwardDataPlan plan;
-    plan.d = conv_descs(dx, w, dy, p);
-    auto make_pd = [&](const memory::desc& weights) {
-      const auto hint = forward_pd(plan.d, weights, false, dnnl::primitive_attr());
-      return dnnl::convolution_backward_data::primitive_desc(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, plan.d.src,
-                                                weights, plan.d.dst, plan.d.strides,
-                                                plan.d.pad_l, plan.d.pad_r),
-          engine(), hint);
+    const auto make = [&](bool emulated) {
+      BackwardDataPlan plan;
+      plan.d = conv_descs(dx, w, dy, p, emulated);
+      auto make_pd = [&](const memory::desc& weights) {
+        const auto hint = forward_pd(plan.d, weights, false, dnnl::primitive_attr());
+        return dnnl::convolution_backward_data::primitive_desc(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, plan.d.src,
+                                                  weights, plan.d.dst, plan.d.strides,
+                                                  plan.d.pad_l, plan.d.pad_r),
+            engine(), hint);
+      };
+      auto pd = make_pd(any_layout(plan.d.weights));
+      // Backward data blocks the input channels too (ABcd8a8b on AVX2), so with few of
+      // them the blocked weights are mostly padding, and jit:avx2 was slower than the
+      // gemm path it replaces: (64,32,32,C) 3x3x32, C = 1..4: 6.0-6.5 vs 4.0-5.4 ms;
+      // C >= 6 about even. Keep HWIO (gemm) when blocking pads the weights over 1.5x.
+      if (2 * pd.weights_desc().get_size() > 3 * plan.d.weights.get_size())
+        pd = make_pd(plan.d.weights);
+      plan.prim = dnnl::convolution_backward_data(pd);
+      plan.weights = WeightsLayout(plan.d.weights, pd.weights_desc(), true);
+      return plan;
     };
-    auto pd = make_pd(any_layout(plan.d.weights));
-    // Backward data blocks the input channels too (ABcd8a8b on AVX2), so with few of
-    // them the blocked weights are mostly padding, and jit:avx2 was slower than the
-    // gemm path it replaces: (64,32,32,C) 3x3x32, C = 1..4: 6.0-6.5 vs 4.0-5.4 ms;
-    // C >= 6 about even. Keep HWIO (gemm) when blocking pads the weights over 1.5x.
-    if (2 * pd.weights_desc().get_size() > 3 * plan.d.weights.get_size())
-      pd = make_pd(plan.d.weights);
-    plan.prim = dnnl::convolution_backward_data(pd);
-    plan.weights = WeightsLayout(plan.d.weights, pd.weights_desc(), true);
-    return plan;
+    return make_plan<BackwardDataPlan>(any_bf16({&dx, &w, &dy}),
+                                       conv_describe("backward pass for the input", dx, w, dy, p), make);
   });
-  execute(plan.prim, {{DNNL_ARG_DIFF_DST, as_memory(plan.d.dst, dy)},
-                      {DNNL_ARG_WEIGHTS, plan.weights.to_primitive(as_memory(plan.d.weights, w))},
-                      {DNNL_ARG_DIFF_SRC, as_memory(plan.d.src, dx)}});
+  Staging staging(plan.emulated);
+  execute(plan.prim,
+          {{DNNL_ARG_DIFF_DST, staging.in(plan.d.dst, dy)},
+           {DNNL_ARG_WEIGHTS, plan.weights.to_primitive(staging.in(plan.d.weights, w))},
+           {DNNL_ARG_DIFF_SRC, staging.out(plan.d.src, dx)}},
+          staging);
 }
 
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DParams& p, Tensor& dw,
                              Tensor* db) {
   const int extra = db ? 1 : 0;
   auto& plan = cached<BackwardWeightsPlan>(conv_key("conv_bwd_w", x, dw, dy, p, extra), [&] {
-    BackwardWeightsPlan plan;
-    plan.d = conv_descs(x, dw, dy, p);
-    const memory::desc weights = any_layout(plan.d.weights);
-    // The hint is a forward pass whose weights have the activations' dtype (a
-    // bfloat16 forward has bfloat16 weights, while their gradient is float32).
-    const memory::desc hint_weights(plan.d.weights.dims(), plan.d.src.data_type(), Tag::any);
-    const auto hint = forward_pd(plan.d, hint_weights, db != nullptr, dnnl::primitive_attr());
-    const auto desc =
-        db ? dnnl::convolution_backward_weights::desc(
-                 dnnl::algorithm::convolution_direct, plan.d.src, weights, plan.d.bias,
-                 plan.d.dst, plan.d.strides, plan.d.pad_l, plan.d.pad_r)
-           : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                      plan.d.src, weights, plan.d.dst,
-                                                      plan.d.strides, plan.d.pad_l, plan.d.pad_r);
-    const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
-    DT_CHECK(!db || pd.diff_bias_desc() == plan.d.bias, "conv2d: oneDNN wants another bias layout");
-    plan.prim = dnnl::convolution_backward_weights(pd);
-    plan.weights = WeightsLayout(plan.d.weights, pd.diff_weights_desc(), false);
-    return plan;
+    const auto make = [&](bool emulated) {
+      BackwardWeightsPlan plan;
+      plan.d = conv_descs(x, dw, dy, p, emulated);
+      const memory::desc weights = any_layout(plan.d.weights);
+      // The hint is a forward pass whose weights have the activations' dtype (a
+      // bfloat16 forward has bfloat16 weights, while their gradient is float32).
+      const memory::desc hint_weights(plan.d.weights.dims(), plan.d.src.data_type(), Tag::any);
+      const auto hint = forward_pd(plan.d, hint_weights, db != nullptr, dnnl::primitive_attr());
+      const auto desc =
+          db ? dnnl::convolution_backward_weights::desc(
+                   dnnl::algorithm::convolution_direct, plan.d.src, weights, plan.d.bias,
+                   plan.d.dst, plan.d.strides, plan.d.pad_l, plan.d.pad_r)
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                        plan.d.src, weights, plan.d.dst,
+                                                        plan.d.strides, plan.d.pad_l, plan.d.pad_r);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+      DT_CHECK(!db || pd.diff_bias_desc() == plan.d.bias, "conv2d: oneDNN wants another bias layout");
+      plan.prim = dnnl::convolution_backward_weights(pd);
+      plan.weights = WeightsLayout(plan.d.weights, pd.diff_weights_desc(), false);
+      return plan;
+    };
+    return make_plan<BackwardWeightsPlan>(any_bf16({&x, &dw, &dy}),
+                                          conv_describe("backward pass for the kernel", x, dw, dy, p), make);
   });
-  const memory user_dw = as_memory(plan.d.weights, dw);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, as_memory(plan.d.src, x)},
-                                          {DNNL_ARG_DIFF_DST, as_memory(plan.d.dst, dy)},
+  Staging staging(plan.emulated);
+  const memory user_dw = staging.out(plan.d.weights, dw);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, staging.in(plan.d.src, x)},
+                                          {DNNL_ARG_DIFF_DST, staging.in(plan.d.dst, dy)},
                                           {DNNL_ARG_DIFF_WEIGHTS, plan.weights.from_primitive(user_dw)}};
   if (db) args.emplace(DNNL_ARG_DIFF_BIAS, as_memory(plan.d.bias, *db));
   execute(plan.prim, args);
   plan.weights.to_user(user_dw);
+  staging.finish();  // after to_user: a staged dw is complete only once back in its layout
 }
 
 }  // namespace dtrain::kernels::cpu

@@ -14,6 +14,8 @@ int num_threads();
 std::string library_version();  // "oneDNN 2.6.3"
 std::string isa_name();          // oneDNN's instruction set, e.g. "avx512_core_bf16"
 bool has_bf16_instructions();    // whether that set computes bfloat16 natively
+bool has_bf16_kernels();         // whether oneDNN has bfloat16 kernels for it (else dtrain emulates)
+int64_t bf16_emulated_plans();   // how many op plans (one per op and shape) emulate bfloat16 so far
 void cast(const Tensor& x, Tensor& y);
 
 #include "kernels/backend_ops.inc"

@@ -22,17 +22,19 @@ namespace {
 struct MatmulPlan {
   memory::desc src, weights, bias, dst;
   dnnl::matmul prim;
+  bool emulated = false;  // float32 in place of bfloat16 (onednn.h)
 };
 
 // dst (m, n) = src (m, k) . weights (k, n) [+ bias (1, n)] [then post-op act].
 // src_tag / weights_tag say how each operand is stored (ab: row-major, ba: transposed).
 MatmulPlan make_matmul(int64_t m, int64_t k, int64_t n, Tag src_tag, Tag weights_tag, bool bias,
-                       Activation act, const Tensor& src, const Tensor& weights, const Tensor& dst) {
+                       Activation act, const Tensor& src, const Tensor& weights, const Tensor& dst,
+                       bool emulated) {
   MatmulPlan plan;
-  plan.src = memory::desc({m, k}, dnnl_type(src), src_tag);
-  plan.weights = memory::desc({k, n}, dnnl_type(weights), weights_tag);
+  plan.src = memory::desc({m, k}, compute_type(src, emulated), src_tag);
+  plan.weights = memory::desc({k, n}, compute_type(weights, emulated), weights_tag);
   plan.bias = memory::desc({1, n}, kF32, Tag::ab);
-  plan.dst = memory::desc({m, n}, dnnl_type(dst), Tag::ab);
+  plan.dst = memory::desc({m, n}, compute_type(dst, emulated), Tag::ab);
   dnnl::primitive_attr attr;
   if (act != Activation::kLinear) {
     dnnl::post_ops ops;
@@ -50,17 +52,25 @@ MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, Tag src_tag, Tag weight
   const std::string key = str("matmul:", m, ",", k, ",", n, ",", static_cast<int>(src_tag), ",",
                               static_cast<int>(weights_tag), ",", bias, ",",
                               static_cast<int>(act), ",", dtype_key({&src, &weights, &dst}));
-  return cached<MatmulPlan>(
-      key, [&] { return make_matmul(m, k, n, src_tag, weights_tag, bias, act, src, weights, dst); });
+  return cached<MatmulPlan>(key, [&] {
+    const Describe describe = [&] {
+      return str("a Dense matmul (", m, "x", k, ")x(", k, "x", n, ")", bias ? " + bias" : "", " in ",
+                 dtype_key({&src, &weights, &dst}), " (src, weights, dst)");
+    };
+    return make_plan<MatmulPlan>(any_bf16({&src, &weights, &dst}), describe, [&](bool emulated) {
+      return make_matmul(m, k, n, src_tag, weights_tag, bias, act, src, weights, dst, emulated);
+    });
+  });
 }
 
 void run_matmul(MatmulPlan& plan, const Tensor& src, const Tensor& weights, const Tensor* bias,
                 Tensor& dst) {
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, as_memory(plan.src, src)},
-                                          {DNNL_ARG_WEIGHTS, as_memory(plan.weights, weights)},
-                                          {DNNL_ARG_DST, as_memory(plan.dst, dst)}};
+  Staging staging(plan.emulated);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, staging.in(plan.src, src)},
+                                          {DNNL_ARG_WEIGHTS, staging.in(plan.weights, weights)},
+                                          {DNNL_ARG_DST, staging.out(plan.dst, dst)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, as_memory(plan.bias, *bias));
-  execute(plan.prim, args);
+  execute(plan.prim, args, staging);
 }
 
 // dst (n) = sum over rows of src (m, n): the bias gradient. An own loop because

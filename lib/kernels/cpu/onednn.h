@@ -3,6 +3,15 @@
 //
 // Creating a oneDNN primitive costs far more than running it, so every op builds
 // its primitive once per distinct shape/attribute key and reuses it.
+//
+// bfloat16 without bfloat16 kernels: oneDNN 2.6 has bf16 matmul, convolution,
+// eltwise and pooling primitives only from avx512_core on; on an AVX2 CPU (or with
+// the ISA capped by ONEDNN_MAX_CPU_ISA) creating one fails. Each op then builds the
+// same primitive over float32 (decided once, when its plan is made: see
+// make_plan) and runs it through Staging: bfloat16 inputs widened to float32
+// (exact), the primitive in float32 (what avx512_bf16 and AMX do inside), float32
+// outputs rounded to bfloat16 (nearest even) exactly where a native primitive
+// rounds its result. Reorders (casts) have bf16 kernels on every ISA.
 #pragma once
 
 #include <dnnl.hpp>
@@ -10,6 +19,8 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -54,5 +65,75 @@ T& cached(const std::string& key, const std::function<T()>& make) {
 
 // Executes a primitive on this thread's stream and waits for it.
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
+
+// The data type a plan's primitive computes a tensor in: its own, or float32 for
+// a bfloat16 tensor when the plan is emulated (see the top of this file).
+memory::data_type compute_type(const Tensor& t, bool emulated);
+// Whether any of the tensors is bfloat16 (only such a primitive may be emulated).
+bool any_bf16(std::initializer_list<const Tensor*> tensors);
+
+// What an op's primitive is, for an error: "Dense matmul (64x784)x(784x128) bf16,bf16
+// -> bf16". Built only when creation fails.
+using Describe = std::function<std::string()>;
+
+// Builds a plan with make(emulated): first natively (emulated = false); where
+// oneDNN has no kernel for it on this ISA and bf16 tensors are involved, again
+// with emulated = true (float32 primitives, Staging at run time), logging the
+// first time this process emulates. Any other creation failure is a ConfigError
+// naming the op, its shapes and data types, and the ISA. Plan must have a
+// `bool emulated` member.
+template <class Plan>
+Plan make_plan(bool has_bf16, const Describe& describe, const std::function<Plan(bool)>& make);
+[[noreturn]] void throw_creation_error(const Describe& describe, const dnnl::error& e, bool emulated);
+void note_bf16_emulated(const Describe& describe);
+
+template <class Plan>
+Plan make_plan(bool has_bf16, const Describe& describe, const std::function<Plan(bool)>& make) {
+  try {
+    Plan plan = make(false);
+    plan.emulated = false;
+    return plan;
+  } catch (const dnnl::error& e) {
+    if (!has_bf16 || e.status != dnnl_unimplemented) throw_creation_error(describe, e, false);
+  }
+  try {
+    Plan plan = make(true);
+    plan.emulated = true;
+    note_bf16_emulated(describe);
+    return plan;
+  } catch (const dnnl::error& e) {
+    throw_creation_error(describe, e, true);
+  }
+}
+
+// The memories one execution hands its primitive. For a native plan they are the
+// tensors themselves. For an emulated plan a bfloat16 tensor is staged in a
+// float32 buffer of this thread: an input is widened into it first, an output is
+// written there and rounded into the tensor by finish().
+class Staging {
+ public:
+  explicit Staging(bool emulated) : emulated_(emulated) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  // md: the plan's desc for t (float32 where t is bf16 and the plan is emulated).
+  memory in(const memory::desc& md, const Tensor& t);
+  memory out(const memory::desc& md, Tensor& t);
+  // Rounds the staged outputs into their bfloat16 tensors.
+  void finish();
+
+ private:
+  memory staged(const memory::desc& md);
+  bool emulated_;
+  int slots_ = 0;
+  std::vector<std::pair<memory, Tensor*>> outputs_;
+};
+
+// Executes a plan's primitive, then rounds its staged outputs.
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args, Staging& staging);
+
+// float32 <-> bfloat16 over n contiguous elements, on oneDNN's reorder (cached per
+// size and direction).
+void convert(const void* from, DType from_type, void* to, DType to_type, int64_t n);
 
 }  // namespace dtrain::kernels::cpu

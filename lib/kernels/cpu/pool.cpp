@@ -199,32 +199,40 @@ struct AvgPoolPlan {
   memory::desc src, dst;
   dnnl::pooling_forward forward;
   dnnl::pooling_backward backward;
+  bool emulated = false;  // float32 in place of bfloat16 (onednn.h)
 };
 
-// x (N, H, W, C) -> y (N, OH, OW, C), forward and backward.
-AvgPoolPlan& avg_pool_plan(const Shape& x, const Shape& y, const Pool2DParams& p, DType dtype) {
-  const std::string key = str("avg_pool:", dtype_name(dtype), shape_str(x), shape_str(y), p.kernel[0], ",",
+// xt (N, H, W, C) -> yt (N, OH, OW, C), forward and backward, in xt's dtype.
+AvgPoolPlan& avg_pool_plan(const Tensor& xt, const Tensor& yt, const Pool2DParams& p) {
+  const Shape &x = xt.shape(), &y = yt.shape();
+  const std::string key = str("avg_pool:", dtype_name(xt.dtype()), shape_str(x), shape_str(y), p.kernel[0], ",",
                               p.kernel[1], ",", p.stride[0], ",", p.stride[1], ",", p.pad_before[0],
                               ",", p.pad_before[1], ",", p.pad_after[0], ",", p.pad_after[1]);
   return cached<AvgPoolPlan>(key, [&] {
-    AvgPoolPlan plan;
-    plan.src = memory::desc({x[0], x[3], x[1], x[2]}, dnnl_type(dtype), Tag::nhwc);
-    plan.dst = memory::desc({y[0], y[3], y[1], y[2]}, dnnl_type(dtype), Tag::nhwc);
-    const memory::dims strides = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
-                       pad_l = {p.pad_before[0], p.pad_before[1]},
-                       pad_r = {p.pad_after[0], p.pad_after[1]};
-    const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
-    // Average pooling has no workspace, so one forward_training primitive serves
-    // training and inference alike, and hints the backward.
-    const dnnl::pooling_forward::primitive_desc forward_pd(
-        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, plan.src, plan.dst,
-                                    strides, kernel, pad_l, pad_r),
-        engine());
-    plan.forward = dnnl::pooling_forward(forward_pd);
-    plan.backward = dnnl::pooling_backward(dnnl::pooling_backward::primitive_desc(
-        dnnl::pooling_backward::desc(alg, plan.src, plan.dst, strides, kernel, pad_l, pad_r),
-        engine(), forward_pd));
-    return plan;
+    const Describe describe = [&] {
+      return str("an AveragePooling2D ", p.kernel[0], "x", p.kernel[1], " (input ", shape_str(x), ", output ",
+                 shape_str(y), ", strides ", p.stride[0], ",", p.stride[1], ") in ", dtype_name(xt.dtype()));
+    };
+    return make_plan<AvgPoolPlan>(any_bf16({&xt}), describe, [&](bool emulated) {
+      AvgPoolPlan plan;
+      plan.src = memory::desc({x[0], x[3], x[1], x[2]}, compute_type(xt, emulated), Tag::nhwc);
+      plan.dst = memory::desc({y[0], y[3], y[1], y[2]}, compute_type(xt, emulated), Tag::nhwc);
+      const memory::dims strides = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
+                         pad_l = {p.pad_before[0], p.pad_before[1]},
+                         pad_r = {p.pad_after[0], p.pad_after[1]};
+      const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
+      // Average pooling has no workspace, so one forward_training primitive serves
+      // training and inference alike, and hints the backward.
+      const dnnl::pooling_forward::primitive_desc forward_pd(
+          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, plan.src, plan.dst,
+                                      strides, kernel, pad_l, pad_r),
+          engine());
+      plan.forward = dnnl::pooling_forward(forward_pd);
+      plan.backward = dnnl::pooling_backward(dnnl::pooling_backward::primitive_desc(
+          dnnl::pooling_backward::desc(alg, plan.src, plan.dst, strides, kernel, pad_l, pad_r),
+          engine(), forward_pd));
+      return plan;
+    });
   });
 }
 
@@ -250,9 +258,10 @@ void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace
   const PoolGeom g = pool_geom(x, y, p);
   DT_CHECK(x.dtype() == y.dtype(), "pooling between dtypes");
   if (p.kind == PoolKind::kAverage) {
-    auto& plan = avg_pool_plan(x.shape(), y.shape(), p, x.dtype());
-    execute(plan.forward,
-            {{DNNL_ARG_SRC, as_memory(plan.src, x)}, {DNNL_ARG_DST, as_memory(plan.dst, y)}});
+    auto& plan = avg_pool_plan(x, y, p);
+    Staging staging(plan.emulated);
+    execute(plan.forward, {{DNNL_ARG_SRC, staging.in(plan.src, x)}, {DNNL_ARG_DST, staging.out(plan.dst, y)}},
+            staging);
     return;
   }
   if (x.dtype() == DType::kBF16) return max_pool_forward_typed(g, x.data_bf16(), y.data_bf16(), ws);
@@ -263,10 +272,11 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
   const PoolGeom g = pool_geom(dx, dy, p);
   DT_CHECK(dx.dtype() == dy.dtype(), "pooling between dtypes");
   if (p.kind == PoolKind::kAverage) {
-    auto& plan = avg_pool_plan(dx.shape(), dy.shape(), p, dy.dtype());
+    auto& plan = avg_pool_plan(dx, dy, p);
+    Staging staging(plan.emulated);
     execute(plan.backward,
-            {{DNNL_ARG_DIFF_DST, as_memory(plan.dst, dy)},
-             {DNNL_ARG_DIFF_SRC, as_memory(plan.src, dx)}});
+            {{DNNL_ARG_DIFF_DST, staging.in(plan.dst, dy)}, {DNNL_ARG_DIFF_SRC, staging.out(plan.src, dx)}},
+            staging);
     return;
   }
   DT_CHECK(ws != nullptr, "pool2d_backward needs the training forward's workspace");

@@ -100,12 +100,32 @@ ConvPlan make_plan(const ConvKey& k) {
   return plan;
 }
 
+// "a Conv2D (input (64,28,28,1), kernel (3,3,1,32), output (64,26,26,32), strides 1,1,
+// padding 0,0,0,0) in bfloat16 on cuda:0": what a plan is for, in its errors.
+std::string describe(const ConvKey& k) {
+  return str("a Conv2D (input ", shape_str({k.n, k.h, k.w, k.c}), ", kernel ", shape_str({k.kh, k.kw, k.c, k.f}),
+             ", output ", shape_str({k.n, k.oh, k.ow, k.f}), ", strides ", k.sh, ",", k.sw, ", padding ", k.pt, ",",
+             k.pl, ",", k.pb, ",", k.pr, ") in ", dtype_name(k.dtype), " on cuda:", k.device);
+}
+
+// Runs a step of making or choosing a plan; a CUDA or cuDNN failure in it names
+// the convolution (shapes, data type, GPU) before the library's own words.
+template <class F>
+void for_plan(const ConvKey& key, const char* step, F&& f) {
+  try {
+    f();
+  } catch (const CudaError& e) {
+    throw CudaError(str("cuDNN cannot ", step, " ", describe(key), ": ", e.what(),
+                        "; try train.precision \"float32\" or another kernel shape, or report this line"));
+  }
+}
+
 ConvPlan& plan_for(const ConvKey& key) {
   static std::mutex mutex;
   static std::map<ConvKey, ConvPlan> plans;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  if (it == plans.end()) for_plan(key, "set up", [&] { it = plans.emplace(key, make_plan(key)).first; });
   return it->second;
 }
 
@@ -173,14 +193,16 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
   to_filter_layout(w, k, filter.get());
   cudnnHandle_t h = context().cudnn;
   if (!plan.forward.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
-    Scratch search(kSearchWorkspaceBytes);
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> results(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-    int count = 0;
-    DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, input, plan.w, filter.get(), plan.conv, plan.y,
-                                                          y.raw(), static_cast<int>(results.size()), &count,
-                                                          results.data(), search.get(), search.bytes()));
-    take_best(results, count, k.dtype, plan.forward, "forward");
+    for_plan(k, "choose a forward algorithm for", [&] {
+      DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
+      Scratch search(kSearchWorkspaceBytes);
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> results(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+      int count = 0;
+      DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, input, plan.w, filter.get(), plan.conv, plan.y,
+                                                            y.raw(), static_cast<int>(results.size()), &count,
+                                                            results.data(), search.get(), search.bytes()));
+      take_best(results, count, k.dtype, plan.forward, "forward");
+    });
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.forward.math));
   Scratch workspace(std::max<size_t>(plan.forward.workspace, 256));
@@ -209,14 +231,16 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams&
   void* out = plan.padded ? padded.get() : dx.raw();
   cudnnHandle_t h = context().cudnn;
   if (!plan.backward_data.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
-    Scratch search(kSearchWorkspaceBytes);
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    int count = 0;
-    DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w, filter.get(), plan.y, dy.raw(), plan.conv,
-                                                               plan.x, out, static_cast<int>(results.size()), &count,
-                                                               results.data(), search.get(), search.bytes()));
-    take_best(results, count, k.dtype, plan.backward_data, "backward-data");
+    for_plan(k, "choose a backward-data algorithm for", [&] {
+      DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
+      Scratch search(kSearchWorkspaceBytes);
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+      int count = 0;
+      DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w, filter.get(), plan.y, dy.raw(), plan.conv,
+                                                                 plan.x, out, static_cast<int>(results.size()), &count,
+                                                                 results.data(), search.get(), search.bytes()));
+      take_best(results, count, k.dtype, plan.backward_data, "backward-data");
+    });
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.backward_data.math));
   Scratch workspace(std::max<size_t>(plan.backward_data.workspace, 256));
@@ -248,14 +272,16 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DPara
   Scratch filter_grad(static_cast<size_t>(dw.numel()) * dtype_size(k.dtype));
   cudnnHandle_t h = context().cudnn;
   if (!plan.backward_filter.chosen) {
-    DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
-    Scratch search(kSearchWorkspaceBytes);
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-    int count = 0;
-    DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, plan.x, input, plan.y, dy.raw(), plan.conv, plan.w, filter_grad.get(), static_cast<int>(results.size()),
-        &count, results.data(), search.get(), search.bytes()));
-    take_best(results, count, k.dtype, plan.backward_filter, "backward-filter");
+    for_plan(k, "choose a backward-filter algorithm for", [&] {
+      DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, search_math(k.dtype)));
+      Scratch search(kSearchWorkspaceBytes);
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+      int count = 0;
+      DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, plan.x, input, plan.y, dy.raw(), plan.conv, plan.w, filter_grad.get(), static_cast<int>(results.size()),
+          &count, results.data(), search.get(), search.bytes()));
+      take_best(results, count, k.dtype, plan.backward_filter, "backward-filter");
+    });
   }
   DT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, plan.backward_filter.math));
   Scratch workspace(std::max<size_t>(plan.backward_filter.workspace, 256));

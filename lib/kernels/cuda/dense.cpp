@@ -111,12 +111,31 @@ MatmulPlan make_plan(const MatmulKey& key) {
   return plan;
 }
 
+const char* cuda_type_name(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_32F: return "float32";
+    case CUDA_R_16BF: return "bfloat16";
+    case CUDA_R_16F: return "float16";
+    default: return "another type";
+  }
+}
+
 MatmulPlan& plan_for(const MatmulKey& key) {
   static std::mutex mutex;
   static std::map<MatmulKey, MatmulPlan> plans;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  if (it == plans.end()) {
+    try {
+      it = plans.emplace(key, make_plan(key)).first;
+    } catch (const CudaError& e) {
+      // Name the product (shapes, types, GPU) before the library's own words.
+      throw CudaError(str("cuBLASLt cannot set up a Dense matmul (", key.m, "x", key.k, ")x(", key.k, "x", key.n,
+                          ") with ", cuda_type_name(key.ab), " inputs and a ", cuda_type_name(key.cd),
+                          " output on cuda:", key.device, ": ", e.what(),
+                          "; try train.precision \"float32\" or report this line"));
+    }
+  }
   return it->second;
 }
 

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -269,26 +272,41 @@ TEST_CASE("pipeline: start_epoch in the middle of an epoch with prefetch restart
   CHECK(epoch_labels(p, 3) == expected);
 }
 
+// Runs f on a thread of its own and says whether it returned within `seconds`.
+// The thread is detached, so a hang fails the test here (with its line) instead
+// of at ctest's timeout.
+bool returns_within(double seconds, std::function<void()> f) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([f = std::move(f), done] {
+    f();
+    done->set_value();
+  }).detach();
+  return finished.wait_for(std::chrono::duration<double>(seconds)) == std::future_status::ready;
+}
+
 TEST_CASE("pipeline: destroying a pipeline mid-epoch does not hang") {
   for (int64_t prefetch : {1, 4}) {
+    INFO("prefetch " << prefetch);
     PipelineOptions o;
     o.batch_size = 3;
     o.prefetch = prefetch;
     auto ds = byte_dataset(300);
-    {
+    int64_t first_batch = 0;
+    CHECK(returns_within(10.0, [&] {
       Pipeline p(ds, o);
       p.start_epoch(0);
       Batch b;
-      REQUIRE(p.next(b));
+      if (p.next(b)) first_batch = b.size();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the queue fill
-    }
-    {
+    }));
+    CHECK(first_batch == 3);
+    CHECK(returns_within(10.0, [&] {
       Pipeline p(ds, o);
       p.start_epoch(0);  // never read
-    }
-    { Pipeline p(ds, o); }  // never started
+    }));
+    CHECK(returns_within(10.0, [&] { Pipeline p(ds, o); }));  // never started
   }
-  CHECK(true);
 }
 
 TEST_CASE("pipeline: an error in the prefetch thread is rethrown by next()") {

@@ -5,6 +5,7 @@
 // float32). Also the conversions themselves: round to nearest even, NaN and inf.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <iostream>
 #include <limits>
 
 #include "core/error.h"
@@ -50,7 +51,7 @@ TEST_CASE("float32 to bfloat16 rounds to nearest even and keeps NaN and infiniti
   CHECK(std::isinf(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::max()))));
 }
 
-TEST_CASE("kernels::cast agrees with the scalar conversion and round-trips bfloat16 values") {
+TEST_CASE("kernels::cast agrees with the scalar conversion and round-trips bfloat16 values", "[bf16]") {
   const Tensor x = random_tensor({1000}, 3, -50.0, 50.0);
   const Tensor b = to_bf16(x);
   REQUIRE(b.dtype() == DType::kBF16);
@@ -77,7 +78,7 @@ TEST_CASE("a bfloat16 tensor refuses float32 access and copies between dtypes") 
   CHECK(dtype_name(c.dtype()) == std::string("bfloat16"));
 }
 
-TEST_CASE("dense forward and backward in bfloat16 match float32 on the same inputs") {
+TEST_CASE("dense forward and backward in bfloat16 match float32 on the same inputs", "[bf16]") {
   kernels::set_num_threads(2);
   const Tensor x = random_bf16_exact({17, 40}, 1), w = random_bf16_exact({40, 24}, 2);
   const Tensor b = random_tensor({24}, 3), dy = random_bf16_exact({17, 24}, 4);
@@ -99,7 +100,7 @@ TEST_CASE("dense forward and backward in bfloat16 match float32 on the same inpu
   require_close(dbb, db, 1e-4, 1e-4);
 }
 
-TEST_CASE("conv2d forward and both backward passes in bfloat16 match float32") {
+TEST_CASE("conv2d forward and both backward passes in bfloat16 match float32", "[bf16]") {
   kernels::set_num_threads(2);
   kernels::Conv2DParams p;
   p.stride[0] = p.stride[1] = 2;
@@ -124,7 +125,7 @@ TEST_CASE("conv2d forward and both backward passes in bfloat16 match float32") {
   require_close(dbb, db, 1e-3, 1e-3);
 }
 
-TEST_CASE("pooling, relu and dropout in bfloat16 match float32") {
+TEST_CASE("pooling, relu and dropout in bfloat16 match float32", "[bf16]") {
   kernels::set_num_threads(2);
   const Tensor x = random_bf16_exact({2, 8, 8, 6}, 21), dy = random_bf16_exact({2, 4, 4, 6}, 22);
   for (kernels::PoolKind kind : {kernels::PoolKind::kMax, kernels::PoolKind::kAverage}) {
@@ -169,5 +170,65 @@ TEST_CASE("pooling, relu and dropout in bfloat16 match float32") {
     kernels::multiply(g, mask, back);
     kernels::multiply(to_bf16(g), maskb, backb);
     require_close(to_f32(backb), back, 0.0, 1.0 / 256);
+  }
+}
+
+TEST_CASE("bfloat16 ops take oneDNN's bfloat16 kernels where the ISA has them, else the emulated path", "[bf16]") {
+  // Under ONEDNN_MAX_CPU_ISA=AVX2 (the isa-avx2 run of this test) and on AVX2 CPUs
+  // oneDNN has no bfloat16 matmul: the op must still run, on the emulated path.
+  const bool avx2_or_less = kernels::cpu_isa() == "avx2" || kernels::cpu_isa() == "avx" ||
+                            kernels::cpu_isa() == "sse41" || kernels::cpu_isa() == "avx2_vnni";
+  if (avx2_or_less) CHECK(kernels::cpu_bf16() == kernels::CpuBf16::kEmulated);
+  if (kernels::cpu_has_bf16()) CHECK(kernels::cpu_bf16() == kernels::CpuBf16::kNative);
+  const std::string description = kernels::cpu_bf16_description();
+  CHECK(description.find("ISA " + kernels::cpu_isa()) != std::string::npos);
+  const bool emulated = kernels::cpu_bf16() == kernels::CpuBf16::kEmulated;
+  CHECK((description.find("emulated, expect it slower than float32") != std::string::npos) == emulated);
+
+  const int64_t before = kernels::cpu_bf16_emulated_ops();
+  const Tensor x = random_bf16_exact({5, 11}, 31), w = random_bf16_exact({11, 7}, 32);
+  Tensor y({5, 7}), yb({5, 7}, Device::cpu(), DType::kBF16);
+  kernels::dense_forward(x, w, nullptr, Activation::kTanh, y);
+  kernels::dense_forward(to_bf16(x), to_bf16(w), nullptr, Activation::kTanh, yb);
+  require_close(to_f32(yb), y, kAtol, kRtol);
+  // One new plan (this shape is used nowhere else), emulated exactly when the CPU path says so.
+  CHECK(kernels::cpu_bf16_emulated_ops() - before == (emulated ? 1 : 0));
+  // The plan is decided once: calling again makes no new one.
+  kernels::dense_forward(to_bf16(x), to_bf16(w), nullptr, Activation::kTanh, yb);
+  CHECK(kernels::cpu_bf16_emulated_ops() - before == (emulated ? 1 : 0));
+}
+
+TEST_CASE("bfloat16 runs on oneDNN's native kernels on a CPU with bfloat16 instructions") {
+  if (!kernels::cpu_has_bf16()) {
+    std::cout << "DTRAIN-SKIPPED: this CPU (oneDNN ISA " << kernels::cpu_isa()
+              << ") has no bfloat16 instructions; the emulated path is tested by the [bf16] tests" << std::endl;
+    return;
+  }
+  CHECK(kernels::cpu_bf16() == kernels::CpuBf16::kNative);
+  const int64_t before = kernels::cpu_bf16_emulated_ops();
+  kernels::Conv2DParams p;
+  const Tensor x = to_bf16(random_tensor({2, 6, 6, 3}, 41)), w = to_bf16(random_tensor({3, 3, 3, 4}, 42));
+  Tensor y({2, 4, 4, 4}, Device::cpu(), DType::kBF16);
+  kernels::conv2d_forward(x, w, nullptr, p, Activation::kRelu, y);
+  Tensor r(y.shape(), Device::cpu(), DType::kBF16);
+  kernels::activation_forward(Activation::kSigmoid, y, r);
+  CHECK(kernels::cpu_bf16_emulated_ops() == before);
+}
+
+TEST_CASE("an op oneDNN cannot create is a ConfigError naming the op, shapes, data types and ISA") {
+  // oneDNN 2.6 has no float16 matmul on these CPUs, and float16 is never emulated.
+  const Tensor x({4, 8}, Device::cpu(), DType::kF16), w({8, 3}, Device::cpu(), DType::kF16);
+  Tensor y({4, 3}, Device::cpu(), DType::kF16);
+  try {
+    kernels::dense_forward(x, w, nullptr, Activation::kLinear, y);
+    FAIL("a float16 matmul was created on the CPU");
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("Dense matmul (4x8)x(8x3)") != std::string::npos);
+    CHECK(m.find("float16") != std::string::npos);
+    CHECK(m.find("ISA " + kernels::cpu_isa()) != std::string::npos);
+    CHECK(m.find("train.precision") != std::string::npos);
+    CHECK(e.exit_code() == ExitCode::kConfig);
   }
 }

@@ -319,7 +319,7 @@ TEST_CASE("kernel bodies: casts between float32 and bfloat16 are the CPU's, and 
   }
 }
 
-TEST_CASE("kernel bodies in bfloat16 (mixed precision): the CPU backend's bfloat16 ops") {
+TEST_CASE("kernel bodies in bfloat16 (mixed precision): the CPU backend's bfloat16 ops", "[bf16]") {
   const auto bf16 = [](const Tensor& x) {
     Tensor y(x.shape(), Device::cpu(), DType::kBF16);
     kernels::cast(x, y);

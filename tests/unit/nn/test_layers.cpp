@@ -367,7 +367,7 @@ double relative_distance(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches float32 closely") {
+TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches float32 closely", "[bf16]") {
   nn::Sequential f32(mixed_cnn_spec(DType::kF32), 7), bf16(mixed_cnn_spec(DType::kBF16), 7);
   std::vector<std::string> dtypes;
   for (auto& l : bf16.layers()) dtypes.push_back(dtype_name(l->compute_dtype()));
@@ -402,7 +402,7 @@ TEST_CASE("a bfloat16 model computes in bfloat16 where a layer can, and matches 
   }
 }
 
-TEST_CASE("a bfloat16 model that begins with layers without parameters runs backward (the shipped MLP)") {
+TEST_CASE("a bfloat16 model that begins with layers without parameters runs backward (the shipped MLP)", "[bf16]") {
   // Flatten then Dense, as configs/fashion_mnist_mlp.json: Flatten computes in
   // bfloat16 and needs no input gradient, so none may be converted for it.
   nn::ModelSpec spec = model_spec({4, 4, 1}, {layer("Flatten", 0), dense(8, 1, "relu"), dense(3, 2)});
@@ -426,7 +426,7 @@ TEST_CASE("a bfloat16 model that begins with layers without parameters runs back
   CHECK(dx.shape() == x.shape());
 }
 
-TEST_CASE("the bfloat16 weight copies are remade when the params may have changed") {
+TEST_CASE("the bfloat16 weight copies are remade when the params may have changed", "[bf16]") {
   nn::Sequential model(mixed_cnn_spec(DType::kBF16), 7);
   const Tensor x = random_tensor({2, 10, 10, 3}, 3);
   const nn::StepContext eval{false, 1, 0};

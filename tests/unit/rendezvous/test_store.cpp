@@ -90,9 +90,8 @@ TEST_CASE("set, get, add and wait work across clients") {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     a.set("late", "1");
   });
-  Stopwatch t;
+  // true: the set woke the wait (a deadline would have returned false).
   CHECK(b.wait({"x", "late"}, 5.0));
-  CHECK(t.seconds() < 3.0);
   setter.join();
 }
 
@@ -101,8 +100,7 @@ TEST_CASE("a wait for a key nobody sets returns false at its deadline") {
   StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
   Stopwatch t;
   CHECK_FALSE(a.wait({"never"}, 0.5));
-  CHECK(t.seconds() >= 0.45);
-  CHECK(t.seconds() < 3.0);
+  CHECK(t.seconds() >= 0.45);  // not before the deadline (after it, a loaded machine decides how long)
 }
 
 TEST_CASE("a client with the wrong secret finds that the server's proof does not match") {
@@ -169,9 +167,7 @@ TEST_CASE("garbage bytes and oversized frames get the connection dropped, not th
 TEST_CASE("a connection that never authenticates is dropped after the handshake deadline") {
   StoreServer server("127.0.0.1", 0, server_options(10.0, /*handshake_timeout=*/0.5));
   const int silent = raw_connect(server.port());
-  Stopwatch t;
-  CHECK(closed_by_server(silent, 5));
-  CHECK(t.seconds() < 3.0);
+  CHECK(closed_by_server(silent, 5));  // closed by the 0.5 s handshake deadline, within 5 s
   ::close(silent);
 }
 
@@ -215,8 +211,8 @@ TEST_CASE("a task whose control connection drops is reported lost, with its last
     StoreClient doomed("127.0.0.1", server.port(), client_options("worker:1", "control"));
     CHECK_FALSE(doomed.heartbeat(37).failure.has_value());
   }  // closed without done(): as if the process was killed
-  Stopwatch t;
-  // A pending wait fails at once with the reason.
+  // A pending wait fails with the reason, not at its 10 s deadline (which would
+  // return false): the outcome says which, whatever the machine's load.
   try {
     waiter.wait({"never"}, 10.0);
     FAIL("wait survived a lost task");
@@ -224,7 +220,6 @@ TEST_CASE("a task whose control connection drops is reported lost, with its last
     CHECK_THAT(e.what(), Catch::Contains("worker:1") && Catch::Contains("127.0.0.1:3") &&
                              Catch::Contains("after step 37"));
   }
-  CHECK(t.seconds() < 2.0);
   const HeartbeatReply reply = survivor.heartbeat(5);
   REQUIRE(reply.failure.has_value());
   CHECK_THAT(*reply.failure, Catch::Contains("worker:1"));
