@@ -388,6 +388,11 @@ LaunchReport Launcher::run() {
   const int threads = remote ? options_.threads : default_threads(options_, plan.tasks.size());
   RemoteShell shell = options_.remote;
   if (remote) {
+    // A local task inherits the launcher's environment; a remote one gets oneDNN's
+    // ISA cap too where it is set, so the job's tasks compute on one instruction
+    // set wherever they run (as the capped test run expects of a hostfile job).
+    for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+      if (const char* value = std::getenv(name)) task_env.push_back(str(name, "=", value));
     shell.ssh = find_program(shell.ssh, "--hostfile: the ssh client");
     if (shell.cwd.empty()) shell.cwd = fs::current_path().string();
   }
