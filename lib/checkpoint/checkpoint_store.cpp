@@ -70,9 +70,11 @@ std::map<std::string, SafetensorsFile> read_parts(const std::string& path, const
       if (wanted(t.name))
         for (const TensorPart& part : t.parts) parts_in[part.file].insert(part.tensor);
   std::map<std::string, SafetensorsFile> files;
-  for (const auto& [file, parts] : parts_in)
+  for (const auto& [file, file_parts] : parts_in) {
+    const std::set<std::string>& parts = file_parts;  // a lambda cannot capture a structured binding in clang 14
     files[file] = read_safetensors((fs::path(path) / file).string(),
                                    [&](const std::string& name) { return parts.count(name) > 0; });
+  }
   return files;
 }
 

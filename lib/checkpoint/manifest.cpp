@@ -1,6 +1,8 @@
 // manifest.json reading and writing (nlohmann stays inside this file).
 #include "checkpoint/manifest.h"
 
+#include <climits>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -50,14 +52,14 @@ std::vector<ShardedTensor> layout_from_json(const nlohmann::json& j, const char*
     tensor.name = t["name"].get<std::string>();
     for (const nlohmann::json& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        throw fail(str("sharded tensor ", tensor.name, " has a bad shape"));
+        throw fail(str("sharded tensor ", printable(tensor.name), " has a bad shape"));
       tensor.shape.push_back(d.get<int64_t>());
     }
     for (const nlohmann::json& p : t["parts"]) {
       if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !p.contains("tensor") ||
           !p["tensor"].is_string() || !p.contains("offset") || !p["offset"].is_number_integer() ||
           p["offset"].get<int64_t>() < 0)
-        throw fail(str("sharded tensor ", tensor.name,
+        throw fail(str("sharded tensor ", printable(tensor.name),
                        ": each part needs \"file\", \"tensor\" (strings) and \"offset\" (integer >= 0)"));
       tensor.parts.push_back({p["file"].get<std::string>(), p["tensor"].get<std::string>(), p["offset"].get<int64_t>()});
     }
@@ -91,23 +93,31 @@ Manifest manifest_from_json(const std::string& text, const std::string& source) 
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   auto fail = [&](const std::string& what) { return IoError(str("bad checkpoint manifest ", source, ": ", what)); };
   if (j.is_discarded() || !j.is_object()) throw fail("not a JSON object");
-  if (j.value("format", "") != kFormat) throw fail(str("\"format\" is not \"", kFormat, "\""));
+  if (!j.contains("format") || j["format"] != kFormat) throw fail(str("\"format\" is not \"", kFormat, "\""));
   if (!j.contains("format_version") || !j["format_version"].is_number_integer() ||
-      j["format_version"].get<int>() != kFormatVersion)
+      j["format_version"] != kFormatVersion)
     throw fail(str("unsupported format_version (this dtrain reads ", kFormatVersion, ")"));
-  auto integer = [&](const char* key) -> int64_t {
+  // An integer from `min` to `max` (a number that fits an int where one holds it).
+  auto integer = [&](const char* key, int64_t min, int64_t max = INT64_MAX) -> int64_t {
     if (!j.contains(key) || !j[key].is_number_integer()) throw fail(str("\"", key, "\" missing or not an integer"));
-    return j[key].get<int64_t>();
+    const nlohmann::json& v = j[key];
+    // nlohmann reads a number >= 0 as unsigned, and one below 0 as signed.
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= static_cast<uint64_t>(max) && static_cast<int64_t>(v.get<uint64_t>()) >= min
+                              : v.get<int64_t>() >= min && v.get<int64_t>() <= max;
+    if (!in_range)
+      throw fail(str("\"", key, "\" is ", v.dump(), ", not an integer from ", min, " to ", max));
+    return v.get<int64_t>();
   };
   auto string = [&](const char* key) -> std::string {
     if (!j.contains(key) || !j[key].is_string()) throw fail(str("\"", key, "\" missing or not a string"));
     return j[key].get<std::string>();
   };
   Manifest m;
-  m.step = integer("step");
-  m.epoch = integer("epoch");
-  m.samples_seen = integer("samples_seen");
-  m.world_size = static_cast<int>(integer("world_size"));
+  m.step = integer("step", 0);
+  m.epoch = integer("epoch", 0);
+  m.samples_seen = integer("samples_seen", 0);
+  m.world_size = static_cast<int>(integer("world_size", 1, INT_MAX));
   m.config_sha256 = string("config_sha256");
   m.dtrain_version = string("dtrain_version");
   if (!j.contains("rng") || !j["rng"].is_object()) throw fail("\"rng\" missing or not an object");
@@ -117,7 +127,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& source) 
     const nlohmann::json& f = it.value();
     if (!f.is_object() || !f.contains("sha256") || !f["sha256"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned())
-      throw fail(str("files.", it.key(), " needs \"sha256\" (string) and \"bytes\" (integer)"));
+      throw fail(str("files.", printable(it.key()), " needs \"sha256\" (string) and \"bytes\" (integer)"));
     m.files[it.key()] = {f["sha256"].get<std::string>(), f["bytes"].get<uint64_t>()};
   }
   if (j.contains("sharded")) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -87,22 +88,23 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
     if (name == "__metadata__") {
       if (!v.is_object()) throw fail("__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw fail(str("__metadata__.", m.key(), " is not a string"));
+        if (!m.value().is_string()) throw fail(str("__metadata__.", printable(m.key()), " is not a string"));
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = str("tensor '", name, "'");
+    const std::string where = str("tensor '", printable(name), "'");
     if (!v.is_object()) throw fail(str(where, " is not an object"));
     if (!v.contains("dtype") || !v["dtype"].is_string()) throw fail(str(where, " has no dtype"));
     const std::string dtype = v["dtype"].get<std::string>();
-    if (!known_dtypes().count(dtype)) throw fail(str(where, " has unknown dtype '", dtype, "'"));
+    if (!known_dtypes().count(dtype)) throw fail(str(where, " has unknown dtype '", printable(dtype), "'"));
     if (dtype != "F32") throw fail(str(where, " has dtype ", dtype, "; only F32 is supported"));
     if (!v.contains("shape") || !v["shape"].is_array()) throw fail(str(where, " has no shape list"));
     Entry e;
     e.name = name;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) throw fail(str(where, " has a shape entry that is not a non-negative integer"));
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        throw fail(str(where, " has a shape entry that is not a non-negative integer below 2^63"));
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
     const auto& off = v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();
@@ -132,9 +134,10 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
                    [](const Entry& a, const Entry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
   uint64_t expect = 0;
   for (const Entry& e : h.entries) {
-    if (e.begin < expect) throw fail(str("tensor '", e.name, "' overlaps the tensor before it (starts at ", e.begin,
+    if (e.begin < expect) throw fail(str("tensor '", printable(e.name), "' overlaps the tensor before it (starts at ", e.begin,
                                          ", previous ends at ", expect, ")"));
-    if (e.begin > expect) throw fail(str("gap in the data before tensor '", e.name, "' (bytes ", expect, " to ", e.begin, ")"));
+    if (e.begin > expect)
+      throw fail(str("gap in the data before tensor '", printable(e.name), "' (bytes ", expect, " to ", e.begin, ")"));
     expect = e.end;
   }
   if (expect != data_size)
@@ -160,7 +163,7 @@ SafetensorsFile read_impl(const std::string& path, bool with_data, const TensorF
       t.tensor = Tensor(e.shape);
       in.seekg(static_cast<std::streamoff>(h.data_start + e.begin));
       in.read(reinterpret_cast<char*>(t.tensor.data()), static_cast<std::streamsize>(e.end - e.begin));
-      if (!in) throw IoError(str("cannot read tensor '", e.name, "' from ", path));
+      if (!in) throw IoError(str("cannot read tensor '", printable(e.name), "' from ", path));
     }
     file.tensors.push_back(std::move(t));
   }

@@ -407,7 +407,9 @@ class ShmCommunicator : public Communicator {
       count += p.count;
     }
     if (spill > kSpillFloats) return false;
-    auto outside = [&](size_t i) { return at[i] >= area_floats_; };
+    // Copied through the spill room. Not an empty piece: its data may be null, and
+    // memcpy from or to null is undefined even for 0 bytes.
+    auto outside = [&](size_t i) { return at[i] >= area_floats_ && pieces[i].count > 0; };
     for (size_t i = 0; i < pieces.size(); ++i)
       if (outside(i)) std::memcpy(mine + at[i], pieces[i].data, pieces[i].count * sizeof(float));
     barrier();  // every member's values in its area

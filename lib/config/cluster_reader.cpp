@@ -201,20 +201,26 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
                  "secret_file", "job_id", "cluster_resolver", "port_base", "slurm_jobs", "kubernetes", "memory_limit"});
   if (const Json* v = r.find("cluster_resolver"))
     runtime.cluster_resolver = read_choice(ctx, *v, r.path_of("cluster_resolver"), kClusterResolvers, "cluster resolver");
-  runtime.port_base = r.get_int("port_base", runtime.port_base, 1);
+  // Numbers that become ints (ports, counts): at most `max`, so that none wraps around.
+  auto at_most = [&ctx](int64_t v, int64_t max, const std::string& path, const char* what) {
+    if (v > max) ctx.fail(path, str("must be at most ", max, " (", what, "), got ", v));
+    return static_cast<int>(v);
+  };
+  runtime.port_base = at_most(r.get_int("port_base", runtime.port_base, 1), 65535, r.path_of("port_base"), "a port");
   if (const Json* v = r.find("slurm_jobs"); v && !v->is_null()) {
     if (!v->is_object()) ctx.fail(r.path_of("slurm_jobs"), "must be an object of task type -> count, e.g. {\"ps\": 1, \"worker\": 3}");
-    for (const auto& [type, count] : v->items())
-      runtime.slurm_jobs.emplace_back(
-          type, static_cast<int>(read_int(ctx, count, child_path(r.path_of("slurm_jobs"), type), 1)));
+    for (const auto& [type, count] : v->items()) {
+      const std::string path = child_path(r.path_of("slurm_jobs"), type);
+      runtime.slurm_jobs.emplace_back(type, at_most(read_int(ctx, count, path, 1), 1 << 16, path, "tasks of one type"));
+    }
   }
   if (const Json* v = r.find("kubernetes"); v && !v->is_null()) {
     ObjectReader k(ctx, *v, r.path_of("kubernetes"), "runtime.kubernetes");
     k.expect_keys({"job", "service", "replicas", "port"});
     if (const Json* s = k.find("job")) runtime.kubernetes.job = read_string(ctx, *s, k.path_of("job"), false);
     if (const Json* s = k.find("service")) runtime.kubernetes.service = read_string(ctx, *s, k.path_of("service"), false);
-    runtime.kubernetes.replicas = static_cast<int>(k.get_int("replicas", 0, 1));
-    runtime.kubernetes.port = static_cast<int>(k.get_int("port", 0, 1));
+    runtime.kubernetes.replicas = at_most(k.get_int("replicas", 0, 1), 1 << 20, k.path_of("replicas"), "pods");
+    runtime.kubernetes.port = at_most(k.get_int("port", 0, 1), 65535, k.path_of("port"), "a port");
     k.finish();
   }
   runtime.threads = r.get_int("threads", runtime.threads, 0);
@@ -250,7 +256,7 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
     for (char c : runtime.job_id)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
         ctx.fail(r.path_of("job_id"),
-                 str("'", runtime.job_id, "' contains '", c,
+                 str("'", printable(runtime.job_id), "' contains '", printable(std::string(1, c)),
                      "'; a job id names store keys and files, so use letters, digits, '-', "
                      "'_' and '.' only"));
     if (runtime.job_id.size() > 128)

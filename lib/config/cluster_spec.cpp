@@ -68,17 +68,17 @@ std::string unknown_task_type_message(const std::string& type) {
   const std::string hosts = "_hosts";
   if (type.size() > hosts.size() &&
       type.compare(type.size() - hosts.size(), hosts.size(), hosts) == 0)
-    note = str(" (TF1's --", type,
+    note = str(" (TF1's --", printable(type),
                " flag; TF_CONFIG uses lists under \"cluster\" instead, e.g. "
                "\"cluster\": {\"worker\": [\"host1:2222\", \"host2:2222\"], \"ps\": "
                "[\"host3:2222\"]})");
-  return str("unknown task type '", type, "'",
+  return str("unknown task type '", printable(type), "'",
              guess.empty() ? std::string() : str("; did you mean '", guess, "'?"), note,
              " (valid: ", join(kTaskTypes, ", "), ")");
 }
 
 std::string host_port_problem(const std::string& address, HostPort* out) {
-  const std::string bad = str("'", address, "' is not host:port: ");
+  const std::string bad = str("'", printable(address), "' is not host:port: ");
   if (address.empty()) return bad + "the address is empty (e.g. \"localhost:2222\")";
   std::string host;
   std::string port;
@@ -89,34 +89,34 @@ std::string host_port_problem(const std::string& address, HostPort* out) {
     host = address.substr(1, close - 1);
     if (host.empty()) return bad + "the host between '[' and ']' is empty";
     if (host.find(':') == std::string::npos || !std::all_of(host.begin(), host.end(), ipv6_char))
-      return bad + str("'", host,
+      return bad + str("'", printable(host),
                        "' in brackets is not an IPv6 address (e.g. \"[::1]:2222\"; "
                        "a host name or IPv4 address goes without brackets)");
     if (close + 1 == address.size())
-      return bad + str("the port is missing (e.g. \"", address, ":2222\")");
+      return bad + str("the port is missing (e.g. \"", printable(address), ":2222\")");
     if (address[close + 1] != ':')
       return bad + "expected ':' and a port after ']' (e.g. \"[::1]:2222\")";
     port = address.substr(close + 2);
   } else {
     const size_t colon = address.rfind(':');
     if (colon == std::string::npos)
-      return bad + str("the port is missing (e.g. \"", address, ":2222\")");
+      return bad + str("the port is missing (e.g. \"", printable(address), ":2222\")");
     host = address.substr(0, colon);
     port = address.substr(colon + 1);
     if (host.find(':') != std::string::npos)
-      return bad + str("an IPv6 address needs brackets: \"[", host, "]:", port, "\"");
-    if (host.empty()) return bad + str("the host is empty (e.g. \"localhost", address, "\")");
+      return bad + str("an IPv6 address needs brackets: \"[", printable(host), "]:", printable(port), "\"");
+    if (host.empty()) return bad + str("the host is empty (e.g. \"localhost", printable(address), "\")");
     for (char c : host)
       if (!host_name_char(c))
-        return bad + str("the host '", host, "' contains '", c,
+        return bad + str("the host '", printable(host), "' contains '", printable(std::string(1, c)),
                          "', which is not allowed in a host name or IPv4 address");
   }
   if (port.empty()) return bad + "the port after ':' is missing (e.g. \"localhost:2222\")";
-  if (!all_digits(port)) return bad + str("the port '", port, "' is not a number");
+  if (!all_digits(port)) return bad + str("the port '", printable(port), "' is not a number");
   const size_t first = port.find_first_not_of('0');
   const std::string digits = first == std::string::npos ? "0" : port.substr(first);
   const int value = digits.size() > 5 ? 0 : std::stoi(digits);
-  if (value < 1 || value > 65535) return bad + str("port ", port, " is outside 1..65535");
+  if (value < 1 || value > 65535) return bad + str("port ", printable(port), " is outside 1..65535");
   out->host = host;
   out->port = value;
   return "";
@@ -202,7 +202,7 @@ HostPort parse_host_port(const std::string& address, const std::string& where) {
 }
 
 TaskId parse_task_flag(const std::string& text) {
-  const std::string where = str("--task ", text, ": ");
+  const std::string where = str("--task ", printable(text), ": ");
   const std::string usage =
       str("expected TYPE:INDEX, e.g. --task worker:1 (types: ", join(kTaskTypes, ", "), ")");
   const size_t colon = text.find(':');
@@ -213,8 +213,8 @@ TaskId parse_task_flag(const std::string& text) {
   if (task.type.empty()) throw ConfigError(where + str("the task type is missing; ", usage));
   if (!is_task_type(task.type)) throw ConfigError(where + unknown_task_type_message(task.type));
   if (!all_digits(index))
-    throw ConfigError(where + str("the index '", index, "' is not an integer >= 0; ", usage));
-  if (index.size() > 9) throw ConfigError(where + str("the index ", index, " is too large"));
+    throw ConfigError(where + str("the index '", printable(index), "' is not an integer >= 0; ", usage));
+  if (index.size() > 9) throw ConfigError(where + str("the index ", printable(index), " is too large"));
   task.index = std::stoi(index);
   return task;
 }

@@ -98,7 +98,7 @@ std::string read_job_text(const std::string& file) {
 std::string read_device(const Value& value) {
   const std::string device = value.to_string();
   if (!is_device_name(device))
-    value.fail(str("'", device,
+    value.fail(str("'", printable(device),
                    "' is not a device; use \"auto\" (the GPU when one is usable), \"cpu\", \"gpu\" or \"cuda:N\""));
   return device;
 }

@@ -23,6 +23,7 @@ namespace dtrain::config {
 namespace {
 
 constexpr size_t kMaxShown = 60;  // longer values are cut in messages
+constexpr int kMaxJsonDepth = 100;  // levels of nesting parse_json() accepts
 
 // Where the token that ends at `index` starts (a string literal or a bare word/number).
 size_t token_start(const std::string& text, size_t index) {
@@ -120,18 +121,22 @@ class DuplicateKeyCheck {
  public:
   explicit DuplicateKeyCheck(const Context& ctx) : ctx_(ctx) {}
 
-  bool on_event(nlohmann::json::parse_event_t event, const Json& parsed) {
+  bool on_event(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     switch (event) {
       case Event::object_start:
       case Event::array_start:
+        // Each level keeps its path: without a limit, 100,000 '[' take gigabytes.
+        if (depth >= kMaxJsonDepth)
+          ctx_.fail(frames_.empty() ? "" : frames_.back().path,
+                    str("nested deeper than ", kMaxJsonDepth, " levels of arrays and objects; a job needs a few"));
         frames_.push_back({event == Event::array_start, 0, "", {}, next_child_path()});
         break;
       case Event::key: {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
         if (!top.keys.insert(top.key).second)
-          ctx_.fail(top.path, str("duplicate key '", top.key,
+          ctx_.fail(top.path, str("duplicate key '", printable(top.key),
                                   "' (JSON keeps only the last one; remove the other)"));
         break;
       }
@@ -182,7 +187,9 @@ bool in_range(double v, const NumberRange& r) {
 
 void Context::fail(const std::string& path, const std::string& message,
                    const std::string* blame) const {
-  throw ConfigError(str(where(path), ": ", message, origin(blame ? *blame : path)));
+  // The places that quote the file's text escape it and cut it short; this keeps
+  // any that did not (or a file name) from putting raw bytes in the message.
+  throw ConfigError(printable(str(where(path), ": ", message, origin(blame ? *blame : path)), std::string::npos));
 }
 
 std::string Context::where(const std::string& path) const {
@@ -204,27 +211,30 @@ std::string Context::origin(const std::string& path) const {
 Json parse_json(const std::string& text, const Context& ctx) {
   DuplicateKeyCheck check(ctx);
   try {
-    return Json::parse(text, [&check](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-      return check.on_event(event, parsed);
+    return Json::parse(text, [&check](int depth, Json::parse_event_t event, Json& parsed) {
+      return check.on_event(depth, event, parsed);
     });
   } catch (const Json::parse_error& e) {
     const ParseProblem problem = explain_parse_error(text, e);
     size_t line = 0, column = 0;
     line_and_column(text, problem.index, &line, &column);
-    throw ConfigError(
-        ctx.variable
-            ? str(ctx.source, ": malformed JSON at ", line, ":", column, ": ", problem.message)
-            : str(ctx.source, ":", line, ":", column, ": malformed JSON: ", problem.message));
+    // nlohmann quotes the bytes it read ("last read: '...'") as they are.
+    const std::string message = printable(problem.message, 200);
+    throw ConfigError(printable(
+        ctx.variable ? str(ctx.source, ": malformed JSON at ", line, ":", column, ": ", message)
+                     : str(ctx.source, ":", line, ":", column, ": malformed JSON: ", message),
+        std::string::npos));
   } catch (const Json::exception& e) {  // e.g. out_of_range 406: "number overflow parsing '1e400'"
     std::string message = e.what();
     const size_t bracket = message.find("] ");
     if (bracket != std::string::npos) message = message.substr(bracket + 2);
-    throw ConfigError(str(ctx.source, ": malformed JSON: ", message));
+    throw ConfigError(printable(str(ctx.source, ": malformed JSON: ", printable(message, 200)), std::string::npos));
   }
 }
 
 std::string child_path(const std::string& path, const std::string& key) {
-  return path.empty() ? key : str(path, ".", key);
+  // Keys come from the file: escaped and cut short, as paths are for messages.
+  return path.empty() ? printable(key) : str(path, ".", printable(key));
 }
 
 std::string index_path(const std::string& path, size_t index) { return str(path, "[", index, "]"); }
@@ -260,7 +270,7 @@ std::string describe(const Json& value) {
 std::string unknown_choice_message(const std::string& noun, const std::string& value,
                                    const std::vector<std::string>& choices) {
   const std::string guess = closest_match(value, choices);
-  return str("unknown ", noun, " '", value, "'",
+  return str("unknown ", noun, " '", printable(value), "'",
              guess.empty() ? std::string() : str("; did you mean '", guess, "'?"),
              " (valid: ", join(choices, ", "), ")");
 }
@@ -370,7 +380,7 @@ const Json& ObjectReader::require(const std::string& key, const std::string& hin
     const std::string typo = closest_match(key, unasked);
     ctx_.fail(path_,
               str(what_, " needs '", key, "'", hint,
-                  typo.empty() ? std::string() : str("; is '", typo, "' a misspelling of it?")));
+                  typo.empty() ? std::string() : str("; is '", printable(typo), "' a misspelling of it?")));
   }
   return *value;
 }
@@ -449,7 +459,7 @@ void ObjectReader::reject_unknown(const Explain& explain) const {
       if (!guess.empty()) note = str("did you mean '", guess, "'?");
     }
     const std::string message = str(path_.empty() ? "unknown top-level key '" : "unknown key '",
-                                    key, "'", path_.empty() ? std::string() : str(" for ", what_),
+                                    printable(key), "'", path_.empty() ? std::string() : str(" for ", what_),
                                     note.empty() ? std::string() : str("; ", note),
                                     " (valid keys: ", join(known_, ", "), ")");
     const std::string blame = path_of(key);

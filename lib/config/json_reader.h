@@ -27,7 +27,8 @@ namespace dtrain::config {
 
 using Json = nlohmann::json;
 
-// Parses JSON text; ConfigError for malformed JSON (with line:column) or duplicate keys.
+// Parses JSON text; ConfigError for malformed JSON (with line:column), duplicate keys, or
+// nesting deeper than 100 levels of arrays and objects.
 Json parse_json(const std::string& text, const Context& ctx);
 
 

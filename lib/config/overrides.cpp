@@ -16,8 +16,10 @@ struct Step {
   size_t index = 0;
 };
 
+// The override is quoted escaped and cut short; so is all of the message, whose
+// paths and values come from it.
 [[noreturn]] void fail(const std::string& override_text, const std::string& message) {
-  throw ConfigError(str("--set ", override_text, ": ", message));
+  throw ConfigError(printable(str("--set ", printable(override_text, 200), ": ", message), std::string::npos));
 }
 
 // "model.layers[3].units" -> {model, layers, [3], units}.

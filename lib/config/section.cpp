@@ -47,7 +47,7 @@ std::string owner_note(const std::vector<std::pair<std::string, std::vector<std:
   for (const auto& [type, keys] : owners)
     for (const auto& k : keys)
       if (k == key) types.push_back(type);
-  return types.empty() ? std::string() : str("'", key, "' belongs to ", join_and(types), " ", plural);
+  return types.empty() ? std::string() : str("'", printable(key), "' belongs to ", join_and(types), " ", plural);
 }
 
 void throw_unknown_entry(const std::string& noun, const std::string& name, const std::vector<std::string>& names) {

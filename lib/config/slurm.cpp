@@ -21,6 +21,7 @@ namespace dtrain::config {
 namespace {
 
 constexpr size_t kMaxHosts = size_t{1} << 20;  // a guard against "n[0-999999999]"
+constexpr int kMaxTasks = 1 << 16;              // tasks in one step (each gets an address here)
 const char* const kHostlistExample = "expected hosts like 'node[01-03,07],login1'";
 const char* const kCountsExample = "expected counts like '2(x3),1'";
 const char* const kNotInStep =
@@ -50,7 +51,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 [[noreturn]] void bad_hostlist(const std::string& variable, const std::string& text,
                                const std::string& why) {
   throw ConfigError(
-      str(variable, "='", text, "': cannot parse the host list: ", why, " (", kHostlistExample, ")"));
+      str(variable, "='", printable(text), "': cannot parse the host list: ", why, " (", kHostlistExample, ")"));
 }
 
 // Splits a host list at the commas outside brackets, checking that brackets pair up.
@@ -79,16 +80,16 @@ std::vector<std::string> expand_ranges(const std::string& inner, const std::stri
                                        const std::string& text) {
   std::vector<std::string> values;
   for (const std::string& part : split(inner, ',')) {
-    if (part.empty()) bad_hostlist(variable, text, str("empty range in '[", inner, "]'"));
+    if (part.empty()) bad_hostlist(variable, text, str("empty range in '[", printable(inner), "]'"));
     const std::vector<std::string> bounds = split(part, '-');
     if (bounds.size() > 2 || !is_digits(bounds.front()) || !is_digits(bounds.back()))
       bad_hostlist(variable, text,
-                   str("'", part, "' in '[", inner, "]' is not a number or a range like 1-3"));
+                   str("'", printable(part), "' in '[", printable(inner), "]' is not a number or a range like 1-3"));
     const int low = std::stoi(bounds.front());
     const int high = std::stoi(bounds.back());
-    if (high < low) bad_hostlist(variable, text, str("the range '", part, "' goes down"));
+    if (high < low) bad_hostlist(variable, text, str("the range '", printable(part), "' goes down"));
     if (static_cast<size_t>(high - low) >= kMaxHosts)
-      bad_hostlist(variable, text, str("the range '", part, "' has more than ", kMaxHosts, " hosts"));
+      bad_hostlist(variable, text, str("the range '", printable(part), "' has more than ", kMaxHosts, " hosts"));
     const size_t width = bounds.front().size();  // "001-010": keep 3 digits
     for (int i = low; i <= high; ++i) {
       std::string number = std::to_string(i);
@@ -116,9 +117,9 @@ std::string format_jobs(const std::vector<std::pair<std::string, int>>& jobs) {
 // Checks the jobs option: known task types, each once and at least once, at most one
 // chief and one evaluator, a chief or a worker, `num_tasks` tasks in all.
 void check_jobs(const std::vector<std::pair<std::string, int>>& jobs, int num_tasks) {
-  const std::string where = str("runtime.slurm_jobs ", format_jobs(jobs));
+  const std::string where = printable(str("runtime.slurm_jobs ", format_jobs(jobs)), 200);
   std::set<std::string> seen;
-  int total = 0;
+  int64_t total = 0;
   for (const auto& [type, count] : jobs) {
     if (!is_task_type(type)) throw ConfigError(str(where, ": ", unknown_task_type_message(type)));
     if (!seen.insert(type).second)
@@ -164,7 +165,7 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& text, const st
         i = close + 1;
       } else {
         if (!is_host_char(group[i]))
-          bad_hostlist(variable, text, str("'", group[i], "' is not allowed in a host name"));
+          bad_hostlist(variable, text, str("'", printable(std::string(1, group[i])), "' is not allowed in a host name"));
         for (std::string& name : names) name += group[i];
         ++i;
       }
@@ -178,7 +179,7 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text, const std:
   std::vector<int> counts;
   for (const std::string& part : split(text, ',')) {
     const auto bad = [&](const std::string& why) {
-      return ConfigError(str(variable, "='", text, "': cannot parse '", part, "': ", why, " (",
+      return ConfigError(str(variable, "='", printable(text), "': cannot parse '", printable(part), "': ", why, " (",
                              kCountsExample, ")"));
     };
     // "COUNT" or "COUNT(xREPEATS)"
@@ -206,16 +207,20 @@ ClusterConfig resolve_slurm(const EnvVars& env, const SlurmOptions& options) {
   const std::string& tasks_per_node = required(env, "SLURM_STEP_TASKS_PER_NODE");
   const std::vector<std::string> hosts = expand_slurm_hostlist(nodelist, "SLURM_STEP_NODELIST");
   const std::vector<int> counts = expand_slurm_tasks_per_node(tasks_per_node, "SLURM_STEP_TASKS_PER_NODE");
-  const std::string layout = str("SLURM_STEP_NODELIST='", nodelist, "' and SLURM_STEP_TASKS_PER_NODE='",
-                                 tasks_per_node, "'");
+  const std::string layout = str("SLURM_STEP_NODELIST='", printable(nodelist), "' and SLURM_STEP_TASKS_PER_NODE='",
+                                 printable(tasks_per_node), "'");
 
   if (hosts.size() != counts.size())
     throw ConfigError(str(layout, " disagree: ", hosts.size(), " hosts but ", counts.size(),
                           " task counts (", kNotInStep, ")"));
   const std::set<std::string> distinct(hosts.begin(), hosts.end());
   if (distinct.size() != hosts.size())
-    throw ConfigError(str("SLURM_STEP_NODELIST='", nodelist, "' names a host twice (", kNotInStep, ")"));
-  const int sum = std::accumulate(counts.begin(), counts.end(), 0);
+    throw ConfigError(str("SLURM_STEP_NODELIST='", printable(nodelist), "' names a host twice (", kNotInStep, ")"));
+  if (num_tasks > kMaxTasks)
+    throw ConfigError(str("SLURM_STEP_NUM_TASKS='", num_tasks, "' is more tasks than one dtrain job runs (at most ",
+                          kMaxTasks, ")"));
+  // Each count is below 10^9 and there are at most 2^20: the sum fits in 64 bits.
+  const int64_t sum = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   if (sum != num_tasks)
     throw ConfigError(str("SLURM_STEP_NUM_TASKS='", num_tasks, "' but ", layout, " place ", sum,
                           " tasks (", kNotInStep, ")"));
@@ -264,10 +269,10 @@ ClusterConfig resolve_slurm(const EnvVars& env, const SlurmOptions& options) {
       "run srun with --distribution=block (the default), as dtrain numbers tasks node by node";
   if (const auto it = env.find("SLURM_LOCALID"); it != env.end()) {
     if (whole_number("SLURM_LOCALID", it->second) != local)
-      throw ConfigError(str("SLURM_LOCALID='", it->second, "' but ", placed, ": ", fix));
+      throw ConfigError(str("SLURM_LOCALID='", printable(it->second), "' but ", placed, ": ", fix));
   }
   if (const auto it = env.find("SLURMD_NODENAME"); it != env.end() && it->second != host)
-    throw ConfigError(str("SLURMD_NODENAME='", it->second, "' but ", placed, ": ", fix));
+    throw ConfigError(str("SLURMD_NODENAME='", printable(it->second), "' but ", placed, ": ", fix));
   config.local_rank = local;
 
   if (const auto job = env.find("SLURM_JOB_ID"); job != env.end()) {

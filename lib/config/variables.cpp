@@ -19,7 +19,8 @@ int variable_number(const std::string& name, const std::string& value, const std
     return std::isdigit(static_cast<unsigned char>(c)) != 0;
   });
   if (!digits)
-    throw ConfigError(str(name, "='", value, "': expected a whole number >= 0", hint.empty() ? "" : str(" (", hint, ")")));
+    throw ConfigError(
+        str(name, "='", printable(value), "': expected a whole number >= 0", hint.empty() ? "" : str(" (", hint, ")")));
   return std::stoi(value);
 }
 

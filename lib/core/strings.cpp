@@ -45,6 +45,76 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   return best_distance <= limit ? best : std::string();
 }
 
+namespace {
+
+// The length of the valid, printable UTF-8 character at text[i] (2 to 4 bytes), or
+// 0 when the bytes there are not one (invalid, overlong, a surrogate, past
+// U+10FFFF, or a C1 control U+0080..U+009F).
+size_t utf8_printable_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t n = 0;
+  uint32_t code = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+    code = lead & 0x1fu;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    code = lead & 0x0fu;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    code = lead & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0u) != 0x80u) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3fu);
+  }
+  const bool overlong = (n == 3 && code < 0x800) || (n == 4 && code < 0x10000);
+  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+  if (overlong || surrogate || code > 0x10ffff || (code >= 0x80 && code <= 0x9f)) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, size_t max_bytes) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 8);
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t n = c >= 0x80 ? utf8_printable_length(text, i) : 0;  // a UTF-8 letter's bytes
+    if (i + std::max<size_t>(n, 1) > max_bytes) return out + "...";
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+    ++i;
+  }
+  return out;
+}
+
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string out = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

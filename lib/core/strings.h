@@ -1,9 +1,11 @@
-// Small string helpers: str() concatenation, joining, closest-match suggestions.
+// Small string helpers: str() concatenation, joining, closest-match suggestions,
+// printable() for quoting outside bytes in messages.
 #pragma once
 
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtrain {
@@ -24,6 +26,17 @@ int edit_distance(const std::string& a, const std::string& b);
 
 // The candidate closest to `word`, or "" if none is close enough to be a likely typo.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+// How much of an outside value an error message quotes by default.
+inline constexpr size_t kMaxQuoted = 80;
+
+// Outside bytes (a key, a file name, a field of a network message) made safe to
+// quote in a message: control characters (\n, \r, \t, \xHH), DEL, C1 controls and
+// bytes that are not valid UTF-8 become escapes; printable ASCII and valid UTF-8
+// letters stay as they are; text over `max_bytes` is cut at a character boundary
+// and ends in "..." (std::string::npos: never cut). A backslash stays as it is, so
+// printable(printable(x)) == printable(x). For reading, not for parsing back.
+std::string printable(std::string_view text, size_t max_bytes = kMaxQuoted);
 
 // A shape as users see it: "(26, 26, 32)".
 std::string shape_str(const std::vector<int64_t>& shape);

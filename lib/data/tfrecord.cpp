@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <boost/crc.hpp>
 #include <cerrno>
 #include <cstring>
@@ -36,6 +37,9 @@ void store_u64(unsigned char* p, uint64_t v) {
 // A record longer than this is taken as a corrupt length field (TensorFlow's
 // records are protocol buffers, which stop at 2 GiB).
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+// A record's data is read this much at a time, so that a length field that promises
+// more than the file holds cannot make the reader allocate it all first.
+constexpr size_t kReadChunk = size_t{1} << 20;
 
 }  // namespace
 
@@ -81,12 +85,20 @@ bool TfRecordReader::next(std::string& out) {
   const uint64_t length = load_u64(header);
   if (length > kMaxRecordBytes)
     file_->fail(str("has an impossible length (", length, " bytes) at ", where(), hint));
-  out.resize(static_cast<size_t>(length));
+  out.clear();
+  size_t data_got = 0;
+  while (data_got < length) {
+    const size_t ask = static_cast<size_t>(std::min<uint64_t>(length - data_got, kReadChunk));
+    out.resize(data_got + ask);
+    const size_t got = file_->read(out.data() + data_got, ask);
+    data_got += got;
+    if (got < ask) break;
+  }
+  out.resize(data_got);
   unsigned char footer[4];
-  const size_t data_got = file_->read(out.data(), out.size());
-  const size_t footer_got = data_got == out.size() ? file_->read(footer, sizeof footer) : 0;
+  const size_t footer_got = data_got == length ? file_->read(footer, sizeof footer) : 0;
   offset_ += data_got + footer_got;
-  if (data_got < out.size() || footer_got < sizeof footer)
+  if (data_got < length || footer_got < sizeof footer)
     file_->fail(str("ends inside ", where(), ": it should hold ", length + 16, " bytes but has ",
                     12 + data_got + footer_got, hint));
   if (masked_crc32c(out.data(), out.size()) != load_u32(footer))

@@ -39,6 +39,12 @@ std::string feature_names(const tf::Example& ex) {
   std::vector<std::string> names;
   for (const auto& [name, feature] : ex.features().feature()) names.push_back(name);
   std::sort(names.begin(), names.end());
+  // The names come from the file: escaped, cut short, and only the first few.
+  constexpr size_t kShown = 10;
+  const size_t count = names.size();
+  if (count > kShown) names.resize(kShown);
+  for (std::string& name : names) name = printable(name, 40);
+  if (count > kShown) names.push_back(str("and ", count - kShown, " more"));
   return names.empty() ? std::string("no features") : join(names, ", ");
 }
 
@@ -110,7 +116,7 @@ Decoded decode(const DataSourceSpec& spec, const std::string& record, int64_t nu
   }
   const int64_t value = lab->second.int64_list().value(0);
   if (value < 0 || value > INT32_MAX) {
-    d.error = str("feature '", spec.label_key, "' is ", value, "; a class index must be >= 0");
+    d.error = str("feature '", spec.label_key, "' is ", value, "; a class index must be 0 to ", INT32_MAX);
     return d;
   }
   *label = static_cast<int32_t>(value);

@@ -59,6 +59,36 @@ const std::set<std::string> kIgnored = {"name", "trainable", "dtype", "data_form
                                         "renorm_momentum", "renorm_clipping", "fused", "virtual_batch_size",
                                         "adjustment", "build_config"};
 
+// How a JSON value is shown in messages: its text, cut short ("[2,2]", "3", "null").
+std::string shown(const Json& j) { return printable(j.dump(), 60); }
+
+// "a number 3", "null", "an array [1,2]": what was found where something else belongs.
+std::string described(const Json& j) {
+  if (j.is_null()) return "null";
+  const char* kind = j.is_object()    ? "an object "
+                     : j.is_array()   ? "an array "
+                     : j.is_string()  ? "a string "
+                     : j.is_boolean() ? "a boolean "
+                                      : "a number ";
+  return str(kind, shown(j));
+}
+
+// o[key] when `o` is an object that holds `key`, else nullptr.
+const Json* member(const Json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  const auto it = o.find(key);
+  return it == o.end() ? nullptr : &*it;
+}
+
+// A string field, for naming things: "" when absent or not a string.
+std::string text_of(const Json* o, const char* key) {
+  const Json* v = o ? member(*o, key) : nullptr;
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+// Keras' inbound_nodes hold a few levels of lists and objects; deeper is not Keras'.
+constexpr int kMaxNodeDepth = 32;
+
 class Translator {
  public:
   explicit Translator(std::string file) : file_(std::move(file)) {}
@@ -66,12 +96,34 @@ class Translator {
   Json model(const Json& root) {
     if (!root.is_object() || !root.contains("class_name") || !root.contains("config"))
       fail("", "is not a Keras model: expected the JSON object model.to_json() writes, with 'class_name' and 'config'");
-    const std::string cls = root["class_name"].is_string() ? root["class_name"].get<std::string>() : "";
+    const Json& class_name = root["class_name"];
+    if (!class_name.is_string())
+      fail("class_name", str("is ", described(class_name), "; expected the model's class, \"Sequential\" or \"Functional\""));
+    const std::string cls = class_name.get<std::string>();
     if (cls != "Sequential" && cls != "Functional" && cls != "Model")
-      fail("class_name", str("'", cls, "' models are not read; save a Sequential or a Functional model"));
+      fail("class_name", str("'", printable(cls), "' models are not read; save a Sequential or a Functional model"));
     const Json& config = root["config"];
-    const Json layers = config.value("layers", Json::array());
-    if (!layers.is_array() || layers.empty()) fail("config.layers", "has no layers");
+    if (!config.is_object())
+      fail("config", str("is ", described(config), ", not an object: the file is not what model.to_json() writes"));
+    const Json* layers_json = member(config, "layers");
+    if (layers_json && !layers_json->is_array())
+      fail("config.layers", str("is ", described(*layers_json), ", not a list of layers"));
+    if (!layers_json || layers_json->empty()) fail("config.layers", "has no layers");
+    const Json& layers = *layers_json;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      where_ = str("config.layers[", i, "]");
+      const Json& layer = layers[i];
+      if (!layer.is_object())
+        fail_here(str("is ", described(layer),
+                      ", not a layer object ({\"class_name\": ..., \"config\": {...}}, as model.to_json() writes)"));
+      const Json* options = member(layer, "config");
+      if (options && !options->is_null() && !options->is_object())
+        fail_here(str("has a config that is ", described(*options), ", not an object of the layer's options"));
+      const Json* type = member(layer, "class_name");
+      if (!type || !type->is_string())
+        fail_here(str("has ", type ? str("a class_name that is ", described(*type)) : std::string("no class_name"),
+                      "; expected the layer's Keras class, such as \"Dense\""));
+    }
     if (cls != "Sequential") check_chain(config, layers);
 
     Json out{{"layers", Json::array()}};
@@ -79,9 +131,10 @@ class Translator {
     for (size_t i = 0; i < layers.size(); ++i) {
       const Json& layer = layers[i];
       where_ = str("config.layers[", i, "]");
-      const std::string type = layer.value("class_name", "");
-      const Json& options = layer.contains("config") ? layer["config"] : Json::object();
-      where_ += str(" (", type, " '", options.value("name", ""), "')");
+      const std::string type = layer["class_name"].get<std::string>();
+      const Json* options_json = member(layer, "config");
+      const Json& options = options_json && options_json->is_object() ? *options_json : empty_object();
+      where_ += str(" (", printable(type), " '", printable(text_of(&options, "name")), "')");
       if (type == "InputLayer") {
         if (i != 0) fail_here("an InputLayer after the first layer is not a linear model");
         input_shape = batch_shape(options, {"batch_shape", "batch_input_shape"});
@@ -107,20 +160,26 @@ class Translator {
   }
 
  private:
+  static const Json& empty_object() {
+    static const Json empty = Json::object();
+    return empty;
+  }
+
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
-    throw ConfigError(str("model.keras_json: '", file_, "'", where.empty() ? "" : ": ", where, " ", what));
+    throw ConfigError(str("model.keras_json: '", printable(file_, 256), "'", where.empty() ? "" : ": ", where, " ", what));
   }
   [[noreturn]] void fail_here(const std::string& what) const { fail(where_, what); }
 
   // The shape after the batch dimension of the first of `keys` present in `o`, or null.
   Json batch_shape(const Json& o, std::initializer_list<const char*> keys) const {
     for (const char* key : keys) {
-      if (!o.contains(key) || o[key].is_null()) continue;
-      const Json& s = o[key];
-      if (!s.is_array() || s.size() < 2) fail_here(str("has an unreadable ", key, ": ", s.dump()));
+      const Json* found = member(o, key);
+      if (!found || found->is_null()) continue;
+      const Json& s = *found;
+      if (!s.is_array() || s.size() < 2) fail_here(str("has an unreadable ", key, ": ", shown(s)));
       Json shape = Json::array();
       for (size_t d = 1; d < s.size(); ++d) {
-        if (!s[d].is_number_integer()) fail_here(str(key, " ", s.dump(), " has an unknown dimension; dtrain needs every "
+        if (!s[d].is_number_integer()) fail_here(str(key, " ", shown(s), " has an unknown dimension; dtrain needs every "
                                                      "dimension but the batch"));
         shape.push_back(s[d]);
       }
@@ -134,26 +193,28 @@ class Translator {
       if (key == "batch_shape" || key == "batch_input_shape" || key == "name" || key == "dtype") continue;
       if ((key == "sparse" || key == "ragged" || key == "optional") && value == false) continue;
       if (value.is_null()) continue;
-      fail_here(str("option '", key, "' = ", value.dump(), " is not supported"));
+      fail_here(str("option '", printable(key), "' = ", shown(value), " is not supported"));
     }
     check_dtype(o);
   }
 
   void check_dtype(const Json& o) const {
-    if (!o.contains("dtype") || o["dtype"].is_null()) return;
-    const Json& d = o["dtype"];
-    const std::string name = d.is_string() ? d.get<std::string>()
-                             : d.is_object() && d.contains("config") ? d["config"].value("name", "")
-                                                                     : std::string("?");
+    const Json* d = member(o, "dtype");
+    if (!d || d->is_null()) return;
+    // "float32", or Keras 3's {"class_name": "DTypePolicy", "config": {"name": "float32"}}.
+    const std::string name = d->is_string() ? d->get<std::string>() : text_of(member(*d, "config"), "name");
     if (name != "float32")
-      fail_here(str("dtype '", name, "' is not supported: dtrain's layers compute in float32"));
+      fail_here(str("dtype '", name.empty() ? shown(*d) : printable(name),
+                    "' is not supported: dtrain's layers compute in float32"));
   }
 
   void check_initializer(const std::string& key, const Json& value) const {
     if (value.is_null()) return;
     const std::string want = kInitializers.at(key);
-    const std::string got = value.is_string() ? value.get<std::string>() : value.value("class_name", "?");
-    // The class name ("GlorotUniform") or its string form ("glorot_uniform").
+    // The class name ("GlorotUniform"), its string form ("glorot_uniform"), or
+    // {"class_name": "GlorotUniform", ...}.
+    std::string got = value.is_string() ? value.get<std::string>() : text_of(&value, "class_name");
+    if (got.empty()) got = shown(value);
     auto folded = [](const std::string& name) {
       std::string out;
       for (char c : name)
@@ -161,7 +222,7 @@ class Translator {
       return out;
     };
     if (folded(got) != folded(want))
-      fail_here(str("option '", key, "' is ", got, "; dtrain initialises it as ", want, " only"));
+      fail_here(str("option '", key, "' is ", printable(got), "; dtrain initialises it as ", want, " only"));
   }
 
   Json translate(const std::string& type, const Json& options) {
@@ -169,7 +230,8 @@ class Translator {
     if (rule == rules().end()) {
       std::vector<std::string> known;
       for (const auto& [name, r] : rules()) known.push_back(name);
-      fail_here(str("layer type '", type, "' is not supported; dtrain has: ", join(known, ", "), " (and InputLayer)"));
+      fail_here(str("layer type '", printable(type), "' is not supported; dtrain has: ", join(known, ", "),
+                    " (and InputLayer)"));
     }
     const KerasRule& r = rule->second;
     if (options.contains("trainable") && options["trainable"] == false)
@@ -177,7 +239,7 @@ class Translator {
     check_dtype(options);
     if (options.contains("data_format") && !options["data_format"].is_null() &&
         options["data_format"] != "channels_last")
-      fail_here(str("data_format ", options["data_format"].dump(), " is not supported: dtrain is channels_last"));
+      fail_here(str("data_format ", shown(options["data_format"]), " is not supported: dtrain is channels_last"));
     Json layer{{"type", type}};
     if (options.contains("name") && options["name"].is_string()) layer["name"] = options["name"];
     for (const auto& [key, value] : options.items()) {
@@ -187,16 +249,16 @@ class Translator {
         check_initializer(key, value);
       } else if (const auto d = r.only_default.find(key); d != r.only_default.end()) {
         if (value != d->second)
-          fail_here(str("option '", key, "' = ", value.dump(), " is not supported (only ", d->second.dump(), ")"));
+          fail_here(str("option '", key, "' = ", shown(value), " is not supported (only ", d->second.dump(), ")"));
       } else if (key == "batch_input_shape" || kIgnored.count(key) || value.is_null()) {
         // Said elsewhere, nothing to do, or an option that is not in use.
       } else {
-        fail_here(str("option '", key, "' = ", value.dump(), " is not supported by dtrain's ", type));
+        fail_here(str("option '", printable(key), "' = ", shown(value), " is not supported by dtrain's ", type));
       }
     }
     if (type == "BatchNormalization") check_batch_norm_axis(options);
     if (layer.contains("activation") && layer["activation"].is_object())
-      fail_here(str("activation ", layer["activation"].dump(), " is not supported; use a built-in one by name"));
+      fail_here(str("activation ", shown(layer["activation"]), " is not supported; use a built-in one by name"));
     return layer;
   }
 
@@ -207,48 +269,61 @@ class Translator {
     Json axis = options["axis"];
     if (axis.is_array() && axis.size() == 1) axis = axis[0];
     if (axis == -1 || (axis.is_number_integer() && axis.get<int64_t>() == rank_)) return;
-    fail_here(str("axis ", options["axis"].dump(), " is not supported: dtrain normalises over the last (channels) axis"));
+    fail_here(str("axis ", shown(options["axis"]), " is not supported: dtrain normalises over the last (channels) axis"));
   }
 
-  // A Functional model is read only when every layer takes the one before it.
+  // A Functional model is read only when every layer takes the one before it
+  // (`layers` are objects with a string class_name, checked by model()).
   void check_chain(const Json& config, const Json& layers) {
     std::string previous;
     for (size_t i = 0; i < layers.size(); ++i) {
       const Json& layer = layers[i];
-      const std::string name = layer.value("name", layer.contains("config") ? layer["config"].value("name", "") : "");
-      where_ = str("config.layers[", i, "] (", layer.value("class_name", ""), " '", name, "')");
-      const std::vector<std::string> inputs = inbound_names(layer.value("inbound_nodes", Json::array()));
+      std::string name = text_of(&layer, "name");
+      if (name.empty()) name = text_of(member(layer, "config"), "name");
+      where_ = str("config.layers[", i, "] (", printable(layer["class_name"].get<std::string>()), " '", printable(name),
+                   "')");
+      const Json* nodes = member(layer, "inbound_nodes");
+      const std::vector<std::string> inputs = nodes ? inbound_names(*nodes) : std::vector<std::string>{};
       const bool first = i == 0;
-      if ((first && !inputs.empty()) || (!first && (inputs.size() != 1 || inputs[0] != previous)))
-        fail_here(str("takes ", inputs.empty() ? std::string("no input") : join(inputs, ", "),
-                      first ? "" : str(", not just '", previous, "'"),
+      if ((first && !inputs.empty()) || (!first && (inputs.size() != 1 || inputs[0] != previous))) {
+        std::vector<std::string> shown_inputs;
+        for (const std::string& input : inputs) shown_inputs.push_back(printable(input));
+        fail_here(str("takes ", inputs.empty() ? std::string("no input") : join(shown_inputs, ", "),
+                      first ? "" : str(", not just '", printable(previous), "'"),
                       ": only Functional models whose layers form one chain (as a Sequential) are supported"));
+      }
       previous = name;
     }
-    const Json outputs = config.value("output_layers", Json::array());
-    if (inbound_names(outputs) != std::vector<std::string>{previous})
-      fail("config.output_layers", str(outputs.dump(), " is not the last layer '", previous, "' alone"));
+    const Json* outputs = member(config, "output_layers");
+    if (inbound_names(outputs ? *outputs : Json::array()) != std::vector<std::string>{previous})
+      fail("config.output_layers",
+           str(outputs ? shown(*outputs) : std::string("(none)"), " is not the last layer '", printable(previous),
+               "' alone"));
   }
 
   // The layer names an inbound_nodes entry refers to (tf-keras: [[["name", 0, 0, {}]]];
   // Keras 3: [{"args": [{"class_name": "__keras_tensor__", "config": {"keras_history": ["name", 0, 0]}}]}]).
-  static std::vector<std::string> inbound_names(const Json& nodes) {
+  // A reference whose name is not a string is named by its JSON text.
+  std::vector<std::string> inbound_names(const Json& nodes) const {
     std::vector<std::string> names;
-    std::function<void(const Json&)> visit = [&](const Json& j) {
+    std::function<void(const Json&, int)> visit = [&](const Json& j, int depth) {
+      if (depth > kMaxNodeDepth)
+        fail_here(str("has inbound_nodes nested deeper than ", kMaxNodeDepth,
+                      " levels, which is not what Keras writes"));
       if (j.is_object()) {
-        if (j.contains("keras_history") && j["keras_history"].is_array() && !j["keras_history"].empty())
-          names.push_back(j["keras_history"][0].get<std::string>());
+        if (const Json* h = member(j, "keras_history"); h && h->is_array() && !h->empty())
+          names.push_back((*h)[0].is_string() ? (*h)[0].get<std::string>() : (*h)[0].dump());
         for (const auto& [k, v] : j.items())
-          if (k != "keras_history") visit(v);
+          if (k != "keras_history") visit(v, depth + 1);
       } else if (j.is_array()) {
         if (j.size() >= 3 && j[0].is_string() && j[1].is_number_integer() && j[2].is_number_integer()) {
           names.push_back(j[0].get<std::string>());
           return;
         }
-        for (const Json& e : j) visit(e);
+        for (const Json& e : j) visit(e, depth + 1);
       }
     };
-    visit(nodes);
+    visit(nodes, 0);
     return names;
   }
 
@@ -263,8 +338,11 @@ std::string keras_json_to_model_json(const std::string& text, const std::string&
   Json root;
   try {
     root = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw ConfigError(str("model.keras_json: '", file, "' is not valid JSON (", e.what(),
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    std::string message = e.what();
+    const size_t bracket = message.find("] ");
+    if (bracket != std::string::npos) message = message.substr(bracket + 2);
+    throw ConfigError(str("model.keras_json: '", printable(file, 256), "' is not valid JSON (", printable(message, 200),
                           "); it should be what Keras' model.to_json() wrote"));
   }
   return Translator(file).model(root).dump();

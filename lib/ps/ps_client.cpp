@@ -114,14 +114,12 @@ PsHeader PsChannel::receive(PsOp expected, void* into, size_t bytes) {
   PsHeader header;
   impl_->read_all(&header, sizeof header, "waiting for a reply from");
   if (header.op == static_cast<uint32_t>(PsOp::kError)) {
-    std::string message(std::min<uint64_t>(header.payload_bytes, 4096), '\0');
+    std::string message(std::min<uint64_t>(header.payload_bytes, kMaxErrorBytes), '\0');
     impl_->read_all(message.data(), message.size(), "reading an error from");
-    throw RuntimeError(str(impl_->name, " refused a request: ", message));
+    throw RuntimeError(str(impl_->name, " refused a request: ", error_reply_text(message)));
   }
-  if (header.op != static_cast<uint32_t>(expected) || header.payload_bytes != bytes)
-    throw CommError(str(impl_->name, " sent a '", ps_op_name(header.op), "' reply of ", header.payload_bytes,
-                        " bytes where '", ps_op_name(static_cast<uint32_t>(expected)), "' of ", bytes,
-                        " was due: is it the same dtrain version and job?"));
+  if (const std::string why = reply_header_problem(header, expected, bytes); !why.empty())
+    throw CommError(str(impl_->name, " ", why, ": is it the same dtrain version and job?"));
   if (bytes) impl_->read_all(into, bytes, "reading a reply from");
   return header;
 }

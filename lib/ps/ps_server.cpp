@@ -68,8 +68,8 @@ struct PsServerState : std::enable_shared_from_this<PsServerState> {
 
 class PsConnection : public std::enable_shared_from_this<PsConnection> {
  public:
-  PsConnection(tcp::socket socket, std::shared_ptr<PsServerState> server)
-      : socket_(std::move(socket)), server_(std::move(server)), timer_(server_->io) {
+  PsConnection(tcp::socket socket, PsServerState* server)
+      : socket_(std::move(socket)), server_(server), timer_(server_->io) {
     std::error_code ec;
     const auto endpoint = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
@@ -162,20 +162,19 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
 
   void handle_handshake(const Message& m) {
     const auto& creds = server_->options.credentials;
-    if (client_nonce_.empty()) {
-      if (m.op != Op::kHello || m.fields.size() != 5 || m.fields[0] != kPsProtocolMagic)
-        return reject("is not a dtrain task (no dtrain ps hello)");
-      if (m.fields[1] != creds.job_id) return reject(str("belongs to job '", m.fields[1], "'"));
-      task_ = m.fields[2];
-      client_nonce_ = m.fields[4];
-      if (client_nonce_.empty()) return reject("sent an empty nonce");
+    if (!said_hello_) {
+      if (const std::string why = rendezvous::read_hello(m, kPsProtocolMagic, &hello_); !why.empty())
+        return reject(why);
+      if (hello_.job_id != creds.job_id) return reject(rendezvous::other_job_text(hello_, creds));
+      said_hello_ = true;
       server_nonce_ = rendezvous::make_nonce();
       return send_handshake(
-          {Op::kChallenge, 0, {server_nonce_, rendezvous::server_proof(creds, client_nonce_, server_nonce_)}}, false);
+          {Op::kChallenge, 0, {server_nonce_, rendezvous::server_proof(creds, hello_.client_nonce, server_nonce_)}},
+          false);
     }
-    if (m.op != Op::kProof || m.fields.size() != 1 ||
-        !constant_time_equal(m.fields[0], rendezvous::client_proof(creds, task_, server_nonce_, client_nonce_)))
+    if (!rendezvous::proof_accepted(m, creds, hello_, server_nonce_))
       return reject("does not know the job secret (wrong HMAC proof)");
+    task_ = hello_.task;
     ready_ = true;
     timer_.cancel();
     if (server_->is_worker(task_)) server_->worker_joined(task_);
@@ -187,25 +186,16 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
     auto self = shared_from_this();
     asio::async_read(socket_, asio::buffer(&in_header_, sizeof in_header_), [self](const std::error_code& ec, size_t) {
       if (ec) return self->close();
-      const uint64_t limit = self->payload_limit(self->in_header_.op);
-      if (self->in_header_.payload_bytes > limit)
-        return self->reject(str("sent a ", ps_op_name(self->in_header_.op), " request with ",
-                                self->in_header_.payload_bytes, " payload bytes (at most ", limit, " here)"));
+      const PsLimits limits{static_cast<uint64_t>(self->server_->shards.elements()) * 4,
+                            static_cast<uint64_t>(self->server_->shards.state_elements()) * 4};
+      if (const std::string why = request_header_problem(self->in_header_, limits); !why.empty())
+        return self->reject(why);
       self->in_.resize(self->in_header_.payload_bytes);
       asio::async_read(self->socket_, asio::buffer(self->in_), [self](const std::error_code& ec2, size_t) {
         if (ec2) return self->close();
         self->handle_request();
       });
     });
-  }
-
-  uint64_t payload_limit(uint32_t op) const {
-    switch (static_cast<PsOp>(op)) {
-      case PsOp::kPushPull: return static_cast<uint64_t>(server_->shards.elements()) * 4;
-      case PsOp::kAssign: return static_cast<uint64_t>(server_->shards.state_elements()) * 4;
-      case PsOp::kSave: return 255;  // a directory name
-      default: return 0;
-    }
   }
 
   void handle_request() {
@@ -252,9 +242,7 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
   // (on the I/O thread: pushes wait meanwhile, so the file is one version).
   void save(const std::string& name, int64_t step) {
     PsServerState& s = *server_;
-    if (name.rfind(".tmp-ckpt-", 0) != 0 || name.find('/') != std::string::npos ||
-        name.find('\0') != std::string::npos)
-      return reject(str("asked to save into '", name, "', which is not a checkpoint's temporary directory"));
+    if (const std::string why = save_name_problem(name); !why.empty()) return reject(why);
     if (s.options.checkpoint_dir.empty())
       return send_error(str(s.options.task, " has no checkpoint directory (checkpoint.dir or output.dir) to save into"));
     const std::string dir = (std::filesystem::path(s.options.checkpoint_dir) / name).string();
@@ -268,9 +256,15 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
   }
 
   tcp::socket socket_;
-  std::shared_ptr<PsServerState> server_;
+  // Not owning: the state owns its io_context, whose pending handlers own the
+  // connections (a shared_ptr here was a cycle: every server leaked). Handlers run
+  // only on the I/O thread, which ~PsServer joins before the state goes; the
+  // io_context's destructor then destroys the pending ones with their connections.
+  PsServerState* server_;
   asio::steady_timer timer_;
-  std::string peer_, task_, client_nonce_, server_nonce_;
+  std::string peer_, task_, server_nonce_;
+  rendezvous::Hello hello_;
+  bool said_hello_ = false;
   unsigned char hs_header_[4] = {};
   std::string hs_body_;
   PsHeader in_header_{}, out_header_{};
@@ -279,13 +273,14 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
 };
 
 void PsServerState::accept_next() {
-  acceptor.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
+  // `this`: a pending handler must not own the state that owns it (PsConnection::server_).
+  acceptor.async_accept([this](const std::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true));
-      std::make_shared<PsConnection>(std::move(socket), self)->start();
+      std::make_shared<PsConnection>(std::move(socket), this)->start();
     }
-    self->accept_next();
+    accept_next();
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace dtrain::ps {
 
@@ -52,5 +53,35 @@ static_assert(sizeof(PsHeader) == 32, "the header is 32 bytes on the wire");
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dtrain's ps protocol assumes a little-endian host");
 
 const char* ps_op_name(uint32_t op);
+
+// A header as it arrives: the 32 bytes copied as they are (this host is little-endian).
+PsHeader decode_ps_header(const unsigned char bytes[sizeof(PsHeader)]);
+
+// What a ps serves: the payload bytes a push and an assign carry (its shards' sizes).
+struct PsLimits {
+  uint64_t push_bytes = 0;
+  uint64_t assign_bytes = 0;
+};
+// The longest name a save request carries (a directory name).
+constexpr uint64_t kMaxSaveNameBytes = 255;
+
+// Why the server refuses a request header before reading its payload ("" = read the
+// payload): an op that is not a request, or more payload bytes than the op carries
+// here (push, assign: `limits`; save: kMaxSaveNameBytes; the others: none). The
+// reason follows "it " in the server's log.
+std::string request_header_problem(const PsHeader& h, const PsLimits& limits);
+
+// Why a save request's payload does not name a checkpoint's temporary directory
+// (".tmp-ckpt-...", one path component), "" when it does; quotes the name escaped.
+std::string save_name_problem(const std::string& name);
+
+// Why a reply header is not the reply due (`expected` with `bytes` of payload), ""
+// when it is: for the client's CommError.
+std::string reply_header_problem(const PsHeader& h, PsOp expected, uint64_t bytes);
+
+// The longest error text a client reads from an error reply.
+constexpr uint64_t kMaxErrorBytes = 4096;
+// An error reply's payload as message text: escaped, cut short.
+std::string error_reply_text(std::string_view payload);
 
 }  // namespace dtrain::ps

@@ -64,4 +64,21 @@ std::string client_proof(const Credentials& c, const std::string& task,
   return hmac_sha256(c.secret, str("client|", c.job_id, "|", task, "|", server_nonce, "|", client_nonce));
 }
 
+std::string read_hello(const Message& m, const std::string& magic, Hello* out) {
+  if (m.op != Op::kHello || m.fields.size() != 5 || m.fields[0] != magic)
+    return str("is not a dtrain task of this version (no ", magic, " hello)");
+  *out = {m.fields[1], m.fields[2], m.fields[3], m.fields[4]};
+  if (out->client_nonce.empty()) return "sent an empty nonce";
+  return "";
+}
+
+std::string other_job_text(const Hello& hello, const Credentials& c) {
+  return str("belongs to job '", printable(hello.job_id), "', this is job '", c.job_id, "'");
+}
+
+bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, const std::string& server_nonce) {
+  return m.op == Op::kProof && m.fields.size() == 1 &&
+         constant_time_equal(m.fields[0], client_proof(c, hello.task, server_nonce, hello.client_nonce));
+}
+
 }  // namespace dtrain::rendezvous

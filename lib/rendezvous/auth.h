@@ -15,6 +15,7 @@
 #include <string>
 
 #include "config/cluster_spec.h"
+#include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
 
@@ -44,5 +45,28 @@ std::string server_proof(const Credentials& c, const std::string& client_nonce,
                          const std::string& server_nonce);
 std::string client_proof(const Credentials& c, const std::string& task,
                          const std::string& server_nonce, const std::string& client_nonce);
+
+// A client's hello as a server reads it (the store's and the ps's handshakes).
+struct Hello {
+  std::string job_id;
+  std::string task;
+  std::string role;
+  std::string client_nonce;
+};
+
+// Reads a hello of the protocol `magic` (kProtocolMagic, or the ps's) into *out.
+// Returns why it is refused, "" when it is one: another op, fields or magic (not a
+// dtrain task of this version), or an empty nonce. The reason follows "it " in a
+// log line and quotes nothing the peer sent.
+std::string read_hello(const Message& m, const std::string& magic, Hello* out);
+
+// "belongs to job '<its id>', this is job '<ours>'": the peer's id escaped and cut
+// short (dtrain::printable), for the log and the error reply.
+std::string other_job_text(const Hello& hello, const Credentials& c);
+
+// Whether `m` proves that the client of `hello` knows the secret: a proof whose one
+// field is client_proof(c, hello.task, server_nonce, hello.client_nonce), compared in
+// constant time.
+bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, const std::string& server_nonce);
 
 }  // namespace dtrain::rendezvous

@@ -47,7 +47,7 @@ struct StoreClient::Impl {
     Message challenge = roundtrip({Op::kHello, 0, {kProtocolMagic, c.job_id, options.task, options.role, client_nonce}},
                                   seconds(options.request_timeout));
     if (challenge.op == Op::kError)
-      throw ConfigError(str(where, " refused this task: ", challenge.fields.empty() ? "" : challenge.fields[0]));
+      throw ConfigError(str(where, " refused this task: ", reply_text(challenge, "(no reason given)")));
     if (challenge.op != Op::kChallenge || challenge.fields.size() != 2)
       throw ConfigError(str(where, " is not a dtrain rendezvous server of this version"));
     if (!constant_time_equal(challenge.fields[1], server_proof(c, client_nonce, challenge.fields[0])))
@@ -105,7 +105,7 @@ struct StoreClient::Impl {
   // A request whose kError reply means the job failed.
   Message request(const Message& m, Clock::duration timeout) {
     Message reply = roundtrip(m, timeout);
-    if (reply.op == Op::kError) throw PeerLost(reply.fields.empty() ? "the job failed" : reply.fields[0]);
+    if (reply.op == Op::kError) throw PeerLost(reply_text(reply, "the job failed"));
     return reply;
   }
 };
@@ -165,7 +165,7 @@ HeartbeatReply StoreClient::heartbeat(int64_t step) {
   if (r.op == Op::kStatus && r.number == 0) {
     if (!r.fields.empty()) reply.chief_step = std::strtoll(r.fields[0].c_str(), nullptr, 10);
   } else {
-    reply.failure = r.fields.empty() ? "the job failed" : r.fields[0];
+    reply.failure = reply_text(r, "the job failed");
   }
   return reply;
 }

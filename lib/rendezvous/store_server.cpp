@@ -95,8 +95,8 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, std::shared_ptr<ServerState> server)
-      : socket_(std::move(socket)), server_(std::move(server)), handshake_timer_(server_->io) {
+  Connection(tcp::socket socket, ServerState* server)
+      : socket_(std::move(socket)), server_(server), handshake_timer_(server_->io) {
     std::error_code ec;
     const auto endpoint = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
@@ -177,29 +177,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void handle_hello(const Message& m) {
-    if (m.op != Op::kHello || m.fields.size() != 5 || m.fields[0] != kProtocolMagic)
-      return reject("is not a dtrain task (no dtrain hello)");
+    if (const std::string why = read_hello(m, kProtocolMagic, &hello_); !why.empty()) return reject(why);
     const auto& creds = server_->options.credentials;
-    if (m.fields[1] != creds.job_id) {
+    if (hello_.job_id != creds.job_id) {
       ++server_->rejected;
-      log::warn("rendezvous: dropped the connection from ", peer_, ": it belongs to job '", m.fields[1],
-                "', this is job '", creds.job_id, "'");
-      return reply({Op::kError, 0, {str("this address serves job '", creds.job_id, "', not '", m.fields[1], "'")}}, true);
+      const std::string why = other_job_text(hello_, creds);
+      log::warn("rendezvous: dropped the connection from ", peer_, ": it ", why);
+      return reply({Op::kError, 0, {str("this address serves job '", creds.job_id, "', not '",
+                                        printable(hello_.job_id), "'")}},
+                   true);
     }
-    task_ = m.fields[2];
-    role_ = m.fields[3];
-    client_nonce_ = m.fields[4];
-    if (!server_->tasks.count(task_)) return reject(str("claims to be task '", task_, "', which is not in the cluster"));
+    if (!server_->tasks.count(hello_.task))
+      return reject(str("claims to be task '", printable(hello_.task), "', which is not in the cluster"));
+    task_ = hello_.task;
+    role_ = hello_.role;
     if (role_ != "control" && role_ != "store") return reject("asked for an unknown role");
     server_nonce_ = make_nonce();
     stage_ = Stage::kProof;
-    reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, client_nonce_, server_nonce_)}});
+    reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
   }
 
   void handle_proof(const Message& m) {
-    const auto& creds = server_->options.credentials;
-    if (m.op != Op::kProof || m.fields.size() != 1 ||
-        !constant_time_equal(m.fields[0], client_proof(creds, task_, server_nonce_, client_nonce_)))
+    if (!proof_accepted(m, server_->options.credentials, hello_, server_nonce_))
       return reject("does not know the job secret (wrong HMAC proof)");
     stage_ = Stage::kReady;
     handshake_timer_.cancel();
@@ -208,8 +207,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       t.seen = t.connected = true;
       t.done = false;
       t.last_heartbeat = Clock::now();
+      // A client may have set the key to anything: count from 1 again then.
       std::string& incarnation = server_->kv["incarnation/" + task_];
-      incarnation = std::to_string(incarnation.empty() ? 1 : std::stoll(incarnation) + 1);
+      incarnation = std::to_string(counter_after_add(incarnation, 1).value_or(1));
       server_->kv["status/" + task_] = "up";
       server_->wake_waiters();
     }
@@ -217,36 +217,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void handle_request(const Message& m) {
+    if (const std::string why = request_problem(m); !why.empty()) return reject(why);
     auto& s = *server_;
     switch (m.op) {
       case Op::kSet:
-        if (m.fields.size() != 2) return reject("sent a malformed set");
         s.kv[m.fields[0]] = m.fields[1];
         s.wake_waiters();
         return reply({Op::kOk, 0, {}});
       case Op::kGet: {
-        if (m.fields.size() != 1) return reject("sent a malformed get");
         auto it = s.kv.find(m.fields[0]);
         if (it == s.kv.end()) return reply({Op::kNotFound, 0, {}});
         return reply({Op::kValue, 0, {it->second}});
       }
       case Op::kAdd: {
-        if (m.fields.size() != 1) return reject("sent a malformed add");
         std::string& v = s.kv[m.fields[0]];
-        int64_t current = 0;
-        if (!v.empty()) {
-          char* end = nullptr;
-          current = std::strtoll(v.c_str(), &end, 10);
-          if (*end != '\0') return reply({Op::kError, 0, {str("key '", m.fields[0], "' does not hold a number")}}, true);
-        }
-        const int64_t now = current + m.number;
-        v = std::to_string(now);
+        const std::optional<int64_t> now = counter_after_add(v, m.number);
+        if (!now)
+          return reply({Op::kError, 0, {str("key '", printable(m.fields[0]), "' holds '", printable(v),
+                                            "', not a number that ", m.number, " can be added to")}},
+                       true);
+        v = std::to_string(*now);
         s.wake_waiters();
-        return reply({Op::kValue, now, {}});
+        return reply({Op::kValue, *now, {}});
       }
       case Op::kWait: {
         if (s.failure) return reply({Op::kError, 0, {*s.failure}});
-        const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, m.number));
+        const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
         s.waiters.push_back({m.fields, shared_from_this(), deadline});
         return s.wake_waiters();
       }
@@ -273,7 +269,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case Op::kClock:
         return reply({Op::kValue, trace::now_us(), {}});
       case Op::kFail:
-        s.task_lost(task_, str("task ", s.describe(task_), " failed: ", m.fields.empty() ? "" : m.fields[0]));
+        s.task_lost(task_, str("task ", s.describe(task_), " failed: ", reply_text(m, "")));
         return reply({Op::kOk, 0, {}});
       default:
         return reject(str("sent an unexpected '", op_name(m.op), "' request"));
@@ -293,11 +289,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   tcp::socket socket_;
-  std::shared_ptr<ServerState> server_;
+  // Not owning: the server owns its io_context, whose pending handlers own the
+  // connections, so a shared_ptr here was a cycle that kept every server alive
+  // (a leak). The handlers run only on the server's I/O thread, which
+  // ~StoreServer joins before the state goes; the io_context's destructor then
+  // destroys the handlers that were still pending, and with them the connections.
+  ServerState* server_;
   asio::steady_timer handshake_timer_;
   unsigned char header_[4] = {};
   std::string body_;
-  std::string peer_, task_, role_, client_nonce_, server_nonce_;
+  std::string peer_, task_, role_, server_nonce_;
+  Hello hello_;
   Stage stage_ = Stage::kHello;
   bool closed_ = false;
 };
@@ -309,13 +311,15 @@ void ServerState::start() {
 }
 
 void ServerState::accept_next() {
-  acceptor.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
+  // `this`, not a shared_ptr: a pending handler must not own the state that owns
+  // it (see Connection::server_).
+  acceptor.async_accept([this](const std::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true));
-      std::make_shared<Connection>(std::move(socket), self)->start();
+      std::make_shared<Connection>(std::move(socket), this)->start();
     }
-    self->accept_next();
+    accept_next();
   });
 }
 
@@ -339,8 +343,8 @@ void ServerState::sweep() {
     }
   }
   sweep_timer.expires_after(std::chrono::milliseconds(100));
-  sweep_timer.async_wait([self = shared_from_this()](const std::error_code& ec) {
-    if (!ec) self->sweep();
+  sweep_timer.async_wait([this](const std::error_code& ec) {
+    if (!ec) sweep();
   });
 }
 

@@ -1,6 +1,11 @@
 // Implementation of wire.h.
 #include "rendezvous/wire.h"
 
+#include <algorithm>
+#include <charconv>
+
+#include "core/strings.h"
+
 namespace dtrain::rendezvous {
 namespace {
 
@@ -110,6 +115,40 @@ bool decode_payload(const std::string& payload, Message& out) {
     if (!r.u32(length) || !r.bytes(length, out.fields[i])) return false;
   }
   return r.left() == 0;
+}
+
+std::string request_problem(const Message& m) {
+  const size_t n = m.fields.size();
+  const auto fields = [&](const char* what) { return str("sent a malformed ", op_name(m.op), " (", n, " fields; ", what, ")"); };
+  switch (m.op) {
+    case Op::kSet: return n == 2 ? "" : fields("expected a key and a value");
+    case Op::kGet:
+    case Op::kAdd: return n == 1 ? "" : fields("expected a key");
+    case Op::kFail: return n <= 1 ? "" : fields("expected a message");
+    case Op::kWait:
+    case Op::kHeartbeat:
+    case Op::kDone:
+    case Op::kClock: return "";
+    default: return str("sent an unexpected '", op_name(m.op), "' request");
+  }
+}
+
+std::optional<int64_t> counter_after_add(const std::string& held, int64_t delta) {
+  int64_t current = 0;
+  if (!held.empty()) {
+    const char* end = held.data() + held.size();
+    const auto [at, error] = std::from_chars(held.data(), end, current);
+    if (error != std::errc() || at != end) return std::nullopt;
+  }
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) return std::nullopt;
+  return sum;
+}
+
+int64_t wait_timeout_ms(const Message& m) { return std::clamp<int64_t>(m.number, 0, kMaxWaitMs); }
+
+std::string reply_text(const Message& m, const std::string& fallback) {
+  return m.fields.empty() ? fallback : printable(m.fields[0], kMaxPeerText);
 }
 
 }  // namespace dtrain::rendezvous

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,31 @@ uint32_t decode_length(const unsigned char header[4]);
 
 // Decodes a payload (without its length prefix). Returns false if it is malformed.
 bool decode_payload(const std::string& payload, Message& out);
+
+// What the store server makes of a request after the handshake (store_server.cpp;
+// here, without Asio, so that it is testable and fuzzed on its own).
+
+// Why a request is malformed ("" when it can be served): an op that is not a request
+// (a handshake op or a reply), or the wrong fields for its op: set {key, value}, get
+// and add {key}, fail {message} or {}; wait takes any number of keys, and heartbeat,
+// done and clock ignore their fields.
+std::string request_problem(const Message& m);
+
+// A counter after an add request: `held` (the key's value, "" = 0, else decimal
+// digits with an optional '-') plus `delta`; nullopt when `held` is not such a number
+// or the sum does not fit in 64 bits.
+std::optional<int64_t> counter_after_add(const std::string& held, int64_t delta);
+
+// The longest wait a request may ask for (a week); a wait request's number is
+// clamped to 0 .. kMaxWaitMs.
+constexpr int64_t kMaxWaitMs = int64_t{7} * 24 * 3600 * 1000;
+int64_t wait_timeout_ms(const Message& m);
+
+// The longest text taken from a peer's message (an error or failure message).
+constexpr size_t kMaxPeerText = 4096;
+
+// A reply's first field as message text (escaped, cut at kMaxPeerText), or
+// `fallback` when the reply has no field.
+std::string reply_text(const Message& m, const std::string& fallback);
 
 }  // namespace dtrain::rendezvous

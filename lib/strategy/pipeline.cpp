@@ -401,7 +401,7 @@ std::string PipelineStrategy::params_sha256() {
     std::memcpy(header, &bytes, sizeof bytes);
     pipe_->send(header, 2, 0, tag);
     std::vector<float> blob(floats_for(bytes), 0.0f);
-    std::memcpy(blob.data(), input.data(), bytes);
+    if (bytes > 0) std::memcpy(blob.data(), input.data(), bytes);  // an empty blob has no data() to copy into
     pipe_->send(blob.data(), blob.size(), 0, tag | 1);
   }
   float raw[16];

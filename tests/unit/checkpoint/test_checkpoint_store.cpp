@@ -203,6 +203,38 @@ TEST_CASE("manifest JSON round trip and errors") {
   CHECK_THROWS_AS(manifest_from_json("not json", "m.json"), IoError);
 }
 
+// Found by tests/fuzz/fuzz_manifest.cpp.
+TEST_CASE("a manifest with a field of the wrong type or out of range is an IoError") {
+  Manifest m = manifest(5);
+  m.dtrain_version = "0.1.0";
+  m.files["model.safetensors"] = {"00ff", 12};
+  const std::string good = manifest_to_json(m);
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    REQUIRE(text.find(from) != std::string::npos);
+    return text.replace(text.find(from), from.size(), to);
+  };
+  auto expect_error = [](const std::string& text, const std::string& what) {
+    INFO(text);
+    CHECK_THROWS_AS(manifest_from_json(text, "ckpt/manifest.json"), IoError);
+    CHECK_THROWS_WITH(manifest_from_json(text, "ckpt/manifest.json"),
+                      Catch::Contains("bad checkpoint manifest ckpt/manifest.json") && Catch::Contains(what));
+  };
+  // A "format" that is not a string was nlohmann's type_error 302 ("type must be string").
+  for (const char* format : {"1", "null", "[]", "{}"})
+    expect_error(edited("\"dtrain-checkpoint\"", format), "\"format\" is not \"dtrain-checkpoint\"");
+  expect_error(edited("\"format_version\": 1", "\"format_version\": 4294967297"), "format_version");
+  // Numbers that did not fit (world_size became another int) or make no sense.
+  expect_error(edited("\"world_size\": 2", "\"world_size\": 4294967298"), "\"world_size\" is 4294967298, not an integer from 1");
+  expect_error(edited("\"world_size\": 2", "\"world_size\": 0"), "\"world_size\" is 0");
+  expect_error(edited("\"step\": 5", "\"step\": -5"), "\"step\" is -5, not an integer from 0");
+  expect_error(edited("\"step\": 5", "\"step\": 18446744073709551615"), "\"step\" is 18446744073709551615");
+  // A file name with a control character is quoted escaped.
+  std::string named = edited("\"model.safetensors\"", "\"a\\u0001b\"");
+  named.replace(named.find("\"bytes\": 12"), 11, "\"bytes\": -1");
+  expect_error(named, "files.a\\x01b needs");
+}
+
 namespace {
 
 // The State's tensors cut in two parts each (rows of the kernel, halves of the

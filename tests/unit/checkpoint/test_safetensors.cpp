@@ -142,6 +142,25 @@ TEST_CASE("malformed safetensors files are IoErrors naming the file and the prob
   CHECK_THROWS_AS(read_safetensors(dir.file("missing.safetensors")), IoError);
 }
 
+// Found by tests/fuzz/fuzz_safetensors.cpp (by review, then run through it).
+TEST_CASE("a shape entry past 2^63 is an IoError, not a negative dimension") {
+  test::TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  // No elements, so the sizes agree; the dimension read as int64 was -1, and making
+  // the tensor failed an internal check (tensor.cpp: d >= 0).
+  test::spit(path, make_file(R"({"x":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", ""));
+  CHECK_THROWS_AS(read_safetensors(path), IoError);
+  CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("tensor 'x' has a shape entry that is not a non-negative integer"));
+  CHECK_THROWS_AS(read_safetensors_header(path), IoError);
+}
+
+TEST_CASE("tensor names from the file are quoted escaped in errors") {
+  test::TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  test::spit(path, make_file("{\"a\\u001b[2Jb\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", floats({1, 2})));
+  CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("tensor 'a\\x1b[2Jb' has unknown dtype 'Q7'"));
+}
+
 TEST_CASE("write_safetensors rejects duplicate names") {
   test::TempDir dir;
   const float v = 1;

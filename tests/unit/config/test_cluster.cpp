@@ -420,5 +420,21 @@ TEST_CASE("agreement_json ignores the task and runtime.threads only", "[config][
   CHECK(parse(b).agreement_json != ca.agreement_json);
 }
 
+// Found by tests/fuzz/fuzz_tf_config.cpp: the --task flag, TF_CONFIG's keys and
+// addresses went into messages raw (control characters, bytes that are not UTF-8).
+TEST_CASE("TF_CONFIG and --task text is quoted escaped and cut short in errors", "[config][cluster]") {
+  CHECK_THAT(flag_error("ps:1\xff"), Contains("--task ps:1\\xff: the index '1\\xff' is not an integer"));
+  CHECK_THAT(flag_error("w\x1b[2Jorker:0"), Contains("unknown task type 'w\\x1b[2Jorker'"));
+  CHECK_THAT(tf_error(R"({"cluster": {"wor\u0000ker": ["h:1"]}})"),
+             Contains("TF_CONFIG.cluster.wor\\x00ker: unknown task type 'wor\\x00ker'"));
+  CHECK_THAT(tf_error(R"({"cluster": {"worker": ["h\u0007st:1"]}})"),
+             Contains("'h\\x07st:1' is not host:port: the host 'h\\x07st' contains '\\x07'"));
+  const std::string e = tf_error(R"({"cluster": {"worker": [")" + std::string(500, 'h') + R"(:99999"]}})");
+  CHECK_THAT(e, Contains("'" + std::string(80, 'h') + "...' is not host:port"));
+  CHECK(e.size() < 400);
+  // Malformed JSON quotes what it read: bytes that are not UTF-8 come out escaped.
+  CHECK_THAT(tf_error("{\"cluster\": \xfe}"), Contains("TF_CONFIG: malformed JSON at 1:13") && Contains("\\xfe"));
+}
+
 }  // namespace
 }  // namespace dtrain::config::test

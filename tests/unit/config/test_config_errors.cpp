@@ -361,5 +361,44 @@ TEST_CASE("residual blocks check their layers at nested JSON paths", "[config][e
              Contains("model.layers[1].layers[0].name: the name 'fc' is already used by model.layers[0]"));
 }
 
+// Found by tests/fuzz/fuzz_job_config.cpp and by review: keys, values and --set
+// text from the file went into messages raw and uncut; 100,000 nested '[' took
+// gigabytes (each level kept its path) before anything was reported; numbers that
+// become ints (ports, counts) wrapped around.
+TEST_CASE("text from the file is quoted escaped and cut short", "[config][errors]") {
+  json job = minimal_job();
+  job["train"]["ep\x01ochs"] = 1;
+  CHECK_THAT(config_error(job), Contains("job.json: train: unknown key 'ep\\x01ochs' for the train section"));
+  job = minimal_job();
+  job["train"][std::string(300, 'k')] = 1;
+  const std::string e = config_error(job);
+  CHECK_THAT(e, Contains("unknown key '" + std::string(80, 'k') + "...'"));
+  CHECK(e.size() < 500);
+  job = minimal_job();
+  job["device"] = "cuda:\x7f";
+  CHECK_THAT(config_error(job), Contains("'cuda:\\x7f' is not a device"));
+  CHECK_THAT(config_error(minimal_job(), {"train.epo\tchs=\xff"}),
+             Contains("--set train.epo\\tchs=\\xff:") || Contains("(from --set train.epo\\tchs=\\xff)"));
+  CHECK_THAT(text_error("{\"loss\": \"mse\",\n \xc3\x28}"), Contains("job.json:2:") && Contains("\\xc3"));
+}
+
+TEST_CASE("JSON nested deeper than 100 levels is an error, found early", "[config][errors]") {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THAT(text_error(deep), Contains("job.json: ") && Contains("nested deeper than 100 levels"));
+  CHECK_THAT(text_error(R"({"a": )" + std::string(200, '[')), Contains("nested deeper than 100 levels"));
+}
+
+TEST_CASE("ports and counts that would not fit an int are errors", "[config][errors]") {
+  json job = minimal_job();
+  job["runtime"]["port_base"] = 4294976184LL;  // 2^32 + 8888 became 8888
+  CHECK_THAT(config_error(job), Contains("runtime.port_base: must be at most 65535 (a port), got 4294976184"));
+  job = minimal_job();
+  job["runtime"]["slurm_jobs"] = {{"worker", 4294967297LL}};  // became 1
+  CHECK_THAT(config_error(job), Contains("runtime.slurm_jobs.worker: must be at most 65536"));
+  job = minimal_job();
+  job["runtime"]["kubernetes"] = {{"port", 70000}};
+  CHECK_THAT(config_error(job), Contains("runtime.kubernetes.port: must be at most 65535"));
+}
+
 }  // namespace
 }  // namespace dtrain::config::test

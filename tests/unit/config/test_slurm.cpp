@@ -349,5 +349,30 @@ TEST_CASE("Slurm: the port base must leave room for a node's tasks", "[config][s
   CHECK_THAT(slurm_error(five_tasks("0"), options), Contains("runtime.port_base: ports 0..1"));
 }
 
+// Found by tests/fuzz/fuzz_slurm.cpp (the sum by review, then run through it).
+TEST_CASE("Slurm: task counts whose sum passes 2^31 are an error, not an overflow", "[config][slurm]") {
+  // 3 x 999999999 overflowed the int that summed the counts (UBSan: signed integer overflow).
+  const EnvVars env = {{"SLURM_PROCID", "0"},
+                       {"SLURM_STEP_NUM_TASKS", "5"},
+                       {"SLURM_STEP_TASKS_PER_NODE", "999999999(x3)"},
+                       {"SLURM_STEP_NODELIST", "n1,n2,n3"}};
+  CHECK_THAT(slurm_error(env), Contains("SLURM_STEP_NUM_TASKS='5' but") && Contains("place 2999999997 tasks"));
+  EnvVars many = env;
+  many["SLURM_STEP_NUM_TASKS"] = "2999999";
+  CHECK_THAT(slurm_error(many), Contains("SLURM_STEP_NUM_TASKS='2999999' is more tasks than one dtrain job runs"));
+}
+
+TEST_CASE("Slurm: variables are quoted escaped in errors", "[config][slurm]") {
+  CHECK_THAT(hostlist_error("n[1-2],\x01x"), Contains("SLURM_STEP_NODELIST='n[1-2],\\x01x'") &&
+                                                 Contains("'\\x01' is not allowed in a host name"));
+  CHECK_THAT(tasks_error("2\xff"), Contains("SLURM_STEP_TASKS_PER_NODE='2\\xff': cannot parse '2\\xff'"));
+  EnvVars env = three_nodes();
+  env["SLURM_PROCID"] = "0\n";
+  CHECK_THAT(slurm_error(env), Contains("SLURM_PROCID='0\\n': expected a whole number"));
+  env = three_nodes();
+  env["SLURMD_NODENAME"] = "t02n13\x1b";
+  CHECK_THAT(slurm_error(env), Contains("SLURMD_NODENAME='t02n13\\x1b' but"));
+}
+
 }  // namespace
 }  // namespace dtrain::config

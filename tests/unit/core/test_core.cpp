@@ -24,6 +24,20 @@ TEST_CASE("shape_str writes shapes like Python tuples") {
   CHECK(shape_str({}) == "()");
 }
 
+TEST_CASE("printable escapes what is not printable text and cuts long text") {
+  CHECK(printable("plain text, 'quoted' \\ and UTF-8: caf\xc3\xa9") == "plain text, 'quoted' \\ and UTF-8: caf\xc3\xa9");
+  CHECK(printable(std::string("a\0b\x01\n\r\t\x7f", 8)) == "a\\x00b\\x01\\n\\r\\t\\x7f");
+  // Invalid UTF-8 (a lone continuation byte, a cut sequence, an overlong '/', a
+  // surrogate) and C1 controls (U+0085) are escaped byte by byte.
+  CHECK(printable("\x80|\xc3|\xc0\xaf|\xed\xa0\x80|\xc2\x85") ==
+        "\\x80|\\xc3|\\xc0\\xaf|\\xed\\xa0\\x80|\\xc2\\x85");
+  CHECK(printable(printable("a\x01\xff")) == printable("a\x01\xff"));  // escaping twice changes nothing
+  CHECK(printable(std::string(100, 'x')) == std::string(kMaxQuoted, 'x') + "...");
+  CHECK(printable("abcdef", 3) == "abc...");
+  CHECK(printable("ab\xc3\xa9", 3) == "ab...");  // never half a character
+  CHECK(printable(std::string(100, 'x'), std::string::npos).size() == 100);
+}
+
 TEST_CASE("sha256 matches the FIPS 180-2 test vectors") {
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

@@ -260,3 +260,59 @@ TEST_CASE("a streamed tfrecord source gives the in-memory pipeline's batches", "
     }
   }
 }
+
+namespace {
+
+// Protocol buffer encoding by hand (the test does not link the generated code): a
+// length-delimited field.
+std::string pb_field(int number, const std::string& payload) {
+  std::string out(1, static_cast<char>(number << 3 | 2));
+  for (size_t n = payload.size(); ; n >>= 7) {
+    out.push_back(static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0)));
+    if (n < 0x80) break;
+  }
+  return out + payload;
+}
+
+// A tf.train.Example with one bytes_list feature per name.
+std::string example_with_features(const std::vector<std::string>& names) {
+  std::string features;
+  for (const std::string& name : names)
+    features += pb_field(1, pb_field(1, name) + pb_field(2, pb_field(1, pb_field(1, "abcd"))));
+  return pb_field(1, features);
+}
+
+}  // namespace
+
+// Found by tests/fuzz/fuzz_tfrecord.cpp (by review, then run through it): a length
+// field with a valid CRC made the reader allocate what it promised (up to 2 GiB)
+// before it found that the file is shorter.
+TEST_CASE("a record length past the end of the file is an IoError, read without allocating it", "[tfrecord]") {
+  TempDir dir;
+  std::string header(8, '\0');
+  const uint64_t length = 0x7fffffff;
+  for (int i = 0; i < 8; ++i) header[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));
+  const uint32_t crc = masked_crc32c(header.data(), header.size());
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(crc >> (8 * i)));
+  test::spit(dir.file("long.tfrecord"), header + "abc");
+  TfRecordReader reader(dir.file("long.tfrecord"), "data.train.files[0]");
+  std::string record;
+  CHECK_THROWS_WITH(reader.next(record), Contains("ends inside record 0 (byte offset 0): it should hold 2147483663 bytes "
+                                                  "but has 15"));
+  CHECK(record.capacity() < (size_t{1} << 30));
+}
+
+// Found by tests/fuzz/fuzz_tf_example.cpp: feature names went into the message raw.
+TEST_CASE("feature names from the file are quoted escaped and few", "[tfrecord]") {
+  TempDir dir;
+  std::vector<std::string> names = {"a\x1b[31mb"};
+  for (int i = 0; i < 12; ++i) names.push_back(std::string(1, 'f').append(std::to_string(i)));
+  {
+    TfRecordWriter writer(dir.file("names.tfrecord"), "test");
+    writer.write(example_with_features(names));
+    writer.close();
+  }
+  DataSourceSpec spec = tfrecord_spec({dir.file("names.tfrecord")});
+  CHECK_THROWS_WITH(load_dataset(spec), Contains("no feature 'image' (it has: a\\x1b[31mb, f0, f1") &&
+                                            Contains("and 3 more)"));
+}

@@ -101,3 +101,54 @@ TEST_CASE("Keras layers and options dtrain lacks are errors naming them", "[kera
     CHECK_THROWS_WITH(nn::read_model_spec(both.root()), Contains("layers"));
   }
 }
+
+// Found by tests/fuzz/fuzz_keras_model.cpp: values of another type where the file
+// should hold an object or a string ended in nlohmann's type_error ("dtrain: error:
+// unexpected failure: [json.exception.type_error.306] cannot use value() with
+// number", exit 1); numbers past a double's range in its out_of_range error; bytes
+// that are not UTF-8 went into the message raw.
+TEST_CASE("Keras files with values of the wrong type are ConfigErrors naming the place", "[keras]") {
+  auto translate = [](const std::string& text) { return nn::keras_json_to_model_json(text, "model.json"); };
+  auto expect_error = [&](const std::string& text, const std::string& what) {
+    INFO(text);
+    CHECK_THROWS_AS(translate(text), ConfigError);
+    CHECK_THROWS_WITH(translate(text), Contains("model.keras_json: 'model.json'") && Contains(what));
+  };
+  const std::string dense = R"({"class_name": "Dense", "config": {"name": "d", "units": 2}})";
+  auto model = [](const std::string& layers, const std::string& extra = "") {
+    return R"({"class_name": "Sequential", "config": {"layers": [)" + layers + "]" + extra + "}}";
+  };
+  expect_error(R"({"class_name": "Sequential", "config": 3})", "config is a number 3, not an object");
+  expect_error(R"({"class_name": "Sequential", "config": null})", "config is null, not an object");
+  expect_error(R"({"class_name": 7, "config": {}})", "class_name is a number 7");
+  expect_error(R"({"class_name": "Sequential", "config": {"layers": {"a": 1}}})", "config.layers is an object");
+  expect_error(model("null"), "config.layers[0] is null, not a layer object");
+  expect_error(model("3, " + dense), "config.layers[0] is a number 3, not a layer object");
+  expect_error(model(R"({"class_name": ["Dense"]})"), "config.layers[0] has a class_name that is an array");
+  expect_error(model(R"({"config": {}})"), "config.layers[0] has no class_name");
+  expect_error(model(R"({"class_name": "Dense", "config": "units"})"), "has a config that is a string \"units\"");
+  expect_error(model(R"({"class_name": "Dense", "config": {"units": 2, "dtype": {"config": 5}}})"),
+               "dtype '{\"config\":5}' is not supported");
+  expect_error(model(R"({"class_name": "Dense", "config": {"units": 2, "kernel_initializer": 3}})"),
+               "option 'kernel_initializer' is 3; dtrain initialises it as GlorotUniform only");
+  expect_error(model(R"({"class_name": "Dense", "config": {"units": 2, "kernel_initializer": {"class_name": null}}})"),
+               "option 'kernel_initializer' is {\"class_name\":null}");
+  // A Functional model: a layer name or a keras_history entry that is not a string.
+  expect_error(R"({"class_name": "Functional", "config": {"layers": [{"class_name": "Dense", "name": 5,
+                  "config": {"units": 2}, "inbound_nodes": [{"args": [{"config": {"keras_history": [3, 0, 0]}}]}]}]}})",
+               "config.layers[0] (Dense '') takes 3");
+  expect_error(R"({"class_name": "Functional", "config": {"layers": [)" + dense + R"(], "output_layers": 1}})",
+               "config.output_layers 1 is not the last layer");
+  // Not JSON, or numbers JSON allows but a double cannot hold.
+  expect_error("{\"class_name\": 1e400}", "is not valid JSON (number overflow parsing '1e400')");
+  expect_error("{\"a\": \"\xff\xfe\"}", "is not valid JSON");
+  try {
+    translate("{\"a\": \"\xff\xfe\"}");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Contains("\\xff"));  // escaped, not the raw bytes
+    CHECK(std::string(e.what()).find('\xff') == std::string::npos);
+  }
+  // An option name with a control character is quoted escaped.
+  expect_error(model(R"({"class_name": "Dense", "config": {"units": 2, "a\u0007": 1}})"),
+               "option 'a\\x07' = 1 is not supported");
+}

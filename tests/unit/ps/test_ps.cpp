@@ -17,6 +17,7 @@
 #include "job/job_config.h"
 #include "checkpoint/checkpoint_store.h"
 #include "ps/ps_server.h"
+#include "ps/ps_wire.h"
 #include "ps/work_queue.h"
 #include "rendezvous/store.h"
 #include "strategy/parameter_server.h"
@@ -310,6 +311,31 @@ TEST_CASE("a client that is no dtrain task is dropped by a ps, which goes on ser
   CHECK_THROWS_WITH(group.save("/somewhere/.tmp-ckpt-00000001-abcd", 1),
                     Catch::Contains("has no checkpoint directory"));
   CHECK(server.version() == 0);
+}
+
+// tests/fuzz/fuzz_ps_wire.cpp feeds these the headers and payloads a peer sends.
+TEST_CASE("ps request and reply headers are checked before their payload is read") {
+  const ps::PsLimits limits{12, 32};
+  auto header = [](ps::PsOp op, uint64_t bytes) { return ps::PsHeader{static_cast<uint32_t>(op), 0, 0, 0, bytes}; };
+  CHECK(ps::request_header_problem(header(ps::PsOp::kPushPull, 12), limits).empty());
+  CHECK(ps::request_header_problem(header(ps::PsOp::kPull, 0), limits).empty());
+  CHECK(ps::request_header_problem(header(ps::PsOp::kPushPull, 13), limits) ==
+        "sent a push request with 13 payload bytes (at most 12 here)");
+  CHECK(ps::request_header_problem(header(ps::PsOp::kPull, 1), limits) ==
+        "sent a pull request with 1 payload bytes (at most 0 here)");
+  CHECK(ps::request_header_problem(header(ps::PsOp::kSave, UINT64_MAX), limits) ==
+        "sent a save request with 18446744073709551615 payload bytes (at most 255 here)");
+  CHECK(ps::request_header_problem({99, 0, 0, 0, 0}, limits) == "sent an unknown request (op 99)");
+  CHECK(ps::request_header_problem(header(ps::PsOp::kValues, 0), limits) == "sent an unknown request (op 20)");
+  CHECK(ps::reply_header_problem(header(ps::PsOp::kValues, 12), ps::PsOp::kValues, 12).empty());
+  CHECK(ps::reply_header_problem({77, 0, 0, 0, 5}, ps::PsOp::kOk, 0) ==
+        "sent a 'unknown' reply of 5 bytes where 'ok' of 0 was due");
+  CHECK(ps::save_name_problem(".tmp-ckpt-00000001-ab").empty());
+  CHECK(ps::save_name_problem("../x\x1b[2J") ==
+        "asked to save into '../x\\x1b[2J', which is not a checkpoint's temporary directory");
+  CHECK_FALSE(ps::save_name_problem(std::string(".tmp-ckpt-\0", 11)).empty());
+  CHECK(ps::error_reply_text("could not\x07 write") == "could not\\x07 write");
+  CHECK(ps::error_reply_text(std::string(5000, 'e')).size() == ps::kMaxErrorBytes + 3);
 }
 
 TEST_CASE("a unit whose worker died between its ticket and its claim goes back to the queue") {

@@ -139,6 +139,27 @@ TEST_CASE("a client of another job is told so and refused") {
   }
 }
 
+// Found by tests/fuzz/fuzz_rendezvous_wire.cpp (the pure parts of the server's
+// handling; these run them on the server).
+TEST_CASE("an add past 2^63 is refused with a reason, and the store goes on") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  CHECK(a.add("n", INT64_MAX) == INT64_MAX);
+  CHECK_THROWS_WITH(a.add("n", 1), Catch::Contains("key 'n' holds '9223372036854775807', not a number that 1 can be "
+                                                   "added to"));
+  StoreClient b("127.0.0.1", server.port(), client_options("worker:1"));
+  CHECK(b.get("n") == std::optional<std::string>("9223372036854775807"));
+}
+
+TEST_CASE("a control connection comes up after a task set its incarnation key to text") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient store("127.0.0.1", server.port(), client_options("worker:1"));
+  store.set("incarnation/worker:0", "not a number");
+  StoreClient control("127.0.0.1", server.port(), client_options("worker:0", "control"));  // std::stoll threw here
+  CHECK(store.get("incarnation/worker:0") == std::optional<std::string>("1"));
+  CHECK_FALSE(control.heartbeat(1).failure.has_value());
+}
+
 TEST_CASE("a task name outside the cluster is refused") {
   StoreServer server("127.0.0.1", 0, server_options());
   CHECK_THROWS(StoreClient("127.0.0.1", server.port(), client_options("worker:7")));
