@@ -37,7 +37,7 @@ for t in "${targets[@]}"; do
 done
 
 # Build (clang only: libFuzzer).
-cxx=${CXX:-clang++}
+cxx=${CXX:-$(command -v clang++-14 || echo clang++)}
 case "$("$cxx" --version 2>/dev/null | head -1)" in
   *clang*) ;;
   *) echo "fuzz.sh: '$cxx' is not clang; libFuzzer needs clang (set CXX=clang++)" >&2; exit 2 ;;

@@ -13,6 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libboost-dev
   python3-numpy python3-yaml
   iproute2 openssh-client openssh-server
+  clang-14 libclang-rt-14-dev ninja-build
 )
 
 missing=()
