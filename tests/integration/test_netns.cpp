@@ -337,10 +337,10 @@ TEST_CASE("netns: under netem delay and loss the job ends with the same paramete
   CHECK(lossy.step_ms - plain.step_ms >= 20.0);
 }
 
-// Job fencing, as dtrain promises it for multi_worker_mirrored (README, "Running on
-// a cluster": a lost task makes every other task exit 4; no task waits for a dead
-// peer): a job whose task was lost is over, and a host that comes back cannot
-// bring it back. Here that means:
+// Job fencing, as dtrain promises it for multi_worker_mirrored (docs/cluster.md,
+// "Running on a cluster": a lost task makes every other task exit 4; no task
+// waits for a dead peer): a job whose task was lost is over, and a host that
+// comes back cannot bring it back. Here that means:
 //   1. when the cut-off host's link comes back, early (as soon as the chief has
 //      declared it lost, while the failed job's tasks are still shutting down) or
 //      late (after the survivors exited), no task goes on: every one of them,

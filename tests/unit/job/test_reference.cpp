@@ -1,7 +1,8 @@
-// The README's reference tables are the registries' own text: the block between
-// the markers must be exactly what `dtrain reference` prints (regenerate it with
-// `build/dtrain reference` when a registry entry changes). And the unknown-key
-// notes come from the entries' keys: a key of another entry names its owner.
+// The reference tables of docs/config-reference.md are the registries' own text:
+// the block between the markers must be exactly what `dtrain reference` prints
+// (regenerate it with `build/dtrain reference` when a registry entry changes).
+// And the unknown-key notes come from the entries' keys: a key of another entry
+// names its owner.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <set>
@@ -16,17 +17,17 @@
 
 using namespace dtrain;
 
-TEST_CASE("the README holds the reference tables the registries write") {
-  std::ifstream in(DTRAIN_SOURCE_DIR "/README.md");
+TEST_CASE("docs/config-reference.md holds the reference tables the registries write") {
+  std::ifstream in(DTRAIN_SOURCE_DIR "/docs/config-reference.md");
   REQUIRE(in);
   std::stringstream text;
   text << in.rdbuf();
-  const std::string readme = text.str();
-  const size_t begin = readme.find(job::kReferenceBegin);
-  const size_t end = readme.find(job::kReferenceEnd);
+  const std::string doc = text.str();
+  const size_t begin = doc.find(job::kReferenceBegin);
+  const size_t end = doc.find(job::kReferenceEnd);
   REQUIRE(begin != std::string::npos);
   REQUIRE(end != std::string::npos);
-  const std::string block = readme.substr(begin, end + std::string(job::kReferenceEnd).size() + 1 - begin);
+  const std::string block = doc.substr(begin, end + std::string(job::kReferenceEnd).size() + 1 - begin);
   CHECK(block == job::reference_markdown());
 }
 
