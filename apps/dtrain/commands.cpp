@@ -14,6 +14,7 @@
 #include "core/strings.h"
 #include "job/reference.h"
 #include "launch/launcher.h"
+#include "plan/execution_plan.h"
 #include "runtime/run.h"
 #include "trainer/trainer.h"
 
@@ -152,8 +153,8 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
 
 int validate_command(const ValidateOptions& options, const runtime::Environment& env) {
   const job::JobConfig job = load_job(options.job);
-  runtime::validate_task(job, env, options.task);
-  std::printf("%s is valid\n", options.job.config.c_str());
+  runtime::validate_task(job, env, options.task, options.json);
+  if (!options.json) std::printf("%s is valid\n", options.job.config.c_str());
   return 0;
 }
 
@@ -217,11 +218,12 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
   if (options.batch > 0) extra.push_back(str("train.batch_size_per_replica=", options.batch));
   const job::JobConfig job = load_job(options.job, extra);
   trainer::BenchOptions bench;
-  bench.host = env.host;
   bench.steps = options.steps;
   bench.warmup_steps = options.warmup;
   bench.profile_steps = options.profile;
-  const trainer::BenchResult r = trainer::bench_train(job, bench);
+  // One process, whatever cluster the job names (bench train times this task's steps).
+  const plan::ExecutionPlan plan = plan::make_execution_plan(job, config::ClusterConfig{}, plan::read_machine(env.host));
+  const trainer::BenchResult r = trainer::bench_train(job, plan, bench);
   if (options.json) {
     nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
                         {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},

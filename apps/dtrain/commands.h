@@ -28,7 +28,8 @@ struct RunOptions {
 
 struct ValidateOptions {
   JobOptions job;
-  std::string task;  // --task TYPE:INDEX
+  std::string task;   // --task TYPE:INDEX
+  bool json = false;  // --json: the execution plan as one JSON object, the last line
 };
 
 struct ClusterOptions {
@@ -114,7 +115,7 @@ int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& 
 // are none (no CUDA backend, no driver, no device). Exit code 0 either way.
 int devices_command(bool json);
 int version_command();
-// The README's job config reference tables, from the registries (job/reference.h).
+// The job config reference tables (docs/config-reference.md), from the registries (job/reference.h).
 int reference_command();
 
 // `dtrain ckpt inspect DIR` (ckpt_command.cpp): DIR is one checkpoint or a directory of them.

@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("validate", "Check a job config, its model and its data without training");
   add_job_options(validate_cmd, validate.job);
   validate_cmd->add_option("--task", validate.task, "This task, TYPE:INDEX (checks its address can be bound)");
+  validate_cmd->add_flag("--json", validate.json,
+                         "Print the execution plan (what runs where, connected how, and why) as one JSON object, "
+                         "the last line of the output");
 
   dtrain::app::ClusterOptions cluster;
   CLI::App* cluster_cmd = app.add_subcommand(

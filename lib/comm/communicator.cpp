@@ -49,6 +49,10 @@ class Borrowed : public Communicator {
   }
   void barrier() override { other_.barrier(); }
   bool device_buffers() const override { return other_.device_buffers(); }
+  std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
+                                                void* stream) override {
+    return other_.all_reduce_device(data, count, type, op, stream);
+  }
   void send(const float* data, size_t count, int peer, uint64_t tag) override { other_.send(data, count, peer, tag); }
   void recv(float* data, size_t count, int peer, uint64_t tag) override { other_.recv(data, count, peer, tag); }
   std::unique_ptr<Communicator> split(int color, int key) override { return other_.split(color, key); }
@@ -67,6 +71,14 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kMean: return "mean";
   }
   return "?";
+}
+
+const char* element_type_name(ElementType type) { return type == ElementType::kBfloat16 ? "bfloat16" : "float"; }
+size_t element_size(ElementType type) { return type == ElementType::kBfloat16 ? 2 : 4; }
+
+std::unique_ptr<DeviceWork> Communicator::all_reduce_device(void*, size_t, ElementType, ReduceOp, void*) {
+  DT_CHECK(false, "all_reduce_device on a communicator of host buffers (ask device_buffers() first)");
+  return nullptr;
 }
 
 size_t padded_count(size_t count, int size) {

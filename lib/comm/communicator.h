@@ -42,6 +42,23 @@ struct Piece {
 
 const char* reduce_op_name(ReduceOp op);
 
+// The element type of a device buffer in a collective (the device-buffer path).
+enum class ElementType { kFloat32, kBfloat16 };
+const char* element_type_name(ElementType type);  // "float", "bfloat16" (nccl-tests' names)
+size_t element_size(ElementType type);
+
+// One device-buffer collective in flight (Communicator::all_reduce_device).
+class DeviceWork {
+ public:
+  virtual ~DeviceWork() = default;
+  // Waits on the host until the collective finished on the device (with the
+  // communicator's deadline and lost-peer check).
+  virtual void wait() = 0;
+  // Makes `stream` (a cudaStream_t) wait on the device for the collective; the
+  // host does not wait. Use it before reading the result or freeing the buffers there.
+  virtual void block_stream(void* stream) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -94,6 +111,14 @@ class Communicator {
   virtual void barrier() = 0;
   // Whether the pointers above are device (GPU) memory (NCCL) rather than host memory.
   virtual bool device_buffers() const { return false; }
+  // The device-buffer path (communicators whose device_buffers() is true): an
+  // all-reduce of `count` elements of `type` at device address `data`, in place,
+  // launched after the work issued on `stream` (a cudaStream_t) without waiting
+  // for it; kMean divides by size(). The returned work says when it is done. The
+  // default (host-buffer communicators) is an InternalError: callers ask
+  // device_buffers() first.
+  virtual std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
+                                                        void* stream);
 
   // Point-to-point, for pipeline stages; not collective: only the two ranks take
   // part. send() gives rank `peer` the message data[0..count) under `tag`;

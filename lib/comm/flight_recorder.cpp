@@ -85,6 +85,11 @@ class Recorded final : public Communicator {
     record("barrier", 0, [&] { inner_->barrier(); });
   }
   bool device_buffers() const override { return inner_->device_buffers(); }
+  // Launched, not finished here: not recorded (the record is of host-blocking collectives).
+  std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
+                                                void* stream) override {
+    return inner_->all_reduce_device(data, count, type, op, stream);
+  }
   void send(const float* data, size_t count, int peer, uint64_t tag) override {
     record("send", count * sizeof(float), [&] { inner_->send(data, count, peer, tag); }, peer, tag);
   }

@@ -119,15 +119,6 @@ void ignore_sigpipe_once() {
   });
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
 std::string seconds_text(double s) { return str(s, " s"); }
 
 // gloo::rendezvous::Store over a dtrain rendezvous::Store (the job's StoreClient, or

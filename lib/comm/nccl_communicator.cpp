@@ -40,8 +40,6 @@ int gpu_count(const std::string& who) {
 
 }  // namespace
 
-const char* element_type_name(ElementType type) { return type == ElementType::kBfloat16 ? "bfloat16" : "float"; }
-size_t element_size(ElementType type) { return type == ElementType::kBfloat16 ? 2 : 4; }
 
 std::string nccl_version() {
   int version = 0;
@@ -295,6 +293,26 @@ NcclCommunicator::~NcclCommunicator() = default;
 int NcclCommunicator::rank() const { return state_->options.rank; }
 int NcclCommunicator::size() const { return state_->options.size; }
 int NcclCommunicator::device() const { return state_->options.device; }
+
+namespace {
+
+// NcclWork behind the Communicator interface's DeviceWork.
+class NcclDeviceWork final : public DeviceWork {
+ public:
+  explicit NcclDeviceWork(NcclWork work) : work_(std::move(work)) {}
+  void wait() override { work_.wait(); }
+  void block_stream(void* stream) override { work_.block_stream(stream); }
+
+ private:
+  NcclWork work_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceWork> NcclCommunicator::all_reduce_device(void* data, size_t count, ElementType type,
+                                                                 ReduceOp op, void* stream) {
+  return std::make_unique<NcclDeviceWork>(all_reduce_async(data, count, type, op, stream));
+}
 
 NcclWork NcclCommunicator::all_reduce_async(void* data, size_t count, ElementType type, ReduceOp op, void* stream) {
   if (count == 0) return {};

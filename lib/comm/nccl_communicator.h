@@ -52,11 +52,6 @@ class Store;
 
 namespace dtrain::comm {
 
-// The element type of a device buffer in a collective.
-enum class ElementType { kFloat32, kBfloat16 };
-const char* element_type_name(ElementType type);  // "float", "bfloat16" (nccl-tests' names)
-size_t element_size(ElementType type);
-
 struct NcclOptions {
   int rank = 0;
   int size = 1;
@@ -113,6 +108,9 @@ class NcclCommunicator final : public Communicator {
   int size() const override;
   int device() const;
   bool device_buffers() const override { return true; }
+  // The device-buffer path of the Communicator interface: all_reduce_async's work.
+  std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
+                                                void* stream) override;
 
   // Asynchronous collectives on device buffers, after the work issued so far on
   // `stream` (a cudaStream_t; nullptr: options.compute_stream). Shapes as in

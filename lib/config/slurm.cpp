@@ -27,11 +27,7 @@ const char* const kCountsExample = "expected counts like '2(x3),1'";
 const char* const kNotInStep =
     "run dtrain inside a Slurm step (srun), or choose runtime.cluster_resolver";
 
-bool is_digits(const std::string& s) {
-  return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c)) != 0;
-  });
-}
+bool is_digits(const std::string& s) { return s.size() <= 9 && all_digits(s); }  // fits an int
 
 bool is_host_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '.' || c == '_';

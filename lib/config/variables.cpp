@@ -15,9 +15,7 @@ const std::string* find_variable(const EnvVars& vars, const std::string& name) {
 }
 
 int variable_number(const std::string& name, const std::string& value, const std::string& hint) {
-  const bool digits = !value.empty() && value.size() <= 9 && std::all_of(value.begin(), value.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c)) != 0;
-  });
+  const bool digits = value.size() <= 9 && all_digits(value);
   if (!digits)
     throw ConfigError(
         str(name, "='", printable(value), "': expected a whole number >= 0", hint.empty() ? "" : str(" (", hint, ")")));

@@ -115,6 +115,19 @@ std::string printable(std::string_view text, size_t max_bytes) {
   return out;
 }
 
+std::string lower(std::string text) {
+  for (char& c : text)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return text;
+}
+
+bool all_digits(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string out = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -38,6 +38,11 @@ inline constexpr size_t kMaxQuoted = 80;
 // printable(printable(x)) == printable(x). For reading, not for parsing back.
 std::string printable(std::string_view text, size_t max_bytes = kMaxQuoted);
 
+// ASCII lower case: lower("Worker") == "worker" (bytes beyond ASCII unchanged).
+std::string lower(std::string text);
+// Whether `text` is one or more ASCII digits and nothing else ("" is not).
+bool all_digits(std::string_view text);
+
 // A shape as users see it: "(26, 26, 32)".
 std::string shape_str(const std::vector<int64_t>& shape);
 

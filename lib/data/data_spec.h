@@ -47,7 +47,7 @@ struct DataSpec {
   DataSourceSpec validation;
   int64_t shuffle_buffer = 10000;  // 0 or 1 = no shuffle
   // Batches prepared ahead on a background thread (0 = none); unset: "auto", 2
-  // when a core is free for that thread, else 0 (trainer::prefetch_batches).
+  // when a core is free for that thread, else 0 (the execution plan: plan/plan_parts.h).
   std::optional<int64_t> prefetch;
   bool drop_remainder = false;     // drop the last, smaller training batch
   bool cache = true;               // keep decoded float samples in memory after the first epoch

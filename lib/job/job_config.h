@@ -3,7 +3,7 @@
 // data (data), strategy (strategy), and config itself (device, train, runtime,
 // output, checkpoint, cluster, task). Each spec keeps the JSON path it came from.
 //
-// job/reference.h writes the README's reference tables from the same registries.
+// job/reference.h writes the reference tables of docs/config-reference.md from the same registries.
 #pragma once
 
 #include <optional>

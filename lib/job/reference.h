@@ -1,7 +1,7 @@
-// The README's reference tables (layers, losses, optimizers, learning-rate
+// The reference tables of docs/config-reference.md (layers, losses, optimizers, learning-rate
 // schedules, data formats, strategies), written from the registries' entries so
 // the documentation says what the parser accepts. `dtrain reference` prints them;
-// a unit test checks that the README holds exactly this text between the markers.
+// a unit test checks that docs/config-reference.md holds exactly this text between the markers.
 #pragma once
 
 #include <string>

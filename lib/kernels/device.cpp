@@ -23,28 +23,27 @@ GpuReport list_gpus(bool free_memory) {
 #endif
 }
 
+Device resolve_device(const std::string& spec, int gpu_count, const std::string& why_none) {
+  if (spec == "auto") return gpu_count > 0 ? Device::cuda(0) : Device::cpu();
+  const Device device = Device::parse(spec);
+  if (device.is_cpu()) return Device::cpu();
+  if (gpu_count == 0)
+    throw ConfigError(str("device: \"", spec, "\" asks for a GPU, but none is usable: ", why_none,
+                          "; set \"device\": \"cpu\" (or \"auto\") to train on the CPU"));
+  if (device.index >= gpu_count)
+    throw ConfigError(str("device: \"", spec, "\" asks for GPU ", device.index, ", but this machine has ", gpu_count,
+                          " (cuda:0 to cuda:", gpu_count - 1, ")"));
+  return device;
+}
+
 Device select_device(const std::string& spec) {
-  if (spec != "auto") {
-    const Device device = Device::parse(spec);
-    if (device.is_cpu()) return Device::cpu();
-    const GpuReport report = list_gpus();
-    if (report.gpus.empty())
-      throw ConfigError(str("device: \"", spec, "\" asks for a GPU, but none is usable: ", report.why_none,
-                            "; set \"device\": \"cpu\" (or \"auto\") to train on the CPU"));
-    if (device.index >= static_cast<int>(report.gpus.size()))
-      throw ConfigError(str("device: \"", spec, "\" asks for GPU ", device.index, ", but this machine has ",
-                            report.gpus.size(), " (cuda:0 to cuda:", report.gpus.size() - 1, ")"));
-#if DTRAIN_HAVE_CUDA
-    cuda::activate(device.index);
-#endif
-    return device;
-  }
+  if (spec != "auto" && Device::parse(spec).is_cpu()) return Device::cpu();  // no GPU listing needed
   const GpuReport report = list_gpus();
-  if (report.gpus.empty()) return Device::cpu();
+  const Device device = resolve_device(spec, static_cast<int>(report.gpus.size()), report.why_none);
 #if DTRAIN_HAVE_CUDA
-  cuda::activate(0);
+  if (!device.is_cpu()) cuda::activate(device.index);
 #endif
-  return Device::cuda(0);
+  return device;
 }
 
 std::string backends_description() {

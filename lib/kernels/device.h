@@ -34,6 +34,10 @@ GpuReport list_gpus(bool free_memory = false);
 // CPU; "cpu"; "gpu"/"cuda" = cuda:0; "cuda:N") and makes that device ready for
 // tensors and ops. Asking for a GPU that is not usable is a ConfigError saying why.
 Device select_device(const std::string& spec);
+// The device `spec` names on a machine with `gpu_count` usable GPUs (`why_none`:
+// why there are none), without touching it: select_device's choice and its
+// ConfigErrors, as a pure function (the execution plan decides with it).
+Device resolve_device(const std::string& spec, int gpu_count, const std::string& why_none);
 // The backends of this build and their libraries' versions, e.g.
 // "cpu (oneDNN 2.6.3), cuda (CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0)".
 std::string backends_description();

@@ -50,13 +50,6 @@ config::ClusterSpec requested_spec(const ClusterRequest& r) {
   return spec;
 }
 
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  return true;
-}
-
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {

@@ -19,12 +19,6 @@ namespace {
 
 constexpr int kBacklog = 128;  // the chief's store takes every task's connection here
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 // A listening socket on `addr`; on failure returns an invalid fd and leaves errno set.
 UniqueFd listen_on(const sockaddr* addr, socklen_t len, int family) {
   UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -32,6 +32,10 @@ BatchNormalization::BatchNormalization(const std::string& name, const Shape& inp
   moving_variance_.value.fill(1.0f);
 }
 
+LayerBuffers BatchNormalization::buffers(int64_t rows, DType dtype, bool) const {
+  return {output_bytes(rows, dtype), input_bytes(rows, dtype)};
+}
+
 std::vector<Param*> BatchNormalization::params() {
   std::vector<Param*> out;
   if (scale_) out.push_back(&gamma_);

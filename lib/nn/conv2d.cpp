@@ -31,6 +31,15 @@ bool Conv2D::supports_dtype(DType dtype) const {
 
 void Conv2D::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
 
+LayerBuffers Conv2D::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  const int64_t out = output_bytes(rows, dtype);
+  return {out, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
+}
+
+int64_t Conv2D::weight_copy_bytes(DType dtype) const {
+  return dtype == DType::kF32 ? 0 : kernel_.value.numel() * static_cast<int64_t>(dtype_size(dtype));
+}
+
 void Conv2D::initialize(Rng& rng) {
   const Shape& k = kernel_.value.shape();
   const int64_t receptive = k[0] * k[1];

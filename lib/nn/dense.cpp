@@ -29,6 +29,15 @@ bool Dense::supports_dtype(DType dtype) const {
 
 void Dense::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
 
+LayerBuffers Dense::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  const int64_t out = output_bytes(rows, dtype);
+  return {out, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
+}
+
+int64_t Dense::weight_copy_bytes(DType dtype) const {
+  return dtype == DType::kF32 ? 0 : kernel_.value.numel() * static_cast<int64_t>(dtype_size(dtype));
+}
+
 void Dense::initialize(Rng& rng) {
   glorot_uniform(kernel_.value, kernel_.value.dim(0), kernel_.value.dim(1), rng);
   if (use_bias_) bias_.value.zero();

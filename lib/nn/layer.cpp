@@ -100,4 +100,16 @@ void glorot_uniform(Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng) {
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-limit, limit));
 }
 
+int64_t Layer::output_bytes(int64_t rows, DType dtype) const {
+  return rows * shape_numel(output_shape_) * static_cast<int64_t>(dtype_size(dtype));
+}
+
+int64_t Layer::input_bytes(int64_t rows, DType dtype) const {
+  return rows * shape_numel(input_shape_) * static_cast<int64_t>(dtype_size(dtype));
+}
+
+LayerBuffers Layer::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  return {output_bytes(rows, dtype), need_dx ? input_bytes(rows, dtype) : 0};
+}
+
 }  // namespace dtrain::nn

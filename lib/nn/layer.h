@@ -46,6 +46,16 @@ struct LayerTime {
   int64_t forward_calls = 0, backward_calls = 0;
 };
 
+// The memory a layer's step holds besides its parameters, in bytes (the
+// per-layer part of strategy/memory_estimate.h): `forward`, what its forward
+// pass keeps for the backward pass (its output, a mask); `backward`, the
+// gradient buffers its backward pass keeps between steps (its input's gradient,
+// the gradient before a fused activation).
+struct LayerBuffers {
+  int64_t forward = 0;
+  int64_t backward = 0;
+};
+
 class Layer {
  public:
   Layer(std::string name, std::string type, Shape input_shape, Shape output_shape);
@@ -81,6 +91,14 @@ class Layer {
   // (Sequential calls it once before each forward pass); nothing in float32.
   virtual void refresh_compute_weights() {}
 
+  // Its buffers for batches of `rows` rows computing in `dtype`; need_dx: whether
+  // its backward computes its input's gradient. The default: its output, and the
+  // input's gradient where computed (pooling, activations).
+  virtual LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const;
+  // Bytes of the copies of its weights it keeps to compute in `dtype` (mixed
+  // precision: Dense's and Conv2D's kernel); 0 for most.
+  virtual int64_t weight_copy_bytes(DType dtype) const { return 0; }
+
   // The layers this one is made of (a Residual block's), in order; none for most.
   virtual std::vector<Layer*> children() { return {}; }
 
@@ -105,6 +123,9 @@ class Layer {
   // refreshed from it (refresh_compute_weights).
   const Tensor& compute_weights(const Param& p, const Tensor& copy) const;
   void refresh_copy(const Param& p, Tensor& copy) const;
+  // Bytes of `rows` rows of the output / the input, in `dtype`.
+  int64_t output_bytes(int64_t rows, DType dtype) const;
+  int64_t input_bytes(int64_t rows, DType dtype) const;
   // The gradient before an activation whose output was y: dy itself for linear,
   // else act'(.) * dy written into `slot`.
   Tensor before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy, Tensor& slot) const;

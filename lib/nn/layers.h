@@ -68,6 +68,9 @@ class Dense : public Layer {
   void initialize(Rng& rng) override;
   bool supports_dtype(DType dtype) const override;
   void refresh_compute_weights() override;
+  // y; dx and the gradient before a fused activation.
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  int64_t weight_copy_bytes(DType dtype) const override;  // the kernel's copy
 
  private:
   Activation act_;
@@ -88,6 +91,9 @@ class Conv2D : public Layer {
   void initialize(Rng& rng) override;
   bool supports_dtype(DType dtype) const override;
   void refresh_compute_weights() override;
+  // y; dx and the gradient before a fused activation.
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  int64_t weight_copy_bytes(DType dtype) const override;  // the kernel's copy
 
  private:
   kernels::Conv2DParams p_;
@@ -122,6 +128,8 @@ class Flatten : public Layer {
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
   bool supports_dtype(DType) const override { return true; }
+  // Views of its input and of dy: nothing of its own.
+  LayerBuffers buffers(int64_t, DType, bool) const override { return {}; }
 };
 
 // Inverted dropout; the mask is a function of (seed, layer index, step).
@@ -132,6 +140,8 @@ class Dropout : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   // bfloat16, and float16 on a GPU.
   bool supports_dtype(DType dtype) const override { return dtype != DType::kF16 || !device().is_cpu(); }
+  // y and its float32 mask, dx; nothing at rate 0 (it passes its input on).
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
 
  private:
   float rate_;
@@ -165,6 +175,8 @@ class BatchNormalization : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
+  // y; dx, computed even when not passed on (it yields dgamma, dbeta).
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
 
  protected:
   void move_extras(const Device& device) override;
@@ -190,6 +202,8 @@ class Residual : public Layer {
   // The main branch's layers, then the shortcut's.
   std::vector<Layer*> children() override;
   void initialize(Rng& rng) override;
+  // Its children's (in float32), its sum (and y after an activation); dx and dsum.
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
 
  protected:
   void move_extras(const Device& device) override;

@@ -80,6 +80,24 @@ void Residual::initialize(Rng& rng) {
     }
 }
 
+LayerBuffers Residual::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  // The children compute in float32 (Sequential sets the dtype of its own layers
+  // only, and a block computes in float32). Within a branch, a layer's input
+  // gradient is needed above the branch's first layer, or when the block's is.
+  LayerBuffers b;
+  for (const Branch* branch : {&layers_, &shortcut_})
+    for (size_t i = 0; i < branch->size(); ++i) {
+      const LayerBuffers c = (*branch)[i]->buffers(rows, DType::kF32, need_dx || i > 0);
+      b.forward += c.forward;
+      b.backward += c.backward;
+    }
+  const int64_t out = output_bytes(rows, dtype);
+  const bool act = act_ != Activation::kLinear;
+  b.forward += out * (act ? 2 : 1);                                              // sum, and y after an activation
+  b.backward += (need_dx ? input_bytes(rows, dtype) : 0) + (act ? out : 0);  // dx, dsum
+  return b;
+}
+
 std::vector<Layer*> Residual::children() {
   std::vector<Layer*> out;
   for (const Branch* branch : {&layers_, &shortcut_})

@@ -36,6 +36,11 @@ Tensor Dropout::forward(const Tensor& x, const StepContext& ctx) {
   return y;
 }
 
+LayerBuffers Dropout::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  if (rate_ <= 0.0f) return {};
+  return {output_bytes(rows, dtype) + output_bytes(rows, DType::kF32), need_dx ? input_bytes(rows, dtype) : 0};
+}
+
 Tensor Dropout::backward(const Tensor& dy, bool need_dx) {
   if (!need_dx) return {};
   if (!applied_) return dy;

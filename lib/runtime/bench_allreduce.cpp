@@ -3,6 +3,7 @@
 // environment (the launcher sets all three), and the tasks agree on the
 // benchmark's own parameters instead of a config hash. bench_allreduce_gpus():
 // the same with NCCL over this machine's GPUs, in this process.
+#include <set>
 #include <cstdio>
 
 #include "comm/bench_allreduce.h"
@@ -86,8 +87,11 @@ void bench_allreduce_task(const ClusterBenchRequest& request, const Environment&
     throw ConfigError("bench allreduce: give --workers N (or run it under TF_CONFIG with several tasks)");
   ClusterTask task(spec);
   const double collective_deadline = 60.0;  // of connecting and of each all-reduce
-  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline,
-                                                  strategy::communication_by_name(request.communication));
+  const std::vector<std::string> hosts = task.host_of_rank();
+  const plan::TasksGroup group = plan::training_tasks_group(
+      strategy::communication_by_name(request.communication), false, static_cast<int>(hosts.size()),
+      static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size()));
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, group);
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
   if (task.session().rank() == 0) print_table(results, request.json, request.communication);
   communicator.reset();

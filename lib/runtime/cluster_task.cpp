@@ -74,9 +74,17 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
   });
 }
 
+std::vector<std::string> ClusterTask::host_of_rank() const {
+  const config::ClusterConfig& cluster = session_.cluster();
+  std::vector<std::string> hosts(static_cast<size_t>(session_.world_size()));
+  for (const config::TaskId& t : cluster.spec.all_tasks())
+    if (const int r = cluster.spec.rank(t); r >= 0) hosts[static_cast<size_t>(r)] = session_.hosts().at(t.str());
+  return hosts;
+}
+
 std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const std::string& prefix,
                                                                         double timeout_seconds,
-                                                                        strategy::Communication communication) {
+                                                                        plan::TasksGroup group) {
   const config::ClusterConfig& cluster = session_.cluster();
   // Gloo connects through the job's rendezvous store; its TCP device listens on
   // this task's host (the one the others know it by).
@@ -86,21 +94,13 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   gloo.prefix = prefix;
   gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
   gloo.timeout_seconds = timeout_seconds;
-  gloo.algorithm = communication == strategy::Communication::kRing ? comm::AllReduceAlgorithm::kRing
-                                                                 : comm::AllReduceAlgorithm::kGlooDefault;
-  // Which machine each training rank is on, as each task said at the rendezvous.
-  std::vector<std::string> host_of_rank(static_cast<size_t>(gloo.size));
-  for (const config::TaskId& t : cluster.spec.all_tasks())
-    if (const int r = cluster.spec.rank(t); r >= 0) host_of_rank[static_cast<size_t>(r)] = session_.hosts().at(t.str());
-  const comm::HostLayout layout = comm::HostLayout::from_keys(host_of_rank);
-  const bool shared = layout.hosts() < gloo.size;
-  // kAuto: shared memory wherever tasks share a machine, on one machine too (the
-  // 2-worker MLP on one 2-core machine: 262,555 samples/s against 80,133 over
-  // Gloo's TCP ring, scripts/bench-multiworker.sh).
-  const bool hierarchical = communication == strategy::Communication::kHierarchical ||
-                            (communication == strategy::Communication::kAuto && shared);
-  if (!hierarchical) return comm::make_recorded(comm::make_gloo_communicator(session_.store(), gloo), "workers");
+  gloo.algorithm =
+      group == plan::TasksGroup::kGlooRing ? comm::AllReduceAlgorithm::kRing : comm::AllReduceAlgorithm::kGlooDefault;
+  if (group != plan::TasksGroup::kHierarchical)
+    return comm::make_recorded(comm::make_gloo_communicator(session_.store(), gloo), "workers");
 
+  // Which machine each training rank is on, as each task said at the rendezvous.
+  const comm::HostLayout layout = comm::HostLayout::from_keys(host_of_rank());
   const int host = layout.host_of[static_cast<size_t>(gloo.rank)];
   comm::ShmOptions shm;
   shm.rank = layout.local_rank_of[static_cast<size_t>(gloo.rank)];

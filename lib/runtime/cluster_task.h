@@ -40,14 +40,16 @@ class ClusterTask {
   const std::string& name() const { return name_; }  // "worker:1"
 
   // A communicator over the job's training tasks (chief + workers), keyed under
-  // `prefix` in the job's store, with the collective deadline `timeout_seconds`:
-  // Gloo's, or the hierarchical one (shared memory within each machine, Gloo
-  // between one leader per machine) when `communication` asks for it or, for
-  // kAuto, when several tasks share a machine (machines as the rendezvous learned
-  // them; on a single machine only shared memory is used). The caller decides whether
-  // the strategy needs one.
+  // `prefix` in the job's store, with the collective deadline `timeout_seconds`,
+  // as the plan's `group` says: Gloo's (its own algorithm, or its ring), or the
+  // hierarchical one (shared memory within each machine, as the rendezvous
+  // learned them, Gloo between one leader per machine; on a single machine only
+  // shared memory is used).
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
-                                                             strategy::Communication communication);
+                                                             plan::TasksGroup group);
+  // The machine of each training rank (chief 0, then the workers), as each task
+  // said at the rendezvous: the execution plan's input once the tasks met.
+  std::vector<std::string> host_of_rank() const;
 
   // The training tasks' NCCL group for the gradients of a GPU job (one GPU per
   // task: `device`), keyed under `prefix`, whose waits give up on a lost peer as

@@ -26,8 +26,11 @@ struct RunRequest {
 void run_job(const job::JobConfig& job, const Environment& env, const RunRequest& request);
 
 // `dtrain validate`: the checks of trainer::validate_job, and for a task of a
-// cluster that its own address can be bound. Prints what it checked.
-void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag);
+// cluster that its own address can be bound. Prints what it checked, then the
+// task's execution plan (what would run where, and why), or with `json` the plan
+// as one JSON object on the last line.
+void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag,
+                   bool json = false);
 
 // What a `dtrain bench` over a cluster measures (bench allreduce, bench ps): the
 // same for every task of it.

@@ -17,7 +17,6 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "strategy/registry.h"
-#include "strategy/replica_devices.h"
 #include "strategy/zero_shard.h"
 
 namespace dtrain::strategy {
@@ -47,14 +46,16 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       seed_(job.train.seed),
       accumulation_(job.train.gradient_accumulation_steps),
       batch_per_replica_(job.train.batch_size_per_replica),
-      workers_(entry_of(job.strategy).cross_task == CrossTask::kAllReduce ? context.workers : nullptr),
+      workers_(context.workers),
       loss_(nn::make_loss(job.loss)),
       device_(context.device),
       threads_(std::max(1, context.threads)) {
   const int n = entry_of(job.strategy).local_replicas ? static_cast<int>(job.strategy.replicas) : 1;
-  // On GPUs one GPU per replica (mirrored), each set up for this process.
-  const std::vector<Device> devices = replica_devices(
-      job.strategy, device_, n, device_.is_cpu() ? 0 : static_cast<int>(kernels::list_gpus().gpus.size()));
+  // The plan's device of each replica (on GPUs one GPU per replica: mirrored),
+  // each made ready for this process.
+  const std::vector<Device> devices =
+      context.replicas.empty() ? std::vector<Device>(static_cast<size_t>(n), device_) : context.replicas;
+  DT_CHECK_EQ(static_cast<int>(devices.size()), n);
   for (const Device& d : devices)
     if (!d.is_cpu()) kernels::select_device(d.str());
   device_ = devices[0];  // replica 0's: evaluation, staging, the strategy's device
@@ -67,7 +68,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   }
   std::vector<std::unique_ptr<comm::Communicator>> local;
-  if (n > 1 && !central_) local = make_local_group(job, devices);
+  if (n > 1 && !central_) local = make_local_group(devices, context.local_nccl);
   // Whether the workers' all-reduce takes the gradients where they lie (the
   // same answer on every task: it asks them all for a shared area at once).
   const bool shared_gradients = workers_ && n == 1 && !zero && !context.gradients && devices[0].is_cpu() &&
@@ -180,11 +181,9 @@ int DataParallelStrategy::num_replicas_in_sync() const {
 }
 
 std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_local_group(
-    const StrategyJob& job, const std::vector<Device>& devices) {
-  const bool on_gpus = !devices[0].is_cpu();
-  const Communication how = job.strategy.communication;
+    const std::vector<Device>& devices, bool nccl) {
+  if (nccl) {
 #if DTRAIN_HAVE_NCCL
-  if (on_gpus && (how == Communication::kAuto || how == Communication::kNccl)) {
     // One NCCL communicator per GPU, each used by its replica's thread.
     std::vector<int> gpus;
     for (const Device& d : devices) gpus.push_back(d.index);
@@ -193,10 +192,10 @@ std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_loca
     auto group = comm::make_local_nccl_group(gpus, options);
     log::info("comm: mirrored replicas on ", devices.size(), " GPUs all-reduce with NCCL (", comm::nccl_version(), ")");
     return {std::make_move_iterator(group.begin()), std::make_move_iterator(group.end())};
-  }
+#else
+    DT_CHECK(false, "a local NCCL group planned in a build without NCCL");
 #endif
-  if (on_gpus && how == Communication::kNccl)
-    throw ConfigError(str(job.strategy.path, ".communication: 'nccl' needs a build of dtrain with NCCL; use \"auto\""));
+  }
   // Shared memory between the threads (GPU gradients through host copies).
   return comm::make_local_group(static_cast<int>(devices.size()));
 }

@@ -109,9 +109,9 @@ class DataParallelStrategy : public Strategy {
   bool gradients_finite(Replica& r);
   comm::Communicator* group_of(Replica& r);
   // The local replicas' group: NCCL over their GPUs (one communicator each) where
-  // the build has it and strategy.communication allows, else shared memory.
-  static std::vector<std::unique_ptr<comm::Communicator>> make_local_group(const StrategyJob& job,
-                                                                           const std::vector<Device>& devices);
+  // the plan says so (StrategyContext::local_nccl), else shared memory.
+  static std::vector<std::unique_ptr<comm::Communicator>> make_local_group(const std::vector<Device>& devices,
+                                                                           bool nccl);
   // A batch's images and labels on `device`: the staged copies when `b` was
   // staged, else copies started now.
   std::pair<Tensor, Tensor> on_device(const data::Batch& b, const Device& device);

@@ -82,12 +82,6 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
     thread_ = std::thread([this] { comm_loop(); });
     return;
   }
-#if DTRAIN_HAVE_NCCL
-  nccl_ = dynamic_cast<comm::NcclCommunicator*>(&comm);
-  DT_CHECK(nccl_ != nullptr, "a communicator of device buffers that is not NCCL's (a wrapper hides it)");
-#else
-  DT_CHECK(false, "a communicator of device buffers in a build without NCCL");
-#endif
   for (Bucket& bucket : buckets_) {
     size_t floats = 0;
     for (const nn::Param* p : bucket.params) floats += static_cast<size_t>(p->grad.numel());
@@ -196,7 +190,6 @@ double GradientReducer::finish_step() {
 }
 
 void GradientReducer::launch_on_device(size_t b) {
-#if DTRAIN_HAVE_NCCL
   Bucket& bucket = buckets_[b];
   // Device-to-device copies on the compute stream, after the backward ops that
   // produced the gradients.
@@ -218,29 +211,24 @@ void GradientReducer::launch_on_device(size_t b) {
   if (bucket.wire.defined()) {
     // bfloat16 on the wire: rounded on the compute stream, summed by NCCL in bfloat16.
     kernels::cast(bucket.device_buffer, bucket.wire);
-    bucket.work = nccl_->all_reduce_async(bucket.wire.raw(), static_cast<size_t>(bucket.wire.numel()),
+    bucket.work = comm_.all_reduce_device(bucket.wire.raw(), static_cast<size_t>(bucket.wire.numel()),
                                           comm::ElementType::kBfloat16, comm::ReduceOp::kMean, stream);
     return;
   }
-  bucket.work = nccl_->all_reduce_async(bucket.device_buffer.raw(), static_cast<size_t>(bucket.device_buffer.numel()),
+  bucket.work = comm_.all_reduce_device(bucket.device_buffer.raw(), static_cast<size_t>(bucket.device_buffer.numel()),
                                         comm::ElementType::kFloat32, comm::ReduceOp::kMean, stream);
-#else
-  (void)b;
-  DT_CHECK(false, "the device path of the gradient reducer needs NCCL");
-#endif
 }
 
 void GradientReducer::finish_on_device() {
-#if DTRAIN_HAVE_NCCL
   for (const Bucket& bucket : buckets_)
     DT_CHECK(bucket.ready == bucket.params.size(), "finish_step before every gradient was ready");
   // The all-reduces run in launch order on NCCL's stream: once the last is done,
   // all are. Waiting for it on the host polls the deadline and the lost peers.
-  buckets_.back().work.wait();
+  buckets_.back().work->wait();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     void* stream = kernels::compute_stream(bucket.device_buffer.device());
-    bucket.work.block_stream(stream);
+    bucket.work->block_stream(stream);
     if (bucket.wire.defined()) kernels::cast(bucket.wire, bucket.device_buffer);  // back to float32
     int64_t offset = 0;
     for (nn::Param* q : bucket.params) {
@@ -258,14 +246,13 @@ void GradientReducer::finish_on_device() {
       bucket.device_buffer.flat_slice(offset, static_cast<int64_t>(extras_.size())).copy_to_host(extras_.data());
       for (float& v : extras_) v *= static_cast<float>(comm_.size());
     }
-    bucket.work = {};
+    bucket.work.reset();
   }
   if (track_non_finite_) {
     float flag = 0.0f;
     non_finite_flag_.copy_to_host(&flag);
     non_finite_ = flag > 0.0f ? 1 : 0;
   }
-#endif
 }
 
 void GradientReducer::comm_loop() {

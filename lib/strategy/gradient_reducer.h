@@ -50,9 +50,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#if DTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
-#endif
 #include "nn/layer.h"
 #include "strategy/strategy_spec.h"
 
@@ -106,9 +103,7 @@ class GradientReducer {
     size_t ready = 0;
     Tensor device_buffer;       // the device path's: the gradients, then the extras
     Tensor wire;                // the device path's bfloat16 copy of it (allreduce_dtype bfloat16)
-#if DTRAIN_HAVE_NCCL
-    comm::NcclWork work;        // the device path's all-reduce in flight
-#endif
+    std::unique_ptr<comm::DeviceWork> work;  // the device path's all-reduce in flight
   };
   void comm_loop();
   // Takes the next queued bucket (lock held on entry and exit, released while
@@ -125,9 +120,6 @@ class GradientReducer {
   comm::Communicator& comm_;
   bool device_ = false;  // the gradients stay on the GPU (NCCL)
   bool in_place_ = false;  // the host path without buffers: comm_ reduces the gradients where they lie
-#if DTRAIN_HAVE_NCCL
-  comm::NcclCommunicator* nccl_ = nullptr;  // comm_ itself, on the device path
-#endif
   AllreduceDType dtype_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Param*, size_t> bucket_of_;

@@ -39,7 +39,6 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
-#include "nn/layers.h"
 #include "optim/optimizer.h"
 #include "tensor/arena.h"
 
@@ -49,73 +48,6 @@ namespace {
 constexpr int64_t kF32Bytes = 4;
 
 int64_t bytes_of(DType dtype) { return static_cast<int64_t>(dtype_size(dtype)); }
-
-// What one layer keeps for one batch of n rows.
-struct Buffers {
-  int64_t forward = 0;   // activations kept for backward
-  int64_t backward = 0;  // gradient buffers kept between steps
-};
-
-kernels::Activation fused_activation(const nn::LayerSpec& spec) {
-  if (const auto* o = dynamic_cast<const nn::DenseOptions*>(spec.options.get())) return o->activation;
-  if (const auto* o = dynamic_cast<const nn::Conv2DOptions*>(spec.options.get())) return o->activation;
-  return kernels::Activation::kLinear;
-}
-
-// The buffers of `layer` (built from `spec`), computing in `dtype`, for n rows;
-// need_dx: whether its backward computes the gradient of its input.
-Buffers layer_buffers(nn::Layer& layer, const nn::LayerSpec& spec, DType dtype, int64_t n, bool need_dx) {
-  const int64_t out = n * shape_numel(layer.output_shape()) * bytes_of(dtype);
-  const int64_t in = n * shape_numel(layer.input_shape()) * bytes_of(dtype);
-  const int64_t dx = need_dx ? in : 0;
-  Buffers b;
-  if (dynamic_cast<nn::Flatten*>(&layer)) return b;  // views of its input and of dy
-  if (dynamic_cast<nn::Dense*>(&layer) || dynamic_cast<nn::Conv2D*>(&layer)) {
-    b.forward = out;  // y (x is the previous output)
-    b.backward = dx + (fused_activation(spec) != kernels::Activation::kLinear ? out : 0);  // dx, dpre
-    return b;
-  }
-  if (dynamic_cast<nn::Dropout*>(&layer)) {
-    const auto* o = dynamic_cast<const nn::DropoutOptions*>(spec.options.get());
-    if (o && o->rate <= 0.0) return b;  // passes its input on
-    b.forward = out + n * shape_numel(layer.output_shape()) * kF32Bytes;  // y and the float32 mask
-    b.backward = dx;
-    return b;
-  }
-  if (dynamic_cast<nn::BatchNormalization*>(&layer)) {
-    b.forward = out;  // y (x is the previous output)
-    b.backward = in;  // dx is computed even when not passed on (it yields dgamma, dbeta)
-    return b;
-  }
-  if (dynamic_cast<nn::Residual*>(&layer)) {
-    const auto* o = dynamic_cast<const nn::ResidualOptions*>(spec.options.get());
-    DT_CHECK(o != nullptr, "a Residual layer without Residual options");
-    std::vector<const nn::LayerSpec*> specs;
-    for (const auto* branch : {&o->layers, &o->shortcut})
-      for (const nn::LayerSpec& s : *branch) specs.push_back(&s);
-    const std::vector<nn::Layer*> children = layer.children();
-    DT_CHECK_EQ(children.size(), specs.size());
-    // The children compute in float32: Sequential sets the dtype of its own layers
-    // only, and a Residual block computes in float32. Within a branch, a layer's
-    // input gradient is needed above the branch's first layer, or when the
-    // block's is.
-    for (size_t i = 0, first = 0; i < children.size(); ++i) {
-      if (i == o->layers.size()) first = i;
-      const Buffers c = layer_buffers(*children[i], *specs[i], DType::kF32, n, need_dx || i > first);
-      b.forward += c.forward;
-      b.backward += c.backward;
-    }
-    const bool act = o->activation != kernels::Activation::kLinear;
-    b.forward += out * (act ? 2 : 1);                      // sum, and y after an activation
-    b.backward += dx + (act ? out : 0);                    // dx, dsum
-    return b;
-  }
-  // Pooling, Activation, and any layer this model does not know: its output, and
-  // its input gradient.
-  b.forward = out;
-  b.backward = dx;
-  return b;
-}
 
 std::string kind_list(const MemoryEstimate& e) {
   std::vector<std::string> parts;
@@ -220,11 +152,9 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
         trainable_elements += p->value.numel();
       }
     }
-    int64_t layer_copies = 0;
-    if (dtype != DType::kF32 && (dynamic_cast<nn::Dense*>(layer.get()) || dynamic_cast<nn::Conv2D*>(layer.get())))
-      layer_copies = layer->params().front()->value.numel() * bytes_of(dtype);  // the kernel
+    const int64_t layer_copies = layer->weight_copy_bytes(dtype);
     const bool need_dx = q.needs_input_gradient || params_below;
-    const Buffers b = layer_buffers(*layer, ls, dtype, n, need_dx);
+    const nn::LayerBuffers b = layer->buffers(n, dtype, need_dx);
     row.activation_bytes = b.forward * q.batches_in_flight;
     row.backward_bytes = b.backward;
     // The layer's share of gradients, slots (of this task's shard) and accumulation.

@@ -58,6 +58,12 @@ struct StrategyContext {
   // pipeline on GPUs in builds with NCCL: connects a two-task NCCL group on this
   // task's GPU (pipeline_links.h); empty: the stages' tensors travel through Gloo.
   std::function<std::unique_ptr<comm::Communicator>(const std::string& name, int rank)> connect_device_pair = {};
+  // The device of each local replica, as the execution plan decided (plan/):
+  // mirrored on GPUs has one GPU per replica. Empty: every replica on `device`.
+  std::vector<Device> replicas = {};
+  // Several local replicas on GPUs reduce in a local NCCL group (the plan's
+  // choice, in builds with NCCL); false: through shared memory between threads.
+  bool local_nccl = false;
 };
 
 // Whether a strategy for `job` scales the loss (train.precision mixed_float16, or

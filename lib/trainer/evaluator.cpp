@@ -61,18 +61,19 @@ void check_evaluator_job(const job::JobConfig& job) {
                       "data.validation");
 }
 
-RunSummary run_evaluator(const job::JobConfig& job, const EvaluatorOptions& options) {
+RunSummary run_evaluator(const job::JobConfig& job, const plan::ExecutionPlan& plan, const EvaluatorOptions& options) {
   check_evaluator_job(job);
   Stopwatch wall;
   RunSummary summary;
-  summary.threads = setup_threads(job, options.host);
-  const Device device = select_job_device(job, options.host);
+  apply_threads(plan);
+  summary.threads = plan.threads;
+  const Device device = prepare_device(job, plan);
   summary.device = device.str();
   const strategy::StrategySpec one_device;  // evaluation runs on one replica, whatever trains
   auto strategy = strategy::make_strategy({one_device, job.model, job.loss, job.optimizer, job.train},
                                           {nullptr, summary.threads, device});
   const data::DataSourceSpec& source = evaluation_source(job);
-  data::Pipeline pipeline(load_checked(source, strategy->model()), eval_pipeline_options(job, prefetch_batches(job, options.host, summary.threads, 1, device)));
+  data::Pipeline pipeline(load_checked(source, strategy->model()), eval_pipeline_options(job, plan.prefetch));
   const std::string dir = checkpoint_dir(job);
   std::printf("Evaluator: watching %s; each checkpoint evaluated on %s (%s, %d threads)\n", dir.c_str(),
               source.path.c_str(), describe_device(device).c_str(), summary.threads);

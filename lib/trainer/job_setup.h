@@ -1,5 +1,7 @@
-// What every entry point of the trainer does before stepping: resolve the thread
-// count, load the data, and check data against the model (private to lib/trainer).
+// What every entry point of the trainer does before stepping, from the task's
+// execution plan (private to lib/trainer), by concern: the device and threads
+// (device_setup.cpp), memory (memory_setup.cpp), the data (data_setup.cpp),
+// evaluation and the epoch's figures (evaluation.cpp).
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "nn/sequential.h"
+#include "plan/execution_plan.h"
 #include "strategy/memory_estimate.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
@@ -18,74 +21,39 @@
 
 namespace dtrain::trainer {
 
-// runtime.threads, else OMP_NUM_THREADS, else usable cores / tasks on this host
-// (HostSettings::tasks_on_host); applied to the compute backend.
-int setup_threads(const job::JobConfig& job, const HostSettings& host);
+// The plan's threads applied to the compute backend (and its notice logged:
+// cores shared by the tasks of this machine).
+void apply_threads(const plan::ExecutionPlan& plan);
 
-// The job's "device", resolved and made ready (kernels::select_device). "auto"
-// with several replicas in one process means the CPU unless strategy.devices
-// names GPUs or the job is mirrored with a GPU for each replica (the strategy
-// sets up the other GPUs: replica_devices.h). host.allow_tf32 false turns TF32
-// convolutions off.
-// Also checks train.precision on the chosen device (check_precision).
-Device select_job_device(const job::JobConfig& job, const HostSettings& host);
+// The plan's device (replica 0's) made ready (kernels::select_device; the
+// strategy readies its other replicas' GPUs), TF32 as DTRAIN_ALLOW_TF32 says, and
+// train.precision checked on it (check_precision).
+Device prepare_device(const job::JobConfig& job, const plan::ExecutionPlan& plan);
 // train.precision on `device`: what runs, what is refused (ConfigError:
 // mixed_float16 on the CPU, whose backend has no float16 kernels), one warning
 // where bfloat16 runs on a CPU without bf16 instructions, and on a GPU one line
 // saying which layers compute in bfloat16 or float16 there.
 void check_precision(const job::JobConfig& job, const Device& device);
-// A device that names no GPU index ("auto", "gpu", "cuda") on a machine with
-// GPUs, for the task with this LOCAL_RANK (as dtrain launch and torchrun set it):
-// "cuda:<LOCAL_RANK % GPUs>", so local tasks spread over the GPUs. Otherwise
-// (local_rank < 0: unset) `device` unchanged.
-std::string local_gpu(const std::string& device, int local_rank);
 // "cpu:0", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90)".
 std::string describe_device(const Device& device);
-// What select_job_device would pick, with the other replicas' GPUs, without
-// making them ready (for validate); throws the same ConfigError when a GPU is
-// asked for and none is usable, or the replicas' GPUs are not there.
-std::string check_job_device(const job::JobConfig& job);
 
-// A pipeline job's stage split (nullopt for other jobs): strategy.stages, or with
-// "auto" the layers balanced by their forward + backward time, measured by the
-// chief on a few steps of the whole model with one micro-batch (the profiler of
-// `bench train --profile`) and broadcast to every task, so all take the same
-// split; by parameter bytes when the whole model would not fit
-// runtime.memory_limit in one task. Collective over `workers`.
-std::optional<strategy::StageSplit> plan_pipeline(const job::JobConfig& job, comm::Communicator* workers);
+// The plan with a pipeline's "auto" split measured (plan.measure_split; the
+// plan itself otherwise): the layers balanced by their forward + backward time,
+// measured by the chief (strategy/pipeline_profile.h) where the whole model fits
+// runtime.memory_limit in one task, else by parameter bytes. Collective over `workers`.
+plan::ExecutionPlan settle_stage_split(const job::JobConfig& job, const plan::ExecutionPlan& plan,
+                                       comm::Communicator* workers);
 
-// Memory accounting (strategy/memory_estimate.h). The query of one training task
-// of `job` among `training_tasks` (chief + workers): every layer, batches of
-// train.batch_size_per_replica rows, the strategy's local replicas (mirrored,
-// central_storage, multi_worker_mirrored) each with its own state, the central
-// copy (central_storage), optimizer slots split over the training tasks with
-// strategy.shard_optimizer_state, an accumulation buffer with
-// train.gradient_accumulation_steps > 1. A parameter_server worker counts the
-// slots too: it keeps a copy of them for checkpoints. A pipeline job gets the
-// whole model here, with one replica's micro-batches all in flight (an upper
-// bound: its stages are checked with pipeline_stage_memory_query).
-strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks);
+// Prints a task's memory estimate to stdout ("Memory per task (estimate): ...",
+// after its stage's line for a pipeline); ConfigError (exit 2) naming the figures,
+// the biggest layers and the fixes when it is over runtime.memory_limit (where
+// it is held against it). Call it before the strategy allocates the model.
+strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::TaskMemory& memory);
 
-// PIPELINE HOOK, for strategy.type "pipeline" once its stage split is known: the
-// query of the stage holding layers [first_layer, last_layer) of model.layers,
-// running micro-batches of `micro_batch_rows` rows of which `batches_in_flight`
-// have their activations held at the peak (gpipe: all micro-batches; 1f1b: at most
-// the stages after this one, plus one). The stages after the first compute their
-// input's gradient (sent upstream). Check it with check_memory.
-strategy::MemoryQuery pipeline_stage_memory_query(const job::JobConfig& job, size_t first_layer, size_t last_layer,
-                                                  int64_t micro_batch_rows, int64_t batches_in_flight);
-
-// Estimates `query` and prints it to stdout ("Memory per task (estimate): ...");
-// ConfigError (exit 2) naming the figures, the biggest layers and the fixes when it
-// is over runtime.memory_limit. Call it before the strategy allocates the model.
-strategy::MemoryEstimate check_memory(const job::JobConfig& job, const strategy::MemoryQuery& query);
-// check_memory of memory_query(job, training_tasks); for a pipeline job, of the
-// stage that training task `rank` holds (its layers, one micro-batch's
-// activations and the inputs of its other micro-batches in flight). A pipeline
-// job with no cluster yet (validate without one) prints the whole model's
-// estimate, not held against the limit.
-strategy::MemoryEstimate check_task_memory(const job::JobConfig& job, int training_tasks, int rank = 0,
-                                           const strategy::StageSplit* split = nullptr);
+// What the strategy gets: the plan's devices and local group, the communicators
+// the runtime connected (`workers`, `gradients`: nullptr where the plan has none).
+strategy::StrategyContext strategy_context(const plan::ExecutionPlan& plan, comm::Communicator* workers,
+                                           comm::Communicator* gradients);
 
 // Loads a data source and checks it against the model: sample size equals the
 // model's input size, and every label is a valid class of the model's output.
@@ -106,18 +74,9 @@ data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers);
 // whole source.
 data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers);
 
-// data.prefetch as set, or for "auto" (the default): 2 batches when the prefetch
-// thread has a core of its own (a GPU job, whose training thread mostly waits for
-// the GPU; or a host whose cores the tasks' compute threads, `threads` each or one
-// per local replica, do not all take), else 0: there the batch is assembled on
-// the training thread, since a prefetch thread could only run by interrupting a
-// training thread in the middle of its step (measured in the README).
-int64_t prefetch_batches(const job::JobConfig& job, const HostSettings& host, int threads, int local_replicas,
-                         const Device& device);
-
 // Training batches of this task: per-replica batch x local replicas, sharded over
 // the workers after the shuffle (shard_policy auto/data), or not (off, file);
-// `prefetch` from prefetch_batches().
+// `prefetch` from the plan (plan.prefetch).
 data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
                                              int worker_rank, int num_workers, int64_t prefetch);
 

@@ -21,10 +21,13 @@
 #include "core/timer.h"
 #include "ps/work_queue.h"
 #include "strategy/parameter_server.h"
+#include "trainer/callback_runner.h"
 #include "trainer/checkpointing.h"
 #include "trainer/job_setup.h"
 #include "trainer/progress.h"
 #include "trainer/records.h"
+#include "trainer/report.h"
+#include "trainer/training_loop.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -41,7 +44,7 @@ struct PsSetup {
   int threads = 1;
 };
 
-PsSetup setup(const job::JobConfig& job, const RunOptions& options) {
+PsSetup setup(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options) {
   if (!options.ps.group || !options.ps.store)
     throw ConfigError("strategy.type parameter_server needs a cluster with ps tasks (dtrain launch --ps 1)");
   if (job.train.gradient_accumulation_steps > 1)
@@ -52,8 +55,9 @@ PsSetup setup(const job::JobConfig& job, const RunOptions& options) {
                           ": parameter_server jobs do not run Keras' epoch callbacks in this version of dtrain; "
                           "remove it or use multi_worker_mirrored"));
   PsSetup s;
-  s.threads = setup_threads(job, options.host);
-  s.strategy = strategy::make_strategy(job.strategy_job(), {nullptr, s.threads, Device::cpu(), options.ps.group});
+  apply_threads(plan);
+  s.threads = plan.threads;
+  s.strategy = strategy::make_strategy(job.strategy_job(), {nullptr, s.threads, plan.device(), options.ps.group});
   s.ps = static_cast<strategy::ParameterServerStrategy*>(s.strategy.get());
   s.train = load_checked(job.data.train, s.strategy->model());
   const int64_t b = job.train.batch_size_per_replica;
@@ -72,13 +76,13 @@ PsSetup setup(const job::JobConfig& job, const RunOptions& options) {
   return s;
 }
 
-data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOptions& options, int threads) {
+data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOptions& options, int64_t prefetch) {
   data::PipelineOptions o;
   o.batch_size = job.train.batch_size_per_replica;
   o.shuffle_buffer = job.data.shuffle_buffer;
   o.seed = job.train.seed;
   o.drop_remainder = true;
-  o.prefetch = prefetch_batches(job, options.host, threads, 1, Device::cpu());
+  o.prefetch = prefetch;
   o.cache = job.data.cache;
   if (is_sync(job)) {
     o.shard_count = options.ps.num_workers;
@@ -92,15 +96,15 @@ nn::LossStats stats_of(const ps::UnitResult& r) { return {r.loss_sum, r.correct,
 
 }  // namespace
 
-RunSummary run_ps_worker(const job::JobConfig& job, const RunOptions& options) {
+RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options) {
   Stopwatch wall;
-  PsSetup s = setup(job, options);
+  PsSetup s = setup(job, plan, options);
   RunSummary summary;
   summary.threads = s.threads;
   std::printf("Model: %lld params, strategy parameter_server (worker, %s), %d threads\n",
               static_cast<long long>(s.strategy->model().count_params(false)),
               is_sync(job) ? "sync" : job.strategy.mode == ps::UpdateMode::kStale ? "stale" : "async", s.threads);
-  data::Pipeline pipeline(s.train, worker_pipeline(job, options, s.threads));
+  data::Pipeline pipeline(s.train, worker_pipeline(job, options, plan.prefetch));
   ps::WorkQueue queue(*options.ps.store, s.plan);
   const auto health = [&] {
     if (options.on_step) options.on_step(summary.steps);
@@ -184,9 +188,129 @@ RunSummary run_ps_worker(const job::JobConfig& job, const RunOptions& options) {
   return summary;
 }
 
-RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& options) {
+namespace {
+
+// The coordinator's steps: the work units its workers complete. It trains
+// nothing itself; each advance looks at the queue (requeueing the units of lost
+// workers) and at the ps tasks' step count, and saves a checkpoint due by it.
+class WorkUnitSteps final : public StepSource {
+ public:
+  WorkUnitSteps(const job::JobConfig& job, PsSetup& s, ps::WorkQueue& queue, Checkpointer& checkpointer,
+                const RunOptions& options, int64_t first_id, int64_t global_step)
+      : job_(job),
+        s_(s),
+        queue_(queue),
+        checkpointer_(checkpointer),
+        options_(options),
+        store_(*options.ps.store),
+        first_id_(first_id),
+        version_(global_step),
+        lost_seen_(std::max<int64_t>(0, store_.add("lost_count", 0))) {}
+
+  void start_epoch(int64_t epoch, int64_t) override {  // (a resumed epoch starts at first_id)
+    epoch_ = epoch;
+    epoch_samples_ = 0;
+    progressed_ = true;
+    const int64_t units = s_.plan.units_per_epoch();
+    for (int64_t id = std::max(first_id_, epoch * units); id < (epoch + 1) * units; ++id) pending_.insert(id);
+    counts_.total += static_cast<int64_t>(pending_.size());
+  }
+
+  bool advance(Advance& out) override {
+    if (pending_.empty()) return false;
+    if (!progressed_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    progressed_ = false;
+    if (options_.on_step) options_.on_step(version_);  // health and progress through the session
+    requeue_lost_units();
+    const int64_t now = options_.ps.group->stats().first;
+    nn::LossStats stats;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (!collect(*it, now, stats)) {
+        ++it;
+        continue;
+      }
+      ++counts_.completed;
+      progressed_ = true;
+      it = pending_.erase(it);
+    }
+    const int64_t first_open =
+        pending_.empty() ? s_.plan.steps_per_epoch : queue_.unit(*pending_.begin()).first_step;
+    checkpointer_.after_steps(version_, now, epoch_, first_open, s_.global_batch);
+    version_ = now;
+    epoch_samples_ += stats.count;
+    out.global_step = now;
+    out.steps_in_epoch = epoch_samples_ / s_.global_batch;
+    out.stats = stats;
+    return true;
+  }
+
+  int64_t epoch_end_step(int64_t global_step) override {
+    version_ = std::max(global_step, s_.ps->version());  // the ps's current values were just fetched
+    return version_;
+  }
+  // Saved before evaluating (the save fetches the values again), so a final
+  // checkpoint holds the parameters the test figures are of.
+  bool checkpoint_before_evaluation() const override { return true; }
+  bool runs_callbacks() const override { return false; }
+
+  const WorkUnitCounts& counts() const { return counts_; }
+
+ private:
+  // Workers lost since the last look: their unfinished units go back to the queue;
+  // so do units a lost worker took but did not live to claim (work_queue.h).
+  void requeue_lost_units() {
+    for (const int64_t lost = store_.add("lost_count", 0); lost_seen_ < lost;) {
+      const std::string owner = store_.get(str("lost/", ++lost_seen_)).value_or("");
+      if (owner.rfind("worker:", 0) != 0) continue;
+      ++counts_.workers_lost;
+      const int requeued = is_sync(job_) ? 0 : queue_.requeue_units_of(owner);
+      counts_.requeued += requeued;
+      log::warn("parameter_server: ", owner.substr(0, owner.find('#')), " was lost; ", requeued,
+                " unfinished work unit(s) go back to the queue and the job goes on");
+    }
+    if (const int orphans = queue_.requeue_orphans(2.0); orphans > 0) {
+      counts_.requeued += orphans;
+      log::warn("parameter_server: ", orphans, " work unit(s) taken but never claimed by a lost worker go back "
+                "to the queue");
+    }
+  }
+
+  // Whether unit `id` is done (sync: the ps tasks applied its rounds, with `now`
+  // steps done); its workers' sums into `stats` if so.
+  bool collect(int64_t id, int64_t now, nn::LossStats& stats) {
+    if (is_sync(job_)) {
+      const ps::WorkUnit u = queue_.unit(id);
+      if (now < u.epoch * s_.plan.steps_per_epoch + u.end_step) return false;
+      for (int w = 0; w < options_.ps.num_workers; ++w)
+        if (const auto r = queue_.result(id, w)) stats.add(stats_of(*r));
+      return true;
+    }
+    const auto r = queue_.result(id);
+    if (r) stats.add(stats_of(*r));
+    return r.has_value();
+  }
+
+  const job::JobConfig& job_;
+  PsSetup& s_;
+  ps::WorkQueue& queue_;
+  Checkpointer& checkpointer_;
+  const RunOptions& options_;
+  rendezvous::Store& store_;
+  const int64_t first_id_;
+  int64_t version_;
+  int64_t lost_seen_;
+  int64_t epoch_ = 0, epoch_samples_ = 0;
+  std::set<int64_t> pending_;
+  bool progressed_ = true;  // a unit finished in the last look: look again at once
+  WorkUnitCounts counts_;
+};
+
+}  // namespace
+
+RunSummary run_ps_coordinator(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options) {
+  // Set-up: the strategy's local copy, the work queue opened where the run resumes.
   Stopwatch wall;
-  PsSetup s = setup(job, options);
+  PsSetup s = setup(job, plan, options);
   RunSummary summary;
   summary.threads = s.threads;
   nn::Sequential& model = s.strategy->model();
@@ -197,10 +321,9 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
               options.ps.group->placement().describe().c_str());
   std::unique_ptr<data::Pipeline> test_pipeline;
   if (job.data.has_test)
-    test_pipeline = std::make_unique<data::Pipeline>(load_checked(job.data.test, model), eval_pipeline_options(job, prefetch_batches(job, options.host, s.threads, 1, Device::cpu())));
-
-  rendezvous::Store& store = *options.ps.store;
-  ps::WorkQueue queue(store, s.plan);
+    test_pipeline =
+        std::make_unique<data::Pipeline>(load_checked(job.data.test, model), eval_pipeline_options(job, plan.prefetch));
+  ps::WorkQueue queue(*options.ps.store, s.plan);
   Checkpointer checkpointer(job, *s.strategy, nullptr);
   // Each ps writes its own shards into the checkpoint; this task writes the manifest last.
   checkpointer.write_sharded(s.ps->checkpoint_layout(), [&](const std::string& tmp_dir, int64_t step) {
@@ -214,121 +337,27 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& optio
   std::printf("Work: %lld steps per epoch in %lld work units of %lld steps, global batch %lld\n",
               static_cast<long long>(s.plan.steps_per_epoch), static_cast<long long>(units),
               static_cast<long long>(s.plan.steps_per_unit), static_cast<long long>(s.global_batch));
-
   MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), start.resumed,
                      options.write_metrics ? tensorboard_dir(job) : std::string());
-  Progress progress(stdout_is_terminal());
-  WorkUnitCounts counts;
-  int64_t lost_seen = std::max<int64_t>(0, store.add("lost_count", 0));
-  int64_t version = start.global_step;
-  double train_seconds = 0.0;
-  int64_t train_samples = 0;
-  for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
-    Stopwatch epoch_time, window_time;
-    std::set<int64_t> pending;
-    for (int64_t id = std::max(first_id, epoch * units); id < (epoch + 1) * units; ++id) pending.insert(id);
-    counts.total += static_cast<int64_t>(pending.size());
-    nn::LossStats epoch_stats, window_stats;
-    bool progressed = true;  // a unit finished in the last look: look again at once
-    while (!pending.empty()) {
-      if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      progressed = false;
-      if (options.on_step) options.on_step(version);  // health and progress through the session
-      // Workers lost since the last look: their unfinished units go back to the queue.
-      for (const int64_t lost = store.add("lost_count", 0); lost_seen < lost;) {
-        const std::string owner = store.get(str("lost/", ++lost_seen)).value_or("");
-        if (owner.rfind("worker:", 0) != 0) continue;
-        ++counts.workers_lost;
-        const int requeued = is_sync(job) ? 0 : queue.requeue_units_of(owner);
-        counts.requeued += requeued;
-        log::warn("parameter_server: ", owner.substr(0, owner.find('#')), " was lost; ", requeued,
-                  " unfinished work unit(s) go back to the queue and the job goes on");
-      }
-      // Units a lost worker took but did not live to claim (work_queue.h).
-      if (const int orphans = queue.requeue_orphans(2.0); orphans > 0) {
-        counts.requeued += orphans;
-        log::warn("parameter_server: ", orphans, " work unit(s) taken but never claimed by a lost worker go back "
-                  "to the queue");
-      }
-      const int64_t now = options.ps.group->stats().first;
-      for (auto it = pending.begin(); it != pending.end();) {
-        bool done = false;
-        if (is_sync(job)) {
-          const ps::WorkUnit u = queue.unit(*it);
-          done = now >= u.epoch * s.plan.steps_per_epoch + u.end_step;
-          for (int w = 0; done && w < options.ps.num_workers; ++w)
-            if (const auto r = queue.result(*it, w)) {
-              epoch_stats.add(stats_of(*r));
-              window_stats.add(stats_of(*r));
-            }
-        } else if (const auto r = queue.result(*it)) {
-          done = true;
-          epoch_stats.add(stats_of(*r));
-          window_stats.add(stats_of(*r));
-        }
-        if (!done) {
-          ++it;
-          continue;
-        }
-        ++counts.completed;
-        progressed = true;
-        it = pending.erase(it);
-      }
-      const int64_t first_open = pending.empty() ? s.plan.steps_per_epoch : queue.unit(*pending.begin()).first_step;
-      const int64_t every = job.train.log_every_steps;
-      if (every > 0 && now / every > version / every && window_stats.count > 0) {
-        metrics.step(epoch + 1, now, mean_loss(window_stats), accuracy(window_stats),
-                     s.strategy->optimizer().learning_rate(now - 1),
-                     window_stats.count / std::max(window_time.seconds(), 1e-9));
-        window_stats = {};
-        window_time.reset();
-      }
-      checkpointer.after_steps(version, now, epoch, first_open, s.global_batch);
-      version = now;
-      progress.step(epoch + 1, job.train.epochs, epoch_stats.count / s.global_batch, s.plan.steps_per_epoch,
-                    mean_loss(epoch_stats), accuracy(epoch_stats),
-                    epoch_stats.count / std::max(epoch_time.seconds(), 1e-9));
-    }
-    const double seconds = epoch_time.seconds();
-    train_seconds += seconds;
-    train_samples += epoch_stats.count;
-    EpochReport report = epoch_report(epoch + 1, job.train.epochs, s.plan.steps_per_epoch, seconds, epoch_stats);
-    s.strategy->sync_state();  // the ps's current values, for evaluation
-    version = std::max(version, s.ps->version());
-    report.learning_rate = s.strategy->optimizer().learning_rate(std::max<int64_t>(0, version - 1));
-    // Saved before evaluating (the save fetches the values again), so a final
-    // checkpoint holds the parameters the test figures are of.
-    checkpointer.after_epoch(version, epoch + 1, s.global_batch,
-                             options.final_checkpoint && epoch + 1 == job.train.epochs);
-    if (test_pipeline) {
-      const nn::LossStats val = evaluate(*s.strategy, *test_pipeline);
-      report.has_validation = true;
-      report.val_loss = summary.test_loss = mean_loss(val);
-      report.val_accuracy = summary.test_accuracy = accuracy(val);
-    }
-    progress.epoch_done(report);
-    metrics.epoch(report, version);
-    summary.train_loss = report.loss;
-    summary.train_accuracy = report.accuracy;
-  }
+  CallbackRunner callbacks(job, *s.strategy, nullptr);  // (none run: setup() refuses them)
+
+  // The loop, over the work units.
+  WorkUnitSteps steps(job, s, queue, checkpointer, options, first_id, start.global_step);
+  const LoopContext context{job,     *s.strategy,          checkpointer,   callbacks,
+                            metrics, test_pipeline.get(), s.plan.steps_per_epoch, s.global_batch,
+                            options.final_checkpoint};
+  const LoopResult loop = run_epochs(context, steps, start);
   queue.close();
-  summary.epochs = job.train.epochs;
-  summary.steps = version;
+
+  // The report.
+  const WorkUnitCounts& counts = steps.counts();
   summary.world_size = options.ps.num_workers;
   summary.global_batch_size = s.global_batch;
-  summary.train_samples_per_sec = train_samples / std::max(train_seconds, 1e-9);
-  summary.params_sha256 = model.params_sha256();
   summary.work_units = counts;
-  summary.wall_seconds = wall.seconds();
-  if (summary.test_accuracy >= 0.0)
-    std::printf("Test: loss %.4f, accuracy %.4f\n", summary.test_loss, summary.test_accuracy);
-  std::printf("Done: %lld steps in %.1fs, %.0f samples/s, %lld of %lld work units completed (%lld requeued, %lld "
-              "worker(s) lost), params_sha256 %s\n",
-              static_cast<long long>(summary.steps), summary.wall_seconds, summary.train_samples_per_sec,
-              static_cast<long long>(counts.completed), static_cast<long long>(counts.total),
-              static_cast<long long>(counts.requeued), static_cast<long long>(counts.workers_lost),
-              summary.params_sha256.c_str());
-  if (!options.summary_path.empty()) write_summary(options.summary_path, job, summary, "parameter_server");
+  report_run(job, options, *s.strategy, loop, wall.seconds(),
+             str(", ", counts.completed, " of ", counts.total, " work units completed (", counts.requeued,
+                 " requeued, ", counts.workers_lost, " worker(s) lost)"),
+             summary);
   return summary;
 }
 

@@ -8,7 +8,7 @@
 
 namespace dtrain::trainer {
 
-RunSummary run_ps_coordinator(const job::JobConfig& job, const RunOptions& options);
-RunSummary run_ps_worker(const job::JobConfig& job, const RunOptions& options);
+RunSummary run_ps_coordinator(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options);
+RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options);
 
 }  // namespace dtrain::trainer

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "job/job_config.h"
+#include "plan/execution_plan.h"
 #include "ps/ps_client.h"
 #include "rendezvous/store.h"
 #include "strategy/memory_estimate.h"
@@ -18,35 +19,22 @@ class Communicator;
 
 namespace dtrain::trainer {
 
-// What the process environment says about where to compute; read once, with the
-// rest of the environment, by the task runtime (runtime/environment.h).
-struct HostSettings {
-  int omp_num_threads = 0;  // OMP_NUM_THREADS (0 = unset): the thread count when runtime.threads is 0
-  // Tasks of this job on this machine (from the rendezvous; 1 alone): without
-  // runtime.threads or OMP_NUM_THREADS each takes its share of the cores, so that
-  // tasks started by hand on one machine do not fight over them.
-  int tasks_on_host = 1;
-  int local_rank = -1;      // LOCAL_RANK (-1 = unset): a task's GPU is LOCAL_RANK % GPUs
-  // DTRAIN_ALLOW_TF32 (0 turns TF32 convolutions off); unset leaves the backend's setting.
-  std::optional<bool> allow_tf32;
-};
+// What the process environment says about where to compute (plan/machine.h).
+using HostSettings = plan::HostSettings;
 
 struct RunOptions {
-  HostSettings host;
   std::string summary_path;  // --summary FILE ("" = none)
   // Called after every training step with the number of steps done. The cluster
   // runtime reports progress and checks the other tasks' health here (and may throw).
   std::function<void(int64_t steps_done)> on_step;
-  // multi_worker_mirrored: the job's training tasks as a group (from the cluster runtime).
+  // The communicators the runtime connected as the plan names them (nullptr where it names none):
+  // the job's training tasks as a group (plan.tasks), and the training tasks'
+  // NCCL group for the gradients (plan.gradients kNccl), on the plan's device.
   comm::Communicator* workers = nullptr;
-  // multi_worker_mirrored on a GPU: connects the training tasks' NCCL group for
-  // the gradients once the device is chosen (the cluster runtime sets it where
-  // strategy.communication and the build allow NCCL; not called on the CPU).
-  std::function<std::unique_ptr<comm::Communicator>(const Device& device)> connect_gradients;
-  // pipeline on a GPU: connects a two-task NCCL group of neighbouring stages under
-  // `name` (StrategyContext::connect_device_pair; set where the build has NCCL).
-  std::function<std::unique_ptr<comm::Communicator>(const Device& device, const std::string& name, int rank)>
-      connect_device_pair;
+  comm::Communicator* gradients = nullptr;
+  // pipeline on a GPU (plan.activations kNccl): connects a two-task NCCL group of
+  // neighbouring stages under `name` (StrategyContext::connect_device_pair).
+  std::function<std::unique_ptr<comm::Communicator>(const std::string& name, int rank)> connect_device_pair;
   // Polled before every step: true once the process was asked to stop (SIGTERM).
   // The job then stops after the step, saves a checkpoint and throws Preempted.
   std::function<bool()> stop_requested;
@@ -123,15 +111,14 @@ struct RunSummary {
   std::optional<strategy::MemoryEstimate> memory;
 };
 
-// Trains and evaluates the job, printing progress to stdout, writing
-// output.dir/metrics.jsonl and, if asked, the summary JSON.
-RunSummary run_training(const job::JobConfig& job, const RunOptions& options);
+// Trains and evaluates the job as `plan` says (plan/execution_plan.h), printing
+// progress to stdout, writing output.dir/metrics.jsonl and, if asked, the summary JSON.
+RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& plan, const RunOptions& options);
 
 // An evaluator task (TF's side-car evaluation): trains nothing, watches the
 // checkpoint directory and evaluates each new complete checkpoint on
 // data.validation, else data.test, oldest first.
 struct EvaluatorOptions {
-  HostSettings host;
   std::string summary_path;  // --summary FILE ("" = none)
   // Asked between looks at the directory: the training's final step once it
   // ended (its final checkpoint is then saved), else nullopt. The cluster runtime
@@ -146,18 +133,18 @@ std::string checkpoint_dir(const job::JobConfig& job);
 // Evaluates until the checkpoint of the final step is done, writing one
 // {"kind": "eval"} record per checkpoint to output.dir/eval/metrics.jsonl and the
 // summary's "evaluations".
-RunSummary run_evaluator(const job::JobConfig& job, const EvaluatorOptions& options);
+RunSummary run_evaluator(const job::JobConfig& job, const plan::ExecutionPlan& plan, const EvaluatorOptions& options);
 // ConfigError unless the job gives an evaluator work: a checkpoint directory
 // (checkpoint.dir or output.dir) and data.test or data.validation.
 void check_evaluator_job(const job::JobConfig& job);
 
 // Checks everything that can be checked without training: the model's shapes,
-// the data files' headers and sizes, input shape against the data. Prints what it
-// checked; throws ConfigError / IoError on the first problem.
-void validate_job(const job::JobConfig& job, const HostSettings& host = {});
+// the data files' headers and sizes, input shape against the data, and prints
+// the task's plan (what would run where). Prints what it checked; throws
+// ConfigError / IoError on the first problem.
+void validate_job(const job::JobConfig& job, const plan::ExecutionPlan& plan);
 
 struct BenchOptions {
-  HostSettings host;
   int64_t steps = 100;        // timed steps
   int64_t warmup_steps = 10;  // untimed steps first (primitive creation, caches)
   int64_t profile_steps = 0;  // > 0: after the timed steps, this many more with per-layer timing
@@ -188,7 +175,6 @@ struct BenchResult {
 };
 
 // Times training steps (data pipeline included) on the job's training data.
-BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options,
-                        comm::Communicator* workers = nullptr);
+BenchResult bench_train(const job::JobConfig& job, const plan::ExecutionPlan& plan, const BenchOptions& options);
 
 }  // namespace dtrain::trainer

@@ -7,7 +7,7 @@
 #include "data/dataset.h"
 #include "kernels/device.h"
 #include "nn/sequential.h"
-#include "strategy/registry.h"
+#include "plan/plan_memory.h"
 #include "strategy/strategy.h"
 #include "trainer/job_setup.h"
 #include "trainer/trainer.h"
@@ -26,44 +26,45 @@ void validate_source(const data::DataSourceSpec& spec, const nn::Sequential& mod
 
 }  // namespace
 
-void validate_job(const job::JobConfig& job, const HostSettings& host) {
+void validate_job(const job::JobConfig& job, const plan::ExecutionPlan& plan) {
   std::printf("ok   %s: valid JSON, every key known, values in range\n", job.source.c_str());
-  // As a training task of the file's cluster would hold it (one task without one).
-  check_task_memory(job, job.cluster.empty() ? 1 : job.cluster.world_size());
+  // As this task would hold it (a training task of the cluster; one task without one).
+  check_memory(job, plan.memory ? *plan.memory : plan::task_memory(job, 1, 0, nullptr));
   const nn::Sequential model(job.model, job.train.seed);
   std::printf("ok   model: %zu layers, %s -> %s, %lld params\n", model.layers().size(),
               shape_str(model.input_shape()).c_str(), shape_str(model.output_shape()).c_str(),
               static_cast<long long>(model.count_params(false)));
-  // Checks strategy, loss and optimizer settings (a multi-worker strategy is
-  // checked against the cluster when the job runs).
-  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
-  if (entry.cross_task == strategy::CrossTask::kNothing) strategy::make_strategy(job.strategy_job(), {nullptr, 1});
-  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", entry.name.c_str(), nn::loss_type_of(job.loss).name.c_str(),
-              optim::optimizer_type_of(job.optimizer).name.c_str());
-  const std::string device = check_job_device(job);
+  // Checks strategy, loss and optimizer settings (a strategy that needs other
+  // tasks is checked against the cluster when the job runs).
+  if (plan.builds_alone) strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+  std::printf("ok   strategy: %s; loss: %s; optimizer: %s\n", plan.strategy->name.c_str(),
+              nn::loss_type_of(job.loss).name.c_str(), optim::optimizer_type_of(job.optimizer).name.c_str());
   // The precision against where the job would train ("cpu:0 ..." or a GPU).
-  check_precision(job, device.rfind("cpu", 0) == 0 ? Device::cpu() : Device::cuda(0));
-  std::printf("ok   device: \"%s\": %s\n", job.device.c_str(), device.c_str());
-  if (entry.point_to_point)
-    std::printf("ok   pipeline: checked against the model's layers when the job runs (stages need the cluster)\n");
+  check_precision(job, plan.device());
+  std::string devices;
+  for (const Device& d : plan.replicas) devices += (devices.empty() ? "" : ", ") + describe_device(d);
+  const plan::Decision* why = plan.decision("device");
+  std::printf("ok   device: \"%s\": %s%s\n", job.device.c_str(), devices.c_str(),
+              why && !why->why.empty() ? str(" (", why->why, ")").c_str() : "");
   validate_source(job.data.train, model);
   if (job.data.has_test) validate_source(job.data.test, model);
   if (job.data.has_validation) validate_source(job.data.validation, model);
 }
 
-BenchResult bench_train(const job::JobConfig& job, const BenchOptions& options, comm::Communicator* workers) {
+BenchResult bench_train(const job::JobConfig& job, const plan::ExecutionPlan& plan, const BenchOptions& options) {
   BenchResult result;
-  result.threads = setup_threads(job, options.host);
-  const Device device = select_job_device(job, options.host);
+  apply_threads(plan);
+  result.threads = plan.threads;
+  const Device device = prepare_device(job, plan);
   result.device = device.str();
   result.precision = config::precision_name(job.train.precision);
   if (device.is_cpu() && job.train.precision == config::Precision::kMixedBfloat16)
     result.cpu_bf16 = kernels::cpu_bf16_name(kernels::cpu_bf16());
-  auto strategy = strategy::make_strategy(job.strategy_job(), {workers, result.threads, device});
+  auto strategy = strategy::make_strategy(job.strategy_job(), strategy_context(plan, nullptr, nullptr));
   const int worker_rank = strategy->data_shard().index;
   const int num_workers = strategy->data_shard().count;
   auto dataset = load_checked(task_source(job, worker_rank, num_workers), strategy->model_shapes());
-  const int64_t prefetch = prefetch_batches(job, options.host, result.threads, strategy->local_replicas(), device);
+  const int64_t prefetch = plan.prefetch;
   data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers, prefetch);
   po.drop_remainder = true;  // every timed step has the full batch
   data::Pipeline pipeline(dataset, po);

@@ -53,6 +53,8 @@ std::pair<std::vector<std::string>, std::vector<double>> mirrored_steps(const st
   const job::JobConfig job = test::tiny_dense_job("mirrored", R"(, "replicas": 2)" + extra);
   strategy::StrategyContext context{nullptr, 1};
   context.device = kernels::select_device("cuda:0");
+  context.replicas = {Device::cuda(0), Device::cuda(1)};  // the plan's: one GPU per replica
+  context.local_nccl = comm::kNcclBuilt;                  // the plan's local group on GPUs
   context.loss_scaling = true;
   auto s = strategy::make_strategy(job.strategy_job(), context);
   std::vector<std::string> hashes;
@@ -170,6 +172,8 @@ TEST_CASE("mirrored on two GPUs with bfloat16 gradients on NCCL learns like floa
     const job::JobConfig job = test::tiny_dense_job("mirrored", R"(, "replicas": 2)" + extra);
     strategy::StrategyContext context{nullptr, 1};
     context.device = kernels::select_device("cuda:0");
+    context.replicas = {Device::cuda(0), Device::cuda(1)};
+    context.local_nccl = comm::kNcclBuilt;
     auto s = strategy::make_strategy(job.strategy_job(), context);
     double last = 0.0;
     for (int64_t step = 0; step < 40; ++step) {

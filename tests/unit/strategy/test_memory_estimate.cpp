@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "job/job_config.h"
 #include "strategy/memory_estimate.h"
+#include "plan/plan_memory.h"
 #include "trainer/job_setup.h"
 
 using namespace dtrain;
@@ -32,7 +33,7 @@ job::JobConfig mlp_job(const std::string& extra = "", const std::string& train_e
                                "job.json");
 }
 
-strategy::MemoryQuery mlp_query() { return trainer::memory_query(mlp_job(), 1); }
+strategy::MemoryQuery mlp_query() { return plan::memory_query(mlp_job(), 1); }
 
 constexpr int64_t kParams = 784 * 128 + 128 + 128 * 10 + 10;  // 101770
 constexpr int64_t kParamBytes = kParams * 4;
@@ -90,13 +91,13 @@ TEST_CASE("sharded optimizer state: each task holds a padded 1/N slice of the sl
   CHECK(e.gradients == kParamBytes);
   // From the job: strategy.shard_optimizer_state splits over the training tasks.
   const job::JobConfig sharded = mlp_job(R"(, "strategy": {"type": "multi_worker_mirrored", "shard_optimizer_state": true})");
-  CHECK(trainer::memory_query(sharded, 4).optimizer_shards == 4);
-  CHECK(trainer::memory_query(mlp_job(R"(, "strategy": {"type": "multi_worker_mirrored"})"), 4).optimizer_shards == 1);
+  CHECK(plan::memory_query(sharded, 4).optimizer_shards == 4);
+  CHECK(plan::memory_query(mlp_job(R"(, "strategy": {"type": "multi_worker_mirrored"})"), 4).optimizer_shards == 1);
 }
 
 TEST_CASE("gradient accumulation adds one buffer per trainable parameter", "[memory]") {
   const job::JobConfig job = mlp_job("", R"(, "gradient_accumulation_steps": 4)");
-  const strategy::MemoryQuery q = trainer::memory_query(job, 1);
+  const strategy::MemoryQuery q = plan::memory_query(job, 1);
   CHECK(q.gradient_accumulation_steps == 4);
   const strategy::MemoryEstimate e = strategy::estimate_memory(q);
   CHECK(e.accumulation == kParamBytes);
@@ -105,7 +106,7 @@ TEST_CASE("gradient accumulation adds one buffer per trainable parameter", "[mem
 
 TEST_CASE("mixed_bfloat16 halves the layers' activations and adds the kernels' copies", "[memory]") {
   const job::JobConfig job = mlp_job("", R"(, "precision": "mixed_bfloat16")");
-  const strategy::MemoryEstimate e = strategy::estimate_memory(trainer::memory_query(job, 1));
+  const strategy::MemoryEstimate e = strategy::estimate_memory(plan::memory_query(job, 1));
   const strategy::MemoryEstimate f32 = strategy::estimate_memory(mlp_query());
   REQUIRE(e.layers.size() == 2);
   for (size_t i = 0; i < 2; ++i) CHECK(e.layers[i].activation_bytes * 2 == f32.layers[i].activation_bytes);
@@ -120,19 +121,19 @@ TEST_CASE("mixed_bfloat16 halves the layers' activations and adds the kernels' c
 
 TEST_CASE("local replicas each hold everything; central_storage adds a central copy", "[memory]") {
   const job::JobConfig mirrored = mlp_job(R"(, "strategy": {"type": "mirrored", "replicas": 2})");
-  const strategy::MemoryEstimate m = strategy::estimate_memory(trainer::memory_query(mirrored, 1));
+  const strategy::MemoryEstimate m = strategy::estimate_memory(plan::memory_query(mirrored, 1));
   CHECK(m.local_replicas == 2);
   CHECK(m.total == 2 * (4 * kParamBytes + kActivations + kBackward));
   const job::JobConfig central = mlp_job(R"(, "strategy": {"type": "central_storage", "replicas": 2})");
-  const strategy::MemoryEstimate c = strategy::estimate_memory(trainer::memory_query(central, 1));
+  const strategy::MemoryEstimate c = strategy::estimate_memory(plan::memory_query(central, 1));
   CHECK(c.central_copy);
   CHECK(c.total == m.total + 4 * kParamBytes);
   const job::JobConfig one = mlp_job(R"(, "strategy": {"type": "one_device"})");
-  CHECK(trainer::memory_query(one, 1).local_replicas == 1);
+  CHECK(plan::memory_query(one, 1).local_replicas == 1);
 }
 
 TEST_CASE("a layer range: the stage's own layers, names as in the whole model, the input gradient", "[memory]") {
-  strategy::MemoryQuery q = trainer::pipeline_stage_memory_query(mlp_job(), 1, 2, 32, 1);
+  strategy::MemoryQuery q = plan::pipeline_stage_memory_query(mlp_job(), 1, 2, 32, 1);
   CHECK(q.needs_input_gradient);
   const strategy::MemoryEstimate e = strategy::estimate_memory(q);
   REQUIRE(e.layers.size() == 1);
@@ -155,7 +156,7 @@ TEST_CASE("Flatten is a view, Dropout keeps its output and a float32 mask", "[me
     "data": {"train": {"format": "synthetic", "shape": [4, 4, 1], "count": 8}},
     "train": {"batch_size_per_replica": 2}})",
                                                    "job.json");
-  const strategy::MemoryEstimate e = strategy::estimate_memory(trainer::memory_query(job, 1));
+  const strategy::MemoryEstimate e = strategy::estimate_memory(plan::memory_query(job, 1));
   CHECK(e.optimizer_slots == 0);  // plain sgd
   CHECK(e.activations == 2 * 16 * 4 + (2 * 16 * 4 + 2 * 16 * 4) + 2 * 3 * 4);
   CHECK(e.backward_buffers == 2 * 3 * 4);  // nothing below the first Dense needs a gradient
@@ -184,9 +185,10 @@ TEST_CASE("over runtime.memory_limit: the message names the figures, the biggest
   CHECK_THAT(text, Contains("biggest layers: dense (Dense)"));
 
   const job::JobConfig limited = mlp_job(R"(, "runtime": {"memory_limit": "1MiB"})");
-  CHECK_THROWS_WITH(trainer::check_task_memory(limited, 1),
+  CHECK_THROWS_WITH(trainer::check_memory(limited, plan::task_memory(limited, 1, 0, nullptr)),
                     Contains("job.json: runtime.memory_limit: this task needs an estimated"));
-  CHECK_NOTHROW(trainer::check_task_memory(mlp_job(R"(, "runtime": {"memory_limit": "2MiB"})"), 1));
+  const job::JobConfig two_mib = mlp_job(R"(, "runtime": {"memory_limit": "2MiB"})");
+  CHECK_NOTHROW(trainer::check_memory(two_mib, plan::task_memory(two_mib, 1, 0, nullptr)));
 }
 
 TEST_CASE("runtime.memory_limit: bytes, or a number with an IEC or SI unit", "[memory][config]") {

@@ -1,0 +1,285 @@
+// make_execution_plan(): the task's role, its training group, how its gradients
+// and a pipeline's activations travel, the split and the memory; devices,
+// threads and prefetch come from plan_devices.cpp. Every strategy-type and
+// communication decision of a run is here or in the strategy registry.
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "plan/plan_parts.h"
+
+namespace dtrain::plan {
+namespace {
+
+using strategy::Communication;
+using strategy::CrossTask;
+
+Role role_of(const strategy::StrategyEntry& entry, const config::ClusterConfig& cluster) {
+  if (cluster.single_process()) return Role::kTrain;
+  if (cluster.task.type == "ps") return Role::kServeVariables;  // check_cluster_roles: only under parameter_server
+  if (cluster.task.type == "evaluator") return Role::kEvaluate;
+  if (entry.cross_task != CrossTask::kParameterServer && cluster.spec.rank(cluster.task) < 0) return Role::kWait;
+  return Role::kTrain;
+}
+
+// The machine of each training rank: as the tasks said when they met, else the
+// host part of each address ("" where unknown: env:// before registration).
+std::vector<std::string> training_hosts(const config::ClusterSpec& spec, const Machine& machine) {
+  if (!machine.host_of_rank.empty()) return machine.host_of_rank;
+  std::vector<std::string> hosts(static_cast<size_t>(std::max(0, spec.world_size())));
+  for (const config::TaskId& t : spec.all_tasks()) {
+    const int r = spec.rank(t);
+    if (r < 0) continue;
+    const std::string& address = spec.address(t);
+    hosts[static_cast<size_t>(r)] =
+        address.empty() ? str("unknown#", r) : config::parse_host_port(address, t.str()).host;
+  }
+  return hosts;
+}
+
+// Tasks of the job on this task's machine, by the addresses (before the tasks met).
+int tasks_on_host_by_address(const config::ClusterConfig& cluster) {
+  const std::string& mine = cluster.spec.address(cluster.task);
+  if (mine.empty()) return 1;
+  const std::string host = config::parse_host_port(mine, cluster.task.str()).host;
+  int n = 0;
+  for (const config::TaskId& t : cluster.spec.all_tasks())
+    if (const std::string& a = cluster.spec.address(t); !a.empty() && config::parse_host_port(a, t.str()).host == host)
+      ++n;
+  return std::max(1, n);
+}
+
+bool nccl_allowed(const job::JobConfig& job, const Machine& machine) {
+  const Communication c = job.strategy.communication;
+  return machine.nccl_built && (c == Communication::kAuto || c == Communication::kNccl);
+}
+
+// The training tasks' group of a task that trains with an all-reduce strategy in a cluster.
+TasksGroup plan_tasks_group(const job::JobConfig& job, const ExecutionPlan& p, Decision& d) {
+  d.what = "training tasks";
+  std::string why;
+  const TasksGroup group = training_tasks_group(job.strategy.communication, p.strategy->point_to_point,
+                                                p.training_tasks, p.machines, &why);
+  d.choice = tasks_group_name(group);
+  d.why = str(why, p.met || group == TasksGroup::kGlooRing ? "" : " (machines by the addresses; the rendezvous confirms)");
+  return group;
+}
+
+Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, const ExecutionPlan& p, Decision& d) {
+  d.what = "gradients";
+  const strategy::StrategyEntry& entry = *p.strategy;
+  const int n = p.local_replicas();
+  const bool on_gpu = !p.device().is_cpu();
+  Gradients g = Gradients::kNone;
+  if (entry.cross_task == CrossTask::kParameterServer) {
+    g = Gradients::kParameterServers;
+    d.why = str("parameter_server, mode ", job.strategy.mode == ps::UpdateMode::kSync    ? "sync"
+                                           : job.strategy.mode == ps::UpdateMode::kStale ? "stale"
+                                                                                         : "async");
+  } else if (entry.point_to_point) {
+    g = job.strategy.data_parallel > 1 ? Gradients::kStageCopies : Gradients::kStageAlone;
+    d.why = str("strategy.data_parallel ", job.strategy.data_parallel);
+  } else if (entry.central_copy) {
+    g = Gradients::kCentralCopy;
+    d.why = str(entry.name, " with ", n, " replica", n == 1 ? "" : "s");
+  } else if (p.needs_tasks_group()) {
+    if (job.strategy.shard_optimizer_state) {
+      g = Gradients::kShardedOptimizer;
+      d.why = "strategy.shard_optimizer_state";
+    } else if (n > 1) {
+      g = Gradients::kReplicasThenTasks;
+      d.why = str(n, " replicas in each task");
+    } else if (on_gpu && nccl_allowed(job, machine)) {
+      g = Gradients::kNccl;
+      d.why = str("a GPU job, strategy.communication ",
+                  job.strategy.communication == Communication::kNccl ? "nccl" : "auto", ", a build with NCCL");
+    } else {
+      g = Gradients::kTasks;
+      d.why = on_gpu ? "a GPU job without NCCL (strategy.communication, or the build): through host copies"
+                     : "one replica per task";
+    }
+  } else if (n > 1) {
+    if (on_gpu && nccl_allowed(job, machine)) {
+      g = Gradients::kLocalNccl;
+      d.why = str(n, " replicas on GPUs, a build with NCCL");
+    } else if (on_gpu && job.strategy.communication == Communication::kNccl) {
+      throw ConfigError(
+          str(job.strategy.path, ".communication: 'nccl' needs a build of dtrain with NCCL; use \"auto\""));
+    } else {
+      g = Gradients::kLocalSharedMemory;
+      d.why = str(n, " replicas in this process", on_gpu ? " (GPU gradients through host copies)" : "");
+    }
+  } else {
+    d.why = entry.cross_task == CrossTask::kAllReduce
+                ? str(entry.name, " needs a cluster: run the job with `dtrain launch` or give every task TF_CONFIG")
+                : "one replica";
+  }
+  d.choice = gradients_name(g);
+  return g;
+}
+
+Activations plan_activations(const job::JobConfig& job, const Machine& machine, const ExecutionPlan& p,
+                             Decision& d) {
+  d.what = "activations";
+  const bool nccl = !p.device().is_cpu() && nccl_allowed(job, machine);
+  d.choice = activations_name(nccl ? Activations::kNccl : Activations::kGloo);
+  d.why = nccl ? "a GPU job in a build with NCCL; the stages compare their GPUs when they meet"
+               : p.device().is_cpu() ? "the stages compute on the CPU"
+                                     : "a GPU job without NCCL (strategy.communication, or the build): host copies";
+  return nccl ? Activations::kNccl : Activations::kGloo;
+}
+
+Decision split_decision(const strategy::StageSplit& split, bool measure, const job::JobConfig& job) {
+  const std::string layers = strategy::describe_split(split, nn::describe_layers(job.model));
+  if (measure)
+    return {"pipeline split", layers,
+            "strategy.stages auto: by parameter bytes until the chief measures each layer's time when the tasks meet"};
+  return {"pipeline split", layers, split.how};
+}
+
+Decision memory_decision(const TaskMemory& m) {
+  return {"memory", format_bytes(static_cast<double>(m.estimate.total)),
+          !m.checked ? std::string("the whole model (each pipeline stage holds its own layers, estimated once the "
+                                   "cluster cuts it)")
+          : m.heading.empty() ? std::string("this task's estimate, held against runtime.memory_limit")
+                              : str(m.heading, "; held against runtime.memory_limit")};
+}
+
+}  // namespace
+
+TasksGroup training_tasks_group(strategy::Communication communication, bool point_to_point, int training_tasks,
+                                int machines, std::string* why) {
+  std::string reason;
+  TasksGroup group = TasksGroup::kGloo;
+  const std::string layout = str(training_tasks, " training task", training_tasks == 1 ? "" : "s", " on ", machines,
+                                 " machine", machines == 1 ? "" : "s");
+  if (point_to_point) {
+    group = TasksGroup::kGlooRing;
+    reason = "a pipeline's stages use Gloo's sub-groups and point-to-point sends, whatever communication says";
+  } else {
+    switch (communication) {
+      case Communication::kRing:
+        group = TasksGroup::kGlooRing;
+        reason = "strategy.communication ring";
+        break;
+      case Communication::kHierarchical:
+        group = TasksGroup::kHierarchical;
+        reason = str("strategy.communication hierarchical; ", layout);
+        break;
+      case Communication::kNccl:
+        reason = "strategy.communication nccl: NCCL carries the gradients, the other collectives go through Gloo";
+        break;
+      case Communication::kAuto:
+        group = machines < training_tasks ? TasksGroup::kHierarchical : TasksGroup::kGloo;
+        reason = str("auto: ", layout,
+                     group == TasksGroup::kHierarchical ? ": tasks share a machine" : ": each on a machine of its own");
+        break;
+    }
+  }
+  if (why) *why = reason;
+  return group;
+}
+
+ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::ClusterConfig& cluster,
+                                  const Machine& machine) {
+  strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
+  // strategy.communication nccl with "device": "auto" where auto means the CPU
+  // (the job file's check let "auto" through: it may be a GPU).
+  if (job.device == "auto" && job.strategy.communication == Communication::kNccl)
+    strategy::check_communication_device(job.strategy, machine.gpus > 0,
+                                         str("auto, which is the CPU here (no usable GPU: ", machine.why_no_gpu, ")"),
+                                         job.source);
+  ExecutionPlan p;
+  p.strategy = &strategy::entry_of(job.strategy);
+  p.role = role_of(*p.strategy, cluster);
+  p.met = !machine.host_of_rank.empty();
+  p.allow_tf32 = machine.host.allow_tf32;
+  p.builds_alone = p.strategy->cross_task == CrossTask::kNothing;
+  if (!cluster.single_process()) {
+    p.task = cluster.task.str();
+    p.cluster_source = cluster.source;
+    p.rank = cluster.spec.rank(cluster.task);
+    const std::vector<std::string> hosts = training_hosts(cluster.spec, machine);
+    p.machines = std::max<int>(1, static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size()));
+    p.tasks_on_host = p.met ? std::max(1, machine.host.tasks_on_host) : tasks_on_host_by_address(cluster);
+  } else {
+    p.tasks_on_host = std::max(1, machine.host.tasks_on_host);
+  }
+  const bool in_group = p.role == Role::kTrain && p.strategy->cross_task == CrossTask::kAllReduce &&
+                        !cluster.single_process();
+  if (in_group) p.training_tasks = cluster.spec.world_size();
+  p.decisions.push_back({"role", role_name(p.role),
+                         cluster.single_process() ? "one process, no cluster"
+                                                  : str(p.task, " of the cluster from ", cluster.source, ", strategy ",
+                                                        p.strategy->name)});
+
+  Decision devices, threads, prefetch;
+  p.replicas = plan_devices(job, machine, p.role, devices);
+  p.threads = plan_threads(job, machine, p.tasks_on_host, threads);
+  p.prefetch = plan_prefetch(job, machine, p.tasks_on_host, p.threads, p.local_replicas(), p.device(), prefetch);
+  p.decisions.insert(p.decisions.end(), {devices, threads, prefetch});
+  if (p.role != Role::kTrain) return p;
+
+  if (in_group) {
+    Decision d;
+    p.tasks = plan_tasks_group(job, p, d);
+    p.decisions.push_back(d);
+  }
+  Decision gradients;
+  p.gradients = plan_gradients(job, machine, p, gradients);
+  p.decisions.push_back(gradients);
+  if (p.strategy->point_to_point) {
+    Decision d;
+    p.activations = plan_activations(job, machine, p, d);
+    p.decisions.push_back(d);
+  }
+  if (in_group && (job.strategy.stages_auto || !job.strategy.stages.empty())) {
+    p.split = strategy::pipeline_split(job.strategy, nn::describe_layers(job.model), p.training_tasks);
+    p.measure_split = job.strategy.stages_auto;
+    p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
+  }
+  p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank),
+                         p.split && p.training_tasks >= 2 ? &*p.split : nullptr);
+  p.decisions.push_back(memory_decision(*p.memory));
+  return p;
+}
+
+const Decision* ExecutionPlan::decision(const std::string& what) const {
+  for (const Decision& d : decisions)
+    if (d.what == what) return &d;
+  return nullptr;
+}
+
+ExecutionPlan with_stage_split(const ExecutionPlan& plan, const job::JobConfig& job, strategy::StageSplit split) {
+  ExecutionPlan p = plan;
+  p.split = std::move(split);
+  p.measure_split = false;
+  p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank), p.training_tasks >= 2 ? &*p.split : nullptr);
+  for (Decision& d : p.decisions) {
+    if (d.what == "pipeline split") d = split_decision(*p.split, false, job);
+    if (d.what == "memory") d = memory_decision(*p.memory);
+  }
+  return p;
+}
+
+std::vector<std::string> changed_parts(const ExecutionPlan& a, const ExecutionPlan& b) {
+  std::vector<std::string> out;
+  const auto differ = [&](bool changed, const char* what) {
+    if (changed) out.push_back(what);
+  };
+  differ(a.role != b.role, "role");
+  differ(a.rank != b.rank || a.training_tasks != b.training_tasks, "training tasks");
+  differ(a.tasks != b.tasks || a.machines != b.machines, "tasks group");
+  differ(a.replicas != b.replicas, "devices");
+  differ(a.threads != b.threads, "threads");
+  differ(a.prefetch != b.prefetch, "prefetch");
+  differ(a.gradients != b.gradients, "gradients");
+  differ(a.activations != b.activations, "activations");
+  differ((a.split ? a.split->starts : std::vector<size_t>{}) != (b.split ? b.split->starts : std::vector<size_t>{}),
+         "pipeline split");
+  differ((a.memory ? a.memory->estimate.total : -1) != (b.memory ? b.memory->estimate.total : -1), "memory");
+  return out;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,21 @@
+// Implementation of machine.h: the one place the plan's inputs are read from the machine.
+#include "plan/machine.h"
+
+#include "comm/nccl_support.h"
+#include "core/host.h"
+#include "kernels/device.h"
+
+namespace dtrain::plan {
+
+Machine read_machine(const HostSettings& host) {
+  Machine m;
+  m.host = host;
+  const kernels::GpuReport report = kernels::list_gpus();
+  m.gpus = static_cast<int>(report.gpus.size());
+  m.why_no_gpu = report.why_none;
+  m.usable_cores = usable_cores();
+  m.nccl_built = comm::kNcclBuilt;
+  return m;
+}
+
+}  // namespace dtrain::plan

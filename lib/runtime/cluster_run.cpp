@@ -1,0 +1,147 @@
+// A task of a cluster that trains: it joins, makes its plan again once the tasks
+// met, connects the communicators the plan names and trains; a collective's
+// failure names the lost task.
+#include <algorithm>
+#include <csignal>
+
+#include "comm/flight_recorder.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/strings.h"
+#include "core/trace.h"
+#include "kernels/device.h"
+#include "runtime/env_registration.h"
+#include "runtime/task_roles.h"
+
+namespace dtrain::runtime {
+namespace {
+
+// Writes the collectives this task started last to its log (the flight recorder).
+void log_flight_record(const ClusterTask& task) {
+  const std::string record = comm::flight_record();
+  if (!record.empty()) log::warn(task.name(), ": the last collectives it started (oldest first):\n", record);
+}
+
+// The communicators the plan names for a training task, connected; what the
+// trainer gets of them goes into `run`. Owned here, they outlive the strategy.
+struct TaskConnections {
+  std::unique_ptr<comm::Communicator> workers, gradients;
+  std::unique_ptr<ps::PsGroup> ps;
+};
+
+void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan, const config::ClusterConfig& cluster,
+                     const rendezvous::SessionSpec& spec, ClusterTask& task, TaskConnections& c,
+                     trainer::RunOptions& run) {
+  rendezvous::ClusterSession& session = task.session();
+  const double timeout = job.runtime.heartbeat_timeout + 20.0;
+  if (plan.needs_tasks_group()) {
+    c.workers = task.connect_training_tasks("comm/workers/", timeout, plan.tasks);
+    run.workers = c.workers.get();
+  }
+  if (plan.gradients == plan::Gradients::kNccl) {
+    // NCCL's group lives on the plan's GPU: made ready first.
+    const Device device = kernels::select_device(plan.device().str());
+    c.gradients = task.connect_nccl("comm/nccl/workers/", timeout, device);
+    run.gradients = c.gradients.get();
+  }
+  if (plan.activations == plan::Activations::kNccl)  // (the stages check they have a GPU each)
+    run.connect_device_pair = [&task, timeout, device = plan.device()](const std::string& name, int rank) {
+      return task.connect_nccl_pair(name, timeout, device, rank);
+    };
+  if (plan.gradients == plan::Gradients::kParameterServers) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < cluster.spec.count("ps"); ++i) addresses.push_back(cluster.spec.address({"ps", i}));
+    ps::PsClientOptions options;
+    options.credentials = spec.credentials;
+    options.task = task.name();
+    options.connect_timeout = job.runtime.rendezvous_timeout;
+    options.request_timeout = std::max(60.0, 3.0 * job.runtime.heartbeat_timeout);
+    c.ps = std::make_unique<ps::PsGroup>(job_placement(job, cluster.spec), addresses, options);
+    const std::vector<std::string> trainers = training_workers(cluster.spec);
+    run.ps.group = c.ps.get();
+    run.ps.store = &session.store();
+    run.ps.coordinator = session.is_chief();
+    run.ps.owner = str(task.name(), "#", session.incarnation());
+    run.ps.num_workers = static_cast<int>(trainers.size());
+    run.ps.worker_index =
+        static_cast<int>(std::find(trainers.begin(), trainers.end(), task.name()) - trainers.begin());
+  }
+}
+
+}  // namespace
+
+void align_trace_clock(const job::JobConfig& job, ClusterTask& task) {
+  if (!job.output.trace) return;
+  const int64_t offset = task.session().measure_clock_offset_us();
+  trace::set_clock_offset_us(offset);
+  if (!task.session().is_chief()) log::info("trace: the chief's clock is ", offset, " us ahead of this task's");
+}
+
+void run_session(ClusterTask& task, const std::function<void()>& body) {
+  rendezvous::ClusterSession& session = task.session();
+  try {
+    try {
+      body();
+    } catch (const PeerLost& e) {
+      log_flight_record(task);
+      task.rethrow_collective_failure(e);
+    } catch (const TimeoutError& e) {
+      log_flight_record(task);
+      task.rethrow_collective_failure(e);
+    } catch (const CommError& e) {
+      log_flight_record(task);
+      task.rethrow_collective_failure(e);
+    }
+    session.finish();
+  } catch (const PeerLost&) {
+    throw;  // the chief already knows; nothing to report
+  } catch (const Preempted&) {
+    throw;  // every task agreed to stop after the same step: not a failure of the job
+  } catch (const Error& e) {
+    session.fail(str(task.name(), ": ", e.what()));
+    throw;
+  }
+}
+
+void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& cluster, plan::Machine machine,
+                    const plan::ExecutionPlan& first, const Environment& env, trainer::RunOptions run,
+                    int64_t kill_step) {
+  rendezvous::SessionSpec spec = session_spec(job, cluster, env);
+  if (cluster.registers_addresses) {  // env://: learn the other tasks' addresses first
+    Registration registration = register_addresses(cluster, spec.credentials, job.runtime);
+    spec.cluster = registration.cluster;
+    spec.server = registration.server;
+  }
+  spec.expendable = expendable_tasks(cluster.spec, first.parameter_server());
+  if (first.role == plan::Role::kServeVariables) return run_ps_task(job, cluster, env, spec, kill_step);
+  ClusterTask task(spec);
+  align_trace_clock(job, task);
+  rendezvous::ClusterSession& session = task.session();
+  machine.host.tasks_on_host = session.tasks_on_this_host();
+  machine.host_of_rank = task.host_of_rank();
+  const plan::ExecutionPlan plan = plan::make_execution_plan(job, session.cluster(), machine);
+  if (const std::vector<std::string> changed = plan::changed_parts(first, plan); !changed.empty())
+    log::debug("plan: made again once the tasks met; changed: ", join(changed, ", "));
+  run.write_metrics = session.is_chief();
+  run.on_step = [&](int64_t step) {
+    if (step == kill_step) std::raise(SIGKILL);  // fault injection for tests and demos
+    session.report_step(step);
+    session.check_health();
+  };
+  if (plan.role == plan::Role::kEvaluate) return run_evaluator_task(job, plan, run, task);
+  run.final_checkpoint = cluster.spec.count("evaluator") > 0;
+  run_session(task, [&] {
+    if (plan.role == plan::Role::kWait) {
+      log::info(task.name(), " has no work under strategy ", plan.strategy->name,
+                "; waiting for the training tasks to finish");
+      return;
+    }
+    TaskConnections connections;
+    connect_planned(job, plan, session.cluster(), spec, task, connections, run);
+    const trainer::RunSummary summary = trainer::run_training(job, plan, run);
+    // The final checkpoint is saved: an evaluator may stop after it.
+    if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
+  });
+}
+
+}  // namespace dtrain::runtime

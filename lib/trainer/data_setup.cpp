@@ -1,0 +1,87 @@
+// A task's data, from the job: sources loaded and checked against the model,
+// the shard this task reads, the training and evaluation pipelines' options.
+#include "core/error.h"
+#include "core/strings.h"
+#include "trainer/job_setup.h"
+
+namespace dtrain::trainer {
+
+void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_shape, const Shape& model_input) {
+  if (shape_numel(sample_shape) != shape_numel(model_input))
+    throw ConfigError(str("model.input_shape ", shape_str(model_input), " does not match the samples of ",
+                          spec.path, ", which have shape ", shape_str(sample_shape),
+                          "; set model.input_shape to [", join([&] {
+                            std::vector<std::string> dims;
+                            for (int64_t d : sample_shape) dims.push_back(std::to_string(d));
+                            return dims;
+                          }(), ", "), "]"));
+}
+
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const nn::Sequential& model) {
+  return load_checked(spec, strategy::ModelShapes{model.input_shape(), model.output_shape()});
+}
+
+std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const strategy::ModelShapes& shapes) {
+  auto dataset = std::make_shared<data::Dataset>(data::load_dataset(spec));
+  check_input_shape(spec, dataset->sample_shape, shapes.input);
+  const Shape& out = shapes.output;
+  if (out.size() != 1)
+    throw ConfigError(str("model: the last layer outputs ", shape_str(out),
+                          " per sample, but the losses need (classes,); end the model with Flatten and Dense"));
+  if (dataset->max_label >= out[0])
+    throw ConfigError(str(spec.path, ": label ", dataset->max_label, " of sample ", dataset->max_label_index,
+                      " is outside the model's ", out[0], " classes (0..", out[0] - 1,
+                      "); make the last Dense layer's units at least ", dataset->max_label + 1));
+  return dataset;
+}
+
+data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers) {
+  const data::ShardPolicy policy = job.data.shard_policy;
+  if (policy != data::ShardPolicy::kAuto || num_workers == 1) return policy;
+  const data::DataSourceSpec& train = job.data.train;
+  if (!train.format || !train.format->auto_shards_by_file) return data::ShardPolicy::kData;
+  return data::expand_files(train).size() >= static_cast<size_t>(num_workers) ? data::ShardPolicy::kFile
+                                                                              : data::ShardPolicy::kData;
+}
+
+data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int num_workers) {
+  data::DataSourceSpec spec = job.data.train;
+  if (num_workers == 1 || shard_policy(job, num_workers) != data::ShardPolicy::kFile) return spec;
+  spec.files = data::expand_files(spec);
+  if (spec.files.size() < static_cast<size_t>(num_workers))
+    throw ConfigError(str("data.shard_policy: 'file' gives each worker its own files, but ", spec.path, " has ",
+                          spec.files.size(), " file(s) for ", num_workers,
+                          " workers; use \"data\" (shard by sample) or \"auto\""));
+  std::vector<std::string> mine;
+  for (size_t i = static_cast<size_t>(worker_rank); i < spec.files.size(); i += static_cast<size_t>(num_workers))
+    mine.push_back(spec.files[i]);
+  spec.files = mine;
+  return spec;
+}
+
+data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
+                                             int worker_rank, int num_workers, int64_t prefetch) {
+  data::PipelineOptions o;
+  o.batch_size = job.train.batch_size_per_replica * s.local_replicas();
+  o.shuffle_buffer = job.data.shuffle_buffer;
+  o.seed = job.train.seed;
+  o.drop_remainder = job.data.drop_remainder || s.num_replicas_in_sync() > 1;  // replicas need equal batches
+  o.prefetch = prefetch;
+  o.cache = job.data.cache;
+  if (num_workers > 1 && shard_policy(job, num_workers) == data::ShardPolicy::kData) {
+    o.shard_count = num_workers;
+    o.shard_index = worker_rank;
+  }
+  return o;
+}
+
+data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch) {
+  data::PipelineOptions o;
+  o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;
+  o.seed = job.train.seed;
+  o.prefetch = prefetch;
+  o.cache = job.data.cache;
+  return o;
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,32 @@
+// Implementation of report.h.
+#include "trainer/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "trainer/records.h"
+
+namespace dtrain::trainer {
+
+void report_run(const job::JobConfig& job, const RunOptions& options, strategy::Strategy& strategy,
+                const LoopResult& loop, double wall_seconds, const std::string& details, RunSummary& summary) {
+  summary.epochs = loop.epochs;
+  summary.stopped_epoch = loop.stopped_epoch;
+  summary.restored_epoch = loop.restored_epoch;
+  summary.steps = loop.global_step;
+  summary.train_loss = loop.train_loss;
+  summary.train_accuracy = loop.train_accuracy;
+  summary.test_loss = loop.test_loss;
+  summary.test_accuracy = loop.test_accuracy;
+  summary.train_samples_per_sec = loop.train_samples / std::max(loop.train_seconds, 1e-9);
+  summary.params_sha256 = strategy.params_sha256();
+  summary.wall_seconds = wall_seconds;
+  if (summary.test_accuracy >= 0.0)
+    std::printf("Test: loss %.4f, accuracy %.4f\n", summary.test_loss, summary.test_accuracy);
+  std::printf("Done: %lld steps in %.1fs, %.0f samples/s%s, params_sha256 %s\n",
+              static_cast<long long>(summary.steps), summary.wall_seconds, summary.train_samples_per_sec,
+              details.c_str(), summary.params_sha256.c_str());
+  if (!options.summary_path.empty()) write_summary(options.summary_path, job, summary, strategy.name());
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Before/after parameter digests (rerunnable): the final params_sha256 of the
+# jobs a refactoring must not change, for one dtrain binary. Run it with the old
+# and the new binary and compare the lines: identical digests mean the change
+# left every trained parameter bit-for-bit as it was.
+#   mlp       configs/fashion_mnist_mlp.json, 1 epoch, 2 threads
+#   cnn       configs/fashion_mnist_cnn.json, 1 epoch, 2 threads
+#   mwms      the multi-worker CNN, 2 local workers (launch), 1 epoch
+#   ps_sync   the MLP under parameter_server mode sync: chief + 2 workers + 1 ps
+#   pipeline  the MLP as a 2-stage pipeline (stage 2 from dense_1), 2 workers
+# Usage: scripts/params-digest.sh [DTRAIN (build/dtrain)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${1:-build/dtrain}")
+[ -x "$bin" ] || { echo "$0: $bin is not an executable" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+epoch1=(--set train.epochs=1 --set "output.dir=$out/runs")
+
+digest_run() {  # NAME CONFIG ARGS...: one task, its summary's params_sha256
+  local name=$1 config=$2; shift 2
+  "$bin" run --config "$config" "${epoch1[@]}" --threads 2 --summary "$out/$name.json" "$@" >"$out/$name.log" 2>&1 \
+    || { echo "$name: failed"; tail -5 "$out/$name.log"; return 1; }
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2].ljust(10), d["params_sha256"])' "$out/$name.json" "$name"
+}
+
+digest_launch() {  # NAME CONFIG ARGS...: a local cluster, the chief's (or worker 0's) params_sha256
+  local name=$1 config=$2; shift 2
+  "$bin" launch --config "$config" "${epoch1[@]}" --threads 1 --summary "$out/$name.json" "$@" >"$out/$name.log" 2>&1 \
+    || { echo "$name: failed"; tail -5 "$out/$name.log"; return 1; }
+  python3 - "$out/$name.json" "$name" <<'PY'
+import json, sys
+tasks = json.load(open(sys.argv[1]))["tasks"]
+digests = sorted({t["params_sha256"] for t in tasks.values() if t and t.get("params_sha256")})
+print(f"{sys.argv[2]:<10} {' '.join(digests)}")
+PY
+}
+
+digest_run mlp configs/fashion_mnist_mlp.json
+digest_run cnn configs/fashion_mnist_cnn.json
+digest_launch mwms configs/fashion_mnist_cnn_multiworker.json --workers 2
+digest_launch ps_sync configs/fashion_mnist_mlp.json --workers 2 --chief --ps 1 \
+  --set strategy.type=parameter_server --set strategy.mode=sync
+digest_launch pipeline configs/fashion_mnist_mlp.json --workers 2 \
+  --set strategy.type=pipeline --set 'strategy.stages=["dense_1"]'
