@@ -53,6 +53,14 @@ class Borrowed : public Communicator {
                                                 void* stream) override {
     return other_.all_reduce_device(data, count, type, op, stream);
   }
+  std::unique_ptr<DeviceWork> send_device(const void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override {
+    return other_.send_device(data, count, type, peer, stream);
+  }
+  std::unique_ptr<DeviceWork> recv_device(void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override {
+    return other_.recv_device(data, count, type, peer, stream);
+  }
   void send(const float* data, size_t count, int peer, uint64_t tag) override { other_.send(data, count, peer, tag); }
   void recv(float* data, size_t count, int peer, uint64_t tag) override { other_.recv(data, count, peer, tag); }
   std::unique_ptr<Communicator> split(int color, int key) override { return other_.split(color, key); }
@@ -78,6 +86,16 @@ size_t element_size(ElementType type) { return type == ElementType::kBfloat16 ? 
 
 std::unique_ptr<DeviceWork> Communicator::all_reduce_device(void*, size_t, ElementType, ReduceOp, void*) {
   DT_CHECK(false, "all_reduce_device on a communicator of host buffers (ask device_buffers() first)");
+  return nullptr;
+}
+
+std::unique_ptr<DeviceWork> Communicator::send_device(const void*, size_t, ElementType, int, void*) {
+  DT_CHECK(false, "send_device on a communicator of host buffers (ask device_buffers() first)");
+  return nullptr;
+}
+
+std::unique_ptr<DeviceWork> Communicator::recv_device(void*, size_t, ElementType, int, void*) {
+  DT_CHECK(false, "recv_device on a communicator of host buffers (ask device_buffers() first)");
   return nullptr;
 }
 

@@ -57,6 +57,8 @@ class DeviceWork {
   // Makes `stream` (a cudaStream_t) wait on the device for the collective; the
   // host does not wait. Use it before reading the result or freeing the buffers there.
   virtual void block_stream(void* stream) = 0;
+  // True once it finished; throws as wait() does when it failed.
+  virtual bool done() = 0;
 };
 
 class Communicator {
@@ -119,6 +121,12 @@ class Communicator {
   // device_buffers() first.
   virtual std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
                                                         void* stream);
+  // Point-to-point on device buffers, likewise launched (a pipeline's NCCL pairs):
+  // data[0..count) to rank `peer` / from it, matched in issue order.
+  virtual std::unique_ptr<DeviceWork> send_device(const void* data, size_t count, ElementType type, int peer,
+                                                  void* stream);
+  virtual std::unique_ptr<DeviceWork> recv_device(void* data, size_t count, ElementType type, int peer,
+                                                  void* stream);
 
   // Point-to-point, for pipeline stages; not collective: only the two ranks take
   // part. send() gives rank `peer` the message data[0..count) under `tag`;

@@ -90,6 +90,14 @@ class Recorded final : public Communicator {
                                                 void* stream) override {
     return inner_->all_reduce_device(data, count, type, op, stream);
   }
+  std::unique_ptr<DeviceWork> send_device(const void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override {
+    return inner_->send_device(data, count, type, peer, stream);
+  }
+  std::unique_ptr<DeviceWork> recv_device(void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override {
+    return inner_->recv_device(data, count, type, peer, stream);
+  }
   void send(const float* data, size_t count, int peer, uint64_t tag) override {
     record("send", count * sizeof(float), [&] { inner_->send(data, count, peer, tag); }, peer, tag);
   }

@@ -302,6 +302,7 @@ class NcclDeviceWork final : public DeviceWork {
   explicit NcclDeviceWork(NcclWork work) : work_(std::move(work)) {}
   void wait() override { work_.wait(); }
   void block_stream(void* stream) override { work_.block_stream(stream); }
+  bool done() override { return work_.done(); }
 
  private:
   NcclWork work_;
@@ -312,6 +313,16 @@ class NcclDeviceWork final : public DeviceWork {
 std::unique_ptr<DeviceWork> NcclCommunicator::all_reduce_device(void* data, size_t count, ElementType type,
                                                                  ReduceOp op, void* stream) {
   return std::make_unique<NcclDeviceWork>(all_reduce_async(data, count, type, op, stream));
+}
+
+std::unique_ptr<DeviceWork> NcclCommunicator::send_device(const void* data, size_t count, ElementType type, int peer,
+                                                          void* stream) {
+  return std::make_unique<NcclDeviceWork>(send_async(data, count, type, peer, stream));
+}
+
+std::unique_ptr<DeviceWork> NcclCommunicator::recv_device(void* data, size_t count, ElementType type, int peer,
+                                                          void* stream) {
+  return std::make_unique<NcclDeviceWork>(recv_async(data, count, type, peer, stream));
 }
 
 NcclWork NcclCommunicator::all_reduce_async(void* data, size_t count, ElementType type, ReduceOp op, void* stream) {

@@ -111,6 +111,10 @@ class NcclCommunicator final : public Communicator {
   // The device-buffer path of the Communicator interface: all_reduce_async's work.
   std::unique_ptr<DeviceWork> all_reduce_device(void* data, size_t count, ElementType type, ReduceOp op,
                                                 void* stream) override;
+  std::unique_ptr<DeviceWork> send_device(const void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override;
+  std::unique_ptr<DeviceWork> recv_device(void* data, size_t count, ElementType type, int peer,
+                                          void* stream) override;
 
   // Asynchronous collectives on device buffers, after the work issued so far on
   // `stream` (a cudaStream_t; nullptr: options.compute_stream). Shapes as in

@@ -18,7 +18,7 @@ namespace {
 bool keeps_to_cpu(const job::JobConfig& job, int gpus) {
   if (job.device != "auto" || job.strategy.replicas <= 1) return false;
   if (!job.strategy.devices.empty()) return !strategy::devices_name_gpus(job.strategy);
-  return strategy::entry_of(job.strategy).name != "mirrored" || gpus < job.strategy.replicas;
+  return !strategy::entry_of(job.strategy).gpu_per_replica || gpus < job.strategy.replicas;
 }
 
 // A device that names no GPU index ("auto", "gpu", "cuda") on a machine with

@@ -12,6 +12,7 @@
 #include "kernels/device.h"
 #include "runtime/env_registration.h"
 #include "runtime/task_roles.h"
+#include "strategy/pipeline_links.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -26,6 +27,7 @@ void log_flight_record(const ClusterTask& task) {
 // trainer gets of them goes into `run`. Owned here, they outlive the strategy.
 struct TaskConnections {
   std::unique_ptr<comm::Communicator> workers, gradients;
+  std::unique_ptr<strategy::StageLinks> stage_links;
   std::unique_ptr<ps::PsGroup> ps;
 };
 
@@ -44,10 +46,17 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
     c.gradients = task.connect_nccl("comm/nccl/workers/", timeout, device);
     run.gradients = c.gradients.get();
   }
-  if (plan.activations == plan::Activations::kNccl)  // (the stages check they have a GPU each)
-    run.connect_device_pair = [&task, timeout, device = plan.device()](const std::string& name, int rank) {
-      return task.connect_nccl_pair(name, timeout, device, rank);
-    };
+  if (plan.activations == plan::Activations::kNccl && plan.split) {
+    // NCCL between neighbouring stages where every stage of the copy has a GPU of
+    // its own (the tasks compare their GPUs first), else the strategy's Gloo links.
+    const Device device = kernels::select_device(plan.device().str());
+    c.stage_links = strategy::connect_nccl_links_if_distinct(
+        *c.workers, static_cast<int>(plan.split->stages()), device,
+        [&task, timeout, device](const std::string& name, int rank) {
+          return task.connect_nccl_pair(name, timeout, device, rank);
+        });
+    run.stage_links = c.stage_links.get();
+  }
   if (plan.gradients == plan::Gradients::kParameterServers) {
     std::vector<std::string> addresses;
     for (int i = 0; i < cluster.spec.count("ps"); ++i) addresses.push_back(cluster.spec.address({"ps", i}));

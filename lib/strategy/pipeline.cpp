@@ -114,35 +114,14 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
 }
 
 void PipelineStrategy::connect_links(const StrategyContext& context) {
-  // NCCL where the build has it (the runtime gives a connector for GPU jobs) and
-  // every stage of this copy has a GPU of its own; else Gloo. Every stage learns
-  // every stage's device, so all of the copy choose alike.
-  bool nccl = false;
-  if (context.connect_device_pair && !device_.is_cpu()) {
-    // Each stage's identity as a SHA-256 (64 hex characters, 16 floats' bytes); the CPU: none.
-    const std::string own = device_identity(device_);
-    std::string digest(64, ' ');
-    if (!own.empty()) {
-      Sha256 h;
-      h.update(own);
-      digest = h.hex_digest();
-    }
-    std::vector<float> all(16 * static_cast<size_t>(stats_.stages));
-    float raw[16];
-    std::memcpy(raw, digest.data(), sizeof raw);
-    pipe_->all_gather(raw, 16, all.data());
-    std::vector<std::string> identities;
-    for (int s = 0; s < stats_.stages; ++s) {
-      std::string id(reinterpret_cast<const char*>(&all[16 * static_cast<size_t>(s)]), 64);
-      identities.push_back(id == std::string(64, ' ') ? "" : id);
-    }
-    nccl = stages_on_distinct_gpus(identities);
-    if (!nccl && workers_->rank() == 0)
-      log::info("pipeline: stages share a GPU (NCCL needs one GPU per rank): activations travel through Gloo, "
-                "with host copies");
+  // The NCCL links the runtime connected (a GPU job where every stage of the copy
+  // has a GPU of its own), else Gloo's on this copy's group.
+  if (context.stage_links) {
+    links_ = context.stage_links;
+  } else {
+    own_links_ = make_host_links(*pipe_, device_);
+    links_ = own_links_.get();
   }
-  links_ = nccl ? make_nccl_links(stats_.stage, stats_.stages, stats_.copy, device_, context.connect_device_pair)
-                : make_host_links(*pipe_, device_);
   stats_.links = links_->name();
   if (workers_->rank() == 0) log::info("pipeline: activations and gradients between stages: ", stats_.links);
 }

@@ -126,7 +126,8 @@ class PipelineStrategy : public Strategy {
   comm::Communicator* workers_;
   std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
   std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage, rank = copy
-  std::unique_ptr<StageLinks> links_;
+  std::unique_ptr<StageLinks> own_links_;  // host links over pipe_ (unless the runtime gave NCCL links)
+  StageLinks* links_ = nullptr;           // own_links_, or StrategyContext::stage_links
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<nn::Loss> loss_;

@@ -3,6 +3,7 @@
 #include "strategy/pipeline_links.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -11,10 +12,13 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/log.h"
+#include "core/sha256.h"
 #include "core/host.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "kernels/device.h"
+#include "strategy/pipeline_stages.h"
 #if DTRAIN_HAVE_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -125,12 +129,6 @@ class HostLinks final : public StageLinks {
 
 #if DTRAIN_HAVE_NCCL
 
-comm::NcclCommunicator& as_nccl(comm::Communicator& c) {
-  auto* nccl = dynamic_cast<comm::NcclCommunicator*>(&c);
-  DT_CHECK(nccl != nullptr, "a pipeline's device pair group that is not NCCL's");
-  return *nccl;
-}
-
 class NcclLinks final : public StageLinks {
  public:
   NcclLinks(int stage, int stages, int copy, const Device& device, const DevicePairConnector& connect)
@@ -163,25 +161,24 @@ class NcclLinks final : public StageLinks {
   void send(const Tensor& data, int peer, uint64_t /*tag*/) override {
     comm::Communicator& group = *(peer > stage_ ? forward_out_ : backward_out_);
     // After the work issued on the compute stream (which produced `data`).
-    comm::NcclWork work = as_nccl(group).send_async(data.raw(), static_cast<size_t>(data.numel()),
-                                                    comm::ElementType::kFloat32, peer > stage_ ? 1 : 0);
-    in_flight_.push_back({data, work});
+    in_flight_.emplace_back(data, group.send_device(data.raw(), static_cast<size_t>(data.numel()),
+                                                    comm::ElementType::kFloat32, peer > stage_ ? 1 : 0, nullptr));
     // Forget the sends already done (their tensors may go).
-    while (!in_flight_.empty() && in_flight_.front().second.done()) in_flight_.pop_front();
+    while (!in_flight_.empty() && in_flight_.front().second->done()) in_flight_.pop_front();
   }
 
   Tensor receive(const Shape& shape, int peer, uint64_t /*tag*/) override {
     comm::Communicator& group = *(peer < stage_ ? forward_in_ : backward_in_);
     Tensor t(shape, device_);
-    as_nccl(group)
-        .recv_async(t.raw(), static_cast<size_t>(t.numel()), comm::ElementType::kFloat32, peer < stage_ ? 0 : 1)
-        .wait();
+    group.recv_device(t.raw(), static_cast<size_t>(t.numel()), comm::ElementType::kFloat32, peer < stage_ ? 0 : 1,
+                      nullptr)
+        ->wait();
     return t;
   }
 
   void drain() override {
     while (!in_flight_.empty()) {
-      in_flight_.front().second.wait();
+      in_flight_.front().second->wait();
       in_flight_.pop_front();
     }
   }
@@ -191,7 +188,7 @@ class NcclLinks final : public StageLinks {
   Device device_;
   std::unique_ptr<comm::Communicator> forward_in_, backward_out_;  // with stage - 1
   std::unique_ptr<comm::Communicator> forward_out_, backward_in_;  // with stage + 1
-  std::deque<std::pair<Tensor, comm::NcclWork>> in_flight_;
+  std::deque<std::pair<Tensor, std::unique_ptr<comm::DeviceWork>>> in_flight_;
 };
 
 #endif  // DTRAIN_HAVE_NCCL
@@ -212,6 +209,39 @@ std::unique_ptr<StageLinks> make_nccl_links(int stage, int stages, int copy, con
   DT_CHECK(false, "NCCL links in a build without NCCL");
   return nullptr;
 #endif
+}
+
+std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& workers, int stages,
+                                                           const Device& device, const DevicePairConnector& connect) {
+  // Each task's identity as a SHA-256 (64 hex characters, 16 floats' bytes); the CPU: none.
+  const std::string own = device_identity(device);
+  std::string digest(64, ' ');
+  if (!own.empty()) {
+    Sha256 h;
+    h.update(own);
+    digest = h.hex_digest();
+  }
+  const int tasks = workers.size();
+  std::vector<float> all(16 * static_cast<size_t>(tasks));
+  float raw[16];
+  std::memcpy(raw, digest.data(), sizeof raw);
+  workers.all_gather(raw, 16, all.data());
+  // The identities of this task's copy's stages, in stage order.
+  const StagePlace mine = stage_of_task(workers.rank(), stages);
+  std::vector<std::string> identities(static_cast<size_t>(stages));
+  for (int r = 0; r < tasks; ++r) {
+    const StagePlace place = stage_of_task(r, stages);
+    if (place.copy != mine.copy) continue;
+    const std::string id(reinterpret_cast<const char*>(&all[16 * static_cast<size_t>(r)]), 64);
+    identities[static_cast<size_t>(place.stage)] = id == std::string(64, ' ') ? "" : id;
+  }
+  if (!stages_on_distinct_gpus(identities)) {
+    if (workers.rank() == 0)
+      log::info("pipeline: stages share a GPU (NCCL needs one GPU per rank): activations travel through Gloo, "
+                "with host copies");
+    return nullptr;
+  }
+  return make_nccl_links(mine.stage, stages, mine.copy, device, connect);
 }
 
 bool stages_on_distinct_gpus(const std::vector<std::string>& identities) {

@@ -60,6 +60,15 @@ using DevicePairConnector = std::function<std::unique_ptr<comm::Communicator>(co
 std::unique_ptr<StageLinks> make_nccl_links(int stage, int stages, int copy, const Device& device,
                                             const DevicePairConnector& connect);
 
+// The NCCL links of this task's stage where every stage of its pipeline copy
+// has a GPU of its own, else nullptr (the stages then use host links). The
+// training tasks compare their GPUs first: collective over `workers` (every
+// training task, rank = task rank; `stages` stages per copy, stage_of_task's
+// order). The runtime calls it where the plan says NCCL may link the stages and
+// hands the strategy the result (StrategyContext::stage_links).
+std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& workers, int stages,
+                                                           const Device& device, const DevicePairConnector& connect);
+
 // Whether NCCL may link a copy's stages: every stage on a GPU (a non-empty
 // identity) and no two on the same one (NCCL refuses two ranks on one GPU).
 // identities[s]: stage s's device identity (device_identity()).

@@ -33,7 +33,8 @@ const std::vector<StrategyEntry>& strategies() {
   static const std::vector<StrategyEntry> table = {
       {"one_device", "one replica on one device", CrossTask::kNothing, false, data_parallel},
       {"mirrored", "N replicas on threads of one process, gradients averaged in shared memory",
-       CrossTask::kNothing, true, data_parallel},
+       CrossTask::kNothing, true, data_parallel, /*point_to_point=*/false, /*central_copy=*/false,
+       /*gpu_per_replica=*/true},
       {"multi_worker_mirrored",
        "one replica per training task (or `replicas` per task, reduced in the process first), gradients "
        "averaged with a bucketed all-reduce",
@@ -41,11 +42,13 @@ const std::vector<StrategyEntry>& strategies() {
       {"central_storage",
        "N replicas on threads of one process read one central copy of the variables on the host; their mean "
        "gradient updates it once per step",
-       CrossTask::kNothing, true, central_storage, /*point_to_point=*/false, /*central_copy=*/true},
+       CrossTask::kNothing, true, central_storage, /*point_to_point=*/false, /*central_copy=*/true,
+       /*gpu_per_replica=*/false, /*scales_loss=*/false},
       {"parameter_server",
        "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take work units from "
        "the coordinator",
-       CrossTask::kParameterServer, false, parameter_server},
+       CrossTask::kParameterServer, false, parameter_server, /*point_to_point=*/false, /*central_copy=*/false,
+       /*gpu_per_replica=*/false, /*scales_loss=*/false},
       {"pipeline",
        "the model's layers cut into stages, one per training task; micro-batches flow through them (1F1B or GPipe), "
        "`data_parallel` copies of the pipeline all-reduce each stage's gradients",

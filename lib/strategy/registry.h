@@ -36,6 +36,13 @@ struct StrategyEntry {
   // Keeps one more copy of the variables, their gradients and slots: the central
   // one (central_storage), for the memory estimate.
   bool central_copy = false;
+  // Puts one replica on each of several GPUs (mirrored, TF's MirroredStrategy);
+  // the others keep one GPU per process.
+  bool gpu_per_replica = false;
+  // Can scale the loss (mixed_float16): its replicas agree on skipping a step.
+  // Not where updates happen away from the replicas' decision (central_storage,
+  // parameter_server).
+  bool scales_loss = true;
   bool available() const { return static_cast<bool>(make); }
 };
 

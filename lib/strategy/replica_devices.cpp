@@ -33,7 +33,7 @@ std::vector<Device> replica_devices(const StrategySpec& spec, const Device& devi
                           "; name GPUs (\"gpu:0\", \"gpu:1\") or set \"device\": \"cpu\""));
   if (replicas <= 1 && !named_gpus) return {device};
   const std::string name = entry_of(spec).name;
-  if (replicas > 1 && name != "mirrored")
+  if (replicas > 1 && !entry_of(spec).gpu_per_replica)
     throw ConfigError(str(spec.path, ": ", name, " with ", replicas, " replicas on GPUs is not built (one GPU per "
                           "process; only mirrored puts one replica on each of several GPUs); use mirrored, or one "
                           "task per GPU (multi_worker_mirrored under dtrain launch gives each local task its own "

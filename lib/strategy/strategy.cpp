@@ -18,7 +18,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyJob& job, const StrategyCo
     throw ConfigError(str(job.strategy.path, ".type: ", entry.name,
                           " needs a cluster: run the job with `dtrain launch` "
                           "or give every task TF_CONFIG (one worker alone: use one_device)"));
-  if (loss_scaling_on(job, context) && (entry.cross_task == CrossTask::kParameterServer || entry.name == "central_storage"))
+  if (loss_scaling_on(job, context) && !entry.scales_loss)
     throw ConfigError(str(job.train.path, ".precision: mixed_float16 needs dynamic loss scaling, which ", entry.name,
                           " does not do (its updates happen away from the replicas' skip decision); use "
                           "\"mixed_bfloat16\" (no loss scaling needed), or strategy.type mirrored or "

@@ -26,6 +26,8 @@
 
 namespace dtrain::strategy {
 
+class StageLinks;  // pipeline_links.h
+
 // What a strategy is built from: the parts of the job it needs.
 struct StrategyJob {
   const StrategySpec& strategy;
@@ -55,9 +57,10 @@ struct StrategyContext {
   // strategy reads strategy.stages itself ("auto" by parameter bytes).
   std::vector<size_t> stage_starts = {};
   std::string stage_split_how = {};
-  // pipeline on GPUs in builds with NCCL: connects a two-task NCCL group on this
-  // task's GPU (pipeline_links.h); empty: the stages' tensors travel through Gloo.
-  std::function<std::unique_ptr<comm::Communicator>(const std::string& name, int rank)> connect_device_pair = {};
+  // pipeline on GPUs: the NCCL links to the neighbouring stages the runtime
+  // connected (pipeline_links.h; owned by it, they outlive the strategy);
+  // nullptr: the stages' tensors travel through Gloo on the copy's group.
+  StageLinks* stage_links = nullptr;
   // The device of each local replica, as the execution plan decided (plan/):
   // mirrored on GPUs has one GPU per replica. Empty: every replica on `device`.
   std::vector<Device> replicas = {};

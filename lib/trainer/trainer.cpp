@@ -34,7 +34,7 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
                         const Device& device, RunSummary& summary) {
   StrategyTraining t;
   strategy::StrategyContext context = strategy_context(plan, options.workers, options.gradients);
-  if (options.connect_device_pair) context.connect_device_pair = options.connect_device_pair;
+  context.stage_links = options.stage_links;
   t.strategy = strategy::make_strategy(job.strategy_job(), context);
   strategy::Strategy& s = *t.strategy;
   nn::Sequential& model = s.model();

@@ -16,6 +16,9 @@
 namespace dtrain::comm {
 class Communicator;
 }
+namespace dtrain::strategy {
+class StageLinks;
+}
 
 namespace dtrain::trainer {
 
@@ -32,9 +35,9 @@ struct RunOptions {
   // NCCL group for the gradients (plan.gradients kNccl), on the plan's device.
   comm::Communicator* workers = nullptr;
   comm::Communicator* gradients = nullptr;
-  // pipeline on a GPU (plan.activations kNccl): connects a two-task NCCL group of
-  // neighbouring stages under `name` (StrategyContext::connect_device_pair).
-  std::function<std::unique_ptr<comm::Communicator>(const std::string& name, int rank)> connect_device_pair;
+  // pipeline on GPUs (plan.activations kNccl): the NCCL links to the neighbouring
+  // stages the runtime connected, where every stage has a GPU of its own; nullptr: Gloo.
+  strategy::StageLinks* stage_links = nullptr;
   // Polled before every step: true once the process was asked to stop (SIGTERM).
   // The job then stops after the step, saves a checkpoint and throws Preempted.
   std::function<bool()> stop_requested;

@@ -273,11 +273,13 @@ TEST_CASE("pipeline: a CPU job's stages send through Gloo, and say so") {
   test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
     auto workers = test::gloo_rank(store, rank, 2);
     const job::JobConfig job = deep_job(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 2})");
+    // CPU stages have no GPU identity: no NCCL links, and the connector is never called.
+    const auto links_made = strategy::connect_nccl_links_if_distinct(
+        *workers, 2, Device::cpu(), [](const std::string&, int) -> std::unique_ptr<comm::Communicator> {
+          throw std::runtime_error("the NCCL pair connector was called for a CPU pipeline");
+        });
+    if (links_made) return "NCCL links were made for CPU stages";
     strategy::StrategyContext context{workers.get(), 1};
-    // A connector is given, but the CPU never uses NCCL.
-    context.connect_device_pair = [](const std::string&, int) -> std::unique_ptr<comm::Communicator> {
-      throw std::runtime_error("connect_device_pair called for a CPU pipeline");
-    };
     auto s = strategy::make_strategy(job.strategy_job(), context);
     links[static_cast<size_t>(rank)] = dynamic_cast<strategy::PipelineStrategy&>(*s).pipeline_stats().links;
     return "";
