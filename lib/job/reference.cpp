@@ -29,6 +29,17 @@ std::string row(const std::string& name, const std::string& doc, const std::vect
   return str("| `", name, "` | ", doc, " | ", keys_cell(keys), " |\n");
 }
 
+// The strategies table's last column.
+const char* between_tasks(strategy::CrossTask cross_task) {
+  switch (cross_task) {
+    case strategy::CrossTask::kNothing: return "nothing: one task trains";
+    case strategy::CrossTask::kAllReduce: return "an all-reduce over the training tasks";
+    case strategy::CrossTask::kParameterServer:
+      return "workers pull variables from and push gradients to the ps tasks; the coordinator hands out work units";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string reference_markdown() {
@@ -54,13 +65,12 @@ std::string reference_markdown() {
                "its keys):",
                "format");
   for (const data::DataFormat* f : data::data_formats()) out += row(f->name, f->doc, f->keys);
-  out += str("\nStrategies (`strategy.type`; the section's keys: ", keys_cell(strategy::strategy_keys()),
-             "):\n\n| strategy | what it is | between the tasks of a job |\n| --- | --- | --- |\n");
+  out += str("\nStrategies (`strategy.type`; the section's other keys in the table after it):\n\n"
+             "| strategy | what it is | between the tasks of a job |\n| --- | --- | --- |\n");
   for (const strategy::StrategyEntry& e : strategy::strategies())
-    out += str("| `", e.name, "` | ", e.description, " | ",
-               e.cross_task == strategy::CrossTask::kAllReduce ? "an all-reduce over the training tasks"
-                                                                : "nothing: one task trains",
-               " |\n");
+    out += str("| `", e.name, "` | ", e.description, " | ", between_tasks(e.cross_task), " |\n");
+  out += "\nThe strategy section's keys:\n\n| key | meaning |\n| --- | --- |\n";
+  for (const config::KeyDoc& k : strategy::strategy_keys()) out += str("| `", k.name, "` | ", k.doc, " |\n");
   out += str("\n", kReferenceEnd, "\n");
   return out;
 }
