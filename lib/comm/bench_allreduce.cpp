@@ -136,10 +136,12 @@ std::vector<AllReduceResult> bench_all_reduce(Communicator& comm, const std::vec
 }
 
 std::string to_json(const AllReduceResult& r) {
+  // Bandwidths to 6 significant digits: a small size on a loaded machine measures
+  // well under 0.0001 GB/s, which a fixed 4 decimals printed as 0.
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"bytes\": %zu, \"ranks\": %d, \"iterations\": %d, \"time_us\": %.3f, "
-                "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"correct\": %s}",
+                "\"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"correct\": %s}",
                 r.bytes, r.ranks, r.iterations, r.time_us, r.algbw_gbps, r.busbw_gbps,
                 r.correct ? "true" : "false");
   return buf;

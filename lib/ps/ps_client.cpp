@@ -84,15 +84,8 @@ struct PsChannel::Impl {
     const size_t colon = address.rfind(':');
     link.connect(address.substr(0, colon), address.substr(colon + 1), options.connect_timeout, name,
                  "is that ps task running? raise runtime.rendezvous_timeout to wait longer");
-    const auto& c = options.credentials;
-    const std::string nonce = rendezvous::make_nonce();
-    const Message challenge = handshake_roundtrip({Op::kHello, 0, {kPsProtocolMagic, c.job_id, options.task, "ps", nonce}});
-    if (challenge.op != Op::kChallenge || challenge.fields.size() != 2 ||
-        !constant_time_equal(challenge.fields[1], rendezvous::server_proof(c, nonce, challenge.fields[0])))
-      throw ConfigError(str(name, " does not know this job's secret: is another job using that address?"));
-    const Message welcome =
-        handshake_roundtrip({Op::kProof, 0, {rendezvous::client_proof(c, options.task, challenge.fields[0], nonce)}});
-    if (welcome.op != Op::kWelcome) throw ConfigError(str(name, " refused this task's proof of the job secret"));
+    rendezvous::client_handshake([this](const Message& m) { return handshake_roundtrip(m); }, options.credentials,
+                                 kPsProtocolMagic, options.task, "ps", name);
   }
 };
 

@@ -18,6 +18,7 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "ps/ps_wire.h"
+#include "rendezvous/authenticated_server.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::ps {
@@ -28,19 +29,23 @@ using rendezvous::Op;
 
 class PsConnection;
 
-struct PsServerState : std::enable_shared_from_this<PsServerState> {
-  PsServerState(ShardStore& s, PsServerOptions o) : shards(s), options(std::move(o)), acceptor(io) {
+struct PsServerState {
+  PsServerState(ShardStore& s, PsServerOptions o) : shards(s), options(std::move(o)) {
+    rules.magic = kPsProtocolMagic;
+    rules.credentials = options.credentials;
+    rules.timeout_seconds = options.handshake_timeout;
+    rules.max_frame_bytes = 4096;  // a handshake frame; requests are PsHeader-framed
+    rules.log_prefix = options.task;
     live.insert(options.workers.begin(), options.workers.end());
     for (const auto& w : options.workers) clocks[w] = 0;
   }
 
+  // First, so it goes last: ~PsServer stops its I/O thread before anything goes.
+  rendezvous::AsioServer server;
   ShardStore& shards;
   PsServerOptions options;
-  asio::io_context io;
-  tcp::acceptor acceptor;
-  std::thread thread;
+  rendezvous::HandshakeRules rules;
   std::atomic<int64_t> version{0};
-  std::atomic<int> rejected{0};
   int64_t pushes = 0;
 
   // Touched only on the I/O thread:
@@ -53,7 +58,6 @@ struct PsServerState : std::enable_shared_from_this<PsServerState> {
   bool is_worker(const std::string& task) const {
     return std::find(options.workers.begin(), options.workers.end(), task) != options.workers.end();
   }
-  void accept_next();
   void applied() {
     const int64_t v = ++version;
     if (options.on_update) options.on_update(v);
@@ -66,25 +70,12 @@ struct PsServerState : std::enable_shared_from_this<PsServerState> {
   void release_parked();
 };
 
-class PsConnection : public std::enable_shared_from_this<PsConnection> {
+// One client's connection: the handshake (rendezvous/authenticated_server.h),
+// then PsHeader-framed requests, one reply each.
+class PsConnection final : public rendezvous::AuthenticatedConnection {
  public:
   PsConnection(tcp::socket socket, PsServerState* server)
-      : socket_(std::move(socket)), server_(server), timer_(server_->io) {
-    std::error_code ec;
-    const auto endpoint = socket_.remote_endpoint(ec);
-    peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
-  }
-
-  void start() {
-    timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(server_->options.handshake_timeout * 1000)));
-    auto self = shared_from_this();
-    timer_.async_wait([self](const std::error_code& ec) {
-      if (!ec && !self->ready_) self->reject("did not complete the handshake in time");
-    });
-    read_handshake_frame();
-  }
-
-  const std::string& task() const { return task_; }
+      : AuthenticatedConnection(std::move(socket), server->server, server->rules), server_(server) {}
 
   // Sends a reply whose payload is copied now (the variables may change before
   // the write completes), then reads the next request.
@@ -104,94 +95,48 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
   }
   void send_error(const std::string& message) { send(PsOp::kError, 0, 0, message.data(), message.size(), true); }
 
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    std::error_code ignored;
-    timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    if (ready_ && server_->is_worker(task_) && !said_bye_) server_->worker_left(task_);
-  }
-
  private:
   void write(bool close_after) {
-    auto self = shared_from_this();
+    auto self = self_as<PsConnection>();
     // Scatter/gather: the header and the payload in one write, no copy into a frame.
     std::vector<asio::const_buffer> buffers = {asio::buffer(&out_header_, sizeof out_header_), asio::buffer(out_)};
-    asio::async_write(socket_, buffers, [self, close_after](const std::error_code& ec, size_t) {
+    asio::async_write(socket(), buffers, [self, close_after](const std::error_code& ec, size_t) {
       if (ec || close_after) return self->close();
       self->read_request();
     });
   }
 
-  void reject(const std::string& why) {
-    if (closed_) return;
-    ++server_->rejected;
-    log::warn(server_->options.task, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
-              ": it ", why);
-    close();
-  }
-
-  // --- handshake: rendezvous frames and proofs ---
-  void read_handshake_frame() {
-    auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(hs_header_), [self](const std::error_code& ec, size_t) {
-      if (ec) return self->close();
-      const uint32_t length = rendezvous::decode_length(self->hs_header_);
-      if (length > 4096) return self->reject(str("sent a handshake frame of ", length, " bytes"));
-      self->hs_body_.assign(length, '\0');
-      asio::async_read(self->socket_, asio::buffer(self->hs_body_), [self](const std::error_code& ec2, size_t) {
-        if (ec2) return self->close();
-        Message m;
-        if (!rendezvous::decode_payload(self->hs_body_, m)) return self->reject("sent a malformed frame");
-        self->handle_handshake(m);
-      });
-    });
-  }
-
-  void send_handshake(const Message& m, bool then_requests) {
-    auto self = shared_from_this();
-    auto frame = std::make_shared<std::string>(rendezvous::encode_frame(m));
-    asio::async_write(socket_, asio::buffer(*frame), [self, frame, then_requests](const std::error_code& ec, size_t) {
-      if (ec) return self->close();
-      if (then_requests) return self->read_request();
-      self->read_handshake_frame();
-    });
-  }
-
-  void handle_handshake(const Message& m) {
+  bool accept_hello(const rendezvous::Hello& hello) override {
     const auto& creds = server_->options.credentials;
-    if (!said_hello_) {
-      if (const std::string why = rendezvous::read_hello(m, kPsProtocolMagic, &hello_); !why.empty())
-        return reject(why);
-      if (hello_.job_id != creds.job_id) return reject(rendezvous::other_job_text(hello_, creds));
-      said_hello_ = true;
-      server_nonce_ = rendezvous::make_nonce();
-      return send_handshake(
-          {Op::kChallenge, 0, {server_nonce_, rendezvous::server_proof(creds, hello_.client_nonce, server_nonce_)}},
-          false);
+    if (hello.job_id != creds.job_id) {
+      reject(rendezvous::other_job_text(hello, creds));
+      return false;
     }
-    if (!rendezvous::proof_accepted(m, creds, hello_, server_nonce_))
-      return reject("does not know the job secret (wrong HMAC proof)");
-    task_ = hello_.task;
-    ready_ = true;
-    timer_.cancel();
-    if (server_->is_worker(task_)) server_->worker_joined(task_);
-    send_handshake({Op::kWelcome, 0, {}}, true);
+    return true;
+  }
+
+  void on_authenticated() override {
+    set_task(hello().task);
+    if (server_->is_worker(task())) server_->worker_joined(task());
+  }
+
+  void on_ready() override { read_request(); }
+
+  void on_closed() override {
+    if (ready() && server_->is_worker(task()) && !said_bye_) server_->worker_left(task());
   }
 
   // --- requests ---
   void read_request() {
-    auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(&in_header_, sizeof in_header_), [self](const std::error_code& ec, size_t) {
+    auto self = self_as<PsConnection>();
+    asio::async_read(socket(), asio::buffer(&in_header_, sizeof in_header_), [self](const std::error_code& ec, size_t) {
       if (ec) return self->close();
       const PsLimits limits{static_cast<uint64_t>(self->server_->shards.elements()) * 4,
                             static_cast<uint64_t>(self->server_->shards.state_elements()) * 4};
       if (const std::string why = request_header_problem(self->in_header_, limits); !why.empty())
         return self->reject(why);
       self->in_.resize(self->in_header_.payload_bytes);
-      asio::async_read(self->socket_, asio::buffer(self->in_), [self](const std::error_code& ec2, size_t) {
+      asio::async_read(self->socket(), asio::buffer(self->in_), [self](const std::error_code& ec2, size_t) {
         if (ec2) return self->close();
         self->handle_request();
       });
@@ -209,10 +154,10 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
         if (h.payload_bytes != static_cast<uint64_t>(s.shards.elements()) * 4)
           return send_error(str("a push to ", s.options.task, " carries ", s.shards.elements() * 4, " bytes, not ",
                                 h.payload_bytes, ": another model or placement?"));
-        if (!s.is_worker(task_)) return reject("pushed gradients but is not a training worker");
+        if (!s.is_worker(task())) return reject("pushed gradients but is not a training worker");
         said_bye_ = false;  // a worker that paused (bye) and got more work counts again
-        s.worker_joined(task_);
-        return s.push(shared_from_this(), task_, floats, h.a);
+        s.worker_joined(task());
+        return s.push(self_as<PsConnection>(), task(), floats, h.a);
       case PsOp::kFetch: {
         std::vector<float> state(static_cast<size_t>(s.shards.state_elements()));
         s.shards.write_state(state.data());
@@ -231,7 +176,7 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
         return save(std::string(in_.begin(), in_.end()), h.a);
       case PsOp::kBye:
         said_bye_ = true;
-        if (s.is_worker(task_)) s.worker_left(task_);
+        if (s.is_worker(task())) s.worker_left(task());
         return send(PsOp::kOk, s.version.load(), 0, nullptr, 0);
       default:
         return reject(str("sent an unknown request (op ", h.op, ")"));
@@ -255,34 +200,12 @@ class PsConnection : public std::enable_shared_from_this<PsConnection> {
     }
   }
 
-  tcp::socket socket_;
-  // Not owning: the state owns its io_context, whose pending handlers own the
-  // connections (a shared_ptr here was a cycle: every server leaked). Handlers run
-  // only on the I/O thread, which ~PsServer joins before the state goes; the
-  // io_context's destructor then destroys the pending ones with their connections.
+  // Not owning: see AuthenticatedConnection's server_.
   PsServerState* server_;
-  asio::steady_timer timer_;
-  std::string peer_, task_, server_nonce_;
-  rendezvous::Hello hello_;
-  bool said_hello_ = false;
-  unsigned char hs_header_[4] = {};
-  std::string hs_body_;
   PsHeader in_header_{}, out_header_{};
   std::vector<char> in_, out_;
-  bool ready_ = false, closed_ = false, said_bye_ = false;
+  bool said_bye_ = false;
 };
-
-void PsServerState::accept_next() {
-  // `this`: a pending handler must not own the state that owns it (PsConnection::server_).
-  acceptor.async_accept([this](const std::error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true));
-      std::make_shared<PsConnection>(std::move(socket), this)->start();
-    }
-    accept_next();
-  });
-}
 
 void PsServerState::push(const std::shared_ptr<PsConnection>& c, const std::string& task, const float* payload,
                          int64_t clock) {
@@ -352,40 +275,25 @@ void PsServerState::worker_left(const std::string& task) {
 
 PsServer::PsServer(ShardStore& shards, PsServerOptions options, int listen_fd, const std::string& host, int port)
     : state_(std::make_shared<PsServerState>(shards, std::move(options))) {
-  std::error_code ec;
   if (listen_fd >= 0) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      throw ConfigError(str("DTRAIN_LISTEN_FD=", listen_fd, " is not a socket"));
-    state_->acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
-    if (ec) throw ConfigError(str("cannot serve on the inherited socket ", listen_fd, ": ", ec.message()));
+    state_->server.adopt(listen_fd);
   } else {
+    std::error_code ec;
     const tcp::endpoint endpoint(asio::ip::make_address(host, ec), static_cast<uint16_t>(port));
     if (ec) throw ConfigError(str(state_->options.task, ": cannot listen on '", host, "': ", ec.message()));
-    state_->acceptor.open(endpoint.protocol(), ec);
-    if (!ec) state_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) state_->acceptor.bind(endpoint, ec);
-    if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec)
-      throw ConfigError(str(state_->options.task, ": cannot listen on ", host, ":", port, ": ", ec.message(),
-                            ec == asio::error::address_in_use ? "; another process holds that port" : ""));
+    state_->server.listen(endpoint, str(state_->options.task, ": cannot listen on ", host, ":", port),
+                          "; another process holds that port");
   }
-  state_->accept_next();
-  state_->thread = std::thread([s = state_] { s->io.run(); });
-}
-
-PsServer::~PsServer() {
-  asio::post(state_->io, [s = state_] {
-    std::error_code ignored;
-    s->acceptor.close(ignored);
-    s->io.stop();
+  // `this` state, not a shared_ptr: a pending handler must not own the state that owns it.
+  state_->server.start([s = state_.get()](tcp::socket socket) {
+    std::make_shared<PsConnection>(std::move(socket), s)->start();
   });
-  if (state_->thread.joinable()) state_->thread.join();
 }
 
-int PsServer::port() const { return state_->acceptor.local_endpoint().port(); }
+PsServer::~PsServer() { state_->server.stop(); }
+
+int PsServer::port() const { return state_->server.port(); }
 int64_t PsServer::version() const { return state_->version.load(); }
-int PsServer::rejected_connections() const { return state_->rejected.load(); }
+int PsServer::rejected_connections() const { return state_->server.rejected(); }
 
 }  // namespace dtrain::ps

@@ -81,4 +81,22 @@ bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, 
          constant_time_equal(m.fields[0], client_proof(c, hello.task, server_nonce, hello.client_nonce));
 }
 
+void client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
+                      const std::string& magic, const std::string& task, const std::string& role,
+                      const std::string& where) {
+  const std::string client_nonce = make_nonce();
+  const Message challenge = roundtrip({Op::kHello, 0, {magic, c.job_id, task, role, client_nonce}});
+  if (challenge.op == Op::kError)
+    throw ConfigError(str(where, " refused this task: ", reply_text(challenge, "(no reason given)")));
+  if (challenge.op != Op::kChallenge || challenge.fields.size() != 2)
+    throw ConfigError(str(where, " is not a dtrain server of this version (", magic, ")"));
+  if (!constant_time_equal(challenge.fields[1], server_proof(c, client_nonce, challenge.fields[0])))
+    throw ConfigError(str(where, " does not know this job's secret: is another job using that address, "
+                                 "or is DTRAIN_JOB_SECRET different there?"));
+  const Message welcome = roundtrip({Op::kProof, 0, {client_proof(c, task, challenge.fields[0], client_nonce)}});
+  if (welcome.op != Op::kWelcome)
+    throw ConfigError(str(where, " rejected this task's proof of the job secret: is DTRAIN_JOB_SECRET (or "
+                                 "runtime.secret_file) the same on every task?"));
+}
+
 }  // namespace dtrain::rendezvous

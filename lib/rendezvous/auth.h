@@ -12,6 +12,8 @@
 // not what an eavesdropper on the network can read.
 #pragma once
 
+#include <functional>
+
 #include <string>
 
 #include "config/cluster_spec.h"
@@ -68,5 +70,15 @@ std::string other_job_text(const Hello& hello, const Credentials& c);
 // field is client_proof(c, hello.task, server_nonce, hello.client_nonce), compared in
 // constant time.
 bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, const std::string& server_nonce);
+
+// The client's side of the handshake (the store's clients and a ps's): the hello
+// of protocol `magic` as `task` in `role`, the server's proof checked, this task's
+// proof, the welcome; `roundtrip` sends one frame and returns the reply.
+// ConfigErrors name `where` ("the chief (chief:0 at 10.0.0.1:2222)", "ps:1 at
+// ...") and say what to check: a server that refused (its reason), one that is
+// not of this protocol, one that does not know the secret, one that refused ours.
+void client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
+                      const std::string& magic, const std::string& task, const std::string& role,
+                      const std::string& where);
 
 }  // namespace dtrain::rendezvous

@@ -42,22 +42,8 @@ struct StoreClient::Impl {
   }
 
   void handshake() {
-    const auto& c = options.credentials;
-    const std::string client_nonce = make_nonce();
-    Message challenge = roundtrip({Op::kHello, 0, {kProtocolMagic, c.job_id, options.task, options.role, client_nonce}},
-                                  seconds(options.request_timeout));
-    if (challenge.op == Op::kError)
-      throw ConfigError(str(where, " refused this task: ", reply_text(challenge, "(no reason given)")));
-    if (challenge.op != Op::kChallenge || challenge.fields.size() != 2)
-      throw ConfigError(str(where, " is not a dtrain rendezvous server of this version"));
-    if (!constant_time_equal(challenge.fields[1], server_proof(c, client_nonce, challenge.fields[0])))
-      throw ConfigError(str(where, " does not know this job's secret: is another job using that address, "
-                                   "or is DTRAIN_JOB_SECRET different there?"));
-    const Message welcome = roundtrip({Op::kProof, 0, {client_proof(c, options.task, challenge.fields[0], client_nonce)}},
-                                      seconds(options.request_timeout));
-    if (welcome.op != Op::kWelcome)
-      throw ConfigError(str(where, " rejected this task's proof of the job secret: is DTRAIN_JOB_SECRET (or "
-                                   "runtime.secret_file) the same on every task?"));
+    client_handshake([this](const Message& m) { return roundtrip(m, seconds(options.request_timeout)); },
+                     options.credentials, kProtocolMagic, options.task, options.role, where);
   }
 
   // Sends one message and reads the reply, within `timeout`.

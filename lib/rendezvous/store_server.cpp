@@ -22,6 +22,7 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "core/trace.h"
+#include "rendezvous/authenticated_server.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -51,17 +52,22 @@ std::string step_text(int64_t step) {
 
 class Connection;
 
-struct ServerState : std::enable_shared_from_this<ServerState> {
-  explicit ServerState(ServerOptions o) : options(std::move(o)), acceptor(io), sweep_timer(io) {
+struct ServerState {
+  explicit ServerState(ServerOptions o) : options(std::move(o)), sweep_timer(server.io()) {
+    rules.magic = kProtocolMagic;
+    rules.credentials = options.credentials;
+    rules.timeout_seconds = options.handshake_timeout;
+    rules.max_frame_bytes = kMaxFrameBytes;
+    rules.log_prefix = "rendezvous";
+    rules.hangup_after_challenge_is_rejection = true;
     for (const auto& t : options.tasks) tasks[t.name].address = t.address;
   }
 
+  // First, so it goes last: ~StoreServer stops its I/O thread before anything goes.
+  AsioServer server;
   ServerOptions options;
-  asio::io_context io;
-  tcp::acceptor acceptor;
+  HandshakeRules rules;
   asio::steady_timer sweep_timer;
-  std::thread thread;
-  std::atomic<int> rejected{0};
 
   // Touched only on the I/O thread:
   std::map<std::string, std::string> kv;
@@ -80,7 +86,6 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   bool all_done = false;
 
   void start();
-  void accept_next();
   void sweep();
   void fail_job(const std::string& why);
   // A task is gone (`why`): the job fails, unless the task is expendable.
@@ -93,130 +98,55 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   }
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One task's connection: the handshake (authenticated_server.h), then the
+// store's requests, one frame each.
+class Connection final : public AuthenticatedConnection {
  public:
   Connection(tcp::socket socket, ServerState* server)
-      : socket_(std::move(socket)), server_(server), handshake_timer_(server_->io) {
-    std::error_code ec;
-    const auto endpoint = socket_.remote_endpoint(ec);
-    peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
-  }
+      : AuthenticatedConnection(std::move(socket), server->server, server->rules), server_(server) {}
 
-  void start() {
-    // A connection that has not authenticated in time is dropped (no slow-loris).
-    handshake_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(server_->options.handshake_timeout)));
-    auto self = shared_from_this();
-    handshake_timer_.async_wait([self](const std::error_code& ec) {
-      if (!ec && self->stage_ != Stage::kReady) self->reject("did not complete the handshake in time");
-    });
-    read_frame();
-  }
-
-  // Sends a reply, then reads the next request (or closes after an error reply).
-  void reply(const Message& m, bool close_after = false) {
-    auto self = shared_from_this();
-    auto frame = std::make_shared<std::string>(encode_frame(m));
-    asio::async_write(socket_, asio::buffer(*frame), [self, frame, close_after](const std::error_code& ec, size_t) {
-      if (ec || close_after) return self->close();
-      self->read_frame();
-    });
-  }
-
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    std::error_code ignored;
-    handshake_timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    on_closed();
-  }
-
+  using AuthenticatedConnection::reply;  // the server answers parked waits
   bool is_control() const { return role_ == "control"; }
-  const std::string& task() const { return task_; }
 
  private:
-  enum class Stage { kHello, kProof, kReady };
-
-  void read_frame() {
-    auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
-      // A client that hangs up after the challenge could not check the server's
-      // proof: most likely a task with another secret. Say so in the chief's log.
-      if (ec && self->stage_ == Stage::kProof)
-        return self->reject("hung up during the handshake (does it have another job secret?)");
-      if (ec) return self->close();
-      const uint32_t length = decode_length(self->header_);
-      if (length > kMaxFrameBytes)
-        return self->reject(str("sent a frame of ", length, " bytes (limit ", kMaxFrameBytes, ")"));
-      self->body_.assign(length, '\0');
-      asio::async_read(self->socket_, asio::buffer(self->body_), [self](const std::error_code& ec2, size_t) {
-        if (ec2) return self->close();
-        Message m;
-        if (!decode_payload(self->body_, m)) return self->reject("sent a malformed frame");
-        self->handle(m);
-      });
-    });
-  }
-
-  void reject(const std::string& why) {
-    if (closed_) return;
-    ++server_->rejected;
-    log::warn("rendezvous: dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
-              ": it ", why);
-    close();
-  }
-
-  void handle(const Message& m) {
-    switch (stage_) {
-      case Stage::kHello: return handle_hello(m);
-      case Stage::kProof: return handle_proof(m);
-      case Stage::kReady: return handle_request(m);
-    }
-  }
-
-  void handle_hello(const Message& m) {
-    if (const std::string why = read_hello(m, kProtocolMagic, &hello_); !why.empty()) return reject(why);
+  bool accept_hello(const Hello& hello) override {
     const auto& creds = server_->options.credentials;
-    if (hello_.job_id != creds.job_id) {
-      ++server_->rejected;
-      const std::string why = other_job_text(hello_, creds);
-      log::warn("rendezvous: dropped the connection from ", peer_, ": it ", why);
-      return reply({Op::kError, 0, {str("this address serves job '", creds.job_id, "', not '",
-                                        printable(hello_.job_id), "'")}},
-                   true);
+    if (hello.job_id != creds.job_id) {
+      server_->server.count_rejected();
+      log::warn("rendezvous: dropped the connection from ", peer(), ": it ", other_job_text(hello, creds));
+      reply({Op::kError, 0, {str("this address serves job '", creds.job_id, "', not '", printable(hello.job_id), "'")}},
+            true);
+      return false;
     }
-    if (!server_->tasks.count(hello_.task))
-      return reject(str("claims to be task '", printable(hello_.task), "', which is not in the cluster"));
-    task_ = hello_.task;
-    role_ = hello_.role;
-    if (role_ != "control" && role_ != "store") return reject("asked for an unknown role");
-    server_nonce_ = make_nonce();
-    stage_ = Stage::kProof;
-    reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
+    if (!server_->tasks.count(hello.task)) {
+      reject(str("claims to be task '", printable(hello.task), "', which is not in the cluster"));
+      return false;
+    }
+    set_task(hello.task);
+    role_ = hello.role;
+    if (role_ != "control" && role_ != "store") {
+      reject("asked for an unknown role");
+      return false;
+    }
+    return true;
   }
 
-  void handle_proof(const Message& m) {
-    if (!proof_accepted(m, server_->options.credentials, hello_, server_nonce_))
-      return reject("does not know the job secret (wrong HMAC proof)");
-    stage_ = Stage::kReady;
-    handshake_timer_.cancel();
-    if (is_control()) {
-      auto& t = server_->tasks[task_];
-      t.seen = t.connected = true;
-      t.done = false;
-      t.last_heartbeat = Clock::now();
-      // A client may have set the key to anything: count from 1 again then.
-      std::string& incarnation = server_->kv["incarnation/" + task_];
-      incarnation = std::to_string(counter_after_add(incarnation, 1).value_or(1));
-      server_->kv["status/" + task_] = "up";
-      server_->wake_waiters();
-    }
-    reply({Op::kWelcome, 0, {}});
+  void on_authenticated() override {
+    if (!is_control()) return;
+    auto& t = server_->tasks[task()];
+    t.seen = t.connected = true;
+    t.done = false;
+    t.last_heartbeat = Clock::now();
+    // A client may have set the key to anything: count from 1 again then.
+    std::string& incarnation = server_->kv["incarnation/" + task()];
+    incarnation = std::to_string(counter_after_add(incarnation, 1).value_or(1));
+    server_->kv["status/" + task()] = "up";
+    server_->wake_waiters();
   }
 
-  void handle_request(const Message& m) {
+  void on_ready() override { read_frame(); }
+
+  void on_frame(const Message& m) override {
     if (const std::string why = request_problem(m); !why.empty()) return reject(why);
     auto& s = *server_;
     switch (m.op) {
@@ -243,12 +173,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case Op::kWait: {
         if (s.failure) return reply({Op::kError, 0, {*s.failure}});
         const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
-        s.waiters.push_back({m.fields, shared_from_this(), deadline});
+        s.waiters.push_back({m.fields, self_as<Connection>(), deadline});
         return s.wake_waiters();
       }
       case Op::kHeartbeat: {
         if (!is_control()) return reject("sent a heartbeat on a store connection");
-        auto& t = s.tasks[task_];
+        auto& t = s.tasks[task()];
         t.last_heartbeat = Clock::now();
         t.last_step = m.number;
         if (s.failure) {
@@ -262,65 +192,42 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       case Op::kDone:
         if (is_control()) {
-          s.tasks[task_].done = true;
+          s.tasks[task()].done = true;
           s.update_all_done();
         }
         return reply({Op::kOk, 0, {}});
       case Op::kClock:
         return reply({Op::kValue, trace::now_us(), {}});
       case Op::kFail:
-        s.task_lost(task_, str("task ", s.describe(task_), " failed: ", reply_text(m, "")));
+        s.task_lost(task(), str("task ", s.describe(task()), " failed: ", reply_text(m, "")));
         return reply({Op::kOk, 0, {}});
       default:
         return reject(str("sent an unexpected '", op_name(m.op), "' request"));
     }
   }
 
-  void on_closed() {
-    if (stage_ != Stage::kReady || !is_control()) return;
+  void on_closed() override {
+    if (!ready() || !is_control()) return;
     auto& s = *server_;
-    auto& t = s.tasks[task_];
+    auto& t = s.tasks[task()];
     t.connected = false;
     if (!t.done) {
-      s.task_lost(task_, str("task ", s.describe(task_), " was lost ", step_text(t.last_step),
+      s.task_lost(task(), str("task ", s.describe(task()), " was lost ", step_text(t.last_step),
                              ": its connection closed (the process died or was killed)"));
     }
     s.update_all_done();
   }
 
-  tcp::socket socket_;
-  // Not owning: the server owns its io_context, whose pending handlers own the
-  // connections, so a shared_ptr here was a cycle that kept every server alive
-  // (a leak). The handlers run only on the server's I/O thread, which
-  // ~StoreServer joins before the state goes; the io_context's destructor then
-  // destroys the handlers that were still pending, and with them the connections.
+  // Not owning: see AuthenticatedConnection's server_.
   ServerState* server_;
-  asio::steady_timer handshake_timer_;
-  unsigned char header_[4] = {};
-  std::string body_;
-  std::string peer_, task_, role_, server_nonce_;
-  Hello hello_;
-  Stage stage_ = Stage::kHello;
-  bool closed_ = false;
+  std::string role_;
 };
 
 void ServerState::start() {
-  accept_next();
-  sweep();
-  thread = std::thread([self = shared_from_this()] { self->io.run(); });
-}
-
-void ServerState::accept_next() {
+  sweep();  // armed before the I/O thread runs
   // `this`, not a shared_ptr: a pending handler must not own the state that owns
-  // it (see Connection::server_).
-  acceptor.async_accept([this](const std::error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true));
-      std::make_shared<Connection>(std::move(socket), this)->start();
-    }
-    accept_next();
-  });
+  // it (see AuthenticatedConnection's server_).
+  server.start([this](tcp::socket socket) { std::make_shared<Connection>(std::move(socket), this)->start(); });
 }
 
 // Every 100 ms: expire waits, and declare silent tasks lost.
@@ -408,30 +315,14 @@ tcp::endpoint resolve_endpoint(asio::io_context& io, const std::string& host, in
 
 StoreServer::StoreServer(const std::string& host, int port, ServerOptions options)
     : impl_(std::make_shared<ServerState>(std::move(options))) {
-  const tcp::endpoint endpoint = resolve_endpoint(impl_->io, host, port);
-  std::error_code ec;
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    const std::string hint = ec == asio::error::address_in_use
-                                 ? "; another process is listening there: stop it or give this task another port"
-                                 : "";
-    throw ConfigError(str("cannot listen on ", host, ":", port, ": ", ec.message(), hint));
-  }
+  impl_->server.listen(resolve_endpoint(impl_->server.io(), host, port), str("cannot listen on ", host, ":", port),
+                       "; another process is listening there: stop it or give this task another port");
   impl_->start();
 }
 
 StoreServer::StoreServer(int listen_fd, ServerOptions options)
     : impl_(std::make_shared<ServerState>(std::move(options))) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw ConfigError(str("DTRAIN_LISTEN_FD=", listen_fd, " is not a socket"));
-  std::error_code ec;
-  impl_->acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
-  if (ec) throw ConfigError(str("cannot serve on the inherited socket ", listen_fd, ": ", ec.message()));
+  impl_->server.adopt(listen_fd);
   impl_->start();
 }
 
@@ -457,21 +348,15 @@ void check_can_listen(const std::string& address, const std::string& what) {
 }
 
 StoreServer::~StoreServer() {
-  asio::post(impl_->io, [impl = impl_] {
-    std::error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->sweep_timer.cancel();
-    impl->io.stop();
-  });
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->server.stop([impl = impl_.get()] { impl->sweep_timer.cancel(); });
 }
 
-int StoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+int StoreServer::port() const { return impl_->server.port(); }
 
-int StoreServer::rejected_connections() const { return impl_->rejected.load(); }
+int StoreServer::rejected_connections() const { return impl_->server.rejected(); }
 
 void StoreServer::set_task_address(const std::string& task, const std::string& address) {
-  asio::post(impl_->io, [impl = impl_, task, address] { impl->tasks[task].address = address; });
+  asio::post(impl_->server.io(), [impl = impl_, task, address] { impl->tasks[task].address = address; });
 }
 
 bool StoreServer::wait_all_done(double timeout_seconds) {

@@ -1,0 +1,159 @@
+// Implementation of authenticated_server.h.
+#include "rendezvous/authenticated_server.h"
+
+#include <sys/socket.h>
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/strings.h"
+
+namespace dtrain::rendezvous {
+
+using asio::ip::tcp;
+
+AsioServer::AsioServer() : acceptor_(io_) {}
+
+AsioServer::~AsioServer() { stop(); }
+
+void AsioServer::listen(const tcp::endpoint& endpoint, const std::string& what, const std::string& in_use_hint) {
+  std::error_code ec;
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigError(str(what, ": ", ec.message(), ec == asio::error::address_in_use ? in_use_hint : std::string()));
+}
+
+void AsioServer::adopt(int listen_fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw ConfigError(str("DTRAIN_LISTEN_FD=", listen_fd, " is not a socket"));
+  std::error_code ec;
+  acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
+  if (ec) throw ConfigError(str("cannot serve on the inherited socket ", listen_fd, ": ", ec.message()));
+}
+
+void AsioServer::start(std::function<void(tcp::socket)> accepted) {
+  accepted_ = std::move(accepted);
+  accept_next();
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+void AsioServer::accept_next() {
+  acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true));
+      accepted_(std::move(socket));
+    }
+    accept_next();
+  });
+}
+
+void AsioServer::stop(const std::function<void()>& on_stop) {
+  if (!thread_.joinable()) return;
+  asio::post(io_, [this, on_stop] {
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    if (on_stop) on_stop();
+    io_.stop();
+  });
+  thread_.join();
+}
+
+AuthenticatedConnection::AuthenticatedConnection(tcp::socket socket, AsioServer& server, const HandshakeRules& rules)
+    : socket_(std::move(socket)), server_(server), rules_(rules), handshake_timer_(server.io()) {
+  std::error_code ec;
+  const auto endpoint = socket_.remote_endpoint(ec);
+  peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
+}
+
+void AuthenticatedConnection::start() {
+  // A connection that has not authenticated in time is dropped (no slow-loris).
+  handshake_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(rules_.timeout_seconds)));
+  auto self = shared_from_this();
+  handshake_timer_.async_wait([self](const std::error_code& ec) {
+    if (!ec && !self->ready_) self->reject("did not complete the handshake in time");
+  });
+  read_frame();
+}
+
+void AuthenticatedConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ignored;
+  handshake_timer_.cancel();
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  on_closed();
+}
+
+void AuthenticatedConnection::reject(const std::string& why) {
+  if (closed_) return;
+  server_.count_rejected();
+  log::warn(rules_.log_prefix, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
+            ": it ", why);
+  close();
+}
+
+void AuthenticatedConnection::reply(const Message& m, bool close_after) {
+  auto self = shared_from_this();
+  auto frame = std::make_shared<std::string>(encode_frame(m));
+  asio::async_write(socket_, asio::buffer(*frame), [self, frame, close_after](const std::error_code& ec, size_t) {
+    if (ec || close_after) return self->close();
+    self->read_frame();
+  });
+}
+
+void AuthenticatedConnection::read_frame() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
+    if (ec && self->said_hello_ && !self->ready_ && self->rules_.hangup_after_challenge_is_rejection)
+      return self->reject("hung up during the handshake (does it have another job secret?)");
+    if (ec) return self->close();
+    const uint32_t length = decode_length(self->header_);
+    if (length > self->rules_.max_frame_bytes)
+      return self->reject(str("sent a frame of ", length, " bytes (limit ", self->rules_.max_frame_bytes, ")"));
+    self->body_.assign(length, '\0');
+    asio::async_read(self->socket_, asio::buffer(self->body_), [self](const std::error_code& ec2, size_t) {
+      if (ec2) return self->close();
+      Message m;
+      if (!decode_payload(self->body_, m)) return self->reject("sent a malformed frame");
+      if (self->ready_) return self->on_frame(m);
+      self->handle_handshake(m);
+    });
+  });
+}
+
+void AuthenticatedConnection::on_frame(const Message& m) {
+  reject(str("sent an unexpected '", op_name(m.op), "' frame"));
+}
+
+void AuthenticatedConnection::handle_handshake(const Message& m) {
+  const Credentials& creds = rules_.credentials;
+  if (!said_hello_) {
+    if (const std::string why = read_hello(m, rules_.magic, &hello_); !why.empty()) return reject(why);
+    if (!accept_hello(hello_)) return;
+    said_hello_ = true;
+    server_nonce_ = make_nonce();
+    return reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
+  }
+  if (!proof_accepted(m, creds, hello_, server_nonce_))
+    return reject("does not know the job secret (wrong HMAC proof)");
+  ready_ = true;
+  handshake_timer_.cancel();
+  on_authenticated();
+  auto self = shared_from_this();
+  auto frame = std::make_shared<std::string>(encode_frame({Op::kWelcome, 0, {}}));
+  asio::async_write(socket_, asio::buffer(*frame), [self, frame](const std::error_code& ec, size_t) {
+    if (ec) return self->close();
+    self->on_ready();
+  });
+}
+
+}  // namespace dtrain::rendezvous
