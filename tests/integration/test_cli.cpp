@@ -1,11 +1,19 @@
 // The parts of dtrain's command line that do not train: `version` and `--version`
 // print the version this build was configured with, `--help` and `run --help` exit 0
 // and document the options, and `validate` on the shipped configs exits 0 and says
-// what it checked (the JSON, the model, both data sources) without training;
+// what it checked (the JSON, the model, both data sources) without training, then the
+// task's execution plan (text, and JSON with --json) under a launch-like TF_CONFIG;
 // `cluster` prints what a resolver gives (Slurm variables) or names a bad variable.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "comm/nccl_support.h"
+#include "core/strings.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 
@@ -61,6 +69,56 @@ TEST_CASE("dtrain validate accepts the shipped configs and says what it checked"
     CHECK_THAT(r.out, Catch::Matchers::Contains(config + " is valid"));
     // validate must not train.
     CHECK_THAT(r.out, !Catch::Matchers::Contains("Epoch"));
+  }
+}
+
+// A port nobody listens on now (the kernel's pick on 127.0.0.1, released again).
+int unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE("dtrain validate prints the task's execution plan, and with --json as the last line", "[integration]") {
+  // worker:1 of a launch-like cluster: two workers on 127.0.0.1.
+  const std::string tf_config =
+      str(R"({"cluster": {"worker": ["127.0.0.1:)", unused_port(), R"(", "127.0.0.1:)", unused_port(),
+          R"("]}, "task": {"type": "worker", "index": 1}})");
+  const std::string config = shipped_config_path("fashion_mnist_cnn_multiworker.json");
+  const RunOutput text = run_program("/usr/bin/env", {"TF_CONFIG=" + tf_config, dtrain_binary(), "validate",
+                                                      "--config", config});
+  INFO(describe(text));
+  REQUIRE(text.exit_code == 0);
+  for (const char* line : {"plan for worker:1:", "role: train (worker:1 of the cluster from TF_CONFIG",
+                           "training tasks: hierarchical: shared memory within a machine, Gloo between machines "
+                           "(auto: 2 training tasks on 1 machine",
+                           "gradients: all-reduced over the training tasks' group", "threads: "})
+    CHECK_THAT(text.out, Catch::Matchers::Contains(line));
+
+  const RunOutput json_run = run_program("/usr/bin/env", {"TF_CONFIG=" + tf_config, dtrain_binary(), "validate",
+                                                          "--config", config, "--json"});
+  INFO(describe(json_run));
+  REQUIRE(json_run.exit_code == 0);
+  const std::string out = json_run.out;
+  const size_t start = out.rfind('\n', out.size() - 2);
+  const nlohmann::json plan = nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1));
+  CHECK(plan["task"] == "worker:1");
+  CHECK(plan["role"] == "train");
+  CHECK(plan["rank"] == 1);
+  CHECK(plan["training_tasks"] == 2);
+  CHECK(plan["strategy"] == "multi_worker_mirrored");
+  CHECK(plan["devices"] == nlohmann::json::array({"cpu:0"}));
+  REQUIRE(plan["decisions"].is_array());
+  for (const auto& d : plan["decisions"]) {
+    INFO(d.dump());
+    CHECK_FALSE(d["why"].get<std::string>().empty());
   }
 }
 
