@@ -222,7 +222,7 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
   bench.warmup_steps = options.warmup;
   bench.profile_steps = options.profile;
   // One process, whatever cluster the job names (bench train times this task's steps).
-  const plan::ExecutionPlan plan = plan::make_execution_plan(job, config::ClusterConfig{}, plan::read_machine(env.host));
+  const plan::ExecutionPlan plan = plan::make_execution_plan(job, config::ClusterConfig{}, plan::read_machine(env.host, job.device != "cpu"));
   const trainer::BenchResult r = trainer::bench_train(job, plan, bench);
   if (options.json) {
     nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},

@@ -7,12 +7,16 @@
 
 namespace dtrain::plan {
 
-Machine read_machine(const HostSettings& host) {
+Machine read_machine(const HostSettings& host, bool gpus) {
   Machine m;
   m.host = host;
-  const kernels::GpuReport report = kernels::list_gpus();
-  m.gpus = static_cast<int>(report.gpus.size());
-  m.why_no_gpu = report.why_none;
+  if (gpus) {
+    const kernels::GpuReport report = kernels::list_gpus();
+    m.gpus = static_cast<int>(report.gpus.size());
+    m.why_no_gpu = report.why_none;
+  } else {
+    m.why_no_gpu = "not looked for: \"device\" is \"cpu\"";
+  }
   m.usable_cores = usable_cores();
   m.nccl_built = comm::kNcclBuilt;
   return m;

@@ -36,7 +36,9 @@ struct Machine {
   std::vector<std::string> host_of_rank;
 };
 
-// This machine as it is now: GPUs, cores, the NCCL build flag, and `host`.
-Machine read_machine(const HostSettings& host);
+// This machine as it is now: GPUs, cores, the NCCL build flag, and `host`. A job
+// whose "device" is "cpu" needs no GPU listing (`gpus` false): none is looked for,
+// so the CUDA runtime is not loaded for it (gpus stays 0).
+Machine read_machine(const HostSettings& host, bool gpus = true);
 
 }  // namespace dtrain::plan

@@ -48,10 +48,10 @@ void with_trace(const job::JobConfig& job, const config::ClusterConfig& cluster,
 
 // The plan's inputs from this machine; a resolver that knows the task's index on
 // its machine (SLURM_LOCALID) gives it when LOCAL_RANK is unset.
-plan::Machine machine_of(const Environment& env, const config::ClusterConfig& cluster) {
+plan::Machine machine_of(const job::JobConfig& job, const Environment& env, const config::ClusterConfig& cluster) {
   plan::HostSettings host = env.host;
   if (host.local_rank < 0 && cluster.local_rank) host.local_rank = *cluster.local_rank;
-  return plan::read_machine(host);
+  return plan::read_machine(host, job.device != "cpu");
 }
 
 }  // namespace
@@ -61,7 +61,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   // In a cluster, log lines (and the error line) name the task ("[worker:1] dtrain:
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
-  const plan::Machine machine = machine_of(env, cluster);
+  const plan::Machine machine = machine_of(job, env, cluster);
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
@@ -83,7 +83,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag, bool json) {
   const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, task_flag);
-  const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine_of(env, cluster));
+  const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine_of(job, env, cluster));
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
   if (!cluster.single_process() && cluster.spec.address(cluster.task).empty()) {
     std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s registers its address with the chief "
