@@ -90,14 +90,14 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 // whole reduction and this member's slice of it.
 void gather_by_all_reduce(Communicator& c, const float* in, size_t count, float* out) {
   std::fill(out, out + count * c.size(), 0.0f);
-  std::memcpy(out + count * c.rank(), in, count * sizeof(float));
+  std::copy_n(in, count, out + count * c.rank());  // (not memcpy: count 0 may come with null pointers)
   c.all_reduce(out, count * c.size(), ReduceOp::kSum);
 }
 
 void scatter_by_all_reduce(Communicator& c, const float* in, size_t count_per_rank, float* out, ReduceOp op) {
   std::vector<float> all(in, in + count_per_rank * c.size());
   c.all_reduce(all.data(), all.size(), op);
-  std::memcpy(out, all.data() + count_per_rank * c.rank(), count_per_rank * sizeof(float));
+  std::copy_n(all.data() + count_per_rank * c.rank(), count_per_rank, out);
 }
 
 // The name of a job's segment for a group's `what` ("" for the group's own,
