@@ -23,31 +23,34 @@ Role role_of(const strategy::StrategyEntry& entry, const config::ClusterConfig& 
   return Role::kTrain;
 }
 
+// The host part of a task's address; "" where it is not known yet (env:// before
+// registration).
+std::string host_of(const config::ClusterSpec& spec, const config::TaskId& task) {
+  const std::string& address = spec.address(task);
+  return address.empty() ? std::string() : config::parse_host_port(address, task.str()).host;
+}
+
 // The machine of each training rank: as the tasks said when they met, else the
-// host part of each address ("" where unknown: env:// before registration).
+// host part of each address (an unknown one counts as a machine of its own).
 std::vector<std::string> training_hosts(const config::ClusterSpec& spec, const Machine& machine) {
   if (!machine.host_of_rank.empty()) return machine.host_of_rank;
   std::vector<std::string> hosts(static_cast<size_t>(std::max(0, spec.world_size())));
-  for (const config::TaskId& t : spec.all_tasks()) {
-    const int r = spec.rank(t);
-    if (r < 0) continue;
-    const std::string& address = spec.address(t);
-    hosts[static_cast<size_t>(r)] =
-        address.empty() ? str("unknown#", r) : config::parse_host_port(address, t.str()).host;
-  }
+  for (const config::TaskId& t : spec.all_tasks())
+    if (const int r = spec.rank(t); r >= 0) {
+      const std::string host = host_of(spec, t);
+      hosts[static_cast<size_t>(r)] = host.empty() ? str("unknown#", r) : host;
+    }
   return hosts;
 }
 
 // Tasks of the job on this task's machine, by the addresses (before the tasks met).
 int tasks_on_host_by_address(const config::ClusterConfig& cluster) {
-  const std::string& mine = cluster.spec.address(cluster.task);
+  const std::string mine = host_of(cluster.spec, cluster.task);
   if (mine.empty()) return 1;
-  const std::string host = config::parse_host_port(mine, cluster.task.str()).host;
-  int n = 0;
-  for (const config::TaskId& t : cluster.spec.all_tasks())
-    if (const std::string& a = cluster.spec.address(t); !a.empty() && config::parse_host_port(a, t.str()).host == host)
-      ++n;
-  return std::max(1, n);
+  const std::vector<config::TaskId> tasks = cluster.spec.all_tasks();
+  return std::max<int>(1, static_cast<int>(std::count_if(tasks.begin(), tasks.end(), [&](const config::TaskId& t) {
+                         return host_of(cluster.spec, t) == mine;
+                       })));
 }
 
 bool nccl_allowed(const job::JobConfig& job, const Machine& machine) {

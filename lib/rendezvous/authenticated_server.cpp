@@ -101,13 +101,17 @@ void AuthenticatedConnection::reject(const std::string& why) {
   close();
 }
 
-void AuthenticatedConnection::reply(const Message& m, bool close_after) {
+void AuthenticatedConnection::write_frame(const Message& m, void (AuthenticatedConnection::*then)()) {
   auto self = shared_from_this();
   auto frame = std::make_shared<std::string>(encode_frame(m));
-  asio::async_write(socket_, asio::buffer(*frame), [self, frame, close_after](const std::error_code& ec, size_t) {
-    if (ec || close_after) return self->close();
-    self->read_frame();
+  asio::async_write(socket_, asio::buffer(*frame), [self, frame, then](const std::error_code& ec, size_t) {
+    if (ec) return self->close();
+    ((*self).*then)();
   });
+}
+
+void AuthenticatedConnection::reply(const Message& m, bool close_after) {
+  write_frame(m, close_after ? &AuthenticatedConnection::close : &AuthenticatedConnection::read_frame);
 }
 
 void AuthenticatedConnection::read_frame() {
@@ -148,12 +152,7 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
   ready_ = true;
   handshake_timer_.cancel();
   on_authenticated();
-  auto self = shared_from_this();
-  auto frame = std::make_shared<std::string>(encode_frame({Op::kWelcome, 0, {}}));
-  asio::async_write(socket_, asio::buffer(*frame), [self, frame](const std::error_code& ec, size_t) {
-    if (ec) return self->close();
-    self->on_ready();
-  });
+  write_frame({Op::kWelcome, 0, {}}, &AuthenticatedConnection::on_ready);
 }
 
 }  // namespace dtrain::rendezvous

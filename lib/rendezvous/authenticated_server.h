@@ -125,6 +125,8 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
 
  private:
   void handle_handshake(const Message& m);
+  // Writes `m` as a frame, then calls `then` (close() on a write error).
+  void write_frame(const Message& m, void (AuthenticatedConnection::*then)());
 
   asio::ip::tcp::socket socket_;
   // Not owning: the server owns its io_context, whose pending handlers own the
