@@ -34,7 +34,8 @@ struct Recorder {
   std::vector<std::pair<int, std::string>> thread_names;
   int64_t dropped = 0;
   int next_tid = 0;
-  int64_t clock_offset_us = 0;  // added to every timestamp written (set_clock_offset_us)
+  int64_t clock_offset_us = 0;  // added to every timestamp written (set_clock_offset)
+  int64_t clock_uncertainty_us = 0;
 };
 
 Recorder& recorder() {
@@ -75,10 +76,11 @@ int64_t now_us() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
 
-void set_clock_offset_us(int64_t offset_us) {
+void set_clock_offset(ClockOffset offset) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.clock_offset_us = offset_us;
+  r.clock_offset_us = offset.offset_us;
+  r.clock_uncertainty_us = offset.uncertainty_us;
 }
 
 void set_thread_name(const std::string& name) {
@@ -118,7 +120,7 @@ void write(const std::string& path, const std::string& process_name, int pid) {
     if (r.dropped > 0)
       events.push_back({{"ph", "M"}, {"name", "dropped_events"}, {"pid", pid}, {"args", {{"count", r.dropped}}}});
     events.push_back(
-        {{"ph", "M"}, {"name", "clock_offset_us"}, {"pid", pid}, {"args", {{"offset_us", r.clock_offset_us}}}});
+        {{"ph", "M"}, {"name", "clock_offset_us"}, {"pid", pid}, {"args", {{"offset_us", r.clock_offset_us}, {"uncertainty_us", r.clock_uncertainty_us}}}});
   }
   const std::filesystem::path target(path);
   std::error_code ec;

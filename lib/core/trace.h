@@ -22,9 +22,16 @@ void enable();    // start recording (idempotent)
 bool enabled();
 int64_t now_us(); // microseconds since the Unix epoch
 
-// How far the reference clock (the chief's) is ahead of this machine's; write()
-// shifts every timestamp by it and records it as a "clock_offset_us" metadata event.
-void set_clock_offset_us(int64_t offset_us);
+// How far the reference clock (the chief's) is ahead of this machine's, and how
+// far that estimate may be off (half the round trip it was measured over).
+struct ClockOffset {
+  int64_t offset_us = 0;
+  int64_t uncertainty_us = 0;
+};
+
+// write() shifts every timestamp by the offset and records both as a
+// "clock_offset_us" metadata event (args offset_us, uncertainty_us).
+void set_clock_offset(ClockOffset offset);
 
 // Names the calling thread's track ("main", "gradient all-reduce", ...).
 void set_thread_name(const std::string& name);

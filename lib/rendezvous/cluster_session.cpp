@@ -108,7 +108,9 @@ void ClusterSession::stop_heartbeats() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
-int64_t ClusterSession::measure_clock_offset_us() { return is_chief() ? 0 : store_->clock_offset_us(); }
+trace::ClockOffset ClusterSession::measure_clock_offset() {
+  return is_chief() ? trace::ClockOffset{} : store_->clock_offset();
+}
 
 ClusterSession::~ClusterSession() {
   stop_heartbeats();

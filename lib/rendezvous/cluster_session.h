@@ -70,8 +70,9 @@ class ClusterSession {
   int rank() const { return cluster_.spec.rank(cluster_.task); }
   double join_seconds() const { return join_seconds_; }
   // How far the chief's wall clock is ahead of this machine's, in microseconds
-  // (StoreClient::clock_offset_us; 0 on the chief). A few round trips to the chief.
-  int64_t measure_clock_offset_us();
+  // and within how much (StoreClient::clock_offset; 0 on the chief). A few round
+  // trips to the chief.
+  trace::ClockOffset measure_clock_offset();
 
   // The job's store, for requests from the thread that owns the session.
   Store& store() { return *store_; }

@@ -158,7 +158,7 @@ HeartbeatReply StoreClient::heartbeat(int64_t step) {
 
 void StoreClient::done() { impl_->request({Op::kDone, 0, {}}, seconds(impl_->options.request_timeout)); }
 
-int64_t StoreClient::clock_offset_us(int samples) {
+trace::ClockOffset StoreClient::clock_offset(int samples) {
   int64_t best_round_trip = -1, offset = 0;
   for (int i = 0; i < samples; ++i) {
     const int64_t sent = trace::now_us();
@@ -169,7 +169,9 @@ int64_t StoreClient::clock_offset_us(int samples) {
       offset = r.number - (sent + received) / 2;
     }
   }
-  return offset;
+  // The server read its clock somewhere in the round trip; +1 for the
+  // microsecond truncation of the three readings.
+  return {offset, best_round_trip / 2 + 1};
 }
 
 void StoreClient::fail(const std::string& message) {

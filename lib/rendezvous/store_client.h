@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/trace.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/store.h"
 
@@ -61,8 +62,8 @@ class StoreClient final : public Store {
   // How far the server's wall clock is ahead of this machine's, in microseconds:
   // of `samples` round trips, the one that took least time, assuming the server
   // read its clock halfway through it (NTP's estimate; off by at most half that
-  // round trip).
-  int64_t clock_offset_us(int samples = 8);
+  // round trip, given as its uncertainty).
+  trace::ClockOffset clock_offset(int samples = 8);
 
  private:
   struct Impl;

@@ -81,9 +81,11 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
 
 void align_trace_clock(const job::JobConfig& job, ClusterTask& task) {
   if (!job.output.trace) return;
-  const int64_t offset = task.session().measure_clock_offset_us();
-  trace::set_clock_offset_us(offset);
-  if (!task.session().is_chief()) log::info("trace: the chief's clock is ", offset, " us ahead of this task's");
+  const trace::ClockOffset offset = task.session().measure_clock_offset();
+  trace::set_clock_offset(offset);
+  if (!task.session().is_chief())
+    log::info("trace: the chief's clock is ", offset.offset_us, " us ahead of this task's (within ",
+              offset.uncertainty_us, " us)");
 }
 
 void run_session(ClusterTask& task, const std::function<void()>& body) {

@@ -8,7 +8,8 @@ gradient bucket (bucket 0..B-1, each once), and that every span of a task lies
 inside one of its steps (the all-reduces, on their own thread, too), that each
 task recorded its clock offset to the chief, and that the clocks agree: the
 all-reduce of one bucket in one step overlaps in time on every task (no task can
-finish a collective before another has started it). Prints the mean duration of
+finish a collective before another has started it), within the uncertainty each
+task recorded with its offset (half the round trip it was measured over). Prints the mean duration of
 each span kind per task, and exits 0 when all checks pass, 1 with what failed
 otherwise. Standard library only.
 """
@@ -25,11 +26,13 @@ def main():
     errors = []
     if sorted(names.values()) != sorted(f"worker:{i}" for i in range(tasks)):
         errors.append(f"processes {sorted(names.values())}, expected worker:0..worker:{tasks - 1}")
-    offsets = {e["pid"]: e["args"]["offset_us"] for e in events if e["ph"] == "M" and e["name"] == "clock_offset_us"}
+    offset_events = [e for e in events if e["ph"] == "M" and e["name"] == "clock_offset_us"]
+    offsets = {e["pid"]: e["args"]["offset_us"] for e in offset_events}
+    uncertainty = {e["pid"]: e["args"]["uncertainty_us"] for e in offset_events}
     if sorted(offsets) != sorted(names):
         errors.append(f"clock offsets recorded for processes {sorted(offsets)}, expected {sorted(names)}")
     spans = [e for e in events if e["ph"] == "X"]
-    # (step index, bucket) -> [(start, end)] of every task, for the overlap check.
+    # (step index, bucket) -> [(start, end, pid)] of every task, for the overlap check.
     collectives = collections.defaultdict(list)
     for pid, task in sorted(names.items()):
         mine = [e for e in spans if e["pid"] == pid]
@@ -49,7 +52,7 @@ def main():
             if e["name"] == "all-reduce":
                 bucket = int(re.match(r"bucket (\d+)", e["args"]["detail"]).group(1))
                 buckets_per_step[inside[0]].append(bucket)
-                collectives[(inside[0], bucket)].append((e["ts"], e["ts"] + e["dur"]))
+                collectives[(inside[0], bucket)].append((e["ts"], e["ts"] + e["dur"], pid))
         if outside:
             errors.append(f"{task}: {outside} spans outside every step")
         bucket_count = max((max(b) for b in buckets_per_step.values()), default=-1) + 1
@@ -62,9 +65,14 @@ def main():
             means[e["name"]].append(e["dur"] / 1000.0)
         summary = ", ".join(f"{n} {sum(v) / len(v):.3f}" for n, v in sorted(means.items(), key=lambda kv: -sum(kv[1])))
         print(f"{task}: {len(steps)} steps, {bucket_count} bucket(s) per step, clock offset "
-              f"{offsets.get(pid, '?')} us; mean ms: {summary}")
-    apart = [key for key, times in collectives.items()
-             if len(times) == len(names) and max(a for a, _ in times) > min(b for _, b in times)]
+              f"{offsets.get(pid, '?')} us (within {uncertainty.get(pid, '?')} us); mean ms: {summary}")
+
+    def apart_in_time(times):
+        # Task i started after task j ended by more than their clocks can be off.
+        return any(start > end + uncertainty.get(i, 0) + uncertainty.get(j, 0)
+                   for start, _, i in times for _, end, j in times)
+
+    apart = [key for key, times in collectives.items() if len(times) == len(names) and apart_in_time(times)]
     if apart:
         errors.append(f"{len(apart)} of {len(collectives)} all-reduces do not overlap across the tasks "
                       f"(first: step {apart[0][0]}, bucket {apart[0][1]}): their clocks disagree")

@@ -13,7 +13,7 @@ using namespace dtrain;
 TEST_CASE("written spans are shifted onto the reference clock by the offset") {
   trace::enable();
   trace::complete("probe span", "test", 1'000'000, 250);
-  trace::set_clock_offset_us(-400);
+  trace::set_clock_offset({-400, 35});
   test::TempDir dir;
   const std::string path = dir.file("trace.json");
   trace::write(path, "worker:1", 2);
@@ -31,9 +31,10 @@ TEST_CASE("written spans are shifted onto the reference clock by the offset") {
     if (e["name"] == "clock_offset_us") {
       found_offset = true;
       CHECK(e["args"]["offset_us"] == -400);
+      CHECK(e["args"]["uncertainty_us"] == 35);
     }
   }
   CHECK(found_span);
   CHECK(found_offset);
-  trace::set_clock_offset_us(0);
+  trace::set_clock_offset({});
 }

@@ -286,6 +286,10 @@ TEST_CASE("the server's clock is read through the store: on one machine the offs
   StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
   // The same clock on both ends: the estimate is off by at most half the fastest
   // round trip (well under 2 ms on loopback), whatever the units would be otherwise.
-  const int64_t offset = a.clock_offset_us();
-  CHECK(std::llabs(offset) < 2000);
+  const trace::ClockOffset offset = a.clock_offset();
+  CHECK(std::llabs(offset.offset_us) < 2000);
+  // The uncertainty is half a real round trip: positive, and covers the true offset (0).
+  CHECK(offset.uncertainty_us >= 1);
+  CHECK(offset.uncertainty_us < 2000);
+  CHECK(std::llabs(offset.offset_us) <= offset.uncertainty_us);
 }
