@@ -15,17 +15,88 @@
 namespace dtrain::kernels::math {
 
 constexpr float kProbabilityEpsilon = 1e-7f;  // Keras' backend epsilon for clipping probabilities
+constexpr float kSqrtHalf = 0.70710678118654752f;       // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;     // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286536f;    // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+// gelu(x) = x * Phi(x) (Keras' approximate=False), or Hendrycks' tanh
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+DT_HOST_DEVICE inline float gelu(float x, bool approximate) {
+  if (!approximate) return 0.5f * x * (1.0f + ::erff(x * kSqrtHalf));
+  return 0.5f * x * (1.0f + ::tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+}
+
+// d gelu(x) / dx.
+DT_HOST_DEVICE inline float gelu_grad(float x, bool approximate) {
+  if (!approximate) return 0.5f * (1.0f + ::erff(x * kSqrtHalf)) + x * kInvSqrt2Pi * ::expf(-0.5f * x * x);
+  const float t = ::tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+}
 
 DT_HOST_DEVICE inline float activate(Activation act, float x) {
   switch (act) {
     case Activation::kRelu: return x > 0.0f ? x : 0.0f;
     case Activation::kSigmoid: return 1.0f / (1.0f + ::expf(-x));
     case Activation::kTanh: return ::tanhf(x);
+    case Activation::kGelu: return gelu(x, false);
+    case Activation::kGeluTanh: return gelu(x, true);
     default: return x;  // linear (softmax is per row, not point-wise)
   }
 }
 
-// act'(x) * dy from the activation's output y.
+// Layer normalization of one row of d values (gamma / beta may be null):
+// y = (x - mean) * rstd * gamma + beta; writes the row's mean and rstd.
+DT_HOST_DEVICE inline void layer_norm_row(const float* x, const float* gamma, const float* beta, float epsilon,
+                                          int64_t d, float* y, float* mean, float* rstd) {
+  double sum = 0.0, squares = 0.0;
+  for (int64_t j = 0; j < d; ++j) sum += x[j];
+  const double m = sum / static_cast<double>(d);
+  for (int64_t j = 0; j < d; ++j) squares += (x[j] - m) * (x[j] - m);
+  const float s = static_cast<float>(1.0 / ::sqrt(squares / static_cast<double>(d) + epsilon));
+  const auto mf = static_cast<float>(m);
+  for (int64_t j = 0; j < d; ++j) y[j] = (x[j] - mf) * s * (gamma ? gamma[j] : 1.0f) + (beta ? beta[j] : 0.0f);
+  *mean = mf;
+  *rstd = s;
+}
+
+// The input gradient of one layer-normalised row:
+// dx = rstd * (dh - mean(dh) - h * mean(dh * h)), dh = dy * gamma, h the normalised x.
+DT_HOST_DEVICE inline void layer_norm_grad_row(const float* x, const float* dy, const float* gamma, float mean,
+                                               float rstd, int64_t d, float* dx) {
+  double sum_dh = 0.0, sum_dh_h = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const float dh = dy[j] * (gamma ? gamma[j] : 1.0f);
+    sum_dh += dh;
+    sum_dh_h += dh * (x[j] - mean) * rstd;
+  }
+  const auto mean_dh = static_cast<float>(sum_dh / static_cast<double>(d));
+  const auto mean_dh_h = static_cast<float>(sum_dh_h / static_cast<double>(d));
+  for (int64_t j = 0; j < d; ++j) {
+    const float dh = dy[j] * (gamma ? gamma[j] : 1.0f);
+    dx[j] = rstd * (dh - mean_dh - (x[j] - mean) * rstd * mean_dh_h);
+  }
+}
+
+// act'(x) * dy from the activation's input x.
+DT_HOST_DEVICE inline float activation_grad_from_input(Activation act, float x, float dy) {
+  switch (act) {
+    case Activation::kRelu: return x > 0.0f ? dy : 0.0f;
+    case Activation::kSigmoid: {
+      const float s = 1.0f / (1.0f + ::expf(-x));
+      return dy * s * (1.0f - s);
+    }
+    case Activation::kTanh: {
+      const float t = ::tanhf(x);
+      return dy * (1.0f - t * t);
+    }
+    case Activation::kGelu: return dy * gelu_grad(x, false);
+    case Activation::kGeluTanh: return dy * gelu_grad(x, true);
+    default: return dy;
+  }
+}
+
+// act'(x) * dy from the activation's output y (not gelu: grad_from_input).
 DT_HOST_DEVICE inline float activation_grad(Activation act, float y, float dy) {
   switch (act) {
     case Activation::kRelu: return y > 0.0f ? dy : 0.0f;

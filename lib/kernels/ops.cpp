@@ -92,8 +92,45 @@ void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   else cpu::activation_forward(act, x, y);
 }
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  DT_CHECK(!grad_from_input(act), "activation_backward: gelu's gradient comes from its input");
   if (on_gpu("activation_backward", y, dy, dx)) DT_GPU(activation_backward(act, y, dy, dx));
   else cpu::activation_backward(act, y, dy, dx);
+}
+void activation_backward_from_input(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  if (on_gpu("activation_backward_from_input", x, dy, dx)) DT_GPU(activation_backward_from_input(act, x, dy, dx));
+  else cpu::activation_backward_from_input(act, x, dy, dx);
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor* gamma, const Tensor* beta, float epsilon, Tensor& y,
+                        Tensor& mean, Tensor& rstd) {
+  if (on_gpu("layer_norm_forward", x, gamma, beta, y, mean, rstd))
+    DT_GPU(layer_norm_forward(x, gamma, beta, epsilon, y, mean, rstd));
+  else cpu::layer_norm_forward(x, gamma, beta, epsilon, y, mean, rstd);
+}
+void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor* gamma, const Tensor& mean,
+                         const Tensor& rstd, Tensor& dx, Tensor* dgamma, Tensor* dbeta) {
+  if (on_gpu("layer_norm_backward", x, dy, gamma, mean, rstd, dx, dgamma, dbeta))
+    DT_GPU(layer_norm_backward(x, dy, gamma, mean, rstd, dx, dgamma, dbeta));
+  else cpu::layer_norm_backward(x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
+}
+void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y) {
+  if (on_gpu("embedding_forward", ids, table, y)) DT_GPU(embedding_forward(ids, table, y));
+  else cpu::embedding_forward(ids, table, y);
+}
+void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
+  if (on_gpu("embedding_backward", ids, dy, dtable)) DT_GPU(embedding_backward(ids, dy, dtable));
+  else cpu::embedding_backward(ids, dy, dtable);
+}
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out,
+                       Tensor& lse) {
+  if (on_gpu("attention_forward", q, k, v, out, lse)) DT_GPU(attention_forward(q, k, v, p, out, lse));
+  else cpu::attention_forward(q, k, v, p, out, lse);
+}
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const AttentionParams& p, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (on_gpu("attention_backward", q, k, v, out, lse, dout, dq, dk, dv))
+    DT_GPU(attention_backward(q, k, v, out, lse, dout, p, dq, dk, dv));
+  else cpu::attention_backward(q, k, v, out, lse, dout, p, dq, dk, dv);
 }
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y,

@@ -16,7 +16,11 @@
 
 namespace dtrain::kernels {
 
-enum class Activation { kLinear, kRelu, kSigmoid, kTanh, kSoftmax };
+// kGelu is x * Phi(x) (erf), kGeluTanh its tanh approximation: their backward
+// needs the input, not the output (activation_backward_from_input).
+enum class Activation { kLinear, kRelu, kSigmoid, kTanh, kSoftmax, kGelu, kGeluTanh };
+// Whether act's backward is computed from its input (gelu) rather than its output.
+inline bool grad_from_input(Activation act) { return act == Activation::kGelu || act == Activation::kGeluTanh; }
 
 // Opaque per-call state a forward op leaves for its backward: the CPU keeps the
 // max-pooling argmax in `bytes`; the GPU keeps the pooling input and output
@@ -68,7 +72,10 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
 // y = act(x); x and y may be the same tensor. Softmax is over the last axis.
 void activation_forward(Activation act, const Tensor& x, Tensor& y);
 // dx = dy * act'(.), computed from y = act(x). dy and dx may be the same tensor.
+// Not for gelu (grad_from_input): activation_backward_from_input.
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx);
+// dx = dy * act'(x), from the input x: gelu (any activation but softmax works). float32.
+void activation_backward_from_input(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx);
 
 // ---- Batch normalization over the last (channels) axis ----
 // Training: normalises with the batch statistics and returns them (mean, variance: (C)).
@@ -82,6 +89,36 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Te
 void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const Tensor& mean, const Tensor& variance, float epsilon, Tensor& dx,
                          Tensor& dgamma, Tensor& dbeta);
+
+// ---- Transformer layers (float32) ----
+// Layer normalization over the last axis (D), rows = numel / D:
+// y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(variance + epsilon).
+// gamma / beta null: scale 1 / center 0. mean and rstd (rows) are kept for backward.
+void layer_norm_forward(const Tensor& x, const Tensor* gamma, const Tensor* beta, float epsilon, Tensor& y,
+                        Tensor& mean, Tensor& rstd);
+// dx from dy; dgamma / dbeta (D) overwritten where not null.
+void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor* gamma, const Tensor& mean,
+                         const Tensor& rstd, Tensor& dx, Tensor* dgamma, Tensor* dbeta);
+// y[r] = table[ids[r]]    ids (rows) token ids held as floats, table (V, D), y (rows, D).
+// An id outside [0, V) is an InputError naming it.
+void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y);
+// dtable (V, D) = the rows of dy added at their ids (overwritten; rows in order).
+void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable);
+// Scaled dot-product attention of `heads` heads: q, k (N, T, H, Dk), v (N, T, H, Dv)
+// -> out (N, T, H, Dv) and lse (N, H, T), each row's log-sum-exp of its scores,
+// kept for the backward pass. Causal: position t attends to positions <= t. The
+// CPU computes it in blocks with an online softmax (flash attention), so no
+// (T, T) matrix is kept.
+struct AttentionParams {
+  int64_t heads = 1;
+  float scale = 1.0f;  // the scores are scale * q . k (1 / sqrt(Dk))
+  bool causal = false;
+};
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out,
+                       Tensor& lse);
+// dq, dk, dv (overwritten) from dout, the forward's inputs, out and lse.
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const AttentionParams& p, Tensor& dq, Tensor& dk, Tensor& dv);
 
 // ---- Element-wise (own loops) ----
 // Inverted dropout: mask[i] = 0 with probability rate, else 1/(1-rate); y = x * mask.

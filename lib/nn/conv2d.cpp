@@ -88,7 +88,7 @@ const LayerType& conv2d_layer_type() {
         r.require("kernel_size", " (a positive integer or [height, width])").to_pair(o->kernel_size);
         r.get_pair("strides", o->strides);
         o->same_padding = r.get_choice("padding", "valid", {"valid", "same"}, "padding") == "same";
-        o->activation = get_activation(r, "activation", o->activation);
+        o->activation = get_fused_activation(r, "activation", o->activation);
         o->use_bias = r.get_bool("use_bias", o->use_bias);
         return o;
       },

@@ -1,5 +1,7 @@
-// Dense: a fully connected layer on kernels::dense_* (oneDNN matmul).
-// relu/sigmoid/tanh are fused into the matmul; softmax runs after it.
+// Dense: a fully connected layer on kernels::dense_* (oneDNN matmul), over the
+// last axis: a (T, in) sequence input is T rows of the matmul, as in Keras.
+// relu/sigmoid/tanh are fused into the matmul; softmax and gelu run after it
+// (gelu keeps its input, the matmul's output, for its backward pass).
 // Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
 #include "core/error.h"
 #include "core/strings.h"
@@ -9,8 +11,19 @@
 
 namespace dtrain::nn {
 
-Dense::Dense(const std::string& name, int64_t in, int64_t units, Activation act, bool use_bias)
-    : Layer(name, "Dense", {in}, {units}), act_(act), use_bias_(use_bias) {
+namespace {
+
+// The per-sample shape with its last axis replaced by `units`.
+Shape with_last(Shape shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
+
+}  // namespace
+
+Dense::Dense(const std::string& name, const Shape& input, int64_t units, Activation act, bool use_bias)
+    : Layer(name, "Dense", input, with_last(input, units)), act_(act), use_bias_(use_bias) {
+  const int64_t in = input.back();
   kernel_ = {name + "/kernel", Tensor({in, units}), Tensor({in, units})};
   if (use_bias_) bias_ = {name + "/bias", Tensor({units}), Tensor({units})};
 }
@@ -24,6 +37,7 @@ std::vector<Param*> Dense::params() {
 // float32 with a softmax activation, as in Keras' mixed precision.
 bool Dense::supports_dtype(DType dtype) const {
   if (dtype == DType::kF32) return true;
+  if (kernels::grad_from_input(act_)) return false;  // gelu's gradient kernels are float32
   return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
 }
 
@@ -31,7 +45,8 @@ void Dense::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
 
 LayerBuffers Dense::buffers(int64_t rows, DType dtype, bool need_dx) const {
   const int64_t out = output_bytes(rows, dtype);
-  return {out, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
+  const int64_t before_gelu = kernels::grad_from_input(act_) ? out : 0;
+  return {out + before_gelu, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
 }
 
 int64_t Dense::weight_copy_bytes(DType dtype) const {
@@ -43,27 +58,43 @@ void Dense::initialize(Rng& rng) {
   if (use_bias_) bias_.value.zero();
 }
 
+// x as matmul rows: (N, in), or (N * T, in) for a sequence.
+Tensor Dense::rows(const Tensor& t, int64_t features) { return t.reshaped({t.numel() / features, features}); }
+
 Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
-  const int64_t n = x.dim(0);
+  const int64_t n = x.dim(0), in = input_shape().back(), units = output_shape().back();
   x_ = x;
   Tensor& y = reuse(y_, n, output_shape());
+  Tensor y_rows = rows(y, units);
   const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
   if (act_ == Activation::kSoftmax) {
-    kernels::dense_forward(x, kernel_.value, bias, Activation::kLinear, y);  // float32 only
+    kernels::dense_forward(rows(x, in), kernel_.value, bias, Activation::kLinear, y_rows);  // float32 only
     kernels::activation_forward(Activation::kSoftmax, y, y);
+  } else if (kernels::grad_from_input(act_)) {  // gelu: keep the matmul's output for the backward pass
+    Tensor& z = reuse(z_, n, output_shape());
+    Tensor z_rows = rows(z, units);
+    kernels::dense_forward(rows(x, in), kernel_.value, bias, Activation::kLinear, z_rows);
+    kernels::activation_forward(act_, z, y);
   } else {
-    kernels::dense_forward(x, compute_weights(kernel_, kernel_copy_), bias, act_, y);
+    kernels::dense_forward(rows(x, in), compute_weights(kernel_, kernel_copy_), bias, act_, y_rows);
   }
   return y;
 }
 
 Tensor Dense::backward(const Tensor& dy, bool need_dx) {
-  const int64_t n = dy.dim(0);
-  const Tensor dpre = before_activation(act_, y_, dy, dpre_);
-  kernels::dense_backward_weights(x_, dpre, kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
+  const int64_t n = dy.dim(0), in = input_shape().back(), units = output_shape().back();
+  Tensor dpre;
+  if (kernels::grad_from_input(act_)) {
+    dpre = reuse(dpre_, n, output_shape());
+    kernels::activation_backward_from_input(act_, z_, dy, dpre);
+  } else {
+    dpre = before_activation(act_, y_, dy, dpre_);
+  }
+  kernels::dense_backward_weights(rows(x_, in), rows(dpre, units), kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
-  kernels::dense_backward_data(dpre, compute_weights(kernel_, kernel_copy_), dx);
+  Tensor dx_rows = rows(dx, in);
+  kernels::dense_backward_data(rows(dpre, units), compute_weights(kernel_, kernel_copy_), dx_rows);
   return dx;
 }
 
@@ -73,7 +104,7 @@ const LayerType& dense_layer_type() {
       "Dense",
       "a fully connected layer, `activation(x . kernel + bias)`",
       {{"units", "output features (required, >= 1)"},
-       {"activation", "`linear` (default), `relu`, `sigmoid`, `tanh`, `softmax`"},
+       {"activation", "`linear` (default), `relu`, `sigmoid`, `tanh`, `softmax`, `gelu`, `gelu_approximate`"},
        {"use_bias", "true"}},
       [](config::Section& r) {
         auto o = std::make_shared<DenseOptions>();
@@ -84,10 +115,11 @@ const LayerType& dense_layer_type() {
       },
       [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
         const auto& o = spec.options_as<DenseOptions>();
-        if (input.size() != 1)
-          throw ConfigError(str(layer_where(spec, ctx.name), ": expects a flat input (features,), got ",
-                                shape_str(input), "; add {\"type\": \"Flatten\"} before it"));
-        return std::make_unique<Dense>(ctx.name, input[0], o.units, o.activation, o.use_bias);
+        // Features, or a sequence of them (T, features); an image needs a Flatten first.
+        if (input.size() != 1 && input.size() != 2)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": expects a flat input (features,) or a sequence "
+                                "(time, features), got ", shape_str(input), "; add {\"type\": \"Flatten\"} before it"));
+        return std::make_unique<Dense>(ctx.name, input, o.units, o.activation, o.use_bias);
       },
       nullptr};
   return type;

@@ -53,6 +53,9 @@ const LayerType* find_layer_type(const std::string& name);
 const std::vector<std::string>& activation_names();
 kernels::Activation read_activation(const config::Value& value);
 kernels::Activation get_activation(config::Section& r, const std::string& key, kernels::Activation fallback);
+// The same, refusing gelu (whose gradient needs its input, which Conv2D and
+// Residual do not keep).
+kernels::Activation get_fused_activation(config::Section& r, const std::string& key, kernels::Activation fallback);
 std::string activation_name(kernels::Activation activation);
 
 }  // namespace dtrain::nn

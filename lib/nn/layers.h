@@ -58,10 +58,11 @@ struct ResidualOptions : LayerOptions {
   Activation activation = Activation::kLinear;
 };
 
-// y = act(x . kernel + bias); kernel (in, units).
+// y = act(x . kernel + bias) over the last axis; kernel (in, units). The
+// input is (in) or a sequence (T, in).
 class Dense : public Layer {
  public:
-  Dense(const std::string& name, int64_t in, int64_t units, Activation act, bool use_bias);
+  Dense(const std::string& name, const Shape& input, int64_t units, Activation act, bool use_bias);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
@@ -73,11 +74,12 @@ class Dense : public Layer {
   int64_t weight_copy_bytes(DType dtype) const override;  // the kernel's copy
 
  private:
+  static Tensor rows(const Tensor& t, int64_t features);
   Activation act_;
   bool use_bias_;
   Param kernel_, bias_;
   Tensor kernel_copy_;  // the kernel in the compute dtype (mixed precision)
-  Tensor x_, y_, dpre_, dx_;
+  Tensor x_, y_, z_, dpre_, dx_;  // z_: the matmul's output before gelu
 };
 
 // y = act(conv(x, kernel) + bias); kernel (kh, kw, in, filters), NHWC activations.
@@ -155,15 +157,17 @@ class ActivationLayer : public Layer {
   ActivationLayer(const std::string& name, const Shape& input, Activation act);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
-  // bfloat16 too, and float16 on a GPU; softmax in float32, as in Keras' mixed precision.
+  // bfloat16 too, and float16 on a GPU; softmax and gelu in float32 (Keras'
+  // mixed precision computes softmax so; dtrain's gelu gradient is float32).
   bool supports_dtype(DType dtype) const override {
     if (dtype == DType::kF32) return true;
+    if (kernels::grad_from_input(act_)) return false;
     return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
   }
 
  private:
   Activation act_;
-  Tensor y_, dx_;
+  Tensor x_, y_, dx_;  // x_: gelu's input
 };
 
 // Normalises over the channels (last) axis; moving statistics for inference.

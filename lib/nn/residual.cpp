@@ -169,7 +169,7 @@ const LayerType& residual_layer_type() {
         o->layers = read_layer_list(r.require("layers", " (the block's layers, an array of layer objects)"),
                                     "a Residual block needs at least one layer, got an empty array");
         if (const auto shortcut = r.find("shortcut")) o->shortcut = read_layer_list(*shortcut, /*if_empty=*/nullptr);
-        o->activation = get_activation(r, "activation", o->activation);
+        o->activation = get_fused_activation(r, "activation", o->activation);
         return o;
       },
       build_residual,

@@ -55,13 +55,15 @@ ActivationLayer::ActivationLayer(const std::string& name, const Shape& input, Ac
 Tensor ActivationLayer::forward(const Tensor& x, const StepContext& ctx) {
   Tensor& y = reuse(y_, x.dim(0), output_shape());
   kernels::activation_forward(act_, x, y);
+  if (kernels::grad_from_input(act_)) x_ = x;  // gelu's gradient needs its input
   return y;
 }
 
 Tensor ActivationLayer::backward(const Tensor& dy, bool need_dx) {
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
-  kernels::activation_backward(act_, y_, dy, dx);
+  if (kernels::grad_from_input(act_)) kernels::activation_backward_from_input(act_, x_, dy, dx);
+  else kernels::activation_backward(act_, y_, dy, dx);
   return dx;
 }
 

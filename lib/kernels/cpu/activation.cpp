@@ -83,6 +83,7 @@ void copy_if_distinct(const Tensor& from, Tensor& to) {
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
   if (act == Activation::kLinear) return copy_if_distinct(x, y);
+  if (grad_from_input(act)) return activation_by_formula(act, x, y);  // gelu
   if (act == Activation::kSoftmax) {
     DT_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32, "softmax runs in float32");
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;

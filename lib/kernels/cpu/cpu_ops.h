@@ -17,6 +17,8 @@ bool has_bf16_instructions();    // whether that set computes bfloat16 natively
 bool has_bf16_kernels();         // whether oneDNN has bfloat16 kernels for it (else dtrain emulates)
 int64_t bf16_emulated_plans();   // how many op plans (one per op and shape) emulate bfloat16 so far
 void cast(const Tensor& x, Tensor& y);
+// gelu (or any element-wise activation) by element_math.h's formula (sequence.cpp).
+void activation_by_formula(Activation act, const Tensor& x, Tensor& y);
 
 #include "kernels/backend_ops.inc"
 

@@ -120,6 +120,8 @@ dnnl::algorithm eltwise_algorithm(Activation act) {
     case Activation::kSigmoid: return dnnl::algorithm::eltwise_logistic;
     case Activation::kTanh: return dnnl::algorithm::eltwise_tanh;
     case Activation::kLinear: return dnnl::algorithm::eltwise_linear;
+    case Activation::kGelu: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::kGeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
     case Activation::kSoftmax: break;
   }
   DT_CHECK(false, "softmax is not an element-wise activation");

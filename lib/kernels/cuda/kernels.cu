@@ -97,6 +97,15 @@ DT_DEFINE_LAUNCH(PoolForwardBody<f16_bits>)
 DT_DEFINE_LAUNCH(PoolBackwardBody<float>)
 DT_DEFINE_LAUNCH(PoolBackwardBody<bf16_bits>)
 DT_DEFINE_LAUNCH(PoolBackwardBody<f16_bits>)
+DT_DEFINE_LAUNCH(ActivationGradFromInputBody)
+DT_DEFINE_LAUNCH(LayerNormRowsBody)
+DT_DEFINE_LAUNCH(LayerNormBackwardRowsBody)
+DT_DEFINE_LAUNCH(EmbeddingGatherBody)
+DT_DEFINE_LAUNCH(EmbeddingScatterBody)
+DT_DEFINE_LAUNCH(AttentionForwardRowsBody)
+DT_DEFINE_LAUNCH(AttentionDeltaBody)
+DT_DEFINE_LAUNCH(AttentionQueryGradBody)
+DT_DEFINE_LAUNCH(AttentionKeyValueGradBody)
 
 #undef DT_DEFINE_LAUNCH
 
@@ -113,6 +122,9 @@ void column_sums(const CenteredSquareValue& v, int64_t rows, int64_t cols, float
   column_sums_impl(v, rows, cols, scale, out);
 }
 void column_sums(const CenteredProductValue& v, int64_t rows, int64_t cols, float scale, float* out) {
+  column_sums_impl(v, rows, cols, scale, out);
+}
+void column_sums(const LayerNormGammaValue& v, int64_t rows, int64_t cols, float scale, float* out) {
   column_sums_impl(v, rows, cols, scale, out);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/bodies.h"
+#include "kernels/cuda/sequence_bodies.h"
 
 namespace dtrain::kernels::cuda {
 
@@ -64,6 +65,15 @@ void launch(const PoolForwardBody<f16_bits>& body, int64_t n);
 void launch(const PoolBackwardBody<float>& body, int64_t n);
 void launch(const PoolBackwardBody<bf16_bits>& body, int64_t n);
 void launch(const PoolBackwardBody<f16_bits>& body, int64_t n);
+void launch(const ActivationGradFromInputBody& body, int64_t n);
+void launch(const LayerNormRowsBody& body, int64_t rows);
+void launch(const LayerNormBackwardRowsBody& body, int64_t rows);
+void launch(const EmbeddingGatherBody& body, int64_t n);
+void launch(const EmbeddingScatterBody& body, int64_t n);
+void launch(const AttentionForwardRowsBody& body, int64_t rows);
+void launch(const AttentionDeltaBody& body, int64_t rows);
+void launch(const AttentionQueryGradBody& body, int64_t rows);
+void launch(const AttentionKeyValueGradBody& body, int64_t rows);
 
 // out[c] = scale * sum over rows of value(r, c), for c in [0, cols): two passes
 // through a partial-sum scratch buffer.
@@ -72,6 +82,7 @@ void column_sums(const ElementValue<bf16_bits>& value, int64_t rows, int64_t col
 void column_sums(const ElementValue<f16_bits>& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredSquareValue& value, int64_t rows, int64_t cols, float scale, float* out);
 void column_sums(const CenteredProductValue& value, int64_t rows, int64_t cols, float scale, float* out);
+void column_sums(const LayerNormGammaValue& value, int64_t rows, int64_t cols, float scale, float* out);
 
 // out[0] = sum of x[i]^2 for i in [0, n): two passes (SquareSumPartBody, SumBody)
 // through a partial-sum scratch buffer; out is device memory.

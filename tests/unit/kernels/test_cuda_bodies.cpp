@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/cuda/bodies.h"
 #include "kernels/ops.h"
+#include "unit/kernels/run_on_host.h"
 #include "unit/tensor_checks.h"
 
 using namespace dtrain;
@@ -18,14 +19,10 @@ using namespace dtrain::kernels::cuda;
 using kernels::Activation;
 using testing::random_tensor;
 using testing::require_close;
+using testing::run_on_host;
 
 namespace {
 
-// What launch(body, n) does on the GPU: body(i) for every i in [0, n).
-template <class Body>
-void run_on_host(const Body& body, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) body(i);
-}
 
 
 // The two passes of column_sums on the host, with the GPU's chunking.

@@ -1,0 +1,157 @@
+// Embedding and keras_hub's TokenAndPositionEmbedding: token ids (held as
+// floats, (T)) to rows of a table, (T, D), on kernels::embedding_* (a gather
+// forward, a scatter-add backward). The position table of
+// TokenAndPositionEmbedding goes through the same kernels with the ids
+// 0..T-1. Their registry entries (layer_registry.h) close the file.
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
+#include "nn/sequence_layers.h"
+
+namespace dtrain::nn {
+namespace {
+
+// Keras' "uniform" initializer: U(-0.05, 0.05).
+void keras_uniform(Tensor& t, Rng& rng) {
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-0.05, 0.05));
+}
+
+// The input of an embedding: token ids, one per position.
+void require_tokens(const LayerSpec& spec, const std::string& name, const Shape& input) {
+  if (input.size() != 1)
+    throw ConfigError(str(layer_where(spec, name), ": expects token ids (time,), got ", shape_str(input),
+                          "; it must be the model's first layer, with input_shape [sequence_length]"));
+}
+
+}  // namespace
+
+Embedding::Embedding(const std::string& name, const Shape& input, int64_t input_dim, int64_t output_dim)
+    : Layer(name, "Embedding", input, {input[0], output_dim}) {
+  table_ = {name + "/embeddings", Tensor({input_dim, output_dim}), Tensor({input_dim, output_dim})};
+}
+
+void Embedding::initialize(Rng& rng) { keras_uniform(table_.value, rng); }
+
+LayerBuffers Embedding::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  return {output_bytes(rows, DType::kF32), need_dx ? input_bytes(rows, DType::kF32) : 0};
+}
+
+Tensor Embedding::forward(const Tensor& x, const StepContext& ctx) {
+  ids_ = x;
+  Tensor& y = reuse(y_, x.dim(0), output_shape());
+  kernels::embedding_forward(x, table_.value, y);
+  return y;
+}
+
+Tensor Embedding::backward(const Tensor& dy, bool need_dx) {
+  kernels::embedding_backward(ids_, dy, table_.grad);
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
+  dx.zero();  // token ids are not differentiable
+  return dx;
+}
+
+TokenAndPositionEmbedding::TokenAndPositionEmbedding(const std::string& name, const Shape& input,
+                                                     const TokenAndPositionEmbeddingOptions& o)
+    : Layer(name, "TokenAndPositionEmbedding", input, {input[0], o.embedding_dim}) {
+  const int64_t d = o.embedding_dim;
+  tokens_ = {name + "/token_embedding/embeddings", Tensor({o.vocabulary_size, d}), Tensor({o.vocabulary_size, d})};
+  positions_ = {name + "/position_embedding/embeddings", Tensor({o.sequence_length, d}),
+                Tensor({o.sequence_length, d})};
+}
+
+void TokenAndPositionEmbedding::initialize(Rng& rng) {
+  keras_uniform(tokens_.value, rng);
+  keras_uniform(positions_.value, rng);
+}
+
+LayerBuffers TokenAndPositionEmbedding::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  const int64_t out = output_bytes(rows, DType::kF32);
+  return {out * 2 + input_bytes(rows, DType::kF32), need_dx ? input_bytes(rows, DType::kF32) : 0};
+}
+
+const Tensor& TokenAndPositionEmbedding::position_ids(int64_t n) {
+  const int64_t t = input_shape()[0];
+  if (position_ids_.defined() && position_ids_.dim(0) == n) return position_ids_;
+  Tensor host({n, t});
+  for (int64_t i = 0; i < n * t; ++i) host.data()[i] = static_cast<float>(i % t);
+  position_ids_ = host.to(device());
+  return position_ids_;
+}
+
+Tensor TokenAndPositionEmbedding::forward(const Tensor& x, const StepContext& ctx) {
+  const int64_t n = x.dim(0);
+  ids_ = x;
+  Tensor& y = reuse(y_, n, output_shape());
+  Tensor& positions = reuse(scratch_, n, output_shape());
+  kernels::embedding_forward(x, tokens_.value, y);
+  kernels::embedding_forward(position_ids(n), positions_.value, positions);
+  kernels::axpy(1.0f, positions, y);
+  return y;
+}
+
+Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
+  const int64_t n = dy.dim(0);
+  kernels::embedding_backward(ids_, dy, tokens_.grad);
+  // Rows of the position table past T get no gradient (they are zeroed by the kernel).
+  kernels::embedding_backward(position_ids(n), dy, positions_.grad);
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, n, input_shape());
+  dx.zero();
+  return dx;
+}
+
+// The registry entries (layer_registry.h).
+const LayerType& embedding_layer_type() {
+  static const LayerType type{
+      "Embedding",
+      "token ids `(time,)` -> rows of a table `(time, output_dim)`, initialised U(-0.05, 0.05) (Keras' "
+      "`uniform`); the model's first layer",
+      {{"input_dim", "the vocabulary: ids are in [0, input_dim) (required, >= 1)"},
+       {"output_dim", "the embedding's width (required, >= 1)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<EmbeddingOptions>();
+        o->input_dim = r.require_int("input_dim", 1);
+        o->output_dim = r.require_int("output_dim", 1);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<EmbeddingOptions>();
+        require_tokens(spec, ctx.name, input);
+        return std::make_unique<Embedding>(ctx.name, input, o.input_dim, o.output_dim);
+      },
+      nullptr};
+  return type;
+}
+
+const LayerType& token_and_position_embedding_layer_type() {
+  static const LayerType type{
+      "TokenAndPositionEmbedding",
+      "keras_hub's: a token table plus a learned position table, `(time,)` -> `(time, embedding_dim)`; "
+      "the model's first layer",
+      {{"vocabulary_size", "ids are in [0, vocabulary_size) (required, >= 1)"},
+       {"sequence_length", "the longest sequence: positions 0 .. sequence_length - 1 (required, >= 1)"},
+       {"embedding_dim", "the embedding's width (required, >= 1)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<TokenAndPositionEmbeddingOptions>();
+        o->vocabulary_size = r.require_int("vocabulary_size", 1);
+        o->sequence_length = r.require_int("sequence_length", 1);
+        o->embedding_dim = r.require_int("embedding_dim", 1);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<TokenAndPositionEmbeddingOptions>();
+        require_tokens(spec, ctx.name, input);
+        if (input[0] > o.sequence_length)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": sequences of ", input[0],
+                                " tokens but sequence_length ", o.sequence_length,
+                                "; make sequence_length at least the model's input length"));
+        return std::make_unique<TokenAndPositionEmbedding>(ctx.name, input, o);
+      },
+      nullptr};
+  return type;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,172 @@
+// MultiHeadAttention (self-attention): the query, key and value projections
+// are matmuls over the (N * T, D) rows with the Keras kernels (D, heads, dim)
+// viewed as (D, heads * dim), so q, k, v come out as (N, T, heads, dim);
+// kernels::attention_forward combines them; the output projection maps
+// (N * T, heads * value_dim) back to the features. Backward runs the same
+// steps in reverse: the output projection's gradients, attention_backward,
+// then each projection's, and dx is the sum of the three input gradients.
+// Its registry entry (layer_registry.h) closes the file.
+#include <cmath>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "nn/layer_factory.h"
+#include "nn/layer_registry.h"
+#include "nn/sequence_layers.h"
+
+namespace dtrain::nn {
+namespace {
+
+// Keras' glorot_uniform for a kernel of rank 3 (EinsumDense's): the leading
+// axis counts as the receptive field, fan_in = shape[1] * shape[0], fan_out = shape[2] * shape[0].
+void glorot_rank3(Tensor& t, Rng& rng) {
+  glorot_uniform(t, t.dim(1) * t.dim(0), t.dim(2) * t.dim(0), rng);
+}
+
+// Activations as matmul rows of `cols` features.
+Tensor as_rows(const Tensor& t, int64_t cols) { return t.reshaped({t.numel() / cols, cols}); }
+// A Keras kernel as the matmul's (in, out) operand: (D, heads, dim) -> (D, heads * dim),
+// (heads, dim, out) -> (heads * dim, out).
+Tensor matrix(const Tensor& kernel, int64_t in) { return kernel.reshaped({in, kernel.numel() / in}); }
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const std::string& name, const Shape& input,
+                                       const MultiHeadAttentionOptions& o)
+    : Layer(name, "MultiHeadAttention", input, {input[0], o.output_shape > 0 ? o.output_shape : input[1]}),
+      heads_(o.num_heads),
+      key_dim_(o.key_dim),
+      value_dim_(o.value_dim > 0 ? o.value_dim : o.key_dim),
+      use_bias_(o.use_bias) {
+  const int64_t d = input[1], out = output_shape()[1];
+  attention_ = {heads_, static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim_))), o.use_causal_mask};
+  auto projection = [&](const std::string& part, Shape kernel, Shape bias) {
+    Projection p;
+    p.kernel = {name + "/" + part + "/kernel", Tensor(kernel), Tensor(kernel)};
+    if (use_bias_) p.bias = {name + "/" + part + "/bias", Tensor(bias), Tensor(bias)};
+    return p;
+  };
+  query_ = projection("query", {d, heads_, key_dim_}, {heads_, key_dim_});
+  key_ = projection("key", {d, heads_, key_dim_}, {heads_, key_dim_});
+  value_ = projection("value", {d, heads_, value_dim_}, {heads_, value_dim_});
+  output_ = projection("attention_output", {heads_, value_dim_, out}, {out});
+}
+
+std::vector<Param*> MultiHeadAttention::params() {
+  std::vector<Param*> out;
+  for (Projection* p : {&query_, &key_, &value_, &output_}) {
+    out.push_back(&p->kernel);
+    if (use_bias_) out.push_back(&p->bias);
+  }
+  return out;
+}
+
+void MultiHeadAttention::initialize(Rng& rng) {
+  for (Projection* p : {&query_, &key_, &value_, &output_}) {
+    glorot_rank3(p->kernel.value, rng);
+    if (use_bias_) p->bias.value.zero();
+  }
+}
+
+LayerBuffers MultiHeadAttention::buffers(int64_t rows, DType, bool need_dx) const {
+  // Kept: q, k, v, the attention's output (N, T, heads, dim), each row's
+  // log-sum-exp (N, heads, T) and y; no (T, T) scores. Backward: their gradients and dx.
+  const int64_t t = input_shape()[0], f = 4;
+  const int64_t qkv = rows * t * heads_ * (2 * key_dim_ + value_dim_) * f;
+  const int64_t o = rows * t * heads_ * value_dim_ * f;
+  const int64_t lse = rows * heads_ * t * f;
+  return {qkv + o + lse + output_bytes(rows, DType::kF32),
+          qkv + o + (need_dx ? 2 * input_bytes(rows, DType::kF32) : 0)};
+}
+
+void MultiHeadAttention::project(const Tensor& x_rows, Projection& p, Tensor& out) {
+  const Tensor kernel = matrix(p.kernel.value, x_rows.dim(1));
+  const int64_t cols = kernel.dim(1);
+  const Tensor bias = use_bias_ ? p.bias.value.reshaped({cols}) : Tensor();
+  Tensor out_rows = as_rows(out, cols);
+  kernels::dense_forward(x_rows, kernel, use_bias_ ? &bias : nullptr, Activation::kLinear, out_rows);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x, const StepContext& ctx) {
+  const int64_t n = x.dim(0), t = input_shape()[0], d = input_shape()[1];
+  x_ = x;
+  const Tensor x_rows = as_rows(x, d);
+  project(x_rows, query_, reuse(q_, n, {t, heads_, key_dim_}));
+  project(x_rows, key_, reuse(k_, n, {t, heads_, key_dim_}));
+  project(x_rows, value_, reuse(v_, n, {t, heads_, value_dim_}));
+  Tensor& o = reuse(o_, n, {t, heads_, value_dim_});
+  kernels::attention_forward(q_, k_, v_, attention_, o, reuse(lse_, n, {heads_, t}));
+  Tensor& y = reuse(y_, n, output_shape());
+  project(as_rows(o, heads_ * value_dim_), output_, y);
+  return y;
+}
+
+Tensor MultiHeadAttention::backward(const Tensor& dy, bool need_dx) {
+  const int64_t n = dy.dim(0), t = input_shape()[0], d = input_shape()[1], out = output_shape()[1];
+  const int64_t hv = heads_ * value_dim_, hk = heads_ * key_dim_;
+  auto grads = [&](Projection& p, const Tensor& input_rows, const Tensor& grad_rows) {
+    Tensor dkernel = matrix(p.kernel.grad, input_rows.dim(1));
+    Tensor dbias = use_bias_ ? p.bias.grad.reshaped({grad_rows.dim(1)}) : Tensor();
+    kernels::dense_backward_weights(input_rows, grad_rows, dkernel, use_bias_ ? &dbias : nullptr);
+  };
+  const Tensor dy_rows = as_rows(dy, out);
+  grads(output_, as_rows(o_, hv), dy_rows);
+  Tensor& dout = reuse(do_, n, {t, heads_, value_dim_});
+  Tensor dout_rows = as_rows(dout, hv);
+  kernels::dense_backward_data(dy_rows, matrix(output_.kernel.value, hv), dout_rows);
+  Tensor& dq = reuse(dq_, n, {t, heads_, key_dim_});
+  Tensor& dk = reuse(dk_, n, {t, heads_, key_dim_});
+  Tensor& dv = reuse(dv_, n, {t, heads_, value_dim_});
+  kernels::attention_backward(q_, k_, v_, o_, lse_, dout, attention_, dq, dk, dv);
+  const Tensor x_rows = as_rows(x_, d);
+  grads(query_, x_rows, as_rows(dq, hk));
+  grads(key_, x_rows, as_rows(dk, hk));
+  grads(value_, x_rows, as_rows(dv, hv));
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, n, input_shape());
+  Tensor& part = reuse(dx_part_, n, input_shape());
+  Tensor dx_rows = as_rows(dx, d), part_rows = as_rows(part, d);
+  kernels::dense_backward_data(as_rows(dq, hk), matrix(query_.kernel.value, d), dx_rows);
+  kernels::dense_backward_data(as_rows(dk, hk), matrix(key_.kernel.value, d), part_rows);
+  kernels::axpy(1.0f, part, dx);
+  kernels::dense_backward_data(as_rows(dv, hv), matrix(value_.kernel.value, d), part_rows);
+  kernels::axpy(1.0f, part, dx);
+  return dx;
+}
+
+const LayerType& multi_head_attention_layer_type() {
+  static const LayerType type{
+      "MultiHeadAttention",
+      "self-attention over a `(time, features)` sequence, Keras' weights (query/key/value/attention_output); "
+      "blocked (flash) attention on the CPU",
+      {{"num_heads", "attention heads (required, >= 1)"},
+       {"key_dim", "the size of each head's queries and keys (required, >= 1)"},
+       {"value_dim", "the size of each head's values (default key_dim)"},
+       {"output_shape", "the output features (default: the input's)"},
+       {"use_bias", "true"},
+       {"use_causal_mask", "false; true: position t attends to positions 0..t only (a language model)"},
+       {"dropout", "0 (dropout on the attention weights is not supported yet: use a Dropout layer after)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<MultiHeadAttentionOptions>();
+        o->num_heads = r.require_int("num_heads", 1);
+        o->key_dim = r.require_int("key_dim", 1);
+        o->value_dim = r.get_int("value_dim", 0, 1);
+        o->output_shape = r.get_int("output_shape", 0, 1);
+        o->use_bias = r.get_bool("use_bias", o->use_bias);
+        o->use_causal_mask = r.get_bool("use_causal_mask", o->use_causal_mask);
+        if (r.get_double("dropout", 0.0, config::kFraction) != 0.0)
+          throw ConfigError(str(r.path_of("dropout"), ": dropout on the attention weights is not supported; "
+                                "set it to 0 and put a {\"type\": \"Dropout\"} layer after the attention"));
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        if (input.size() != 2)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": expects a sequence (time, features), got ",
+                                shape_str(input), "; put an Embedding or TokenAndPositionEmbedding before it"));
+        return std::make_unique<MultiHeadAttention>(ctx.name, input, spec.options_as<MultiHeadAttentionOptions>());
+      },
+      nullptr};
+  return type;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,158 @@
+// The layers of a transformer language model, with Keras' names and defaults:
+// Embedding, keras_hub's TokenAndPositionEmbedding, LayerNormalization,
+// MultiHeadAttention (self-attention, optionally causal) and keras_hub's
+// TransformerDecoder block (built from them and Residual). Inputs are token
+// ids held as floats, (T), or sequences of features, (T, D); Dense, Dropout
+// and Activation work on sequences too (over the last axis).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layer.h"
+#include "nn/layers.h"
+
+namespace dtrain::nn {
+
+struct EmbeddingOptions : LayerOptions {
+  int64_t input_dim = 0;   // the vocabulary
+  int64_t output_dim = 0;  // the embedding's width
+};
+
+struct TokenAndPositionEmbeddingOptions : LayerOptions {
+  int64_t vocabulary_size = 0, sequence_length = 0, embedding_dim = 0;
+};
+
+struct LayerNormalizationOptions : LayerOptions {
+  double epsilon = 1e-3;
+  bool center = true, scale = true;
+};
+
+struct MultiHeadAttentionOptions : LayerOptions {
+  int64_t num_heads = 0, key_dim = 0;
+  int64_t value_dim = 0;     // 0: key_dim
+  int64_t output_shape = 0;  // 0: the input's features
+  bool use_bias = true;
+  bool use_causal_mask = false;
+};
+
+struct TransformerDecoderOptions : LayerOptions {
+  int64_t intermediate_dim = 0, num_heads = 0;
+  double dropout = 0.0;
+  Activation activation = Activation::kRelu;
+  double layer_norm_epsilon = 1e-5;
+  bool normalize_first = false;  // keras_hub's default; true is the pre-norm (GPT-2) block
+};
+
+// A table of input_dim rows of output_dim: (T) token ids -> (T, output_dim).
+// Initialised U(-0.05, 0.05), Keras' "uniform".
+class Embedding : public Layer {
+ public:
+  Embedding(const std::string& name, const Shape& input, int64_t input_dim, int64_t output_dim);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;  // ids have no gradient: zeros
+  std::vector<Param*> params() override { return {&table_}; }
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+
+ private:
+  Param table_;
+  Tensor ids_, y_, dx_;
+};
+
+// keras_hub's TokenAndPositionEmbedding: a token table (vocabulary_size, D) and
+// a learned position table (sequence_length, D), added: (T) -> (T, D), T <= sequence_length.
+class TokenAndPositionEmbedding : public Layer {
+ public:
+  TokenAndPositionEmbedding(const std::string& name, const Shape& input, const TokenAndPositionEmbeddingOptions& o);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override { return {&tokens_, &positions_}; }
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+
+ protected:
+  void move_extras(const Device& device) override { position_ids_ = Tensor(); }
+
+ private:
+  const Tensor& position_ids(int64_t n);  // 0..T-1 for each of n samples
+  Param tokens_, positions_;
+  Tensor ids_, position_ids_, y_, scratch_, dx_;
+};
+
+// Normalises each position over the last axis: y = (x - mean) / sqrt(var + eps) * gamma + beta.
+class LayerNormalization : public Layer {
+ public:
+  LayerNormalization(const std::string& name, const Shape& input, float epsilon, bool center, bool scale);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+
+ private:
+  float epsilon_;
+  bool center_, scale_;
+  Param gamma_, beta_;
+  Tensor x_, y_, mean_, rstd_, dx_;
+};
+
+// Self-attention of num_heads heads over a (T, D) sequence, Keras' weights:
+// query/key/value kernels (D, heads, key_dim) (value: value_dim) with biases
+// (heads, key_dim), attention_output kernel (heads, value_dim, out) and bias
+// (out). Scores scaled by 1/sqrt(key_dim); causal: position t sees 0..t.
+// The attention itself is kernels::attention_* (blocked on the CPU: no (T, T)
+// matrix is kept, only each row's log-sum-exp).
+class MultiHeadAttention : public Layer {
+ public:
+  MultiHeadAttention(const std::string& name, const Shape& input, const MultiHeadAttentionOptions& o);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+
+ private:
+  struct Projection {  // a kernel (in, heads, dim) and bias (heads, dim) as matmul operands
+    Param kernel, bias;
+  };
+  void project(const Tensor& x_rows, Projection& p, Tensor& out);
+  int64_t heads_, key_dim_, value_dim_;
+  bool use_bias_;
+  kernels::AttentionParams attention_;
+  Projection query_, key_, value_, output_;
+  Tensor x_, q_, k_, v_, o_, lse_, y_;
+  Tensor do_, dq_, dk_, dv_, dx_, dx_part_;
+};
+
+// keras_hub's TransformerDecoder without cross-attention: a causal
+// self-attention block and a feed-forward block (Dense(intermediate_dim,
+// activation) -> Dense(D)), each with a residual connection, dropout and a
+// LayerNormalization: before each block when normalize_first (pre-norm, as in
+// GPT-2), else after each residual sum (keras_hub's default). Its layers are
+// named <name>/self_attention, <name>/self_attention_layer_norm,
+// <name>/feedforward_intermediate_dense, ... as keras_hub names them.
+class TransformerDecoder : public Layer {
+ public:
+  TransformerDecoder(const std::string& name, const Shape& input, std::vector<std::unique_ptr<Layer>> stack);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override;
+  std::vector<Layer*> children() override;
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+
+ protected:
+  void move_extras(const Device& device) override;
+
+ private:
+  std::vector<std::unique_ptr<Layer>> stack_;  // blocks and norms, in order
+};
+
+// The layers of a TransformerDecoder for a (T, D) input (exposed for tests).
+std::vector<std::unique_ptr<Layer>> transformer_decoder_stack(const std::string& name, const Shape& input,
+                                                              const TransformerDecoderOptions& o,
+                                                              uint64_t layer_index);
+
+}  // namespace dtrain::nn
