@@ -16,6 +16,7 @@
 #include "launch/launcher.h"
 #include "plan/execution_plan.h"
 #include "runtime/run.h"
+#include "trainer/generate.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::app {
@@ -148,6 +149,24 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
   request.task_flag = options.task;
   request.stop_requested = stop_on_sigterm();
   runtime::run_job(job, env, request);
+  return 0;
+}
+
+int generate_command(const GenerateCommandOptions& options) {
+  const job::JobConfig job = load_job(options.job);
+  trainer::GenerateOptions o;
+  o.checkpoint = options.checkpoint;
+  o.prompt = options.prompt;
+  o.max_tokens = options.max_tokens;
+  o.temperature = options.temperature;
+  o.top_k = options.top_k;
+  o.seed = options.seed;
+  const trainer::Generated g = trainer::generate_text(job, o);
+  std::fprintf(stderr, "generate: %s (step %lld), %lld tokens at %.0f tokens/s\n", g.checkpoint.c_str(),
+               static_cast<long long>(g.step), options.max_tokens, g.tokens_per_second);
+  std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
+  std::fwrite(g.text.data(), 1, g.text.size(), stdout);
+  std::fputc('\n', stdout);
   return 0;
 }
 

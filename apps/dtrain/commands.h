@@ -132,4 +132,17 @@ struct CkptExportOptions {
 };
 int ckpt_export_command(const CkptExportOptions& options);
 
+// `dtrain generate --config F [--checkpoint DIR] --prompt TEXT ...`: text from a
+// trained byte-level language model (trainer/generate.h).
+struct GenerateCommandOptions {
+  JobOptions job;
+  std::string checkpoint;
+  std::string prompt;
+  long long max_tokens = 200;
+  double temperature = 1.0;
+  long long top_k = 0;
+  unsigned long long seed = 1;
+};
+int generate_command(const GenerateCommandOptions& options);
+
 }  // namespace dtrain::app

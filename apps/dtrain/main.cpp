@@ -176,6 +176,21 @@ int main(int argc, char** argv) {
   ckpt_export_cmd->add_option("DIR", ckpt_export.dir, "Checkpoint, or checkpoint directory (newest good)")->required();
   ckpt_export_cmd->add_option("--to", ckpt_export.to, "Output .safetensors file")->required();
 
+  dtrain::app::GenerateCommandOptions generate;
+  CLI::App* generate_cmd = app.add_subcommand(
+      "generate", "Print text sampled from a trained byte-level language model (its newest good checkpoint)");
+  add_job_options(generate_cmd, generate.job);
+  generate_cmd->add_option("--checkpoint", generate.checkpoint,
+                           "A checkpoint, or a directory of them (default: the job's checkpoint directory)");
+  generate_cmd->add_option("--prompt", generate.prompt, "Text the generated text continues");
+  generate_cmd->add_option("--max-tokens", generate.max_tokens, "Tokens (bytes) to generate")
+      ->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--temperature", generate.temperature, "Softmax temperature; 0: the most likely token")
+      ->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--top-k", generate.top_k, "Sample among the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--seed", generate.seed, "Sampling seed");
+
   bool devices_json = false;
   CLI::App* devices_cmd = app.add_subcommand("devices", "List the GPUs dtrain can use, or say why there are none");
   devices_cmd->add_flag("--json", devices_json, "Print JSON");
@@ -211,6 +226,7 @@ int main(int argc, char** argv) {
     if (bench_ps_cmd->parsed()) return dtrain::app::bench_ps_command(bench_ps, env);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
+    if (generate_cmd->parsed()) return dtrain::app::generate_command(generate);
     if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);
     if (version_cmd->parsed()) return dtrain::app::version_command();
     if (reference_cmd->parsed()) return dtrain::app::reference_command();

@@ -98,6 +98,16 @@ Tensor Dense::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+Tensor Dense::decode(const Tensor& x, int64_t) {
+  const int64_t units = output_shape().back();
+  Tensor y({x.dim(0), units}, device());
+  const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
+  const bool after = act_ == Activation::kSoftmax || kernels::grad_from_input(act_);
+  kernels::dense_forward(x, kernel_.value, bias, after ? Activation::kLinear : act_, y);
+  if (after) kernels::activation_forward(act_, y, y);
+  return y;
+}
+
 // The registry entry (layer_registry.h): keys, reader, builder.
 const LayerType& dense_layer_type() {
   static const LayerType type{

@@ -53,6 +53,12 @@ Tensor Embedding::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+Tensor Embedding::decode(const Tensor& ids, int64_t) {
+  Tensor y({ids.numel(), output_shape()[1]}, device());
+  kernels::embedding_forward(ids, table_.value, y);
+  return y;
+}
+
 TokenAndPositionEmbedding::TokenAndPositionEmbedding(const std::string& name, const Shape& input,
                                                      const TokenAndPositionEmbeddingOptions& o)
     : Layer(name, "TokenAndPositionEmbedding", input, {input[0], o.embedding_dim}) {
@@ -101,6 +107,21 @@ Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
   Tensor& dx = reuse(dx_, n, input_shape());
   dx.zero();
   return dx;
+}
+
+Tensor TokenAndPositionEmbedding::decode(const Tensor& ids, int64_t position) {
+  const int64_t n = ids.numel(), d = output_shape()[1];
+  if (position >= positions_.value.dim(0))
+    throw ConfigError(str(name(), ": position ", position, " is past sequence_length ", positions_.value.dim(0),
+                          "; generate at most that many tokens in all (prompt included)"));
+  Tensor y({n, d}, device());
+  kernels::embedding_forward(ids, tokens_.value, y);
+  const Tensor row = positions_.value.flat_slice(position * d, d);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor yi = y.flat_slice(i * d, d);
+    kernels::axpy(1.0f, row, yi);
+  }
+  return y;
 }
 
 // The registry entries (layer_registry.h).

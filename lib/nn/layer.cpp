@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
 #include "core/timer.h"
 #include "kernels/device.h"
 
@@ -84,6 +86,12 @@ void Layer::set_profiling(bool on) {
 void Layer::set_device(const Device& device) {
   device_ = device;
   move_extras(device);
+}
+
+Tensor Layer::decode(const Tensor&, int64_t) {
+  throw ConfigError(str(type_, " layer '", name_, "' cannot generate tokens: dtrain generate runs models of "
+                        "Embedding / TokenAndPositionEmbedding, TransformerDecoder, MultiHeadAttention (causal), "
+                        "LayerNormalization, Dense, Dropout, Activation and Residual layers"));
 }
 
 Tensor Layer::before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy,

@@ -99,6 +99,16 @@ class Layer {
   // precision: Dense's and Conv2D's kernel); 0 for most.
   virtual int64_t weight_copy_bytes(DType dtype) const { return 0; }
 
+  // Generation with a cache (`dtrain generate`): start_decoding(batch, positions)
+  // readies the layer for up to `positions` positions of `batch` sequences;
+  // decode(x, t) takes position t's input alone, (batch, features) (token ids:
+  // (batch)), and returns its output there. Positions come in order 0, 1, ...;
+  // attention keeps each position's keys and values, so a new token costs one
+  // position, not the whole window. The default refuses (a ConfigError naming
+  // the layer): layers that are not position-wise, or not written for it.
+  virtual void start_decoding(int64_t batch, int64_t positions) {}
+  virtual Tensor decode(const Tensor& x, int64_t position);
+
   // The layers this one is made of (a Residual block's), in order; none for most.
   virtual std::vector<Layer*> children() { return {}; }
 

@@ -56,6 +56,14 @@ Tensor LayerNormalization::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+Tensor LayerNormalization::decode(const Tensor& x, int64_t) {
+  const int64_t rows = x.numel() / x.dim(-1);
+  Tensor y(x.shape(), device()), mean({rows}, device()), rstd({rows}, device());
+  kernels::layer_norm_forward(x, scale_ ? &gamma_.value : nullptr, center_ ? &beta_.value : nullptr, epsilon_, y, mean,
+                              rstd);
+  return y;
+}
+
 const LayerType& layer_normalization_layer_type() {
   static const LayerType type{
       "LayerNormalization",

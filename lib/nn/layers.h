@@ -72,6 +72,7 @@ class Dense : public Layer {
   // y; dx and the gradient before a fused activation.
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
   int64_t weight_copy_bytes(DType dtype) const override;  // the kernel's copy
+  Tensor decode(const Tensor& x, int64_t position) override;  // (batch, in) -> (batch, units)
 
  private:
   static Tensor rows(const Tensor& t, int64_t features);
@@ -144,6 +145,7 @@ class Dropout : public Layer {
   bool supports_dtype(DType dtype) const override { return dtype != DType::kF16 || !device().is_cpu(); }
   // y and its float32 mask, dx; nothing at rate 0 (it passes its input on).
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  Tensor decode(const Tensor& x, int64_t) override { return x; }  // inference: the identity
 
  private:
   float rate_;
@@ -157,6 +159,7 @@ class ActivationLayer : public Layer {
   ActivationLayer(const std::string& name, const Shape& input, Activation act);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
+  Tensor decode(const Tensor& x, int64_t position) override;
   // bfloat16 too, and float16 on a GPU; softmax and gelu in float32 (Keras'
   // mixed precision computes softmax so; dtrain's gelu gradient is float32).
   bool supports_dtype(DType dtype) const override {
@@ -208,6 +211,8 @@ class Residual : public Layer {
   void initialize(Rng& rng) override;
   // Its children's (in float32), its sum (and y after an activation); dx and dsum.
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  void start_decoding(int64_t batch, int64_t positions) override;
+  Tensor decode(const Tensor& x, int64_t position) override;
 
  protected:
   void move_extras(const Device& device) override;

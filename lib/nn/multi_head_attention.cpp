@@ -6,8 +6,11 @@
 // steps in reverse: the output projection's gradients, attention_backward,
 // then each projection's, and dx is the sum of the three input gradients.
 // Its registry entry (layer_registry.h) closes the file.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
@@ -132,6 +135,54 @@ Tensor MultiHeadAttention::backward(const Tensor& dy, bool need_dx) {
   kernels::dense_backward_data(as_rows(dv, hv), matrix(value_.kernel.value, d), part_rows);
   kernels::axpy(1.0f, part, dx);
   return dx;
+}
+
+void MultiHeadAttention::start_decoding(int64_t batch, int64_t positions) {
+  if (!attention_.causal)
+    throw ConfigError(str(name(), ": generating tokens needs causal attention (use_causal_mask true): a position "
+                          "cannot attend to tokens not generated yet"));
+  key_cache_ = Tensor({batch, positions, heads_, key_dim_});
+  value_cache_ = Tensor({batch, positions, heads_, value_dim_});
+}
+
+Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
+  DT_CHECK(device().is_cpu(), "generation runs on the CPU");
+  const int64_t n = x.dim(0), positions = key_cache_.dim(1), hk = heads_ * key_dim_, hv = heads_ * value_dim_;
+  DT_CHECK(position < positions && n == key_cache_.dim(0), "decode position ", position, " of ", positions);
+  Tensor q({n, hk}), k({n, hk}), v({n, hv});
+  project(x, query_, q);
+  project(x, key_, k);
+  project(x, value_, v);
+  for (int64_t b = 0; b < n; ++b) {  // this position's keys and values join the cache
+    std::copy_n(k.data() + b * hk, hk, key_cache_.data() + (b * positions + position) * hk);
+    std::copy_n(v.data() + b * hv, hv, value_cache_.data() + (b * positions + position) * hv);
+  }
+  // One query per (sample, head) against positions 0..position: softmax in double.
+  Tensor o({n, hv});
+  std::vector<double> p(static_cast<size_t>(position + 1));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t h = 0; h < heads_; ++h) {
+      const float* qh = q.data() + b * hk + h * key_dim_;
+      double top = -INFINITY, sum = 0.0;
+      for (int64_t j = 0; j <= position; ++j) {
+        const float* kj = key_cache_.data() + (b * positions + j) * hk + h * key_dim_;
+        double s = 0.0;
+        for (int64_t c = 0; c < key_dim_; ++c) s += static_cast<double>(qh[c]) * kj[c];
+        p[j] = s * attention_.scale;
+        top = std::max(top, p[j]);
+      }
+      for (int64_t j = 0; j <= position; ++j) sum += (p[j] = std::exp(p[j] - top));
+      float* oh = o.data() + b * hv + h * value_dim_;
+      for (int64_t c = 0; c < value_dim_; ++c) {
+        double acc = 0.0;
+        for (int64_t j = 0; j <= position; ++j)
+          acc += p[j] * value_cache_.data()[(b * positions + j) * hv + h * value_dim_ + c];
+        oh[c] = static_cast<float>(acc / sum);
+      }
+    }
+  Tensor y({n, output_shape()[1]});
+  project(o, output_, y);
+  return y;
 }
 
 const LayerType& multi_head_attention_layer_type() {

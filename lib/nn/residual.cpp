@@ -61,6 +61,22 @@ Tensor Residual::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+void Residual::start_decoding(int64_t batch, int64_t positions) {
+  for (const Branch* branch : {&layers_, &shortcut_})
+    for (auto& layer : *branch) layer->start_decoding(batch, positions);
+}
+
+Tensor Residual::decode(const Tensor& x, int64_t position) {
+  Tensor a = x, b = x;
+  for (auto& layer : layers_) a = layer->decode(a, position);
+  for (auto& layer : shortcut_) b = layer->decode(b, position);
+  Tensor sum(a.shape(), a.device());
+  sum.copy_from(a);
+  kernels::axpy(1.0f, b, sum);
+  if (act_ != Activation::kLinear) kernels::activation_forward(act_, sum, sum);
+  return sum;
+}
+
 std::vector<Param*> Residual::params() {
   std::vector<Param*> out;
   for (const Branch* branch : {&layers_, &shortcut_})

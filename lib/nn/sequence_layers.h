@@ -55,6 +55,7 @@ class Embedding : public Layer {
   std::vector<Param*> params() override { return {&table_}; }
   void initialize(Rng& rng) override;
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  Tensor decode(const Tensor& ids, int64_t position) override;
 
  private:
   Param table_;
@@ -71,6 +72,7 @@ class TokenAndPositionEmbedding : public Layer {
   std::vector<Param*> params() override { return {&tokens_, &positions_}; }
   void initialize(Rng& rng) override;
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  Tensor decode(const Tensor& ids, int64_t position) override;
 
  protected:
   void move_extras(const Device& device) override { position_ids_ = Tensor(); }
@@ -90,6 +92,7 @@ class LayerNormalization : public Layer {
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  Tensor decode(const Tensor& x, int64_t position) override;
 
  private:
   float epsilon_;
@@ -112,6 +115,10 @@ class MultiHeadAttention : public Layer {
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  // The keys and values of every position so far are kept (the KV cache): a
+  // position attends to them and adds its own. Causal attention only.
+  void start_decoding(int64_t batch, int64_t positions) override;
+  Tensor decode(const Tensor& x, int64_t position) override;
 
  private:
   struct Projection {  // a kernel (in, heads, dim) and bias (heads, dim) as matmul operands
@@ -123,6 +130,7 @@ class MultiHeadAttention : public Layer {
   kernels::AttentionParams attention_;
   Projection query_, key_, value_, output_;
   Tensor x_, q_, k_, v_, o_, lse_, y_;
+  Tensor key_cache_, value_cache_;  // (batch, positions, heads, dim) while decoding
   Tensor do_, dq_, dk_, dv_, dx_, dx_part_;
 };
 
@@ -142,6 +150,8 @@ class TransformerDecoder : public Layer {
   std::vector<Layer*> children() override;
   void initialize(Rng& rng) override;
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  void start_decoding(int64_t batch, int64_t positions) override;
+  Tensor decode(const Tensor& x, int64_t position) override;
 
  protected:
   void move_extras(const Device& device) override;

@@ -156,6 +156,16 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
   return in_dtype(h, DType::kF32, cast_forward_.back());
 }
 
+void Sequential::start_decoding(int64_t batch, int64_t positions) {
+  for (auto& layer : layers_) layer->start_decoding(batch, positions);
+}
+
+Tensor Sequential::decode(const Tensor& ids, int64_t position) {
+  Tensor h = ids;
+  for (auto& layer : layers_) h = layer->decode(h, position);
+  return h;
+}
+
 Tensor Sequential::backward(const Tensor& doutput, const std::function<void(size_t layer)>& on_layer_done,
                             bool input_grad) {
   // Input gradients are needed only down to the first layer with parameters

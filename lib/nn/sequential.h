@@ -72,6 +72,12 @@ class Sequential {
                   bool input_grad = false);
 
   // Every param (trainable and state) in a fixed order: layer order, then the layer's order.
+  // Generation (Layer::decode), in float32: start_decoding readies every layer
+  // for `positions` positions of `batch` sequences; decode gives position t's
+  // outputs, (batch, outputs...), from its token ids, (batch), positions in order.
+  void start_decoding(int64_t batch, int64_t positions);
+  Tensor decode(const Tensor& ids, int64_t position);
+
   std::vector<Param*> params() const;
   std::vector<Param*> trainable_params() const;
   int64_t count_params(bool trainable_only) const;

@@ -67,6 +67,12 @@ Tensor ActivationLayer::backward(const Tensor& dy, bool need_dx) {
   return dx;
 }
 
+Tensor ActivationLayer::decode(const Tensor& x, int64_t) {
+  Tensor y(x.shape(), x.device());
+  kernels::activation_forward(act_, x, y);
+  return y;
+}
+
 // The registry entries (layer_registry.h) of Flatten, Dropout and Activation.
 const LayerType& flatten_layer_type() {
   static const LayerType type{

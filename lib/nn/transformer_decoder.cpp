@@ -101,6 +101,16 @@ LayerBuffers TransformerDecoder::buffers(int64_t rows, DType, bool need_dx) cons
   return b;
 }
 
+void TransformerDecoder::start_decoding(int64_t batch, int64_t positions) {
+  for (auto& layer : stack_) layer->start_decoding(batch, positions);
+}
+
+Tensor TransformerDecoder::decode(const Tensor& x, int64_t position) {
+  Tensor h = x;
+  for (auto& layer : stack_) h = layer->decode(h, position);
+  return h;
+}
+
 void TransformerDecoder::move_extras(const Device& device) {
   for (auto& layer : stack_) layer->set_device(device);
 }

@@ -191,3 +191,21 @@ TEST_CASE("transformer layer errors name the layer and the fix") {
   not_first.layers = {embedding(11, 16, 8)};
   CHECK_THAT(error_of(not_first), Catch::Contains("expects token ids (time,), got (4, 3)"));
 }
+
+TEST_CASE("decoding one position at a time with the key/value cache gives the whole window's outputs") {
+  nn::Sequential model(gpt(11, 12), 9);
+  const Tensor ids = token_ids(2, 12, 11, 10);
+  const Tensor window = model.forward(ids, {}).clone();  // (2, 12, 11)
+  model.start_decoding(2, 12);
+  for (int64_t t = 0; t < 12; ++t) {
+    Tensor step({2});
+    for (int64_t b = 0; b < 2; ++b) step.data()[b] = ids.data()[b * 12 + t];
+    const Tensor out = model.decode(step, t);  // (2, 11)
+    REQUIRE(out.shape() == Shape{2, 11});
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < 11; ++c) {
+        INFO("position " << t << ", sample " << b << ", logit " << c);
+        CHECK(out.data()[b * 11 + c] == Approx(window.data()[(b * 12 + t) * 11 + c]).margin(1e-4));
+      }
+  }
+}
