@@ -8,7 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libasio-dev catch2
   libdnnl-dev ocl-icd-opencl-dev
   libgloo-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes fortunes-min
   zlib1g-dev libssl-dev
   libprotobuf-dev protobuf-compiler libboost-dev
   python3-numpy python3-yaml

@@ -17,10 +17,11 @@ struct DataFormat;  // dataset.h
 // One data source (data.train, data.test or data.validation).
 struct DataSourceSpec {
   std::string path;                   // "data.train"
-  const DataFormat* format = nullptr; // idx | cifar10 | synthetic (dataset.h's registry)
+  const DataFormat* format = nullptr; // idx | cifar10 | tfrecord | synthetic | text (dataset.h's registry)
   std::string images;             // idx: images file (.gz or plain)
   std::string labels;             // idx: labels file
-  std::vector<std::string> files; // cifar10: binary batch files; tfrecord: paths or glob patterns
+  std::vector<std::string> files; // cifar10: binary batch files; tfrecord, text: paths or glob patterns
+  std::vector<std::string> exclude;  // text: glob patterns of file names left out of what `files` matched
   std::vector<int64_t> shape;     // synthetic, tfrecord: sample shape, e.g. [28, 28, 1]
   std::string compression = "auto";  // tfrecord: auto | none | gzip
   std::string image_key = "image";   // tfrecord: the tf.train.Example feature holding the image
@@ -31,6 +32,10 @@ struct DataSourceSpec {
   int64_t count = 0;              // synthetic: number of samples
   uint64_t seed = 0;              // synthetic: generator seed
   double rescale = 1.0 / 255.0;   // idx, cifar10: pixel value multiplier
+  int64_t sequence_length = 0;    // text: tokens per sample (and labels per sample)
+  int64_t stride = 0;             // text: bytes between windows (0 = sequence_length)
+  double validation_split = 0.0;  // text: the fraction of the corpus held out at its end
+  std::string subset;             // text: "training" or "validation" ("" without a split)
   int64_t take = 0;               // use only the first N samples (0 = all)
 };
 

@@ -32,8 +32,37 @@ void check_common(const DataSourceSpec& spec) {
                           spec.rescale, " (1/255 maps bytes to [0, 1])"));
 }
 
+// The largest label of a windowed corpus and the first sample that has it. Each
+// byte a window's labels cover is looked at once, however much windows overlap.
+void find_max_label_of_windows(Dataset& ds) {
+  const int64_t width = ds.label_width;
+  int64_t scanned = 0;  // corpus bytes before this are looked at
+  for (int64_t i = 0; i < ds.count; ++i) {
+    const int64_t first = i * ds.window_stride + 1;
+    for (int64_t p = std::max(first, scanned); p < first + width; ++p)
+      if (ds.corpus[static_cast<size_t>(p)] > ds.max_label) {
+        ds.max_label = ds.corpus[static_cast<size_t>(p)];
+        ds.max_label_index = i;
+      }
+    scanned = std::max(scanned, first + width);
+  }
+}
+
 // Keeps the first `take` samples (take > 0), then finds the largest label.
 void finish(Dataset& ds, int64_t take) {
+  if (ds.windowed()) {
+    DT_CHECK_EQ(ds.label_width, ds.sample_numel());
+    if (take > 0 && take < ds.count) {
+      ds.count = take;
+      ds.corpus.resize(static_cast<size_t>((take - 1) * ds.window_stride + ds.label_width + 1));
+      ds.corpus.shrink_to_fit();
+    }
+    DT_CHECK_LE(static_cast<size_t>((ds.count - 1) * ds.window_stride + ds.label_width + 1), ds.corpus.size());
+    ds.max_label = -1;
+    ds.max_label_index = -1;
+    find_max_label_of_windows(ds);
+    return;
+  }
   if (take > 0 && take < ds.count) {
     const auto numel = static_cast<size_t>(ds.sample_numel());
     ds.count = take;
@@ -45,15 +74,15 @@ void finish(Dataset& ds, int64_t take) {
       ds.values.resize(static_cast<size_t>(take) * numel);
       ds.values.shrink_to_fit();
     }
-    ds.labels.resize(static_cast<size_t>(take));
+    ds.labels.resize(static_cast<size_t>(take * ds.label_width));
   }
-  DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count);
+  DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count * ds.label_width);
   ds.max_label = -1;
   ds.max_label_index = -1;
-  for (int64_t i = 0; i < ds.count; ++i) {
-    if (ds.labels[i] > ds.max_label) {
-      ds.max_label = ds.labels[i];
-      ds.max_label_index = i;
+  for (int64_t j = 0; j < static_cast<int64_t>(ds.labels.size()); ++j) {
+    if (ds.labels[j] > ds.max_label) {
+      ds.max_label = ds.labels[j];
+      ds.max_label_index = j / ds.label_width;
     }
   }
 }
@@ -66,6 +95,13 @@ void Dataset::copy_sample(int64_t i, float* out) const {
   DT_CHECK(i >= 0 && i < count, "sample ", i, " of ", count, " in ", name);
   DT_CHECK(!stream, name, " is streamed: its samples are read in order through the stream");
   const auto numel = static_cast<size_t>(sample_numel());
+  if (windowed()) {
+    const size_t begin = static_cast<size_t>(i * window_stride);
+    DT_CHECK_LE(begin + numel + 1, corpus.size());
+    const uint8_t* src = corpus.data() + begin;
+    for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]);  // token ids, exact
+    return;
+  }
   const size_t begin = static_cast<size_t>(i) * numel;
   if (!values.empty()) {
     DT_CHECK_LE(begin + numel, values.size());
@@ -79,8 +115,22 @@ void Dataset::copy_sample(int64_t i, float* out) const {
   for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]) * scale;
 }
 
+void Dataset::copy_labels(int64_t i, int32_t* out) const {
+  DT_CHECK(i >= 0 && i < count, "sample ", i, " of ", count, " in ", name);
+  const auto width = static_cast<size_t>(label_width);
+  if (windowed()) {
+    const size_t begin = static_cast<size_t>(i * window_stride) + 1;  // the next token of each position
+    DT_CHECK_LE(begin + width, corpus.size());
+    for (size_t j = 0; j < width; ++j) out[j] = corpus[begin + j];
+    return;
+  }
+  const size_t begin = static_cast<size_t>(i) * width;
+  DT_CHECK_LE(begin + width, labels.size());
+  std::copy_n(labels.data() + begin, width, out);
+}
+
 void Dataset::decode_all() {
-  if (pixels.empty()) return;  // already decoded, or generated as floats
+  if (pixels.empty()) return;  // already decoded, generated as floats, or a windowed corpus
   DT_CHECK_EQ(static_cast<int64_t>(pixels.size()), count * sample_numel());
   values.resize(pixels.size());
   const float scale = rescale;

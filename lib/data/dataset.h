@@ -1,11 +1,14 @@
 // Datasets held in memory: the IDX (MNIST / Fashion-MNIST), CIFAR-10 binary,
-// TFRecord and synthetic readers, and what they produce.
+// TFRecord, synthetic and text readers, and what they produce.
 //
 // Every reader loads the whole source into a Dataset. Samples are channels-last
 // (H, W, C) float32 after scaling by `rescale`; byte images are kept as bytes until
-// asked for (or decoded once, when the pipeline caches). Readers check what can be
-// checked (magic numbers, header sizes against file sizes, image/label counts) and
-// throw IoError naming the file and what is wrong, or ConfigError for bad specs.
+// asked for (or decoded once, when the pipeline caches). A sample has one class
+// label, or `label_width` of them (a text window: the next token at each of its
+// positions); a text source keeps its bytes once and reads each sample and its
+// labels from their window. Readers check what can be checked (magic numbers,
+// header sizes against file sizes, image/label counts) and throw IoError naming
+// the file and what is wrong, or ConfigError for bad specs.
 #pragma once
 
 #include <cstdint>
@@ -43,17 +46,27 @@ struct Dataset {
   std::vector<uint8_t> pixels;  // count * sample_numel bytes (idx, cifar10), or empty
   std::vector<float> values;    // count * sample_numel floats (synthetic, or decoded), or empty
   float rescale = 1.0f;         // applied to pixels when decoding
-  std::vector<int32_t> labels;  // count labels, each >= 0
+  int64_t label_width = 1;      // labels per sample: 1, or a sequence's T next tokens
+  std::vector<int32_t> labels;  // count * label_width labels (sample-major), each >= 0; empty for a corpus
   int32_t max_label = -1;       // largest label
   int64_t max_label_index = -1; // the sample that has it (for error messages)
+  // A token corpus read through windows (text), instead of pixels/values and
+  // labels: sample i is corpus[i * window_stride, + T) as floats (T = sample_numel()),
+  // its labels corpus[i * window_stride + 1, + T) (label_width = T).
+  std::vector<uint8_t> corpus;
+  int64_t window_stride = 0;    // > 0: the samples are windows of `corpus`
   // Set for a streamed source: the samples are read in order from here (pixels and
   // values stay empty; copy_sample() cannot be used, the pipeline reads the stream).
   std::shared_ptr<const SampleStream> stream;
 
   int64_t sample_numel() const;
+  bool windowed() const { return window_stride > 0; }
   // Writes sample i (sample_numel floats) to out.
   void copy_sample(int64_t i, float* out) const;
-  // Decodes all pixels into `values` once (and frees `pixels`).
+  // Writes sample i's label_width labels to out.
+  void copy_labels(int64_t i, int32_t* out) const;
+  // Decodes all pixels into `values` once (and frees `pixels`). A windowed corpus
+  // stays as it is: its samples overlap, and a byte is as quick to read as a float.
   void decode_all();
 };
 
@@ -61,6 +74,7 @@ struct Dataset {
 struct DatasetInfo {
   Shape sample_shape;
   int64_t count = 0;
+  int64_t label_width = 1;  // labels per sample
 };
 
 // The data-format registry: each `format` of a source, its keys and reader, and

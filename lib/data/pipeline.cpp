@@ -11,6 +11,8 @@
 // batches queued before it. Decoding a shared Dataset (cache=true) is guarded by a
 // process-wide reader/writer lock, which batch assembly holds shared: two
 // pipelines over one Dataset decode it once, and never read it while it changes.
+// A batch keeps each sample's labels together (label_width of them: a text
+// window's next tokens), in sample order.
 // A streamed Dataset (tfrecord without the cache) is read in order each epoch
 // through a cursor of the pipeline's own, with the same batches as from memory.
 #include "data/pipeline.h"
@@ -42,6 +44,21 @@ std::shared_mutex& dataset_guard() {
 }
 
 }  // namespace
+
+Batch Batch::slice(int64_t begin, int64_t count) const {
+  Batch out;
+  out.images = images.slice_rows(begin, count);
+  out.labels = sample_labels(begin, count);
+  out.label_width = label_width;
+  out.index = index;
+  return out;
+}
+
+std::vector<int32_t> Batch::sample_labels(int64_t begin, int64_t count) const {
+  DT_CHECK(begin >= 0 && count >= 0 && begin + count <= size(), "samples ", begin, "+", count, " of ", size());
+  const auto first = labels.begin() + begin * label_width;
+  return std::vector<int32_t>(first, first + count * label_width);
+}
 
 std::vector<int64_t> epoch_order(int64_t count, int64_t shuffle_buffer, uint64_t seed, int64_t epoch) {
   DT_CHECK_GE(count, 0);
@@ -158,7 +175,9 @@ Batch Pipeline::Impl::assemble(int64_t b) {
   batch.index = b;
   // Every value is written below: no zeroing first.
   batch.images = Tensor::uninitialized(std::move(shape));
-  batch.labels.resize(static_cast<size_t>(n));
+  const int64_t width = dataset->label_width;
+  batch.label_width = width;
+  batch.labels.resize(static_cast<size_t>(n * width));
   const int64_t numel = dataset->sample_numel();
   float* out = batch.images.data();
   std::shared_lock lock(dataset_guard());
@@ -166,7 +185,7 @@ Batch Pipeline::Impl::assemble(int64_t b) {
     const int64_t sample = shard_order[static_cast<size_t>(begin + k)];
     if (dataset->stream) copy_streamed(sample, out + k * numel);
     else dataset->copy_sample(sample, out + k * numel);
-    batch.labels[static_cast<size_t>(k)] = dataset->labels[static_cast<size_t>(sample)];
+    dataset->copy_labels(sample, batch.labels.data() + k * width);
   }
   return batch;
 }
@@ -230,9 +249,16 @@ Pipeline::Pipeline(std::shared_ptr<Dataset> dataset, PipelineOptions options)
   {
     // Another pipeline may be decoding this dataset: look at its storage under the guard.
     std::shared_lock lock(dataset_guard());
-    DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count);
-    const auto stored = static_cast<int64_t>(std::max(ds.pixels.size(), ds.values.size()));
-    if (!ds.stream) DT_CHECK_EQ(stored, ds.count * ds.sample_numel());
+    DT_CHECK(ds.label_width >= 1, "label width ", ds.label_width);
+    if (ds.windowed()) {
+      DT_CHECK(ds.count == 0 ||
+                   static_cast<int64_t>(ds.corpus.size()) >= (ds.count - 1) * ds.window_stride + ds.label_width + 1,
+               "the corpus of ", ds.name, " is shorter than its windows");
+    } else {
+      DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count * ds.label_width);
+      const auto stored = static_cast<int64_t>(std::max(ds.pixels.size(), ds.values.size()));
+      if (!ds.stream) DT_CHECK_EQ(stored, ds.count * ds.sample_numel());
+    }
   }
 
   impl_->samples = ds.count / options.shard_count;

@@ -30,9 +30,15 @@ struct PipelineOptions {
 
 struct Batch {
   Tensor images;                // (N, H, W, C)
-  std::vector<int32_t> labels;  // N labels
+  std::vector<int32_t> labels;  // N * label_width labels, sample by sample
+  int64_t label_width = 1;      // labels per sample (a sequence's T next tokens)
   int64_t index = 0;            // batch number within the epoch
-  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+  // Samples in the batch.
+  int64_t size() const { return static_cast<int64_t>(labels.size()) / label_width; }
+  // Samples [begin, begin + count): their images (sharing storage) and labels.
+  Batch slice(int64_t begin, int64_t count) const;
+  // The labels of samples [begin, begin + count), label_width each.
+  std::vector<int32_t> sample_labels(int64_t begin, int64_t count) const;
 };
 
 // The sample order of one epoch before sharding (exposed for tests).

@@ -29,4 +29,9 @@ DatasetInfo probe_tfrecord(const DataSourceSpec& spec);
 Dataset load_synthetic(const DataSourceSpec& spec);
 DatasetInfo probe_synthetic(const DataSourceSpec& spec);
 
+// Text files as byte tokens in windows: spec.files (globs expanded, less spec.exclude),
+// spec.sequence_length, stride, validation_split and subset.
+Dataset load_text(const DataSourceSpec& spec);
+DatasetInfo probe_text(const DataSourceSpec& spec);
+
 }  // namespace dtrain::data::detail

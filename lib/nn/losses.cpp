@@ -17,8 +17,10 @@ Tensor labels_tensor(const std::vector<int32_t>& labels, const Device& device) {
 }
 
 void Loss::compute(const Tensor& output, const Tensor& labels, Tensor* grad, float grad_scale, LossRows& rows) const {
-  DT_CHECK_EQ(output.rank(), 2);
-  const int64_t n = output.dim(0);
+  DT_CHECK_GE(output.rank(), 2);
+  const int64_t samples = output.dim(0);
+  const int64_t classes = output.dim(output.rank() - 1);
+  const int64_t n = classes > 0 ? output.numel() / classes : 0;  // label positions, rows of the formula
   DT_CHECK_EQ(labels.numel(), n);
   if (grad) DT_CHECK(grad->shape() == output.shape(), "loss grad shape");
   if (!rows.both.defined() || rows.both.numel() != 2 * n || rows.both.device() != output.device()) {
@@ -26,7 +28,17 @@ void Loss::compute(const Tensor& output, const Tensor& labels, Tensor* grad, flo
     rows.loss = rows.both.flat_slice(0, n);
     rows.hit = rows.both.flat_slice(n, n);
   }
-  kernels::class_loss(kind_, output, labels, grad_scale, rows.loss, rows.hit, grad);
+  rows.samples = samples;
+  if (output.rank() == 2) {
+    kernels::class_loss(kind_, output, labels, grad_scale, rows.loss, rows.hit, grad);
+    return;
+  }
+  // (N, ..., C) as (R, C) rows; a sample's P positions share its grad_scale (the
+  // mean over its positions, as Keras' losses reduce them).
+  const int64_t positions = samples > 0 ? n / samples : 1;
+  Tensor grad_rows = grad ? grad->reshaped({n, classes}) : Tensor();
+  kernels::class_loss(kind_, output.reshaped({n, classes}), labels, grad_scale / static_cast<float>(positions),
+                      rows.loss, rows.hit, grad ? &grad_rows : nullptr);
 }
 
 void Loss::add_stats(const LossRows& rows, LossStats& stats) {
@@ -38,12 +50,12 @@ void Loss::add_stats(const LossRows& rows, LossStats& stats) {
     stats.loss_sum += loss[i];
     stats.correct += hit[i] > 0.5f;
   }
-  stats.count += n;
+  stats.count += rows.samples;
+  stats.tokens += n;
 }
 
 void Loss::compute(const Tensor& output, const std::vector<int32_t>& labels, LossStats& stats, Tensor* grad,
                    float grad_scale) const {
-  DT_CHECK_EQ(static_cast<int64_t>(labels.size()), output.dim(0));
   LossRows rows;
   compute(output, labels_tensor(labels, output.device()), grad, grad_scale, rows);
   add_stats(rows, stats);

@@ -2,9 +2,13 @@
 // probabilities) and mean squared error against one-hot targets.
 //
 // Integer labels serve all three (categorical targets are the labels' one-hot
-// form). The gradient is that of the mean over the batch, scaled by grad_scale
-// (1/N for a plain batch; the strategy may pass 1/global_batch). The per-row
-// work is kernels::class_loss on the output's device.
+// form). The output is (N, C), or (N, ..., C) with a label per position (a
+// sequence model's (N, T, C) logits and (N, T) next tokens): every position is a
+// row of the formula, and a sample's loss is the mean over its positions, as
+// Keras' losses take it. The gradient is that of the mean over the batch, scaled
+// by grad_scale (1/N for a plain batch; the strategy may pass 1/global_batch):
+// per sample, so a sequence's positions share it. The per-row work is
+// kernels::class_loss on the output's device.
 #pragma once
 
 #include <functional>
@@ -19,35 +23,42 @@
 namespace dtrain::nn {
 
 struct LossStats {
-  double loss_sum = 0.0;  // sum of per-sample losses
-  int64_t correct = 0;    // samples whose argmax equals the label
+  double loss_sum = 0.0;  // sum of per-position losses (one position per sample for class labels)
+  int64_t correct = 0;    // positions whose argmax equals the label
   int64_t count = 0;      // samples seen
+  int64_t tokens = 0;     // label positions seen: count x the labels per sample (a sequence's T)
   // Adds another batch's (or replica's, or work unit's) sums.
   void add(const LossStats& other) {
     loss_sum += other.loss_sum;
     correct += other.correct;
     count += other.count;
+    tokens += other.tokens;
   }
 };
 
 // Per-row results of a loss, on the output's device, read later by add_stats()
 // (so a GPU step need not wait for them before its backward pass is issued).
 struct LossRows {
-  Tensor both;       // (2N): one allocation, so reading them back is one copy
-  Tensor loss, hit;  // (N) each: the two halves of `both`
+  Tensor both;       // (2R): one allocation, so reading them back is one copy
+  Tensor loss, hit;  // (R) each, one value per label position: the two halves of `both`
+  int64_t samples = 0;  // N: the output's first dimension (R = N x positions per sample)
 };
 
-// Labels (N values in [0, C)) as the float tensor kernels::class_loss takes, on `device`.
+// Labels (values in [0, C), one per label position) as the float tensor
+// kernels::class_loss takes, on `device`.
 Tensor labels_tensor(const std::vector<int32_t>& labels, const Device& device);
 
 class Loss {
  public:
   explicit Loss(kernels::LossKind kind) : kind_(kind) {}
 
-  // output (N, C), labels (N) from labels_tensor(). Writes per-row results into
-  // `rows`; when grad is given, d(sum of losses * grad_scale)/d(output) into it.
+  // output (N, C) or (N, ..., C), labels (R = numel / C, sample by sample) from
+  // labels_tensor(). Writes per-position results into `rows`; when grad is given,
+  // d(sum over samples of the sample's mean loss * grad_scale)/d(output) into it
+  // (with P positions per sample: each position's row gradient * grad_scale / P).
   void compute(const Tensor& output, const Tensor& labels, Tensor* grad, float grad_scale, LossRows& rows) const;
-  // Adds the rows' loss sum, hits and count to stats (in row order; waits for the device).
+  // Adds the rows' loss sum, hits, samples and positions to stats (in row order;
+  // waits for the device).
   static void add_stats(const LossRows& rows, LossStats& stats);
 
   // Both steps at once, from host labels.

@@ -1,5 +1,6 @@
 // Implementation of work_queue.h. Keys (under "ps/work/"): open (first unit id),
-// next (tickets taken), claim/<id> (owner), done/<id> (result), requeued (count),
+// next (tickets taken), claim/<id> (owner), done/<id> (result: loss sum, correct,
+// samples, steps, label positions), requeued (count),
 // requeue/<k> (a unit id), requeue_next (requeue tickets taken), closed.
 #include "ps/work_queue.h"
 
@@ -16,20 +17,21 @@ namespace {
 const std::string kPrefix = "ps/work/";
 
 std::string encode(const UnitResult& r) {
-  char text[128];
-  std::snprintf(text, sizeof text, "%.17g %lld %lld %lld", r.loss_sum, static_cast<long long>(r.correct),
-                static_cast<long long>(r.count), static_cast<long long>(r.steps));
+  char text[160];
+  std::snprintf(text, sizeof text, "%.17g %lld %lld %lld %lld", r.loss_sum, static_cast<long long>(r.correct),
+                static_cast<long long>(r.count), static_cast<long long>(r.steps), static_cast<long long>(r.tokens));
   return text;
 }
 
 UnitResult decode(const std::string& text) {
   UnitResult r;
-  long long correct = 0, count = 0, steps = 0;
-  if (std::sscanf(text.c_str(), "%lf %lld %lld %lld", &r.loss_sum, &correct, &count, &steps) != 4)
+  long long correct = 0, count = 0, steps = 0, tokens = 0;
+  if (std::sscanf(text.c_str(), "%lf %lld %lld %lld %lld", &r.loss_sum, &correct, &count, &steps, &tokens) != 5)
     throw CommError(str("a work unit's result '", text, "' in the job's store is malformed"));
   r.correct = correct;
   r.count = count;
   r.steps = steps;
+  r.tokens = tokens;
   return r;
 }
 

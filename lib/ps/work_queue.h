@@ -50,6 +50,7 @@ struct WorkUnit {
 struct UnitResult {
   double loss_sum = 0.0;
   int64_t correct = 0, count = 0, steps = 0;
+  int64_t tokens = 0;  // label positions (= count with one label per sample)
 };
 
 class WorkQueue {

@@ -22,15 +22,6 @@
 namespace dtrain::strategy {
 namespace {
 
-// Rows [begin, begin + count) of a batch.
-data::Batch slice(const data::Batch& b, int64_t begin, int64_t count) {
-  data::Batch out;
-  out.images = b.images.slice_rows(begin, count);
-  out.labels.assign(b.labels.begin() + begin, b.labels.begin() + begin + count);
-  out.index = b.index;
-  return out;
-}
-
 // The non-trainable state (batch-norm moving statistics) of a model.
 std::vector<nn::Param*> state_params(const nn::Sequential& model) {
   std::vector<nn::Param*> out;
@@ -222,7 +213,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     const data::Batch& task_batch = micro_batches[i];
     const int64_t rows = task_batch.size() / local_replicas();
     DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
-    const data::Batch mine = slice(task_batch, rows * index, rows);
+    const data::Batch mine = task_batch.slice(rows * index, rows);  // with each sample's labels
     const auto [images, labels] = on_device(mine, r.device);
     {
       const trace::Span forward_span("forward", "compute");
@@ -232,7 +223,8 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
         r.grad_output = Tensor(output.shape(), r.device);
       // The gradient of the mean loss over this replica's K micro-batches; the
       // all-reduce (mean over replicas) makes it the mean over the global batch.
-      // Under loss scaling, that gradient times the scale (1 without).
+      // Under loss scaling, that gradient times the scale (1 without). (The scale
+      // is per sample: the loss divides it among a sequence's positions.)
       const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
       loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
     }
@@ -350,11 +342,14 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     // Report the loss and accuracy of the global batch, as TF does; the stop
     // flag goes with them, so every task learns that one of them was asked to
     // stop. They came with the gradients, or take an all-reduce of their own.
+    // (Every sample of the job has the batch's label width: the positions are the
+    // samples times it, and need no place in the all-reduce.)
     float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                   static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
     if (metrics_ride_along_) std::copy_n((zero_ ? zero_->extras() : replicas_[0].reducer->extras()).begin(), 4, s);
     else workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
-    local = {s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)};
+    const auto samples = static_cast<int64_t>(s[2] + 0.5f);
+    local = {s[0], static_cast<int64_t>(s[1] + 0.5f), samples, samples * micro_batches[0].label_width};
     stop_agreed_ = s[3] > 0.0f;
   }
   stats.add(local);

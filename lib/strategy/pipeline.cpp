@@ -192,8 +192,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
       const Tensor out = model_->forward(inputs[m], ctx);
       resident = op.micro;
       if (last_stage()) {
-        const auto& labels = batches[mb.batch].labels;
-        const std::vector<int32_t> mine(labels.begin() + mb.begin, labels.begin() + mb.begin + mb.rows);
+        const std::vector<int32_t> mine = batches[mb.batch].sample_labels(mb.begin, mb.rows);
         grads[m] = Tensor(out.shape(), device_);
         loss_->compute(out, nn::labels_tensor(mine, device_), &grads[m], scale, rows[m]);
         busy += compute.seconds();
@@ -254,7 +253,9 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
                 static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f,
                 loss_scale_ ? static_cast<float>(count_non_finite_gradients(trainable_)) : 0.0f};
   workers_->all_reduce(s, 5, comm::ReduceOp::kSum);
-  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
+  // (Every stage reads the same records: each knows the label positions per sample.)
+  const auto samples_done = static_cast<int64_t>(s[2] + 0.5f);
+  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), samples_done, samples_done * batches[0].label_width});
   stop_agreed_ = s[3] > 0.0f;
   timings_.metrics_seconds += metrics.seconds();
   // A step with an inf or NaN on any stage is skipped everywhere (Keras' rule).
@@ -306,7 +307,8 @@ void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats)
   links_->drain();
   // Every stage of the copy learns the batch's figures (the last stage's).
   pipe_->all_reduce(s, 3, comm::ReduceOp::kSum);
-  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), static_cast<int64_t>(s[2] + 0.5f)});
+  const auto samples = static_cast<int64_t>(s[2] + 0.5f);
+  stats.add({s[0], static_cast<int64_t>(s[1] + 0.5f), samples, samples * batch.label_width});
 }
 
 void PipelineStrategy::sync_state() {

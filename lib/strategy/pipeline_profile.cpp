@@ -13,8 +13,11 @@ std::vector<double> measure_layer_seconds(const StrategyJob& job, int64_t rows, 
   Tensor x(nn::with_batch(rows, model.input_shape()));
   Rng rng(job.train.seed);
   for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = rng.uniform();
-  std::vector<int32_t> labels(static_cast<size_t>(rows));
-  const int64_t classes = model.output_shape().empty() ? 1 : model.output_shape()[0];
+  // A label per position of the output: one per sample for (classes,), T for (T, classes).
+  const Shape& out = model.output_shape();
+  const int64_t classes = out.empty() ? 1 : out.back();
+  const int64_t positions = out.empty() ? 1 : shape_numel(out) / std::max<int64_t>(1, classes);
+  std::vector<int32_t> labels(static_cast<size_t>(rows * positions));
   for (int32_t& l : labels) l = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(std::max<int64_t>(1, classes)));
   const Tensor y = nn::labels_tensor(labels, Device::cpu());
   const auto step = [&](int64_t i) {

@@ -1,5 +1,7 @@
 // A task's data, from the job: sources loaded and checked against the model,
 // the shard this task reads, the training and evaluation pipelines' options.
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/strings.h"
 #include "trainer/job_setup.h"
@@ -25,12 +27,20 @@ std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, co
   auto dataset = std::make_shared<data::Dataset>(data::load_dataset(spec));
   check_input_shape(spec, dataset->sample_shape, shapes.input);
   const Shape& out = shapes.output;
-  if (out.size() != 1)
+  const int64_t width = dataset->label_width;
+  if (width == 1 && out.size() != 1)
     throw ConfigError(str("model: the last layer outputs ", shape_str(out),
                           " per sample, but the losses need (classes,); end the model with Flatten and Dense"));
-  if (dataset->max_label >= out[0])
+  // A sequence's labels: one per position of the model's (T, classes) output.
+  if (width > 1 && (out.size() < 2 || shape_numel(out) / std::max<int64_t>(out.back(), 1) != width))
+    throw ConfigError(str("model: the last layer outputs ", shape_str(out), " per sample, but ", spec.path,
+                          " has ", width, " labels per sample (the next token at each of its ", width,
+                          " positions); the model must output (", width, ", classes), e.g. end it with a Dense "
+                          "layer applied at every position"));
+  const int64_t classes = out.back();
+  if (dataset->max_label >= classes)
     throw ConfigError(str(spec.path, ": label ", dataset->max_label, " of sample ", dataset->max_label_index,
-                      " is outside the model's ", out[0], " classes (0..", out[0] - 1,
+                      " is outside the model's ", classes, " classes (0..", classes - 1,
                       "); make the last Dense layer's units at least ", dataset->max_label + 1));
   return dataset;
 }

@@ -1,11 +1,12 @@
-// Evaluation and the epoch's figures: loss and accuracy of summed stats, the
-// test set through the strategy, an epoch's report.
+// Evaluation and the epoch's figures: loss and accuracy of summed stats (per
+// label position: per token for a sequence's labels), the test set through the
+// strategy, an epoch's report.
 #include "trainer/job_setup.h"
 
 namespace dtrain::trainer {
 
-double mean_loss(const nn::LossStats& s) { return s.count ? s.loss_sum / s.count : 0.0; }
-double accuracy(const nn::LossStats& s) { return s.count ? static_cast<double>(s.correct) / s.count : 0.0; }
+double mean_loss(const nn::LossStats& s) { return s.tokens ? s.loss_sum / s.tokens : 0.0; }
+double accuracy(const nn::LossStats& s) { return s.tokens ? static_cast<double>(s.correct) / s.tokens : 0.0; }
 
 nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
   nn::LossStats stats;
@@ -15,13 +16,16 @@ nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline) {
   return stats;
 }
 
-EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats) {
+EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats,
+                         int64_t label_width) {
   EpochReport report;
   report.epoch = epoch;
   report.epochs = epochs;
   report.steps = steps;
   report.seconds = seconds;
   report.samples_per_sec = stats.count / std::max(seconds, 1e-9);
+  report.label_width = label_width;
+  report.tokens_per_sec = stats.tokens / std::max(seconds, 1e-9);
   report.step_ms = steps > 0 ? seconds * 1000.0 / static_cast<double>(steps) : 0.0;
   report.loss = mean_loss(stats);
   report.accuracy = accuracy(stats);

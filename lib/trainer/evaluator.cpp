@@ -7,6 +7,7 @@
 // could be read is skipped with a warning; one still being written (no DONE yet)
 // is looked at again on the next poll.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -79,8 +80,9 @@ RunSummary run_evaluator(const job::JobConfig& job, const plan::ExecutionPlan& p
               source.path.c_str(), describe_device(device).c_str(), summary.threads);
   std::fflush(stdout);
 
+  summary.label_width = pipeline.dataset().label_width;
   MetricsLog metrics(job.output.dir.empty() ? std::string() : (fs::path(job.output.dir) / "eval").string(),
-                     /*append=*/false, tensorboard_dir(job));
+                     /*append=*/false, tensorboard_dir(job), summary.label_width);
   const checkpoint::CheckpointStore store(dir);
   std::vector<Evaluation> done;
   int64_t last_step = -1;  // newest checkpoint evaluated (or skipped)
@@ -94,8 +96,12 @@ RunSummary run_evaluator(const job::JobConfig& job, const plan::ExecutionPlan& p
       if (!e) continue;
       done.push_back(*e);
       metrics.evaluation(e->step, e->loss, e->accuracy);
-      std::printf("Eval: step %lld: test_loss %.4f, test_accuracy %.4f (%s)\n", static_cast<long long>(e->step),
-                  e->loss, e->accuracy, e->checkpoint.c_str());
+      if (summary.label_width > 1)  // a sequence's labels: per token, with the perplexity
+        std::printf("Eval: step %lld: test_loss %.4f, test_perplexity %.4f, test_accuracy %.4f (%s)\n",
+                    static_cast<long long>(e->step), e->loss, std::exp(e->loss), e->accuracy, e->checkpoint.c_str());
+      else
+        std::printf("Eval: step %lld: test_loss %.4f, test_accuracy %.4f (%s)\n", static_cast<long long>(e->step),
+                    e->loss, e->accuracy, e->checkpoint.c_str());
       std::fflush(stdout);
     }
     if (final_step && last_step >= *final_step) break;

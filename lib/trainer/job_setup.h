@@ -83,14 +83,17 @@ data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const st
 // Evaluation batches: the whole test set in order, on every task.
 data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch);
 
-// Mean loss and accuracy of summed stats (0 with no samples).
+// Mean loss and accuracy of summed stats, per label position (per sample for
+// class labels, per token for a sequence's; 0 with no samples).
 double mean_loss(const nn::LossStats& s);
 double accuracy(const nn::LossStats& s);
 
 // The whole test set through the strategy's eval_step, in order.
 nn::LossStats evaluate(strategy::Strategy& strategy, data::Pipeline& pipeline);
 
-// An epoch's report from its training stats (validation filled in by the caller).
-EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats);
+// An epoch's report from its training stats (validation filled in by the caller);
+// `label_width`: the training data's labels per sample.
+EpochReport epoch_report(int64_t epoch, int64_t epochs, int64_t steps, double seconds, const nn::LossStats& stats,
+                         int64_t label_width);
 
 }  // namespace dtrain::trainer

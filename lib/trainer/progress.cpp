@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace dtrain::trainer {
@@ -39,6 +40,19 @@ void Progress::step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, 
 
 void Progress::epoch_done(const EpochReport& r) {
   if (live_) std::printf("\r\033[K");
+  if (r.label_width > 1) {
+    // Per token: a sequence's loss, its perplexity, and the tokens behind the samples.
+    std::printf("Epoch %lld/%lld: %lld steps, %.1fs, %.0f samples/s, %.0f tokens/s - loss: %.4f - perplexity: %.4f - "
+                "accuracy: %.4f",
+                static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.steps),
+                r.seconds, r.samples_per_sec, r.tokens_per_sec, r.loss, std::exp(r.loss), r.accuracy);
+    if (r.has_validation)
+      std::printf(" - val_loss: %.4f - val_perplexity: %.4f - val_accuracy: %.4f", r.val_loss, std::exp(r.val_loss),
+                  r.val_accuracy);
+    std::printf("\n");
+    std::fflush(stdout);
+    return;
+  }
   std::printf("Epoch %lld/%lld: %lld steps, %.1fs, %.0f samples/s - loss: %.4f - accuracy: %.4f",
               static_cast<long long>(r.epoch), static_cast<long long>(r.epochs),
               static_cast<long long>(r.steps), r.seconds, r.samples_per_sec, r.loss, r.accuracy);

@@ -1,5 +1,6 @@
 // Progress output on stdout: a live bar redrawn in place when stdout is a terminal,
-// plain lines (one per epoch) otherwise, so logs stay readable.
+// plain lines (one per epoch) otherwise, so logs stay readable. A job whose samples
+// have a sequence of labels also shows tokens/s and perplexity.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,10 @@ namespace dtrain::trainer {
 struct EpochReport {
   int64_t epoch = 0, epochs = 0, steps = 0;
   double seconds = 0.0, samples_per_sec = 0.0;
+  // Labels per training sample: > 1 (a sequence's next tokens) adds tokens/s and
+  // perplexity (exp of the per-token loss) to what is reported.
+  int64_t label_width = 1;
+  double tokens_per_sec = 0.0;
   double loss = 0.0, accuracy = 0.0;
   double learning_rate = 0.0;    // at the epoch's last step (Keras' epoch_learning_rate)
   double step_ms = 0.0;          // the epoch's time per step

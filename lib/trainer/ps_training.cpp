@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -92,7 +93,7 @@ data::PipelineOptions worker_pipeline(const job::JobConfig& job, const RunOption
 }
 
 // A work unit's sums as loss statistics.
-nn::LossStats stats_of(const ps::UnitResult& r) { return {r.loss_sum, r.correct, r.count}; }
+nn::LossStats stats_of(const ps::UnitResult& r) { return {r.loss_sum, r.correct, r.count, r.tokens}; }
 
 }  // namespace
 
@@ -101,6 +102,7 @@ RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& p
   PsSetup s = setup(job, plan, options);
   RunSummary summary;
   summary.threads = s.threads;
+  summary.label_width = s.train->label_width;
   std::printf("Model: %lld params, strategy parameter_server (worker, %s), %d threads\n",
               static_cast<long long>(s.strategy->model().count_params(false)),
               is_sync(job) ? "sync" : job.strategy.mode == ps::UpdateMode::kStale ? "stale" : "async", s.threads);
@@ -160,6 +162,7 @@ RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& p
     result.loss_sum = stats.loss_sum;
     result.correct = stats.correct;
     result.count = stats.count;
+    result.tokens = stats.tokens;
     samples += stats.count;
     last = stats;
     // A unit is complete once its last push is applied: when the coordinator has
@@ -181,9 +184,14 @@ RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& p
   const strategy::StepTimings t = s.strategy->timings();
   summary.comm_wait_share = t.step_seconds > 0 ? t.comm_wait_seconds / t.step_seconds : 0.0;
   summary.wall_seconds = wall.seconds();
-  std::printf("Done: this worker trained %lld steps in %.1fs, %.0f samples/s (pull wait %.0f%% of its step time)\n",
+  const std::string tokens =
+      summary.label_width > 1
+          ? str(", ", std::llround(summary.train_samples_per_sec * static_cast<double>(summary.label_width)),
+                " tokens/s")
+          : std::string();
+  std::printf("Done: this worker trained %lld steps in %.1fs, %.0f samples/s%s (pull wait %.0f%% of its step time)\n",
               static_cast<long long>(summary.steps), summary.wall_seconds, summary.train_samples_per_sec,
-              100.0 * summary.comm_wait_share);
+              tokens.c_str(), 100.0 * summary.comm_wait_share);
   if (!options.summary_path.empty()) write_summary(options.summary_path, job, summary, "parameter_server");
   return summary;
 }
@@ -337,15 +345,16 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const plan::ExecutionPl
   std::printf("Work: %lld steps per epoch in %lld work units of %lld steps, global batch %lld\n",
               static_cast<long long>(s.plan.steps_per_epoch), static_cast<long long>(units),
               static_cast<long long>(s.plan.steps_per_unit), static_cast<long long>(s.global_batch));
+  summary.label_width = s.train->label_width;
   MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), start.resumed,
-                     options.write_metrics ? tensorboard_dir(job) : std::string());
+                     options.write_metrics ? tensorboard_dir(job) : std::string(), summary.label_width);
   CallbackRunner callbacks(job, *s.strategy, nullptr);  // (none run: setup() refuses them)
 
   // The loop, over the work units.
   WorkUnitSteps steps(job, s, queue, checkpointer, options, first_id, start.global_step);
   const LoopContext context{job,     *s.strategy,          checkpointer,   callbacks,
                             metrics, test_pipeline.get(), s.plan.steps_per_epoch, s.global_batch,
-                            options.final_checkpoint};
+                            options.final_checkpoint, summary.label_width};
   const LoopResult loop = run_epochs(context, steps, start);
   queue.close();
 

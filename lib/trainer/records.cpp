@@ -2,6 +2,7 @@
 #include "trainer/records.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +26,8 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& dir, bool append, const std::string& tensorboard_dir) {
+MetricsLog::MetricsLog(const std::string& dir, bool append, const std::string& tensorboard_dir, int64_t label_width)
+    : label_width_(label_width) {
   if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardLog>(tensorboard_dir);
   if (dir.empty()) return;
   make_dirs(dir, "output.dir");
@@ -46,14 +48,21 @@ void MetricsLog::write_line(const std::string& line) {
 
 void MetricsLog::step(int64_t epoch, int64_t step, double loss, double accuracy,
                       double learning_rate, double samples_per_sec) {
-  write_line(nlohmann::json{{"kind", "step"}, {"epoch", epoch}, {"step", step}, {"loss", number(loss)},
-                            {"accuracy", accuracy}, {"learning_rate", learning_rate},
-                            {"samples_per_sec", samples_per_sec}}
-                 .dump());
+  nlohmann::json j{{"kind", "step"},       {"epoch", epoch},
+                   {"step", step},         {"loss", number(loss)},
+                   {"accuracy", accuracy}, {"learning_rate", learning_rate},
+                   {"samples_per_sec", samples_per_sec}};
+  const bool sequence = label_width_ > 1;
+  if (sequence) {
+    j["perplexity"] = number(std::exp(loss));
+    j["tokens_per_sec"] = samples_per_sec * static_cast<double>(label_width_);
+  }
+  write_line(j.dump());
   if (!tensorboard_) return;
   SummaryWriter& train = tensorboard_->train();
   train.scalar("batch_loss", step, loss);
   train.scalar("batch_accuracy", step, accuracy);
+  if (sequence) train.scalar("batch_perplexity", step, std::exp(loss));
   train.flush();
 }
 
@@ -67,6 +76,12 @@ void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
     j["val_accuracy"] = r.val_accuracy;
   }
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
+  const bool sequence = r.label_width > 1;
+  if (sequence) {
+    j["perplexity"] = number(std::exp(r.loss));
+    j["tokens_per_sec"] = r.tokens_per_sec;
+    if (r.has_validation) j["val_perplexity"] = number(std::exp(r.val_loss));
+  }
   write_line(j.dump());
   if (!tensorboard_) return;
   // Keras writes epoch summaries at the 0-based epoch.
@@ -78,21 +93,29 @@ void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
   train.scalar("epoch_samples_per_sec", at, r.samples_per_sec);
   train.scalar("epoch_step_ms", at, r.step_ms);
   train.scalar("epoch_comm_wait_share", at, r.comm_wait_share);
+  if (sequence) {
+    train.scalar("epoch_perplexity", at, std::exp(r.loss));
+    train.scalar("epoch_tokens_per_sec", at, r.tokens_per_sec);
+  }
   if (r.has_validation) {
     SummaryWriter& validation = tensorboard_->validation();
     validation.scalar("epoch_loss", at, r.val_loss);
     validation.scalar("epoch_accuracy", at, r.val_accuracy);
+    if (sequence) validation.scalar("epoch_perplexity", at, std::exp(r.val_loss));
   }
   tensorboard_->flush();
 }
 
 void MetricsLog::evaluation(int64_t step, double loss, double accuracy) {
-  write_line(nlohmann::json{{"kind", "eval"}, {"step", step}, {"test_loss", number(loss)}, {"test_accuracy", accuracy}}
-                 .dump());
+  nlohmann::json j{{"kind", "eval"}, {"step", step}, {"test_loss", number(loss)}, {"test_accuracy", accuracy}};
+  const bool sequence = label_width_ > 1;
+  if (sequence) j["test_perplexity"] = number(std::exp(loss));
+  write_line(j.dump());
   if (!tensorboard_) return;
   SummaryWriter& evaluation = tensorboard_->evaluation();
   evaluation.scalar("evaluation_loss_vs_iterations", step, loss);
   evaluation.scalar("evaluation_accuracy_vs_iterations", step, accuracy);
+  if (sequence) evaluation.scalar("evaluation_perplexity_vs_iterations", step, std::exp(loss));
   evaluation.flush();
 }
 
@@ -109,12 +132,18 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["test_loss"] = has_test ? number(s.test_loss) : nlohmann::json();
   j["train_loss"] = number(s.train_loss);
   j["train_accuracy"] = s.train_accuracy;
+  if (s.label_width > 1) {  // a sequence's labels: the figures per token
+    j["tokens_per_sample"] = s.label_width;
+    j["train_perplexity"] = number(std::exp(s.train_loss));
+    j["test_perplexity"] = has_test ? number(std::exp(s.test_loss)) : nlohmann::json();
+  }
   j["epochs"] = s.epochs;
   if (s.stopped_epoch > 0) j["stopped_epoch"] = s.stopped_epoch;
   if (s.restored_epoch > 0) j["restored_epoch"] = s.restored_epoch;
   j["steps"] = s.steps;
   j["global_batch_size"] = s.global_batch_size;
   j["train_samples_per_sec"] = s.train_samples_per_sec;
+  if (s.label_width > 1) j["train_tokens_per_sec"] = s.train_samples_per_sec * static_cast<double>(s.label_width);
   j["wall_seconds"] = s.wall_seconds;
   j["world_size"] = s.world_size;
   j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
@@ -150,9 +179,12 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
                    {"limit", s.memory->limit_bytes}};
   if (s.evaluations) {
     j["evaluations"] = nlohmann::json::array();
-    for (const Evaluation& e : *s.evaluations)
-      j["evaluations"].push_back(
-          {{"step", e.step}, {"test_loss", number(e.loss)}, {"test_accuracy", e.accuracy}, {"checkpoint", e.checkpoint}});
+    for (const Evaluation& e : *s.evaluations) {
+      nlohmann::json one{
+          {"step", e.step}, {"test_loss", number(e.loss)}, {"test_accuracy", e.accuracy}, {"checkpoint", e.checkpoint}};
+      if (s.label_width > 1) one["test_perplexity"] = number(std::exp(e.loss));
+      j["evaluations"].push_back(one);
+    }
   }
 
   const std::filesystem::path target(path);

@@ -1,6 +1,8 @@
 // Records the trainer writes: output.dir/metrics.jsonl (one object per line,
 // appended as training goes), the same figures as TensorBoard scalars
-// (tensorboard.h, output.tensorboard), and the --summary file.
+// (tensorboard.h, output.tensorboard), and the --summary file. A job whose
+// samples have a sequence of labels (RunSummary::label_width > 1) adds per-token
+// figures: perplexity (exp of the loss per token) and tokens/s.
 #pragma once
 
 #include <cstdio>
@@ -20,8 +22,10 @@ class MetricsLog {
   // resumes); dir "" = no log. Creates dir. With `tensorboard_dir`, every record
   // also goes to TensorBoard event files there (Keras' tags: step records as
   // batch_loss/batch_accuracy, epochs as epoch_*, evaluations as
-  // evaluation_*_vs_iterations).
-  explicit MetricsLog(const std::string& dir, bool append = false, const std::string& tensorboard_dir = "");
+  // evaluation_*_vs_iterations). `label_width` > 1 (a sequence's labels per
+  // sample) adds perplexity and tokens/s to the records and scalars.
+  explicit MetricsLog(const std::string& dir, bool append = false, const std::string& tensorboard_dir = "",
+                      int64_t label_width = 1);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -36,6 +40,7 @@ class MetricsLog {
   void write_line(const std::string& line);
   std::FILE* file_ = nullptr;
   std::string path_;
+  int64_t label_width_ = 1;
   std::unique_ptr<TensorBoardLog> tensorboard_;
 };
 

@@ -2,7 +2,10 @@
 #include "trainer/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+
+#include "core/strings.h"
 
 #include "trainer/records.h"
 
@@ -21,11 +24,17 @@ void report_run(const job::JobConfig& job, const RunOptions& options, strategy::
   summary.train_samples_per_sec = loop.train_samples / std::max(loop.train_seconds, 1e-9);
   summary.params_sha256 = strategy.params_sha256();
   summary.wall_seconds = wall_seconds;
-  if (summary.test_accuracy >= 0.0)
+  const bool sequence = summary.label_width > 1;  // per-token figures too
+  if (summary.test_accuracy >= 0.0 && sequence)
+    std::printf("Test: loss %.4f, perplexity %.4f, accuracy %.4f\n", summary.test_loss, std::exp(summary.test_loss),
+                summary.test_accuracy);
+  else if (summary.test_accuracy >= 0.0)
     std::printf("Test: loss %.4f, accuracy %.4f\n", summary.test_loss, summary.test_accuracy);
-  std::printf("Done: %lld steps in %.1fs, %.0f samples/s%s, params_sha256 %s\n",
+  const double tokens_per_sec = summary.train_samples_per_sec * static_cast<double>(summary.label_width);
+  const std::string tokens = sequence ? str(", ", std::llround(tokens_per_sec), " tokens/s") : std::string();
+  std::printf("Done: %lld steps in %.1fs, %.0f samples/s%s%s, params_sha256 %s\n",
               static_cast<long long>(summary.steps), summary.wall_seconds, summary.train_samples_per_sec,
-              details.c_str(), summary.params_sha256.c_str());
+              tokens.c_str(), details.c_str(), summary.params_sha256.c_str());
   if (!options.summary_path.empty()) write_summary(options.summary_path, job, summary, strategy.name());
 }
 

@@ -93,6 +93,9 @@ struct RunSummary {
   int64_t steps = 0;
   int64_t global_batch_size = 0;
   double train_samples_per_sec = 0.0;
+  // Labels per training sample: > 1 (a sequence's next tokens) reports the loss per
+  // token with its perplexity, and tokens/s (tokens_per_sample, train_perplexity, ...).
+  int64_t label_width = 1;
   double wall_seconds = 0.0;
   int world_size = 1;            // replicas in sync across the job
   int gradient_accumulation_steps = 1;

@@ -52,7 +52,8 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
     r.train_seconds += seconds;
     r.train_samples += epoch_stats.count;
 
-    EpochReport report = epoch_report(epoch + 1, job.train.epochs, c.steps_per_epoch, seconds, epoch_stats);
+    EpochReport report =
+        epoch_report(epoch + 1, job.train.epochs, c.steps_per_epoch, seconds, epoch_stats, c.label_width);
     report.comm_wait_share = source.epoch_comm_wait_share();
     c.strategy.sync_state();
     r.global_step = source.epoch_end_step(r.global_step);

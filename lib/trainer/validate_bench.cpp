@@ -19,9 +19,12 @@ void validate_source(const data::DataSourceSpec& spec, const nn::Sequential& mod
   // A full read (a second or so for Fashion-MNIST): it also finds truncated data
   // and labels outside the model's classes, which headers alone cannot show.
   const auto dataset = load_checked(spec, model);
-  std::printf("ok   %s: %s, %lld samples of shape %s, labels 0..%d\n", spec.path.c_str(), spec.format->name.c_str(),
-              static_cast<long long>(dataset->count), shape_str(dataset->sample_shape).c_str(),
-              dataset->max_label);
+  // A sequence's labels: "labels 0..255, 128 per sample".
+  const std::string per_sample =
+      dataset->label_width > 1 ? str(", ", dataset->label_width, " per sample") : std::string();
+  std::printf("ok   %s: %s, %lld samples of shape %s, labels 0..%d%s\n", spec.path.c_str(),
+              spec.format->name.c_str(), static_cast<long long>(dataset->count),
+              shape_str(dataset->sample_shape).c_str(), dataset->max_label, per_sample.c_str());
 }
 
 }  // namespace

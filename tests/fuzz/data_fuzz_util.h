@@ -18,19 +18,26 @@ inline data::DataSourceSpec source_spec(const std::string& format) {
   return spec;
 }
 
-// Loads `spec`; a dataset that loads must give every sample (cached or streamed)
-// without an internal error, and the probe must then agree on the count; files that
-// do not load are probed too. Returns whether it loaded.
+// Loads `spec`; a dataset that loads must give every sample and its labels
+// (cached, streamed or windowed) without an internal error, and the probe must then
+// agree on the count; files that do not load are probed too. Returns whether it loaded.
 inline bool load_and_check(const data::DataSourceSpec& spec) {
   const bool loaded = expect_clean([&] {
     const data::Dataset ds = data::load_dataset(spec);
-    if (static_cast<int64_t>(ds.labels.size()) != ds.count) fuzz_fail("a dataset has a label per sample", "");
+    if (!ds.windowed() && static_cast<int64_t>(ds.labels.size()) != ds.count * ds.label_width)
+      fuzz_fail("a dataset has label_width labels per sample", "");
     std::vector<float> sample(static_cast<size_t>(ds.sample_numel()));
+    std::vector<int32_t> labels(static_cast<size_t>(ds.label_width));
     if (ds.stream) {
       auto cursor = ds.stream->open();
       for (int64_t i = 0; i < ds.count; ++i) cursor->next(sample.data());
     } else {
-      for (int64_t i = 0; i < ds.count; ++i) ds.copy_sample(i, sample.data());
+      for (int64_t i = 0; i < ds.count; ++i) {
+        ds.copy_sample(i, sample.data());
+        ds.copy_labels(i, labels.data());
+        for (int32_t l : labels)
+          if (l < 0 || l > ds.max_label) fuzz_fail("a label is outside 0..max_label", std::to_string(l));
+      }
     }
     data::DatasetInfo info;
     try {

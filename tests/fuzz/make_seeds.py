@@ -5,7 +5,7 @@
 
 Seeds are the shipped fixtures where the project has them (configs/*.json,
 tests/fixtures/keras/*.json, the first records of tests/fixtures/tfrecord/*) and
-small valid samples made here for the rest (IDX, CIFAR-10, safetensors, manifests,
+small valid samples made here for the rest (IDX, CIFAR-10, text, safetensors, manifests,
 TFRecord files of 2x2x1 images, rendezvous and ps messages), each in the input
 layout its target's top comment describes. Standard library only.
 """
@@ -230,6 +230,11 @@ def seeds(target):
         records = bytes([3]) + bytes(i % 256 for i in range(3072)) + bytes([9]) + bytes(3072)
         out["two_records.bin"] = records
         out["two_records.bin.gz"] = gzip.compress(records, mtime=0)
+    elif target == "text":
+        text = "Fortune cookies: \u00e9t\u00e9, \u20ac, \U0001f600.\nA second line.\n".encode("utf-8")
+        out["plain"] = bytes([8, 3, 0]) + text
+        out["split"] = bytes([4, 0, 0x83]) + text
+        out["gzip"] = bytes([2, 1, 1]) + gzip.compress(text, mtime=0)
     elif target == "safetensors":
         out["model.safetensors"] = safetensors([("dense/kernel", [2, 2], [1.0, 2.0, 3.0, 4.0]),
                                                 ("dense/bias", [2], [0.5, -0.5])], {"step": "12"})

@@ -55,6 +55,29 @@ nlohmann::json small_cnn_job(int64_t train_take, int64_t test_take) {
   return shrink(shipped_config("fashion_mnist_cnn.json"), train_take, test_take);
 }
 
+nlohmann::json language_model_job(const TempDir& dir, int64_t epochs) {
+  std::string text;
+  const char* lines[] = {"The quick brown fox jumps over the lazy dog. ", "A stitch in time saves nine. ",
+                         "All that glitters is not gold; all who wander are not lost. ",
+                         "To be, or not to be, that is the question.\n"};
+  for (int i = 0; text.size() < 7000; ++i) text += lines[(i * 7 + i / 4) % 4];
+  const std::string corpus = dir.write("corpus.txt", text.substr(0, 7000));
+  auto source = [&](const std::string& subset) {
+    return nlohmann::json{{"format", "text"},      {"files", {corpus}},         {"sequence_length", 16},
+                          {"stride", 8},           {"validation_split", 0.2},  {"subset", subset}};
+  };
+  return {{"model",
+           {{"input_shape", {16, 1, 1}},
+            {"layers",
+             {{{"type", "Conv2D"}, {"filters", 32}, {"kernel_size", 1}, {"activation", "relu"}},
+              {{"type", "Conv2D"}, {"filters", 256}, {"kernel_size", 1}}}}}},
+          {"loss", {{"type", "sparse_categorical_crossentropy"}, {"from_logits", true}}},
+          {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
+          {"data", {{"train", source("training")}, {"test", source("validation")}, {"shuffle_buffer", 1000}}},
+          {"train", {{"epochs", epochs}, {"batch_size_per_replica", 16}, {"seed", 1}, {"log_every_steps", 5}}},
+          {"output", {{"dir", dir.file("out")}}}};
+}
+
 nlohmann::json launch_job(const TempDir& dir, const nlohmann::json& job, int workers) {
   const std::string summary = dir.file("launch.json");
   const RunOutput r = run_dtrain({"launch", "--workers", std::to_string(workers), "--config", write_job(dir, job),

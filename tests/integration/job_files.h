@@ -33,6 +33,13 @@ nlohmann::json small_mlp_job(int64_t train_take = 2000, int64_t test_take = 500)
 // The same for the shipped CNN config.
 nlohmann::json small_cnn_job(int64_t train_take = 640, int64_t test_take = 200);
 
+// A byte-level language model on a text source (a corpus of 7000 bytes of English
+// written to dir/corpus.txt): windows of 16 tokens at a stride of 8, the last 20%
+// held out as data.test; two 1x1 Conv2D layers over the positions make a
+// (16, 1, 256) output per sample (the next token's logits at each position, from
+// its own token: a bigram model); Adam, batch 16, output in dir/out.
+nlohmann::json language_model_job(const TempDir& dir, int64_t epochs = 2);
+
 // A multi_worker_mirrored MLP job on 4096 samples for checkpoint tests: 3 epochs
 // of 32 steps at a global batch of 128 (128 / workers per replica), a checkpoint
 // every 10 steps into dir/ckpt, output in dir/out.

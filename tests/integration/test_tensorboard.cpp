@@ -1,6 +1,6 @@
 // TensorBoard event files end to end: a 2-epoch run's files under
 // <output.dir>/tensorboard/{train,validation} hold, under Keras' tags, exactly
-// the figures of its metrics.jsonl (read back here with dtrain's TFRecord reader
+// the figures of its metrics.jsonl (a language model's perplexity and tokens/s too) (read back here with dtrain's TFRecord reader
 // and the Event message; float32, as tf.summary.scalar stores them), and
 // TensorBoard's own reader loads them the same (tests/python/check_tensorboard.py
 // in the venv of scripts/tensorboard-venv.sh; without that venv the test says
@@ -94,6 +94,30 @@ TEST_CASE("the TensorBoard files hold metrics.jsonl's figures under Keras' tags"
   CHECK(train.at("batch_loss").size() == static_cast<size_t>(step_records));
   CHECK(train.at("epoch_loss").size() == 2);
   CHECK(train.at("epoch_learning_rate").at(0) > 0.0f);
+}
+
+TEST_CASE("a language model's TensorBoard files add perplexity and tokens/s, as metrics.jsonl does") {
+  TempDir dir;
+  const RunOutput run =
+      run_dtrain({"run", "--config", write_job(dir, language_model_job(dir)), "--threads", "1"}, {120.0, ""});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  const auto train = read_scalars(dir.file("out/tensorboard/train"));
+  const auto validation = read_scalars(dir.file("out/tensorboard/validation"));
+  int epoch_records = 0;
+  for (const json& r : read_json_lines(dir.file("out/metrics.jsonl"))) {
+    INFO(r.dump());
+    if (r["kind"] == "step") {
+      CHECK(train.at("batch_perplexity").at(r["step"].get<int64_t>()) == static_cast<float>(r["perplexity"].get<double>()));
+    } else if (r["kind"] == "epoch") {
+      ++epoch_records;
+      const int64_t at = r["epoch"].get<int64_t>() - 1;
+      CHECK(train.at("epoch_perplexity").at(at) == static_cast<float>(r["perplexity"].get<double>()));
+      CHECK(train.at("epoch_tokens_per_sec").at(at) == static_cast<float>(r["tokens_per_sec"].get<double>()));
+      CHECK(validation.at("epoch_perplexity").at(at) == static_cast<float>(r["val_perplexity"].get<double>()));
+    }
+  }
+  CHECK(epoch_records == 2);
 }
 
 TEST_CASE("output.tensorboard false writes no event files") {

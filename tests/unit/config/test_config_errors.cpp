@@ -109,7 +109,7 @@ TEST_CASE("unknown optimizer and loss and activation and format names are sugges
   job["data"]["train"]["format"] = "cifar";
   CHECK_THAT(config_error(job),
              Contains("data.train.format: unknown data format 'cifar'; "
-                      "did you mean 'cifar10'? (valid: idx, cifar10, tfrecord, synthetic)"));
+                      "did you mean 'cifar10'? (valid: idx, cifar10, tfrecord, synthetic, text)"));
 }
 
 TEST_CASE("a wrongly typed value names the path and the value and its kind", "[config][errors]") {
@@ -282,7 +282,7 @@ TEST_CASE("a key of another data format names that format", "[config][errors]") 
   json job = minimal_job();
   job["data"]["train"] = {{"format", "idx"}, {"images", "a"}, {"labels", "b"}, {"files", {"c"}}};
   CHECK_THAT(config_error(job), Contains("data.train: unknown key 'files' for an idx source; "
-                                         "'files' belongs to cifar10 and tfrecord sources"));
+                                         "'files' belongs to cifar10, tfrecord and text sources"));
   job = minimal_job();
   job["data"]["train"]["rescale"] = 0.5;
   CHECK_THAT(config_error(job), Contains("unknown key 'rescale' for a synthetic source; "

@@ -51,7 +51,7 @@ TEST_CASE("a key that belongs to another entry is reported with its owner") {
                       "loss": "mse", "optimizer": "sgd",
                       "data": {"train": {"format": "synthetic", "shape": [4], "count": 8, "files": ["a"]}},
                       "train": {}})"),
-             Catch::Contains("'files' belongs to cifar10 and tfrecord sources"));
+             Catch::Contains("'files' belongs to cifar10, tfrecord and text sources"));
 }
 
 TEST_CASE("every registry has entries and unique names") {
