@@ -55,6 +55,28 @@ EltwisePlan& eltwise_plan(Activation act, const Tensor& t) {
   });
 }
 
+// gelu (exact or tanh) over t's elements in float32: oneDNN's JIT eltwise,
+// forward and the backward from the input (gelu's gradient needs x, not y).
+struct GeluPlan {
+  memory::desc md;
+  dnnl::eltwise_forward forward;
+  dnnl::eltwise_backward backward;
+};
+
+GeluPlan& gelu_plan(Activation act, int64_t n) {
+  return cached<GeluPlan>(str("gelu:", static_cast<int>(act), ",", n), [&] {
+    GeluPlan plan;
+    plan.md = memory::desc({n}, kF32, Tag::a);
+    const auto alg = eltwise_algorithm(act);
+    const auto fwd_pd = dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, plan.md, 0.0f, 0.0f), engine());
+    plan.forward = dnnl::eltwise_forward(fwd_pd);
+    plan.backward = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(alg, plan.md, plan.md, 0.0f, 0.0f), engine(), fwd_pd));
+    return plan;
+  });
+}
+
 struct SoftmaxPlan {
   memory::desc md;
   dnnl::softmax_forward forward;
@@ -83,7 +105,11 @@ void copy_if_distinct(const Tensor& from, Tensor& to) {
 void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   DT_CHECK_EQ(x.numel(), y.numel());
   if (act == Activation::kLinear) return copy_if_distinct(x, y);
-  if (grad_from_input(act)) return activation_by_formula(act, x, y);  // gelu
+  if (grad_from_input(act)) {  // gelu: oneDNN in float32, element_math.h's formula in bfloat16
+    if (x.dtype() != DType::kF32) return activation_by_formula(act, x, y);
+    auto& plan = gelu_plan(act, x.numel());
+    return execute(plan.forward, {{DNNL_ARG_SRC, as_memory(plan.md, x)}, {DNNL_ARG_DST, as_memory(plan.md, y)}});
+  }
   if (act == Activation::kSoftmax) {
     DT_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32, "softmax runs in float32");
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
@@ -95,6 +121,13 @@ void activation_forward(Activation act, const Tensor& x, Tensor& y) {
   Staging staging(plan.emulated);
   execute(plan.forward, {{DNNL_ARG_SRC, staging.in(plan.md, x)}, {DNNL_ARG_DST, staging.out(plan.md, y)}},
           staging);
+}
+
+void gelu_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  auto& plan = gelu_plan(act, x.numel());
+  execute(plan.backward, {{DNNL_ARG_SRC, as_memory(plan.md, x)},
+                          {DNNL_ARG_DIFF_DST, as_memory(plan.md, dy)},
+                          {DNNL_ARG_DIFF_SRC, as_memory(plan.md, dx)}});
 }
 
 void activation_backward(Activation act, const Tensor& y, const Tensor& dy, Tensor& dx) {

@@ -19,6 +19,8 @@ int64_t bf16_emulated_plans();   // how many op plans (one per op and shape) emu
 void cast(const Tensor& x, Tensor& y);
 // gelu (or any element-wise activation) by element_math.h's formula (sequence.cpp).
 void activation_by_formula(Activation act, const Tensor& x, Tensor& y);
+// gelu's dx from its input on oneDNN (activation.cpp); float32.
+void gelu_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx);
 
 #include "kernels/backend_ops.inc"
 

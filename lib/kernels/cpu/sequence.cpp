@@ -4,8 +4,10 @@
 // with OpenMP and each output element is written by one thread in a fixed
 // order, so results do not depend on the thread count. The formulas of gelu
 // and of a layer-normalised row are element_math.h's, shared with CUDA.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -42,6 +44,7 @@ void activation_backward_from_input(Activation act, const Tensor& x, const Tenso
   DT_CHECK_EQ(x.numel(), dx.numel());
   DT_CHECK(act != Activation::kSoftmax, "softmax has no element-wise gradient");
   require_f32("activation_backward_from_input", {&x, &dy, &dx});
+  if (grad_from_input(act)) return gelu_backward(act, x, dy, dx);
   const float* px = x.data();
   const float* pdy = dy.data();
   float* pdx = dx.data();
@@ -81,14 +84,27 @@ void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor* gamma,
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) math::layer_norm_grad_row(px + r * d, pdy + r * d, g, pm[r], pr[r], d, pdx + r * d);
   if (!dgamma && !dbeta) return;
-  // Per column, summed over the rows in order.
+  // Column sums in chunks of rows (in parallel, reading rows contiguously), then
+  // the chunks' partial sums in chunk order: the same result for any thread count.
+  constexpr int64_t kChunkRows = 64;
+  const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+  std::vector<double> partial(static_cast<size_t>(chunks * 2 * d), 0.0);
 #pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double* sg = partial.data() + c * 2 * d;
+    double* sb = sg + d;
+    for (int64_t r = c * kChunkRows; r < std::min(rows, (c + 1) * kChunkRows); ++r)
+      for (int64_t j = 0; j < d; ++j) {
+        const float v = pdy[r * d + j];
+        sg[j] += v * (px[r * d + j] - pm[r]) * pr[r];
+        sb[j] += v;
+      }
+  }
   for (int64_t j = 0; j < d; ++j) {
     double sg = 0.0, sb = 0.0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float v = pdy[r * d + j];
-      sg += v * (px[r * d + j] - pm[r]) * pr[r];
-      sb += v;
+    for (int64_t c = 0; c < chunks; ++c) {
+      sg += partial[c * 2 * d + j];
+      sb += partial[c * 2 * d + d + j];
     }
     if (dgamma) dgamma->data()[j] = static_cast<float>(sg);
     if (dbeta) dbeta->data()[j] = static_cast<float>(sb);
