@@ -132,6 +132,15 @@ struct CkptExportOptions {
 };
 int ckpt_export_command(const CkptExportOptions& options);
 
+// `dtrain bench attention`: causal attention alone, forward + backward (bench_attention.cpp).
+struct BenchAttentionOptions {
+  long long batch = 1, heads = 4, head_dim = 32, seq = 512;
+  int threads = 2;
+  int steps = 20, warmup = 3;
+  bool json = false;
+};
+int bench_attention_command(const BenchAttentionOptions& options);
+
 // `dtrain generate --config F [--checkpoint DIR] --prompt TEXT ...`: text from a
 // trained byte-level language model (trainer/generate.h).
 struct GenerateCommandOptions {

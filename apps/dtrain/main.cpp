@@ -176,6 +176,18 @@ int main(int argc, char** argv) {
   ckpt_export_cmd->add_option("DIR", ckpt_export.dir, "Checkpoint, or checkpoint directory (newest good)")->required();
   ckpt_export_cmd->add_option("--to", ckpt_export.to, "Output .safetensors file")->required();
 
+  dtrain::app::BenchAttentionOptions bench_attention;
+  CLI::App* bench_attention_cmd = bench_cmd->add_subcommand(
+      "attention", "Causal attention alone (forward + backward): time and the peak memory it adds");
+  bench_attention_cmd->add_option("--seq", bench_attention.seq, "Sequence length")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--batch", bench_attention.batch, "Sequences")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--heads", bench_attention.heads, "Heads")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--head-dim", bench_attention.head_dim, "Values per head")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--threads", bench_attention.threads, "Compute threads")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--steps", bench_attention.steps, "Timed calls")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--warmup", bench_attention.warmup, "Untimed calls")->check(CLI::NonNegativeNumber);
+  bench_attention_cmd->add_flag("--json", bench_attention.json, "One JSON object");
+
   dtrain::app::GenerateCommandOptions generate;
   CLI::App* generate_cmd = app.add_subcommand(
       "generate", "Print text sampled from a trained byte-level language model (its newest good checkpoint)");
@@ -226,6 +238,7 @@ int main(int argc, char** argv) {
     if (bench_ps_cmd->parsed()) return dtrain::app::bench_ps_command(bench_ps, env);
     if (ckpt_inspect_cmd->parsed()) return dtrain::app::ckpt_inspect_command(ckpt_inspect);
     if (ckpt_export_cmd->parsed()) return dtrain::app::ckpt_export_command(ckpt_export);
+    if (bench_attention_cmd->parsed()) return dtrain::app::bench_attention_command(bench_attention);
     if (generate_cmd->parsed()) return dtrain::app::generate_command(generate);
     if (devices_cmd->parsed()) return dtrain::app::devices_command(devices_json);
     if (version_cmd->parsed()) return dtrain::app::version_command();

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""PyTorch reference for dtrain's GPT (configs/gpt_fortunes.json) on the CPU.
+
+What it measures
+    train: tokens per second of full training steps (gather a batch of
+        windows, forward, cross-entropy over every position, backward, AdamW
+        update) for the same model dtrain ships, in eager mode (or under
+        torch.compile with --compile), then the validation loss (nats per
+        byte) after those steps. The model: token and position embeddings of
+        width 128, 4 pre-norm blocks (LayerNorm eps 1e-5, causal self-attention
+        of 4 heads through F.scaled_dot_product_attention, exact GELU MLP of
+        width 512, residual adds), a final LayerNorm and a Linear to 256 bytes.
+        AdamW(lr 1e-3, weight_decay 0.01) over every parameter, as
+        torch.optim.AdamW(model.parameters()) does.
+    attention: one scaled_dot_product_attention(is_causal=True) forward and
+        backward on (batch, heads, seq, head_dim) float32 tensors: the mean
+        time and the peak memory it adds (ru_maxrss after it, less before it,
+        in a fresh process per sequence length).
+
+How it matches dtrain
+    * Same data: the fortunes corpus (Debian's fortunes, fortunes-min) read as
+      bytes, files in sorted order, names matching --exclude skipped, the last
+      10% of the bytes held out (int(0.1 * total), as dtrain's text reader).
+      Training windows of seq + 1 bytes start every --stride bytes of the
+      first part; validation windows every seq bytes of the last part.
+    * Each epoch a fresh permutation of the windows, batches of --batch, the
+      last incomplete batch dropped; the gather is inside the timed region.
+    * --warmup untimed steps, then --steps timed ones; tokens_per_sec is
+      steps * batch * seq / seconds. torch.set_num_threads(--threads).
+    * Initialisation: PyTorch's defaults (dtrain's are Keras'); it does not
+      change the speed, and the losses are compared after 1,500 steps.
+
+Output: one JSON line.
+Usage:
+    python bench/torch_gpt_reference.py train --threads 2 --steps 100 --warmup 5 [--compile] [--eval]
+    python bench/torch_gpt_reference.py attention --seq 512 --threads 2
+"""
+import argparse
+import fnmatch
+import glob
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_corpus(pattern, exclude):
+    data = bytearray()
+    for path in sorted(glob.glob(pattern)):
+        name = os.path.basename(path)
+        if any(fnmatch.fnmatch(name, e) for e in exclude) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            data += f.read()
+    return bytes(data)
+
+
+def windows(tokens, seq, stride):
+    starts = torch.arange(0, len(tokens) - seq, stride)
+    return starts
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, hidden):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width, eps=1e-5)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width, eps=1e-5)
+        self.fc = nn.Linear(width, hidden)
+        self.out = nn.Linear(hidden, width)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        shape = (b, t, self.heads, d // self.heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab, seq, width, heads, hidden, blocks):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Embedding(seq, width)
+        self.blocks = nn.ModuleList(Block(width, heads, hidden) for _ in range(blocks))
+        self.ln = nn.LayerNorm(width, eps=1e-5)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def train(args):
+    torch.manual_seed(args.seed)
+    corpus = read_corpus(args.corpus, args.exclude)
+    cut = len(corpus) - int(0.1 * len(corpus))
+    tokens = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
+    train_tokens, val_tokens = tokens[:cut], tokens[cut:]
+    starts = windows(train_tokens, args.seq, args.stride)
+    offsets = torch.arange(args.seq + 1)
+    model = Gpt(256, args.seq, args.width, args.heads, 4 * args.width, args.blocks)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    step_fn = model
+    if args.compile:
+        step_fn = torch.compile(model)
+    model.train()
+    order, position = torch.randperm(len(starts)), 0
+
+    def step():
+        nonlocal order, position
+        if position + args.batch > len(order):
+            order, position = torch.randperm(len(starts)), 0
+        idx = starts[order[position:position + args.batch]]
+        position += args.batch
+        chunk = train_tokens[idx[:, None] + offsets]
+        x, y = chunk[:, :-1], chunk[:, 1:]
+        loss = F.cross_entropy(step_fn(x).reshape(-1, 256), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    begin = time.perf_counter()
+    last = 0.0
+    for _ in range(args.steps):
+        last = step()
+    seconds = time.perf_counter() - begin
+    result = {"framework": "pytorch", "torch_version": torch.__version__, "mode": "compile" if args.compile else "eager",
+              "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+              "warmup": args.warmup, "seconds": seconds,
+              "tokens_per_sec": args.steps * args.batch * args.seq / seconds, "last_loss": last}
+    if args.eval:
+        model.eval()
+        vstarts = windows(val_tokens, args.seq, args.seq)
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(vstarts), 64):
+                chunk = val_tokens[vstarts[i:i + 64, None] + offsets]
+                logits = model(chunk[:, :-1])
+                total += F.cross_entropy(logits.reshape(-1, 256), chunk[:, 1:].reshape(-1), reduction="sum").item()
+                count += chunk[:, 1:].numel()
+        result["val_loss"] = total / count
+        result["val_bits_per_byte"] = total / count / math.log(2)
+    print(json.dumps(result))
+
+
+def attention(args):
+    torch.manual_seed(args.seed)
+    shape = (args.batch, args.heads, args.seq, args.head_dim)
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape)
+
+    def once():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)
+        q.grad = k.grad = v.grad = None
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    once()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(args.warmup):
+        once()
+    begin = time.perf_counter()
+    for _ in range(args.steps):
+        once()
+    seconds = (time.perf_counter() - begin) / args.steps
+    print(json.dumps({"framework": "pytorch", "torch_version": torch.__version__, "op": "sdpa causal fwd+bwd",
+                      "batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim,
+                      "threads": args.threads, "ms": seconds * 1e3, "peak_extra_mib": (peak - before) / 1024.0}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["train", "attention"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--stride", type=int, default=64)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--head-dim", type=int, default=32)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--eval", action="store_true")
+    p.add_argument("--corpus", default="/usr/share/games/fortunes/*")
+    p.add_argument("--exclude", nargs="*", default=["*.dat", "*.u8"])
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.what == "train":
+        train(args)
+    else:
+        attention(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
