@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "job/reference.h"
+#include "kernels/device.h"
 #include "launch/launcher.h"
 #include "plan/execution_plan.h"
 #include "runtime/run.h"
@@ -154,6 +155,9 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
 
 int generate_command(const GenerateCommandOptions& options) {
   const job::JobConfig job = load_job(options.job);
+  // One position at a time is a few small matmuls: one thread, unless asked
+  // (more threads mostly wait for each other, and spin on a busy machine).
+  kernels::set_num_threads(options.job.threads > 0 ? options.job.threads : 1);
   trainer::GenerateOptions o;
   o.checkpoint = options.checkpoint;
   o.prompt = options.prompt;

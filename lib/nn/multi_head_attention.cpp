@@ -160,12 +160,14 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
   // One query per (sample, head) against positions 0..position: softmax in double.
   Tensor o({n, hv});
   std::vector<double> p(static_cast<size_t>(position + 1));
+  const float* keys = key_cache_.data();
+  const float* values = value_cache_.data();
   for (int64_t b = 0; b < n; ++b)
     for (int64_t h = 0; h < heads_; ++h) {
       const float* qh = q.data() + b * hk + h * key_dim_;
       double top = -INFINITY, sum = 0.0;
       for (int64_t j = 0; j <= position; ++j) {
-        const float* kj = key_cache_.data() + (b * positions + j) * hk + h * key_dim_;
+        const float* kj = keys + (b * positions + j) * hk + h * key_dim_;
         double s = 0.0;
         for (int64_t c = 0; c < key_dim_; ++c) s += static_cast<double>(qh[c]) * kj[c];
         p[j] = s * attention_.scale;
@@ -176,7 +178,7 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
       for (int64_t c = 0; c < value_dim_; ++c) {
         double acc = 0.0;
         for (int64_t j = 0; j <= position; ++j)
-          acc += p[j] * value_cache_.data()[(b * positions + j) * hv + h * value_dim_ + c];
+          acc += p[j] * values[(b * positions + j) * hv + h * value_dim_ + c];
         oh[c] = static_cast<float>(acc / sum);
       }
     }
