@@ -12,6 +12,8 @@ What it measures
         width 512, residual adds), a final LayerNorm and a Linear to 256 bytes.
         AdamW(lr 1e-3, weight_decay 0.01) over every parameter, as
         torch.optim.AdamW(model.parameters()) does.
+    ddp: the same training under DistributedDataParallel, --ddp processes on
+        gloo over loopback, --threads each, the global batch split; tokens/s.
     attention: one scaled_dot_product_attention(is_causal=True) forward and
         backward on (batch, heads, seq, head_dim) float32 tensors: the mean
         time and the peak memory it adds (ru_maxrss after it, less before it,
@@ -34,6 +36,7 @@ Output: one JSON line.
 Usage:
     python bench/torch_gpt_reference.py train --threads 2 --steps 100 --warmup 5 [--compile] [--eval]
     python bench/torch_gpt_reference.py attention --seq 512 --threads 2
+    python bench/torch_gpt_reference.py ddp --ddp 2 --threads 1 --steps 30
 """
 import argparse
 import fnmatch
@@ -159,6 +162,57 @@ def train(args):
     print(json.dumps(result))
 
 
+def ddp_rank(rank, args, port, queue):
+    import torch.distributed as dist
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ddp)
+    torch.manual_seed(args.seed)
+    corpus = read_corpus(args.corpus, args.exclude)
+    tokens = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()[:len(corpus) - int(0.1 * len(corpus))]
+    starts = windows(tokens, args.seq, args.stride)
+    offsets = torch.arange(args.seq + 1)
+    model = torch.nn.parallel.DistributedDataParallel(
+        Gpt(256, args.seq, args.width, args.heads, 4 * args.width, args.blocks))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    local = args.batch // args.ddp
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def step():
+        idx = starts[torch.randint(len(starts), (args.batch,), generator=gen)][rank * local:(rank + 1) * local]
+        chunk = tokens[idx[:, None] + offsets]
+        loss = F.cross_entropy(model(chunk[:, :-1]).reshape(-1, 256), chunk[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier()
+    begin = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    dist.barrier()
+    seconds = time.perf_counter() - begin
+    if rank == 0:
+        queue.put({"framework": "pytorch", "torch_version": torch.__version__, "mode": "ddp", "workers": args.ddp,
+                   "threads_per_worker": args.threads, "global_batch": args.batch, "seq": args.seq,
+                   "steps": args.steps, "seconds": seconds,
+                   "tokens_per_sec": args.steps * args.batch * args.seq / seconds})
+    dist.destroy_process_group()
+
+
+def ddp(args):
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.spawn(ddp_rank, args=(args, port, queue), nprocs=args.ddp, join=True)
+    print(json.dumps(queue.get()))
+
+
 def attention(args):
     torch.manual_seed(args.seed)
     shape = (args.batch, args.heads, args.seq, args.head_dim)
@@ -186,7 +240,7 @@ def attention(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["train", "attention"])
+    p.add_argument("what", choices=["train", "ddp", "attention"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
@@ -201,6 +255,7 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--ddp", type=int, default=2, help="ddp: worker processes (gloo, localhost)")
     p.add_argument("--eval", action="store_true")
     p.add_argument("--corpus", default="/usr/share/games/fortunes/*")
     p.add_argument("--exclude", nargs="*", default=["*.dat", "*.u8"])
@@ -208,6 +263,8 @@ def main():
     torch.set_num_threads(args.threads)
     if args.what == "train":
         train(args)
+    elif args.what == "ddp":
+        ddp(args)
     else:
         attention(args)
 

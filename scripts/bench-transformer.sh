@@ -125,10 +125,17 @@ two=$("$py" - "$tmp/launch.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 rates = [t["train_samples_per_sec"] for t in s["tasks"].values() if isinstance(t, dict) and "train_samples_per_sec" in t]
-print(sum(rates) / len(rates) * 2 if rates else 0)
+print(sum(rates) / len(rates) if rates else 0)  # each task reports the global batch's rate
 PY
 )
-printf "1 worker: %.0f tokens/s; 2 workers: %.0f tokens/s; scaling %.2f\n" "$(echo "$one" | awk '{print $1 * 128}')" \
+printf "dtrain:  1 worker %.0f tokens/s; 2 workers %.0f tokens/s; scaling %.2f\n" "$(echo "$one" | awk '{print $1 * 128}')" \
   "$(echo "$two" | awk '{print $1 * 128}')" "$(echo "$two $one" | awk '{print ($2 > 0) ? $1 / $2 : 0}')"
+p1=$("$py" "$ref" train --threads 1 --steps "$steps" --warmup 5 2>/dev/null | tail -1 | field tokens_per_sec)
+j=$("$py" "$ref" ddp --ddp 2 --threads 1 --steps "$steps" --warmup 5 2>/dev/null | tail -1)
+echo "$j" >> "$out"
+p2=$(echo "$j" | field tokens_per_sec)
+printf "pytorch: 1 process %.0f tokens/s; DDP 2 processes %.0f tokens/s; scaling %.2f\n" "$p1" "$p2" \
+  "$(echo "$p2 $p1" | awk '{print $1 / $2}')"
+printf "2 workers, dtrain / pytorch DDP: %.2f\n" "$(echo "$two $p2" | awk '{print $1 * 128 / $2}')"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); raw results: $out"
