@@ -74,6 +74,7 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
     run.ps.num_workers = static_cast<int>(trainers.size());
     run.ps.worker_index =
         static_cast<int>(std::find(trainers.begin(), trainers.end(), task.name()) - trainers.begin());
+    run.ps.workers = trainers;
   }
 }
 

@@ -271,6 +271,10 @@ class WorkUnitSteps final : public StepSource {
       const std::string owner = store_.get(str("lost/", ++lost_seen_)).value_or("");
       if (owner.rfind("worker:", 0) != 0) continue;
       ++counts_.workers_lost;
+      const std::string task = owner.substr(0, owner.find('#'));
+      const auto& workers = options_.ps.workers;
+      if (const auto at = std::find(workers.begin(), workers.end(), task); at != workers.end())
+        lost_workers_.insert(static_cast<int>(at - workers.begin()));
       const int requeued = is_sync(job_) ? 0 : queue_.requeue_units_of(owner);
       counts_.requeued += requeued;
       log::warn("parameter_server: ", owner.substr(0, owner.find('#')), " was lost; ", requeued,
@@ -284,13 +288,21 @@ class WorkUnitSteps final : public StepSource {
   }
 
   // Whether unit `id` is done (sync: the ps tasks applied its rounds, with `now`
-  // steps done); its workers' sums into `stats` if so.
+  // steps done, and every worker not lost recorded its result); its workers'
+  // sums into `stats` if so. A sync worker records its result after its last
+  // push's reply, so the ps's step count passes the unit before the results are
+  // all there: counting the unit then dropped the late workers' losses from the
+  // step and epoch records.
   bool collect(int64_t id, int64_t now, nn::LossStats& stats) {
     if (is_sync(job_)) {
       const ps::WorkUnit u = queue_.unit(id);
       if (now < u.epoch * s_.plan.steps_per_epoch + u.end_step) return false;
-      for (int w = 0; w < options_.ps.num_workers; ++w)
-        if (const auto r = queue_.result(id, w)) stats.add(stats_of(*r));
+      std::vector<ps::UnitResult> results;
+      for (int w = 0; w < options_.ps.num_workers; ++w) {
+        if (const auto r = queue_.result(id, w)) results.push_back(*r);
+        else if (lost_workers_.count(w) == 0) return false;  // not recorded yet
+      }
+      for (const ps::UnitResult& r : results) stats.add(stats_of(r));
       return true;
     }
     const auto r = queue_.result(id);
@@ -309,6 +321,7 @@ class WorkUnitSteps final : public StepSource {
   int64_t lost_seen_;
   int64_t epoch_ = 0, epoch_samples_ = 0;
   std::set<int64_t> pending_;
+  std::set<int> lost_workers_;  // sync: worker indices lost (their results may never come)
   bool progressed_ = true;  // a unit finished in the last look: look again at once
   WorkUnitCounts counts_;
 };

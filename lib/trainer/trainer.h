@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "job/job_config.h"
 #include "plan/execution_plan.h"
@@ -54,6 +55,7 @@ struct RunOptions {
     std::string owner;                   // "worker:1#1": task and incarnation, owner of work units
     int worker_index = 0;                // among the training workers (sync: the data shard)
     int num_workers = 1;
+    std::vector<std::string> workers;    // the training workers' task names, by worker_index
   } ps;
 };
 

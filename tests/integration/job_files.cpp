@@ -27,6 +27,22 @@ nlohmann::json shrink(nlohmann::json job, int64_t train_take, int64_t test_take)
   return job;
 }
 
+// The generated corpus (7000 bytes of English in dir/corpus.txt) as data.train
+// and data.test: windows of 16 tokens at a stride of 8, the last 20% held out.
+nlohmann::json text_corpus_data(const TempDir& dir) {
+  std::string text;
+  const char* lines[] = {"The quick brown fox jumps over the lazy dog. ", "A stitch in time saves nine. ",
+                         "All that glitters is not gold; all who wander are not lost. ",
+                         "To be, or not to be, that is the question.\n"};
+  for (int i = 0; text.size() < 7000; ++i) text += lines[(i * 7 + i / 4) % 4];
+  const std::string corpus = dir.write("corpus.txt", text.substr(0, 7000));
+  auto source = [&](const std::string& subset) {
+    return nlohmann::json{{"format", "text"},      {"files", {corpus}},         {"sequence_length", 16},
+                          {"stride", 8},           {"validation_split", 0.2},  {"subset", subset}};
+  };
+  return {{"train", source("training")}, {"test", source("validation")}, {"shuffle_buffer", 1000}};
+}
+
 }  // namespace
 
 std::string write_job(const TempDir& dir, const nlohmann::json& job, const std::string& name) {
@@ -56,16 +72,7 @@ nlohmann::json small_cnn_job(int64_t train_take, int64_t test_take) {
 }
 
 nlohmann::json language_model_job(const TempDir& dir, int64_t epochs) {
-  std::string text;
-  const char* lines[] = {"The quick brown fox jumps over the lazy dog. ", "A stitch in time saves nine. ",
-                         "All that glitters is not gold; all who wander are not lost. ",
-                         "To be, or not to be, that is the question.\n"};
-  for (int i = 0; text.size() < 7000; ++i) text += lines[(i * 7 + i / 4) % 4];
-  const std::string corpus = dir.write("corpus.txt", text.substr(0, 7000));
-  auto source = [&](const std::string& subset) {
-    return nlohmann::json{{"format", "text"},      {"files", {corpus}},         {"sequence_length", 16},
-                          {"stride", 8},           {"validation_split", 0.2},  {"subset", subset}};
-  };
+  const nlohmann::json data = text_corpus_data(dir);
   return {{"model",
            {{"input_shape", {16, 1, 1}},
             {"layers",
@@ -73,8 +80,29 @@ nlohmann::json language_model_job(const TempDir& dir, int64_t epochs) {
               {{"type", "Conv2D"}, {"filters", 256}, {"kernel_size", 1}}}}}},
           {"loss", {{"type", "sparse_categorical_crossentropy"}, {"from_logits", true}}},
           {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
-          {"data", {{"train", source("training")}, {"test", source("validation")}, {"shuffle_buffer", 1000}}},
+          {"data", data},
           {"train", {{"epochs", epochs}, {"batch_size_per_replica", 16}, {"seed", 1}, {"log_every_steps", 5}}},
+          {"output", {{"dir", dir.file("out")}}}};
+}
+
+nlohmann::json tiny_gpt_job(const TempDir& dir, int64_t steps) {
+  const nlohmann::json block = {{"type", "TransformerDecoder"}, {"intermediate_dim", 32}, {"num_heads", 2},
+                                {"activation", "gelu"},         {"normalize_first", true}};
+  return {{"model",
+           {{"input_shape", {16}},
+            {"layers",
+             {{{"type", "TokenAndPositionEmbedding"}, {"vocabulary_size", 256}, {"sequence_length", 16},
+               {"embedding_dim", 16}},
+              block,
+              block,
+              {{"type", "LayerNormalization"}, {"epsilon", 1e-5}},
+              {{"type", "Dense"}, {"units", 256}}}}}},
+          {"loss", {{"type", "sparse_categorical_crossentropy"}, {"from_logits", true}}},
+          {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
+          {"data", text_corpus_data(dir)},
+          {"train",
+           {{"epochs", 1}, {"steps_per_epoch", steps}, {"batch_size_per_replica", 16}, {"seed", 1},
+            {"log_every_steps", 1}}},
           {"output", {{"dir", dir.file("out")}}}};
 }
 

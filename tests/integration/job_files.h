@@ -40,6 +40,13 @@ nlohmann::json small_cnn_job(int64_t train_take = 640, int64_t test_take = 200);
 // its own token: a bigram model); Adam, batch 16, output in dir/out.
 nlohmann::json language_model_job(const TempDir& dir, int64_t epochs = 2);
 
+// A tiny GPT on the same corpus: TokenAndPositionEmbedding (vocabulary 256,
+// sequence 16, width 16), two pre-norm TransformerDecoder blocks (intermediate
+// 32, 2 heads, gelu), LayerNormalization and Dense(256): (16, 256) logits per
+// sample. Adam, batch 16, one epoch of `steps` steps, a loss record every step,
+// output in dir/out.
+nlohmann::json tiny_gpt_job(const TempDir& dir, int64_t steps = 12);
+
 // A multi_worker_mirrored MLP job on 4096 samples for checkpoint tests: 3 epochs
 // of 32 steps at a global batch of 128 (128 / workers per replica), a checkpoint
 // every 10 steps into dir/ckpt, output in dir/out.

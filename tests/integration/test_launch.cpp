@@ -24,6 +24,7 @@
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
 #include "launch/process.h"
+#include "support/free_port.h"
 
 extern char** environ;
 
@@ -173,18 +174,7 @@ bool starts_with_any(const std::string& line, const std::vector<std::string>& pr
   return false;
 }
 
-// A free loopback port (free when this returns; the kernel rarely hands it out again soon).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_port;
 
 nlohmann::json job_with_cluster(const TempDir& tmp, const nlohmann::json& cluster) {
   nlohmann::json job = small_mlp_job(1024, 256);

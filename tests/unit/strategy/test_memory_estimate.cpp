@@ -119,6 +119,61 @@ TEST_CASE("mixed_bfloat16 halves the layers' activations and adds the kernels' c
   CHECK(e.backward_buffers == 32 * 128 * 2 + 32 * 128 * 2 + 32 * 10 * 2 + 32 * 10 * 4);
 }
 
+namespace {
+
+// A tiny GPT over `t` byte tokens: TokenAndPositionEmbedding (256, t, 16), two
+// pre-norm TransformerDecoder blocks (intermediate 32, 2 heads of 8, gelu),
+// LayerNormalization, Dense(256); adam, batch 16.
+job::JobConfig gpt_job(int64_t t) {
+  const std::string block =
+      R"({"type": "TransformerDecoder", "intermediate_dim": 32, "num_heads": 2, "activation": "gelu",
+          "normalize_first": true})";
+  return job::parse_job_config(R"({
+    "model": {"input_shape": [)" + std::to_string(t) + R"(], "layers": [
+      {"type": "TokenAndPositionEmbedding", "vocabulary_size": 256, "sequence_length": )" + std::to_string(t) +
+                                   R"(, "embedding_dim": 16},
+      )" + block + ", " + block + R"(,
+      {"type": "LayerNormalization", "epsilon": 1e-5}, {"type": "Dense", "units": 256}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": "adam",
+    "data": {"train": {"format": "synthetic", "shape": [)" + std::to_string(t) + R"(], "classes": 256, "count": 64}},
+    "train": {"batch_size_per_replica": 16}})",
+                               "job.json");
+}
+
+}  // namespace
+
+TEST_CASE("a tiny GPT: attention's q, k, v, output and log-sum-exp counted, no (T, T) scores", "[memory]") {
+  const strategy::MemoryEstimate e = strategy::estimate_memory(plan::memory_query(gpt_job(16), 1));
+  // Bytes of one float per position of the batch: 16 samples x 16 tokens.
+  constexpr int64_t row = 16 * 16 * 4;
+  constexpr int64_t d = 16, heads = 2, key_dim = 8, ff = 32, vocab = 256;
+  // Layer norm: y, each position's mean and 1/std; dx.
+  constexpr int64_t norm_fwd = row * d + 2 * row, norm_bwd = row * d;
+  // Attention: q, k, v and its output (N, T, heads, 8), the log-sum-exp (N, heads, T), y;
+  // backward their gradients, dx and the part of dx from each projection.
+  constexpr int64_t attention_fwd = row * heads * 3 * key_dim + row * heads * key_dim + row * heads + row * d;
+  constexpr int64_t attention_bwd = row * heads * 3 * key_dim + row * heads * key_dim + 2 * row * d;
+  // Feed-forward: the gelu Dense keeps its output and the value before gelu; its dx and dpre.
+  constexpr int64_t ff_fwd = 2 * row * ff + row * d, ff_bwd = row * d + row * ff + row * ff;
+  // Each residual block keeps its sum and makes dx.
+  constexpr int64_t block_fwd = norm_fwd + attention_fwd + row * d + norm_fwd + ff_fwd + row * d;
+  constexpr int64_t block_bwd = norm_bwd + attention_bwd + row * d + norm_bwd + ff_bwd + row * d;
+  REQUIRE(e.layers.size() == 5);
+  CHECK(e.layers[1].name == "transformer_decoder");
+  CHECK(e.layers[1].activation_bytes == block_fwd);
+  CHECK(e.layers[1].backward_bytes == block_bwd);
+  CHECK(e.layers[1].activation_bytes + e.layers[1].backward_bytes == 470 * 1024);  // validate's "470.0 KiB"
+  // The input ids; the embedding's output, its token part and its position ids; the
+  // blocks; the last norm; the logits. Backward: no gradient below the embedding.
+  CHECK(e.activations == row + (2 * row * d + row) + 2 * block_fwd + norm_fwd + row * vocab);
+  CHECK(e.backward_buffers == 2 * block_bwd + norm_bwd + row * d + row * vocab);
+  // Every buffer grows with the sequence, none with its square.
+  const strategy::MemoryEstimate longer = strategy::estimate_memory(plan::memory_query(gpt_job(32), 1));
+  CHECK(longer.activations == 2 * e.activations);
+  CHECK(longer.backward_buffers == 2 * e.backward_buffers);
+}
+
 TEST_CASE("local replicas each hold everything; central_storage adds a central copy", "[memory]") {
   const job::JobConfig mirrored = mlp_job(R"(, "strategy": {"type": "mirrored", "replicas": 2})");
   const strategy::MemoryEstimate m = strategy::estimate_memory(plan::memory_query(mirrored, 1));

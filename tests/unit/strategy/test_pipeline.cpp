@@ -19,6 +19,7 @@
 #include "rendezvous/store.h"
 #include "strategy/pipeline.h"
 #include "strategy/pipeline_links.h"
+#include "strategy/pipeline_profile.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/registry.h"
 #include "support/gloo_rank.h"
@@ -308,4 +309,25 @@ TEST_CASE("pipeline: bad stage lists and micro-batch counts are ConfigErrors wit
   // Balanced split: the heavy layer stands alone.
   const strategy::StageSplit split = strategy::balanced_split({1, 1, 10, 1, 1}, 3, "test");
   CHECK(split.starts == std::vector<size_t>{0, 2, 3});
+}
+
+TEST_CASE("pipeline: auto's profiler times a language model, whose embedding takes only token ids") {
+  // The profiler's batch once held uniform floats in [0, 1), which an Embedding
+  // refuses ("token id 0.36819 ... is not an integer"): stages "auto" failed for
+  // every model that begins with one.
+  const job::JobConfig job = job::parse_job_config(R"({
+    "strategy": {"type": "pipeline", "stages": "auto"},
+    "model": {"input_shape": [8], "layers": [
+      {"type": "TokenAndPositionEmbedding", "vocabulary_size": 16, "sequence_length": 8, "embedding_dim": 8},
+      {"type": "TransformerDecoder", "intermediate_dim": 16, "num_heads": 2, "normalize_first": true},
+      {"type": "Dense", "units": 16}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": "adam",
+    "data": {"train": {"format": "synthetic", "shape": [8], "count": 16, "classes": 16}},
+    "train": {"batch_size_per_replica": 8}})",
+                                                   "job.json");
+  std::vector<double> seconds;
+  REQUIRE_NOTHROW(seconds = strategy::measure_layer_seconds(job.strategy_job(), 2, 1));
+  REQUIRE(seconds.size() == 3);
+  for (double s : seconds) CHECK(s > 0.0);
 }
