@@ -219,7 +219,7 @@ OutputSpec read_output(const Value& value) {
   output.tensorboard = r.get_bool("tensorboard", output.tensorboard);
   output.trace = r.get_bool("trace", output.trace);
   if (output.trace && output.dir.empty())
-    value.fail("trace: true needs output.dir, where trace.json is written; set output.dir");
+    r.fail("trace", "true needs output.dir, where trace.json is written; set output.dir");
   r.finish();
   return output;
 }

@@ -49,7 +49,7 @@ TEST_CASE("a 2-worker trace: a process per task, an all-reduce per bucket per st
                             Contains("worker:1: 20 steps, 3 bucket(s) per step") && Contains("trace ok"));
 }
 
-TEST_CASE("one task alone writes trace.json; output.trace needs output.dir") {
+TEST_CASE("one task alone writes trace.json, output.trace needs output.dir") {
   TempDir dir;
   json job = traced_job(dir, 5);
   job["strategy"] = {{"type", "one_device"}};

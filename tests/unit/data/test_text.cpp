@@ -68,7 +68,7 @@ std::string error_of(const DataSourceSpec& spec) {
 
 }  // namespace
 
-TEST_CASE("text: windows of sequence_length + 1 bytes; the labels are the tokens shifted by one") {
+TEST_CASE("text: windows of sequence_length + 1 bytes, the labels are the tokens shifted by one") {
   TempDir dir;
   const Dataset ds = load_dataset(text_spec({dir.write("a.txt", "abcdefghij")}, 3));
   REQUIRE(ds.count == 3);  // windows at 0, 3, 6 (the one at 9 would need 4 bytes)
@@ -85,7 +85,7 @@ TEST_CASE("text: windows of sequence_length + 1 bytes; the labels are the tokens
   CHECK(probe_dataset(text_spec({dir.file("a.txt")}, 3)).count == 3);
 }
 
-TEST_CASE("text: the stride sets the windows' starts; the corpus is held once however small it is") {
+TEST_CASE("text: the stride sets the windows' starts, the corpus is held once however small it is") {
   TempDir dir;
   const std::string text = distinct_bytes(100);
   const Dataset ds = load_dataset(text_spec({dir.write("a.txt", text)}, 8, 1));
@@ -165,7 +165,7 @@ TEST_CASE("text: take keeps the first windows") {
   CHECK_THROWS(ds.copy_sample(3, std::vector<float>(4).data()));
 }
 
-TEST_CASE("text: batches carry T labels per sample; shards and shuffles keep them with their samples") {
+TEST_CASE("text: batches carry T labels per sample, shards and shuffles keep them with their samples") {
   TempDir dir;
   const std::string text = distinct_bytes(120);
   auto ds = std::make_shared<Dataset>(load_dataset(text_spec({dir.write("a.txt", text)}, 5, 2)));

@@ -153,7 +153,7 @@ TEST_CASE("layer norm and gelu follow their formulas, and their gradients finite
   }
 }
 
-TEST_CASE("the embedding gathers rows by id and adds gradients back per id; a bad id is an IoError") {
+TEST_CASE("the embedding gathers rows by id and adds gradients back per id, a bad id is an IoError") {
   const Tensor table = random_tensor({5, 3}, 12);
   Tensor ids({4});
   const float id_values[] = {2, 0, 2, 4};

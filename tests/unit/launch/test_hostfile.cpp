@@ -51,7 +51,7 @@ std::string drain(UniqueFd fd) {
 
 }  // namespace
 
-TEST_CASE("a hostfile lists hosts with slots; comments, blank lines and users are allowed", "[hostfile]") {
+TEST_CASE("a hostfile lists hosts with slots, comments, blank lines and users are allowed", "[hostfile]") {
   test::TempDir dir;
   const auto hosts = read_hostfile(write_hostfile(dir, "# the job's hosts\n\nnode1 slots=2\n  deploy@node2   # one slot\nnode3 slots=3\n"));
   REQUIRE(hosts.size() == 3);

@@ -174,7 +174,7 @@ TEST_CASE("a tiny GPT: attention's q, k, v, output and log-sum-exp counted, no (
   CHECK(longer.backward_buffers == 2 * e.backward_buffers);
 }
 
-TEST_CASE("local replicas each hold everything; central_storage adds a central copy", "[memory]") {
+TEST_CASE("local replicas each hold everything, central_storage adds a central copy", "[memory]") {
   const job::JobConfig mirrored = mlp_job(R"(, "strategy": {"type": "mirrored", "replicas": 2})");
   const strategy::MemoryEstimate m = strategy::estimate_memory(plan::memory_query(mirrored, 1));
   CHECK(m.local_replicas == 2);

@@ -157,7 +157,7 @@ TEST_CASE("pipeline: 2 and 4 stages, both schedules, equal one_device step by st
   }
 }
 
-TEST_CASE("pipeline: loss scaling gives one_device's accumulation bit for bit; an inf skips the step on every stage") {
+TEST_CASE("pipeline: loss scaling gives one_device's accumulation bit for bit, an inf skips the step on every stage") {
   // Step 2's batch holds an inf (the first stage's gradients become NaN, the
   // last stage's too); both runs skip that step and halve the scale.
   constexpr int64_t kScaledSteps = 6, kPoisoned = 2;
@@ -222,7 +222,7 @@ TEST_CASE("pipeline: 2 stages x 2 data-parallel copies equal one_device on both 
   CHECK(runs[0].hash == runs[3].hash);
 }
 
-TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flight; gpipe keeps all") {
+TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flight, gpipe keeps all") {
   // Observed through the peak of held inputs on each stage after a step, and in
   // the measured bytes of the step's tensors.
   std::map<std::string, std::vector<strategy::PipelineStats>> stats_of;

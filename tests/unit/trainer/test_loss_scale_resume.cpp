@@ -12,7 +12,7 @@
 
 using namespace dtrain;
 
-TEST_CASE("checkpoints keep the loss scale and its counters; a resumed run continues with them") {
+TEST_CASE("checkpoints keep the loss scale and its counters, a resumed run continues with them") {
   test::TempDir dir;
   job::JobConfig job = test::tiny_dense_job("one_device");
   job.checkpoint.dir = dir.path();
