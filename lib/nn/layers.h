@@ -223,4 +223,11 @@ class Residual : public Layer {
   Tensor sum_, y_, dsum_, dx_;
 };
 
+// A stack of layers run in order (a Residual branch, a TransformerDecoder's
+// blocks): forward returns the last output (x itself for an empty stack);
+// backward returns the stack's input gradient (undefined when !need_dx). A
+// layer's own dx is needed when a layer before it, or the stack's input, needs it.
+Tensor forward_branch(Residual::Branch& branch, const Tensor& x, const StepContext& ctx);
+Tensor backward_branch(Residual::Branch& branch, const Tensor& dy, bool need_dx);
+
 }  // namespace dtrain::nn

@@ -12,7 +12,6 @@
 #include "nn/layers.h"
 
 namespace dtrain::nn {
-namespace {
 
 Tensor forward_branch(Residual::Branch& branch, const Tensor& x, const StepContext& ctx) {
   Tensor h = x;
@@ -20,15 +19,11 @@ Tensor forward_branch(Residual::Branch& branch, const Tensor& x, const StepConte
   return h;
 }
 
-// The branch's input gradient (undefined when !need_dx). A layer's own dx is
-// needed when a layer before it in the branch, or the block's input, needs it.
 Tensor backward_branch(Residual::Branch& branch, const Tensor& dy, bool need_dx) {
   Tensor g = dy;
   for (size_t i = branch.size(); i-- > 0;) g = branch[i]->run_backward(g, need_dx || i > 0);
   return g;
 }
-
-}  // namespace
 
 Residual::Residual(const std::string& name, const Shape& input, Branch layers, Branch shortcut,
                    Activation act)

@@ -57,17 +57,9 @@ TransformerDecoder::TransformerDecoder(const std::string& name, const Shape& inp
                                        std::vector<std::unique_ptr<Layer>> stack)
     : Layer(name, "TransformerDecoder", input, input), stack_(std::move(stack)) {}
 
-Tensor TransformerDecoder::forward(const Tensor& x, const StepContext& ctx) {
-  Tensor h = x;
-  for (auto& layer : stack_) h = layer->run_forward(h, ctx);
-  return h;
-}
+Tensor TransformerDecoder::forward(const Tensor& x, const StepContext& ctx) { return forward_branch(stack_, x, ctx); }
 
-Tensor TransformerDecoder::backward(const Tensor& dy, bool need_dx) {
-  Tensor g = dy;
-  for (size_t i = stack_.size(); i-- > 0;) g = stack_[i]->run_backward(g, need_dx || i > 0);
-  return g;
-}
+Tensor TransformerDecoder::backward(const Tensor& dy, bool need_dx) { return backward_branch(stack_, dy, need_dx); }
 
 std::vector<Param*> TransformerDecoder::params() {
   std::vector<Param*> out;
