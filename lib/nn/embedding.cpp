@@ -1,8 +1,8 @@
-// Embedding and keras_hub's TokenAndPositionEmbedding: token ids (held as
-// floats, (T)) to rows of a table, (T, D), on kernels::embedding_* (a gather
-// forward, a scatter-add backward). The position table of
-// TokenAndPositionEmbedding goes through the same kernels with the ids
-// 0..T-1. Their registry entries (layer_registry.h) close the file.
+// Embedding, keras_hub's TokenAndPositionEmbedding and PositionEmbedding: token
+// ids (held as floats, (T)) to rows of a table, (T, D), on kernels::embedding_*
+// (a gather forward, a scatter-add backward). Position tables go through the
+// same kernels with the ids 0..T-1. Their registry entries (layer_registry.h)
+// close the file.
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
@@ -23,6 +23,22 @@ void require_tokens(const LayerSpec& spec, const std::string& name, const Shape&
   if (input.size() != 1)
     throw ConfigError(str(layer_where(spec, name), ": expects token ids (time,), got ", shape_str(input),
                           "; it must be the model's first layer, with input_shape [sequence_length]"));
+}
+
+// The ids 0..T-1 for each of n samples, (n, T), on `device`; kept in `cache` while n holds.
+const Tensor& position_ids(Tensor& cache, int64_t n, int64_t t, const Device& device) {
+  if (cache.defined() && cache.dim(0) == n) return cache;
+  Tensor host({n, t});
+  for (int64_t i = 0; i < n * t; ++i) host.data()[i] = static_cast<float>(i % t);
+  cache = host.to(device);
+  return cache;
+}
+
+// A position past the table's rows, when generating.
+void check_position(const std::string& layer, int64_t position, int64_t rows) {
+  if (position >= rows)
+    throw ConfigError(str(layer, ": position ", position, " is past sequence_length ", rows,
+                          "; generate at most that many tokens in all (prompt included)"));
 }
 
 }  // namespace
@@ -78,22 +94,13 @@ LayerBuffers TokenAndPositionEmbedding::buffers(int64_t rows, DType dtype, bool 
   return {out * 2 + input_bytes(rows, DType::kF32), need_dx ? input_bytes(rows, DType::kF32) : 0};
 }
 
-const Tensor& TokenAndPositionEmbedding::position_ids(int64_t n) {
-  const int64_t t = input_shape()[0];
-  if (position_ids_.defined() && position_ids_.dim(0) == n) return position_ids_;
-  Tensor host({n, t});
-  for (int64_t i = 0; i < n * t; ++i) host.data()[i] = static_cast<float>(i % t);
-  position_ids_ = host.to(device());
-  return position_ids_;
-}
-
 Tensor TokenAndPositionEmbedding::forward(const Tensor& x, const StepContext& ctx) {
   const int64_t n = x.dim(0);
   ids_ = x;
   Tensor& y = reuse(y_, n, output_shape());
   Tensor& positions = reuse(scratch_, n, output_shape());
   kernels::embedding_forward(x, tokens_.value, y);
-  kernels::embedding_forward(position_ids(n), positions_.value, positions);
+  kernels::embedding_forward(position_ids(position_ids_, n, input_shape()[0], device()), positions_.value, positions);
   kernels::axpy(1.0f, positions, y);
   return y;
 }
@@ -102,7 +109,7 @@ Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
   const int64_t n = dy.dim(0);
   kernels::embedding_backward(ids_, dy, tokens_.grad);
   // Rows of the position table past T get no gradient (they are zeroed by the kernel).
-  kernels::embedding_backward(position_ids(n), dy, positions_.grad);
+  kernels::embedding_backward(position_ids(position_ids_, n, input_shape()[0], device()), dy, positions_.grad);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
   dx.zero();
@@ -111,15 +118,55 @@ Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
 
 Tensor TokenAndPositionEmbedding::decode(const Tensor& ids, int64_t position) {
   const int64_t n = ids.numel(), d = output_shape()[1];
-  if (position >= positions_.value.dim(0))
-    throw ConfigError(str(name(), ": position ", position, " is past sequence_length ", positions_.value.dim(0),
-                          "; generate at most that many tokens in all (prompt included)"));
+  check_position(name(), position, positions_.value.dim(0));
   Tensor y({n, d}, device());
   kernels::embedding_forward(ids, tokens_.value, y);
   const Tensor row = positions_.value.flat_slice(position * d, d);
   for (int64_t i = 0; i < n; ++i) {
     Tensor yi = y.flat_slice(i * d, d);
     kernels::axpy(1.0f, row, yi);
+  }
+  return y;
+}
+
+PositionEmbedding::PositionEmbedding(const std::string& name, const Shape& input, int64_t sequence_length)
+    : Layer(name, "PositionEmbedding", input, input) {
+  const int64_t d = input[1];
+  positions_ = {name + "/embeddings", Tensor({sequence_length, d}), Tensor({sequence_length, d})};
+}
+
+void PositionEmbedding::initialize(Rng& rng) {
+  glorot_uniform(positions_.value, positions_.value.dim(0), positions_.value.dim(1), rng);
+}
+
+LayerBuffers PositionEmbedding::buffers(int64_t rows, DType dtype, bool need_dx) const {
+  return {output_bytes(rows, DType::kF32), need_dx ? input_bytes(rows, DType::kF32) : 0};
+}
+
+Tensor PositionEmbedding::forward(const Tensor& x, const StepContext& ctx) {
+  const int64_t n = x.dim(0);
+  Tensor& y = reuse(y_, n, output_shape());
+  kernels::embedding_forward(position_ids(position_ids_, n, input_shape()[0], device()), positions_.value, y);
+  return y;
+}
+
+Tensor PositionEmbedding::backward(const Tensor& dy, bool need_dx) {
+  const int64_t n = dy.dim(0);
+  kernels::embedding_backward(position_ids(position_ids_, n, input_shape()[0], device()), dy, positions_.grad);
+  if (!need_dx) return {};
+  Tensor& dx = reuse(dx_, n, input_shape());
+  dx.zero();  // the output does not depend on the input's values
+  return dx;
+}
+
+Tensor PositionEmbedding::decode(const Tensor& x, int64_t position) {
+  const int64_t n = x.dim(0), d = input_shape()[1];
+  check_position(name(), position, positions_.value.dim(0));
+  Tensor y({n, d}, device());
+  const Tensor row = positions_.value.flat_slice(position * d, d);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor yi = y.flat_slice(i * d, d);
+    yi.copy_from(row);
   }
   return y;
 }
@@ -170,6 +217,33 @@ const LayerType& token_and_position_embedding_layer_type() {
                                 " tokens but sequence_length ", o.sequence_length,
                                 "; make sequence_length at least the model's input length"));
         return std::make_unique<TokenAndPositionEmbedding>(ctx.name, input, o);
+      },
+      nullptr};
+  return type;
+}
+
+const LayerType& position_embedding_layer_type() {
+  static const LayerType type{
+      "PositionEmbedding",
+      "keras_hub's: a learned position table, glorot_uniform; `(time, features)` -> the table's first `time` "
+      "rows (the input's values are not used); add it to its input with a `Residual`, as a Keras model does with "
+      "`Add`",
+      {{"sequence_length", "the longest sequence: positions 0 .. sequence_length - 1 (required, >= 1)"}},
+      [](config::Section& r) {
+        auto o = std::make_shared<PositionEmbeddingOptions>();
+        o->sequence_length = r.require_int("sequence_length", 1);
+        return o;
+      },
+      [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
+        const auto& o = spec.options_as<PositionEmbeddingOptions>();
+        if (input.size() != 2)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": expects a sequence (time, features), got ",
+                                shape_str(input), "; put it after an Embedding"));
+        if (input[0] > o.sequence_length)
+          throw ConfigError(str(layer_where(spec, ctx.name), ": sequences of ", input[0],
+                                " positions but sequence_length ", o.sequence_length,
+                                "; make sequence_length at least the model's input length"));
+        return std::make_unique<PositionEmbedding>(ctx.name, input, o.sequence_length);
       },
       nullptr};
   return type;

@@ -1,7 +1,8 @@
 // Implementation of keras_model.h on nlohmann/json: one rule table per Keras
 // layer class (the options copied into dtrain's layer, and those accepted only
-// at their "not used" value), the input shape, and the chain check for
-// Functional models.
+// at their "not used" value), the input shape, the call options
+// (MultiHeadAttention's use_causal_mask), and Functional models' graphs through
+// keras_graph.h.
 #include "nn/keras_model.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "nn/keras_graph.h"
 
 namespace dtrain::nn {
 namespace {
@@ -30,6 +32,7 @@ const std::map<std::string, std::string> kInitializers = {
     {"kernel_initializer", "GlorotUniform"}, {"bias_initializer", "Zeros"},
     {"beta_initializer", "Zeros"},           {"gamma_initializer", "Ones"},
     {"moving_mean_initializer", "Zeros"},    {"moving_variance_initializer", "Ones"},
+    {"embeddings_initializer", "RandomUniform"}, {"initializer", "GlorotUniform"},
 };
 
 const std::map<std::string, KerasRule>& rules() {
@@ -46,6 +49,14 @@ const std::map<std::string, KerasRule>& rules() {
       {"Flatten", {{}, {}, {}}},
       {"Dropout", {{"rate"}, {}, {}}},
       {"Activation", {{"activation"}, {}, {}}},
+      {"Embedding", {{"input_dim", "output_dim"}, {{"mask_zero", false}}, {"embeddings_initializer"}}},
+      {"PositionEmbedding", {{"sequence_length"}, {}, {"initializer"}}},
+      {"LayerNormalization",
+       {{"epsilon", "center", "scale"}, {{"rms_scaling", false}}, {"beta_initializer", "gamma_initializer"}}},
+      {"MultiHeadAttention",
+       {{"num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape"},
+        {{"use_gate", false}, {"softmax_robust_masking", false}},
+        {"kernel_initializer", "bias_initializer"}}},
       {"BatchNormalization",
        {{"momentum", "epsilon", "center", "scale"},
         {{"renorm", false}, {"synchronized", false}},
@@ -57,7 +68,8 @@ const std::map<std::string, KerasRule>& rules() {
 // Keys every layer config may hold and that say nothing dtrain must act on.
 const std::set<std::string> kIgnored = {"name", "trainable", "dtype", "data_format", "seed", "noise_shape",
                                         "renorm_momentum", "renorm_clipping", "fused", "virtual_batch_size",
-                                        "adjustment", "build_config"};
+                                        "adjustment", "build_config", "input_length", "attention_axes",
+                                        "query_shape", "key_shape", "value_shape"};
 
 // How a JSON value is shown in messages: its text, cut short ("[2,2]", "3", "null").
 std::string shown(const Json& j) { return printable(j.dump(), 60); }
@@ -85,9 +97,6 @@ std::string text_of(const Json* o, const char* key) {
   const Json* v = o ? member(*o, key) : nullptr;
   return v && v->is_string() ? v->get<std::string>() : std::string();
 }
-
-// Keras' inbound_nodes hold a few levels of lists and objects; deeper is not Keras'.
-constexpr int kMaxNodeDepth = 32;
 
 class Translator {
  public:
@@ -124,42 +133,103 @@ class Translator {
         fail_here(str("has ", type ? str("a class_name that is ", described(*type)) : std::string("no class_name"),
                       "; expected the layer's Keras class, such as \"Dense\""));
     }
-    if (cls != "Sequential") check_chain(config, layers);
 
     Json out{{"layers", Json::array()}};
-    Json input_shape;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const Json& layer = layers[i];
-      where_ = str("config.layers[", i, "]");
-      const std::string type = layer["class_name"].get<std::string>();
-      const Json* options_json = member(layer, "config");
-      const Json& options = options_json && options_json->is_object() ? *options_json : empty_object();
-      where_ += str(" (", printable(type), " '", printable(text_of(&options, "name")), "')");
-      if (type == "InputLayer") {
-        if (i != 0) fail_here("an InputLayer after the first layer is not a linear model");
-        input_shape = batch_shape(options, {"batch_shape", "batch_input_shape"});
-        check_input_options(options);
-        continue;
-      }
-      if (input_shape.is_null() && i == 0) {
-        input_shape = batch_shape(options, {"batch_input_shape", "batch_shape"});
-        if (input_shape.is_null() && layer.contains("build_config"))
-          input_shape = batch_shape(layer["build_config"], {"input_shape"});
-      }
-      if (!input_shape.is_null() && rank_ == 0) rank_ = static_cast<int64_t>(input_shape.size());
-      out["layers"].push_back(translate(type, options));
-      if (type == "Flatten" || type == "GlobalAveragePooling2D") rank_ = 1;
+    if (cls == "Sequential") {
+      for (size_t i = 0; i < layers.size(); ++i) add_layer(layers, i, out["layers"]);
+    } else {
+      add_items(keras::read_functional_graph(config, layers, str("model.keras_json: '", printable(file_, 256), "'")),
+                layers, out["layers"]);
     }
-    if (input_shape.is_null()) input_shape = batch_shape(config, {"build_input_shape"});
-    if (input_shape.is_null())
+    if (input_shape_.is_null()) input_shape_ = batch_shape(config, {"build_input_shape"});
+    if (input_shape_.is_null())
       fail("config.layers[0]", "gives no input shape (no InputLayer, batch_shape or build_input_shape): build the "
                                "model with keras.Input(shape=...) before to_json()");
-    out["input_shape"] = input_shape;
+    out["input_shape"] = input_shape_;
     if (out["layers"].empty()) fail("config.layers", "has only an InputLayer");
+    const std::string first = out["layers"][0]["type"].get<std::string>();
+    if (token_input_ && first != "Embedding")
+      fail("config.layers[0]", str("takes integer token ids, but the model starts with ", first,
+                                   "; dtrain reads token ids into an Embedding first"));
     return out;
   }
 
  private:
+  // config.layers[i] as dtrain's layer, appended to `out` (an InputLayer only gives the input shape).
+  void add_layer(const Json& layers, size_t i, Json& out) {
+    const Json& layer = layers[i];
+    where_ = str("config.layers[", i, "]");
+    const std::string type = layer["class_name"].get<std::string>();
+    const Json* options_json = member(layer, "config");
+    const Json& options = options_json && options_json->is_object() ? *options_json : empty_object();
+    where_ += str(" (", printable(type), " '", printable(text_of(&options, "name")), "')");
+    if (type == "InputLayer") {
+      if (i != 0) fail_here("an InputLayer after the first layer is not a linear model");
+      input_shape_ = batch_shape(options, {"batch_shape", "batch_input_shape"});
+      check_input_options(options);
+      return;
+    }
+    if (type == "Add") fail_here("an Add joins two tensors: only a Functional model has one");
+    if (input_shape_.is_null() && i == 0) {
+      input_shape_ = batch_shape(options, {"batch_input_shape", "batch_shape"});
+      if (input_shape_.is_null() && layer.contains("build_config"))
+        input_shape_ = batch_shape(layer["build_config"], {"input_shape"});
+    }
+    if (!input_shape_.is_null() && rank_ == 0) rank_ = static_cast<int64_t>(input_shape_.size());
+    Json translated = translate(type, options);
+    check_call(type, keras::call_kwargs(layer), translated);
+    out.push_back(std::move(translated));
+    if (type == "Flatten" || type == "GlobalAveragePooling2D") rank_ = 1;
+    if (type == "Embedding") ++rank_;
+  }
+
+  // A Functional model's steps: layers, and Residual blocks (named as the Add that closes them).
+  void add_items(const std::vector<keras::GraphItem>& items, const Json& layers, Json& out) {
+    for (const keras::GraphItem& item : items) {
+      if (!item.residual) {
+        add_layer(layers, item.layer, out);
+        continue;
+      }
+      where_ = str("config.layers[", item.layer, "] (Add '", printable(keras::layer_name(layers[item.layer])), "')");
+      const Json* options = member(layers[item.layer], "config");
+      if (options) check_add_options(*options);
+      Json block{{"type", "Residual"}, {"name", keras::layer_name(layers[item.layer])}, {"layers", Json::array()}};
+      const int64_t rank = rank_;
+      add_items(item.layers, layers, block["layers"]);
+      const int64_t rank_after = rank_;
+      rank_ = rank;
+      if (!item.shortcut.empty()) {
+        block["shortcut"] = Json::array();
+        add_items(item.shortcut, layers, block["shortcut"]);
+      }
+      rank_ = rank_after;
+      out.push_back(std::move(block));
+    }
+  }
+
+  void check_add_options(const Json& o) const {
+    if (!o.is_object()) return;
+    for (const auto& [key, value] : o.items())
+      if (key != "name" && key != "trainable" && key != "dtype" && !value.is_null())
+        fail_here(str("option '", printable(key), "' = ", shown(value), " is not supported by dtrain's Residual"));
+    check_dtype(o);
+  }
+
+  // The options the layer was called with: MultiHeadAttention's use_causal_mask becomes
+  // its option; the query, key and value tensors were checked by the graph; anything
+  // else only at a value that changes nothing.
+  void check_call(const std::string& type, const Json& kwargs, Json& layer) const {
+    for (const auto& [key, value] : kwargs.items()) {
+      if (type == "MultiHeadAttention" && key == "use_causal_mask" && value.is_boolean()) {
+        layer["use_causal_mask"] = value;
+      } else if (type == "MultiHeadAttention" && (key == "query" || key == "value" || key == "key")) {
+        // The input tensors, one and the same (keras_graph.cpp checked it).
+      } else if (!value.is_null() && value != false) {
+        fail_here(str("is called with '", printable(key), "' = ", shown(value), ", which dtrain does not support"));
+      }
+    }
+  }
+
   static const Json& empty_object() {
     static const Json empty = Json::object();
     return empty;
@@ -188,14 +258,17 @@ class Translator {
     return nullptr;
   }
 
-  void check_input_options(const Json& o) const {
+  // The InputLayer's options: its dtype is float32, or an integer type for token ids.
+  void check_input_options(const Json& o) {
     for (const auto& [key, value] : o.items()) {
       if (key == "batch_shape" || key == "batch_input_shape" || key == "name" || key == "dtype") continue;
       if ((key == "sparse" || key == "ragged" || key == "optional") && value == false) continue;
       if (value.is_null()) continue;
       fail_here(str("option '", printable(key), "' = ", shown(value), " is not supported"));
     }
-    check_dtype(o);
+    const Json* d = member(o, "dtype");
+    token_input_ = d && (*d == "int32" || *d == "int64");
+    if (!token_input_) check_dtype(o);
   }
 
   void check_dtype(const Json& o) const {
@@ -221,8 +294,20 @@ class Translator {
         if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       return out;
     };
-    if (folded(got) != folded(want))
+    // Keras' string "uniform" is RandomUniform at its defaults.
+    if (folded(got) != folded(want) && !(folded(got) == "uniform" && want == "RandomUniform"))
       fail_here(str("option '", key, "' is ", printable(got), "; dtrain initialises it as ", want, " only"));
+    if (want == "RandomUniform") check_uniform_range(key, value);
+  }
+
+  // RandomUniform's bounds, when given, are Keras' defaults, the ones dtrain draws from.
+  void check_uniform_range(const std::string& key, const Json& value) const {
+    const Json* config = member(value, "config");
+    for (const auto& [bound, expected] : {std::pair<const char*, double>{"minval", -0.05}, {"maxval", 0.05}}) {
+      const Json* v = config ? member(*config, bound) : nullptr;
+      if (v && !(v->is_number() && v->get<double>() == expected))
+        fail_here(str("option '", key, "' has ", bound, " ", shown(*v), "; dtrain draws U(-0.05, 0.05) only"));
+    }
   }
 
   Json translate(const std::string& type, const Json& options) {
@@ -231,7 +316,7 @@ class Translator {
       std::vector<std::string> known;
       for (const auto& [name, r] : rules()) known.push_back(name);
       fail_here(str("layer type '", printable(type), "' is not supported; dtrain has: ", join(known, ", "),
-                    " (and InputLayer)"));
+                    " (and InputLayer; Add where it closes a residual block of a Functional model)"));
     }
     const KerasRule& r = rule->second;
     if (options.contains("trainable") && options["trainable"] == false)
@@ -244,27 +329,38 @@ class Translator {
     if (options.contains("name") && options["name"].is_string()) layer["name"] = options["name"];
     for (const auto& [key, value] : options.items()) {
       if (std::find(r.copied.begin(), r.copied.end(), key) != r.copied.end()) {
+        if (value.is_null()) continue;  // Keras' "the default" (value_dim, output_shape)
         layer[key] = value;
       } else if (r.weight_initializers.count(key)) {
         check_initializer(key, value);
       } else if (const auto d = r.only_default.find(key); d != r.only_default.end()) {
         if (value != d->second)
           fail_here(str("option '", key, "' = ", shown(value), " is not supported (only ", d->second.dump(), ")"));
-      } else if (key == "batch_input_shape" || kIgnored.count(key) || value.is_null()) {
-        // Said elsewhere, nothing to do, or an option that is not in use.
+      } else if (key == "batch_input_shape" || kIgnored.count(key) || value.is_null() ||
+                 (key == "axis" && (type == "BatchNormalization" || type == "LayerNormalization"))) {
+        // Said elsewhere (the axis: check_last_axis), nothing to do, or an option that is not in use.
       } else {
         fail_here(str("option '", printable(key), "' = ", shown(value), " is not supported by dtrain's ", type));
       }
     }
-    if (type == "BatchNormalization") check_batch_norm_axis(options);
+    if (type == "BatchNormalization" || type == "LayerNormalization") check_last_axis(options);
+    if (type == "MultiHeadAttention") check_attention_axes(options);
     if (layer.contains("activation") && layer["activation"].is_object())
       fail_here(str("activation ", shown(layer["activation"]), " is not supported; use a built-in one by name"));
     return layer;
   }
 
+  // MultiHeadAttention attends over the time axis of (batch, time, features):
+  // attention_axes null (Keras' default) or [1].
+  void check_attention_axes(const Json& options) const {
+    const Json* axes = member(options, "attention_axes");
+    if (!axes || axes->is_null() || *axes == 1 || *axes == Json::array({1})) return;
+    fail_here(str("attention_axes ", shown(*axes), " is not supported: dtrain attends over the time axis, [1]"));
+  }
+
   // Keras counts the batch axis: -1 (or [-1]) or the input's rank (the last axis
   // of (batch, ...)) are the channels; dtrain normalises over the last axis only.
-  void check_batch_norm_axis(const Json& options) const {
+  void check_last_axis(const Json& options) const {
     if (!options.contains("axis")) return;
     Json axis = options["axis"];
     if (axis.is_array() && axis.size() == 1) axis = axis[0];
@@ -272,64 +368,11 @@ class Translator {
     fail_here(str("axis ", shown(options["axis"]), " is not supported: dtrain normalises over the last (channels) axis"));
   }
 
-  // A Functional model is read only when every layer takes the one before it
-  // (`layers` are objects with a string class_name, checked by model()).
-  void check_chain(const Json& config, const Json& layers) {
-    std::string previous;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const Json& layer = layers[i];
-      std::string name = text_of(&layer, "name");
-      if (name.empty()) name = text_of(member(layer, "config"), "name");
-      where_ = str("config.layers[", i, "] (", printable(layer["class_name"].get<std::string>()), " '", printable(name),
-                   "')");
-      const Json* nodes = member(layer, "inbound_nodes");
-      const std::vector<std::string> inputs = nodes ? inbound_names(*nodes) : std::vector<std::string>{};
-      const bool first = i == 0;
-      if ((first && !inputs.empty()) || (!first && (inputs.size() != 1 || inputs[0] != previous))) {
-        std::vector<std::string> shown_inputs;
-        for (const std::string& input : inputs) shown_inputs.push_back(printable(input));
-        fail_here(str("takes ", inputs.empty() ? std::string("no input") : join(shown_inputs, ", "),
-                      first ? "" : str(", not just '", printable(previous), "'"),
-                      ": only Functional models whose layers form one chain (as a Sequential) are supported"));
-      }
-      previous = name;
-    }
-    const Json* outputs = member(config, "output_layers");
-    if (inbound_names(outputs ? *outputs : Json::array()) != std::vector<std::string>{previous})
-      fail("config.output_layers",
-           str(outputs ? shown(*outputs) : std::string("(none)"), " is not the last layer '", printable(previous),
-               "' alone"));
-  }
-
-  // The layer names an inbound_nodes entry refers to (tf-keras: [[["name", 0, 0, {}]]];
-  // Keras 3: [{"args": [{"class_name": "__keras_tensor__", "config": {"keras_history": ["name", 0, 0]}}]}]).
-  // A reference whose name is not a string is named by its JSON text.
-  std::vector<std::string> inbound_names(const Json& nodes) const {
-    std::vector<std::string> names;
-    std::function<void(const Json&, int)> visit = [&](const Json& j, int depth) {
-      if (depth > kMaxNodeDepth)
-        fail_here(str("has inbound_nodes nested deeper than ", kMaxNodeDepth,
-                      " levels, which is not what Keras writes"));
-      if (j.is_object()) {
-        if (const Json* h = member(j, "keras_history"); h && h->is_array() && !h->empty())
-          names.push_back((*h)[0].is_string() ? (*h)[0].get<std::string>() : (*h)[0].dump());
-        for (const auto& [k, v] : j.items())
-          if (k != "keras_history") visit(v, depth + 1);
-      } else if (j.is_array()) {
-        if (j.size() >= 3 && j[0].is_string() && j[1].is_number_integer() && j[2].is_number_integer()) {
-          names.push_back(j[0].get<std::string>());
-          return;
-        }
-        for (const Json& e : j) visit(e, depth + 1);
-      }
-    };
-    visit(nodes, 0);
-    return names;
-  }
-
   std::string file_;
   std::string where_;
   int64_t rank_ = 0;  // dimensions of the current layer's input, batch excluded (0: not known yet)
+  Json input_shape_;   // the shape after the batch dimension, once found
+  bool token_input_ = false;  // the InputLayer holds integers: token ids
 };
 
 }  // namespace

@@ -1,11 +1,13 @@
 // The model a Keras user already has: `model.keras_json`, the file Keras'
 // model.to_json() writes (tf-keras 2.x or Keras 3; a Sequential, or a
-// Functional model whose layers form one chain), turned into dtrain's own model
-// section with the same layer names and options.
+// Functional model of chains and residual blocks, read by keras_graph.h),
+// turned into dtrain's own model section with the same layer names and options.
 //
 // Each Keras layer becomes the dtrain layer of the same class name (Dense,
 // Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten,
-// Dropout, BatchNormalization, Activation); the input shape comes from the
+// Dropout, BatchNormalization, Activation, Embedding, keras_hub's
+// PositionEmbedding, LayerNormalization, MultiHeadAttention); an Add that closes
+// a residual block becomes a Residual of its name; the input shape comes from the
 // InputLayer (batch_shape / batch_input_shape) or the first layer's build
 // shape. Options dtrain implements are copied; options it does not are accepted
 // only at the value that means "not used" (Keras' default: dilation 1, groups 1,

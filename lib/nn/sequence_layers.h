@@ -24,6 +24,10 @@ struct TokenAndPositionEmbeddingOptions : LayerOptions {
   int64_t vocabulary_size = 0, sequence_length = 0, embedding_dim = 0;
 };
 
+struct PositionEmbeddingOptions : LayerOptions {
+  int64_t sequence_length = 0;  // rows of the position table
+};
+
 struct LayerNormalizationOptions : LayerOptions {
   double epsilon = 1e-3;
   bool center = true, scale = true;
@@ -78,9 +82,30 @@ class TokenAndPositionEmbedding : public Layer {
   void move_extras(const Device& device) override { position_ids_ = Tensor(); }
 
  private:
-  const Tensor& position_ids(int64_t n);  // 0..T-1 for each of n samples
   Param tokens_, positions_;
   Tensor ids_, position_ids_, y_, scratch_, dx_;
+};
+
+// keras_hub's PositionEmbedding: a learned table (sequence_length, D), glorot_uniform.
+// (T, D) -> the table's first T rows, the same for every sample: the input's
+// values are not used (their gradient is zero), only its shape. A Keras model adds
+// it to its input with an Add, which dtrain reads as a Residual around this layer.
+class PositionEmbedding : public Layer {
+ public:
+  PositionEmbedding(const std::string& name, const Shape& input, int64_t sequence_length);
+  Tensor forward(const Tensor& x, const StepContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_dx) override;
+  std::vector<Param*> params() override { return {&positions_}; }
+  void initialize(Rng& rng) override;
+  LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
+  Tensor decode(const Tensor& x, int64_t position) override;
+
+ protected:
+  void move_extras(const Device& device) override { position_ids_ = Tensor(); }
+
+ private:
+  Param positions_;
+  Tensor position_ids_, y_, dx_;
 };
 
 // Normalises each position over the last axis: y = (x - mean) / sqrt(var + eps) * gamma + beta.

@@ -62,6 +62,107 @@ TEST_CASE("Keras' to_json files build the shipped models", "[keras]") {
   }
 }
 
+// The Functional GPT (Embedding + keras_hub's PositionEmbedding, causal
+// MultiHeadAttention, LayerNormalization, Dense, Add residuals) that tf-keras and
+// Keras 3 wrote builds the dtrain model written by hand with Residual blocks:
+// the same layers, names, shapes and initial values.
+TEST_CASE("Keras' Functional GPT builds the same model as dtrain's Residual blocks", "[keras]") {
+  std::ifstream in(kKeras + "gpt_functional_dtrain.json");
+  const config::Document doc(std::string(std::istreambuf_iterator<char>(in), {}), "gpt_functional_dtrain.json");
+  const nn::ModelSpec from_dtrain = nn::read_model_spec(doc.root());
+  const nn::Sequential b(from_dtrain, 7);
+  for (const std::string keras_file : {"gpt_functional_tf_keras.json", "gpt_functional_keras3.json"}) {
+    INFO(keras_file);
+    const nn::ModelSpec from_keras = keras_model(keras_file);
+    CHECK(from_keras.input_shape == from_dtrain.input_shape);
+    REQUIRE(from_keras.layers.size() == from_dtrain.layers.size());
+    const nn::Sequential a(from_keras, 7);
+    CHECK(a.summary() == b.summary());
+    CHECK(a.params_sha256() == b.params_sha256());
+    // The causal mask came from the call (mha(h, h, use_causal_mask=True)), not the layer's config.
+    const nlohmann::json model = nlohmann::json::parse(nn::keras_json_to_model_json(
+        std::string(std::istreambuf_iterator<char>(std::ifstream(kKeras + keras_file).rdbuf()), {}), keras_file));
+    CHECK(model["layers"][2]["layers"][1]["use_causal_mask"] == true);
+    CHECK(model["layers"][1]["name"] == "add");
+  }
+}
+
+// Graphs dtrain does not read, made by editing the Keras 3 GPT: each error names
+// the layer and says what dtrain reads instead.
+TEST_CASE("Functional graphs that are not residual chains are errors naming the layer", "[keras]") {
+  std::ifstream in(kKeras + "gpt_functional_keras3.json");
+  const nlohmann::json gpt = nlohmann::json::parse(in);
+  auto translate = [](const nlohmann::json& j) { return nn::keras_json_to_model_json(j.dump(), "gpt.json"); };
+  // layers: 0 input_layer, 1 embedding, 2 position_embedding, 3 add, 4 layer_normalization,
+  // 5 multi_head_attention, 6 add_1, 7 layer_normalization_1, 8 dense, 9 dense_1, 10 add_2, ...
+  auto history = [](nlohmann::json& j, size_t layer, size_t arg) -> nlohmann::json& {
+    nlohmann::json& args = j["config"]["layers"][layer]["inbound_nodes"][0]["args"];
+    nlohmann::json& tensor = args[0].is_array() ? args[0][arg] : args[arg];
+    return tensor["config"]["keras_history"][0];
+  };
+  SECTION("cross-attention") {
+    nlohmann::json j = gpt;
+    history(j, 5, 1) = "add";
+    CHECK_THROWS_WITH(translate(j), Contains("config.layers[5] (MultiHeadAttention 'multi_head_attention')") &&
+                                        Contains("attends across 'layer_normalization' and 'add'") &&
+                                        Contains("self-attention"));
+  }
+  SECTION("a path that never rejoins") {
+    nlohmann::json j = gpt;
+    history(j, 6, 1) = "layer_normalization";  // add_1 = add + layer_normalization; the attention's output unused
+    CHECK_THROWS_WITH(translate(j), Contains("config.layers[5] (MultiHeadAttention 'multi_head_attention')") &&
+                                        Contains("without an Add joining it back"));
+  }
+  SECTION("a layer output taken by three layers") {
+    nlohmann::json j = gpt;
+    history(j, 6, 0) = "embedding";  // add_1 = embedding + attention(norm(add))
+    CHECK_THROWS_WITH(translate(j), Contains("config.layers[1] (Embedding 'embedding') is taken by 3 layers"));
+  }
+  SECTION("an Add of three and a layer called twice") {
+    nlohmann::json j = gpt;
+    nlohmann::json& args = j["config"]["layers"][6]["inbound_nodes"][0]["args"][0];
+    args.push_back(args[0]);
+    history(j, 6, 2) = "layer_normalization";
+    CHECK_THROWS_WITH(translate(j), Contains("(Add 'add_1') adds 3 tensors"));
+    nlohmann::json k = gpt;
+    k["config"]["layers"][8]["inbound_nodes"].push_back(k["config"]["layers"][8]["inbound_nodes"][0]);
+    CHECK_THROWS_WITH(translate(k), Contains("(Dense 'dense') is called 2 times"));
+  }
+  SECTION("a cycle, a layer off the path, and a reference to no layer") {
+    nlohmann::json j = gpt;
+    history(j, 4, 0) = "add_1";  // layer_normalization takes add_1, which its own output feeds
+    CHECK_THROWS_AS(translate(j), ConfigError);
+    nlohmann::json k = gpt;
+    history(k, 2, 0) = "nowhere";
+    CHECK_THROWS_WITH(translate(k), Contains("takes 'nowhere', which is no layer of the model"));
+  }
+  SECTION("call options and layer options dtrain lacks") {
+    nlohmann::json j = gpt;
+    j["config"]["layers"][5]["inbound_nodes"][0]["kwargs"]["return_attention_scores"] = true;
+    CHECK_THROWS_WITH(translate(j), Contains("is called with 'return_attention_scores' = true"));
+    nlohmann::json k = gpt;
+    k["config"]["layers"][5]["config"]["attention_axes"] = {2};
+    CHECK_THROWS_WITH(translate(k), Contains("attention_axes [2] is not supported"));
+    nlohmann::json u = gpt;
+    u["config"]["layers"][1]["config"]["embeddings_initializer"]["config"]["maxval"] = 0.1;
+    CHECK_THROWS_WITH(translate(u), Contains("'embeddings_initializer' has maxval 0.1"));
+    nlohmann::json r = gpt;
+    r["config"]["layers"][4]["config"]["rms_scaling"] = true;
+    CHECK_THROWS_WITH(translate(r), Contains("option 'rms_scaling' = true is not supported"));
+    nlohmann::json d = gpt;
+    d["config"]["layers"].erase(1);  // integer ids straight into position_embedding
+    history(d, 1, 0) = "input_layer";
+    history(d, 2, 0) = "input_layer";
+    CHECK_THROWS_WITH(translate(d), Contains("takes integer token ids") && Contains("Embedding first"));
+  }
+  SECTION("an Add in a Sequential model") {
+    const std::string seq = R"({"class_name": "Sequential", "config": {"layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [null, 4]}},
+        {"class_name": "Add", "config": {"name": "add"}}]}})";
+    CHECK_THROWS_WITH(nn::keras_json_to_model_json(seq, "m.json"), Contains("only a Functional model has one"));
+  }
+}
+
 TEST_CASE("Keras layers and options dtrain lacks are errors naming them", "[keras]") {
   SECTION("an unsupported layer type") {
     CHECK_THROWS_AS(keras_model("unsupported_keras3.json"), ConfigError);
@@ -90,8 +191,9 @@ TEST_CASE("Keras layers and options dtrain lacks are errors naming them", "[kera
     std::ifstream in(kKeras + "functional_keras3.json");
     nlohmann::json j = nlohmann::json::parse(in);
     j["config"]["layers"][3]["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0] = "flatten";
-    CHECK_THROWS_WITH(translate(j.dump()), Contains("config.layers[3] (Dense 'dense_1')") &&
-                                               Contains("takes flatten, not just 'dense'") && Contains("one chain"));
+    CHECK_THROWS_WITH(translate(j.dump()), Contains("config.layers[2] (Dense 'dense')") &&
+                                               Contains("starts a path from 'flatten' that ends at 'dense' without "
+                                                        "an Add joining it back"));
     CHECK_THROWS_WITH(translate("{\"a\": 1}"), Contains("is not a Keras model"));
     CHECK_THROWS_WITH(translate("{oops"), Contains("is not valid JSON"));
     const config::Document missing(nlohmann::json{{"keras_json", "/nonexistent/model.json"}}.dump(), "job.json");
@@ -136,7 +238,7 @@ TEST_CASE("Keras files with values of the wrong type are ConfigErrors naming the
   // A Functional model: a layer name or a keras_history entry that is not a string.
   expect_error(R"({"class_name": "Functional", "config": {"layers": [{"class_name": "Dense", "name": 5,
                   "config": {"units": 2}, "inbound_nodes": [{"args": [{"config": {"keras_history": [3, 0, 0]}}]}]}]}})",
-               "config.layers[0] (Dense '') takes 3");
+               "config.layers[0] (Dense '') takes '3'");
   expect_error(R"({"class_name": "Functional", "config": {"layers": [)" + dense + R"(], "output_layers": 1}})",
                "config.output_layers 1 is not the last layer");
   // Not JSON, or numbers JSON allows but a double cannot hold.
