@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "config/section.h"
 #include "core/error.h"
 #include "nn/layer_registry.h"
+#include "nn/model_spec.h"
 #include "nn/sequence_layers.h"
 #include "nn/sequential.h"
 #include "unit/tensor_checks.h"
@@ -208,4 +210,75 @@ TEST_CASE("decoding one position at a time with the key/value cache gives the wh
         CHECK(out.data()[b * 11 + c] == Approx(window.data()[(b * 12 + t) * 11 + c]).margin(1e-4));
       }
   }
+}
+
+// The GPT a Keras Functional model becomes (keras_model.cpp): Embedding, a
+// Residual around keras_hub's PositionEmbedding (x + positions), attention and
+// feed-forward in Residual blocks. The position table's gradient matches finite
+// differences, the input's gradient through PositionEmbedding is the identity
+// path's alone, and decoding with the cache gives the window's outputs.
+TEST_CASE("PositionEmbedding in a Residual: gradients and cached decoding") {
+  const config::Document doc(R"({"input_shape": [10], "layers": [
+      {"type": "Embedding", "input_dim": 7, "output_dim": 8},
+      {"type": "Residual", "layers": [{"type": "PositionEmbedding", "sequence_length": 12}]},
+      {"type": "Residual", "layers": [{"type": "LayerNormalization", "epsilon": 1e-5},
+                                      {"type": "MultiHeadAttention", "num_heads": 2, "key_dim": 4,
+                                       "use_causal_mask": true}]},
+      {"type": "Dense", "units": 7}]})",
+                             "model.json");
+  nn::Sequential model(nn::read_model_spec(doc.root()), 3);
+  nn::Param* positions = nullptr;
+  for (nn::Param* p : model.trainable_params())
+    if (p->name == "position_embedding/embeddings") positions = p;
+  REQUIRE(positions != nullptr);
+  CHECK(positions->value.shape() == Shape{12, 8});
+  const Tensor ids = token_ids(2, 10, 7, 8);
+  const Tensor w = random_tensor({2, 10, 7}, 9);
+  auto objective = [&] {
+    const Tensor y = model.forward(ids, {});
+    double s = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) s += static_cast<double>(y.data()[i]) * w.data()[i];
+    return s;
+  };
+  model.forward(ids, {});
+  model.backward(w);
+  for (const int64_t i : {0, 13, 79}) {  // rows 0, 1 and 9: positions the window uses
+    float& x = positions->value.data()[i];
+    const float saved = x;
+    x = saved + 1e-2f;
+    const double up = objective();
+    x = saved - 1e-2f;
+    const double down = objective();
+    x = saved;
+    INFO("positions[" << i << "]");
+    CHECK(positions->grad.data()[i] == Approx((up - down) / 2e-2).margin(5e-3).epsilon(0.03));
+  }
+  for (int64_t i = 80; i < 96; ++i) CHECK(positions->grad.data()[i] == 0.0f);  // rows 10, 11: unused
+
+  const Tensor window = model.forward(ids, {}).clone();
+  model.start_decoding(2, 10);
+  for (int64_t t = 0; t < 10; ++t) {
+    Tensor step({2});
+    for (int64_t b = 0; b < 2; ++b) step.data()[b] = ids.data()[b * 10 + t];
+    const Tensor out = model.decode(step, t);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < 7; ++c) {
+        INFO("position " << t << ", sample " << b << ", logit " << c);
+        CHECK(out.data()[b * 7 + c] == Approx(window.data()[(b * 10 + t) * 7 + c]).margin(1e-4));
+      }
+  }
+}
+
+TEST_CASE("PositionEmbedding errors name the layer and the fix") {
+  auto build = [](const std::string& layers, const std::string& input) {
+    const config::Document doc(R"({"input_shape": )" + input + R"(, "layers": [)" + layers + "]}", "model.json");
+    nn::Sequential model(nn::read_model_spec(doc.root()), 1);
+  };
+  CHECK_THROWS_WITH(build(R"({"type": "PositionEmbedding", "sequence_length": 4})", "[4]"),
+                    Catch::Matchers::Contains("expects a sequence (time, features)") &&
+                        Catch::Matchers::Contains("after an Embedding"));
+  CHECK_THROWS_WITH(build(R"({"type": "Embedding", "input_dim": 5, "output_dim": 3},
+                           {"type": "PositionEmbedding", "sequence_length": 4})",
+                          "[6]"),
+                    Catch::Matchers::Contains("sequences of 6 positions but sequence_length 4"));
 }
