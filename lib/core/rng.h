@@ -29,6 +29,13 @@ DT_HOST_DEVICE inline uint64_t hash_u64(uint64_t a, uint64_t b, uint64_t c = 0, 
 // The top 24 bits of a word as a float in [0, 1).
 DT_HOST_DEVICE inline float u64_to_unit_float(uint64_t x) { return static_cast<float>(x >> 40) * (1.0f / 16777216.0f); }
 
+// Inverted dropout's multiplier for element i of the stream `seed`: 0 with
+// probability `rate`, else 1 / (1 - rate). A pure function of (seed, i), so the
+// CPU and GPU backends, and a layer's forward and backward passes, agree.
+DT_HOST_DEVICE inline float dropout_multiplier(uint64_t seed, uint64_t i, float rate) {
+  return u64_to_unit_float(hash_u64(seed, i)) < rate ? 0.0f : 1.0f / (1.0f - rate);
+}
+
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(mix64(seed)) {}

@@ -113,6 +113,12 @@ struct AttentionParams {
   int64_t heads = 1;
   float scale = 1.0f;  // the scores are scale * q . k (1 / sqrt(Dk))
   bool causal = false;
+  // Dropout on the attention weights (Keras' MultiHeadAttention dropout): weight
+  // (sample, head, i, j) is kept with probability 1 - dropout and scaled by
+  // 1 / (1 - dropout), by dropout_multiplier(seed, ((sample * heads + head) * T + i) * T + j).
+  // The softmax's normaliser is the undropped one, as in Keras. 0: none.
+  float dropout = 0.0f;
+  uint64_t seed = 0;
 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out,
                        Tensor& lse);

@@ -5,6 +5,8 @@
 // (N * T, heads * value_dim) back to the features. Backward runs the same
 // steps in reverse: the output projection's gradients, attention_backward,
 // then each projection's, and dx is the sum of the three input gradients.
+// Dropout on the attention weights happens inside the attention kernels, with
+// masks from (job seed, layer, step), remade in the backward pass.
 // Its registry entry (layer_registry.h) closes the file.
 #include <algorithm>
 #include <cmath>
@@ -35,12 +37,14 @@ Tensor matrix(const Tensor& kernel, int64_t in) { return kernel.reshaped({in, ke
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(const std::string& name, const Shape& input,
-                                       const MultiHeadAttentionOptions& o)
+                                       const MultiHeadAttentionOptions& o, uint64_t dropout_stream)
     : Layer(name, "MultiHeadAttention", input, {input[0], o.output_shape > 0 ? o.output_shape : input[1]}),
       heads_(o.num_heads),
       key_dim_(o.key_dim),
       value_dim_(o.value_dim > 0 ? o.value_dim : o.key_dim),
-      use_bias_(o.use_bias) {
+      use_bias_(o.use_bias),
+      dropout_(static_cast<float>(o.dropout)),
+      dropout_stream_(dropout_stream) {
   const int64_t d = input[1], out = output_shape()[1];
   attention_ = {heads_, static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim_))), o.use_causal_mask};
   auto projection = [&](const std::string& part, Shape kernel, Shape bias) {
@@ -98,6 +102,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const StepContext& ctx) {
   project(x_rows, key_, reuse(k_, n, {t, heads_, key_dim_}));
   project(x_rows, value_, reuse(v_, n, {t, heads_, value_dim_}));
   Tensor& o = reuse(o_, n, {t, heads_, value_dim_});
+  attention_.dropout = ctx.training ? dropout_ : 0.0f;
+  attention_.seed = hash_u64(ctx.seed, 0x6174746eull /* "attn" */, dropout_stream_, static_cast<uint64_t>(ctx.step));
   kernels::attention_forward(q_, k_, v_, attention_, o, reuse(lse_, n, {heads_, t}));
   Tensor& y = reuse(y_, n, output_shape());
   project(as_rows(o, heads_ * value_dim_), output_, y);
@@ -198,7 +204,7 @@ const LayerType& multi_head_attention_layer_type() {
        {"output_shape", "the output features (default: the input's)"},
        {"use_bias", "true"},
        {"use_causal_mask", "false; true: position t attends to positions 0..t only (a language model)"},
-       {"dropout", "0 (dropout on the attention weights is not supported yet: use a Dropout layer after)"}},
+       {"dropout", "0: the share of attention weights dropped while training (in [0, 1))"}},
       [](config::Section& r) {
         auto o = std::make_shared<MultiHeadAttentionOptions>();
         o->num_heads = r.require_int("num_heads", 1);
@@ -207,16 +213,15 @@ const LayerType& multi_head_attention_layer_type() {
         o->output_shape = r.get_int("output_shape", 0, 1);
         o->use_bias = r.get_bool("use_bias", o->use_bias);
         o->use_causal_mask = r.get_bool("use_causal_mask", o->use_causal_mask);
-        if (r.get_double("dropout", 0.0, config::kFraction) != 0.0)
-          throw ConfigError(str(r.path_of("dropout"), ": dropout on the attention weights is not supported; "
-                                "set it to 0 and put a {\"type\": \"Dropout\"} layer after the attention"));
+        o->dropout = r.get_double("dropout", o->dropout, config::kFraction);
         return o;
       },
       [](const LayerSpec& spec, const Shape& input, BuildContext& ctx) -> std::unique_ptr<Layer> {
         if (input.size() != 2)
           throw ConfigError(str(layer_where(spec, ctx.name), ": expects a sequence (time, features), got ",
                                 shape_str(input), "; put an Embedding or TokenAndPositionEmbedding before it"));
-        return std::make_unique<MultiHeadAttention>(ctx.name, input, spec.options_as<MultiHeadAttentionOptions>());
+        return std::make_unique<MultiHeadAttention>(ctx.name, input, spec.options_as<MultiHeadAttentionOptions>(),
+                                                    ctx.layer_index);
       },
       nullptr};
   return type;

@@ -39,6 +39,7 @@ struct MultiHeadAttentionOptions : LayerOptions {
   int64_t output_shape = 0;  // 0: the input's features
   bool use_bias = true;
   bool use_causal_mask = false;
+  double dropout = 0.0;  // on the attention weights, while training
 };
 
 struct TransformerDecoderOptions : LayerOptions {
@@ -134,7 +135,9 @@ class LayerNormalization : public Layer {
 // matrix is kept, only each row's log-sum-exp).
 class MultiHeadAttention : public Layer {
  public:
-  MultiHeadAttention(const std::string& name, const Shape& input, const MultiHeadAttentionOptions& o);
+  // `dropout_stream` tells this layer's dropout masks from other layers' (its index in the model).
+  MultiHeadAttention(const std::string& name, const Shape& input, const MultiHeadAttentionOptions& o,
+                     uint64_t dropout_stream = 0);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
@@ -152,7 +155,9 @@ class MultiHeadAttention : public Layer {
   void project(const Tensor& x_rows, Projection& p, Tensor& out);
   int64_t heads_, key_dim_, value_dim_;
   bool use_bias_;
-  kernels::AttentionParams attention_;
+  float dropout_;
+  uint64_t dropout_stream_;
+  kernels::AttentionParams attention_;  // the last forward pass's, dropout seed included
   Projection query_, key_, value_, output_;
   Tensor x_, q_, k_, v_, o_, lse_, y_;
   Tensor key_cache_, value_cache_;  // (batch, positions, heads, dim) while decoding

@@ -31,10 +31,12 @@ std::vector<std::unique_ptr<Layer>> transformer_decoder_stack(const std::string&
   attention.num_heads = o.num_heads;
   attention.key_dim = d / o.num_heads;
   attention.use_causal_mask = true;
+  attention.dropout = o.dropout;  // keras_hub drops attention weights too
 
   Residual::Branch attention_branch, feedforward_branch;
   if (o.normalize_first) attention_branch.push_back(norm("self_attention_layer_norm"));
-  attention_branch.push_back(std::make_unique<MultiHeadAttention>(name + "/self_attention", input, attention));
+  attention_branch.push_back(std::make_unique<MultiHeadAttention>(name + "/self_attention", input, attention,
+                                                                  hash_u64(layer_index, 3)));
   attention_branch.push_back(dropout("self_attention_dropout", 1));
   if (o.normalize_first) feedforward_branch.push_back(norm("feedforward_layer_norm"));
   feedforward_branch.push_back(std::make_unique<Dense>(name + "/feedforward_intermediate_dense", input,
@@ -114,7 +116,8 @@ const LayerType& transformer_decoder_layer_type() {
       "layers, each with a residual connection, dropout and LayerNormalization; `(time, features)` in and out",
       {{"intermediate_dim", "the feed-forward layer's width (required, >= 1)"},
        {"num_heads", "attention heads (required; must divide the features: key_dim = features / num_heads)"},
-       {"dropout", "0"},
+       {"dropout", "0: the share dropped while training, on the attention weights and after each block, as "
+                   "keras_hub"},
        {"activation", "the feed-forward activation: `relu` (default), `gelu`, `gelu_approximate`, ..."},
        {"layer_norm_epsilon", "1e-05"},
        {"normalize_first", "false: normalise after each residual sum (keras_hub's default); true: before each "

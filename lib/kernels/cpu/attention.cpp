@@ -12,6 +12,12 @@
 // P = exp(scale q k^T - lse), then dv += P^T dout, dP = dout v^T,
 // dS = P * (dP - D), dq += scale dS k, dk += scale dS^T q.
 //
+// Dropout on the weights (p.dropout > 0): the forward pass multiplies each
+// block's probabilities by their dropout_multiplier after the row sum (the
+// normaliser stays the undropped one) and before they meet v; the backward pass
+// remakes the same multipliers Z from (seed, position), so dv += (P Z)^T dout,
+// dP = (dout v^T) Z, and D = dout . out still holds (out = (P Z) v).
+//
 // The block products are oneDNN's dnnl_sgemm on strided views of the
 // (N, T, H, D) tensors; the exponentials are a polynomial the compiler
 // vectorises (exp_approx, within 2 ulp of expf); masked scores are never
@@ -29,6 +35,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "core/strings.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -81,6 +88,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
+// z[j] = the dropout multiplier of weights (row, col0 + j), j < n: `row_key` is
+// (pair * T + row) * T, the row's first element in the layout AttentionParams gives.
+void dropout_row(const AttentionParams& p, uint64_t row_key, int64_t col0, int64_t n, float* z) {
+  for (int64_t j = 0; j < n; ++j) z[j] = dropout_multiplier(p.seed, row_key + static_cast<uint64_t>(col0 + j), p.dropout);
+}
+
 // Row-major C = alpha op(A) op(B) + beta C; fails loudly rather than silently.
 void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -111,8 +124,8 @@ int64_t visible(const AttentionParams& p, int64_t i0, int64_t i, int64_t j0, int
 }
 
 void forward_head(const float* q, const float* k, const float* v, const HeadViews& h, const AttentionParams& p,
-                  float* out, float* lse) {
-  std::vector<float> s(kBlock * kBlock), acc(static_cast<size_t>(kBlock * h.dv)), m(kBlock), l(kBlock);
+                  int64_t pair, float* out, float* lse) {
+  std::vector<float> s(kBlock * kBlock), acc(static_cast<size_t>(kBlock * h.dv)), m(kBlock), l(kBlock), z(kBlock);
   for (int64_t i0 = 0; i0 < h.t; i0 += kBlock) {
     const int64_t bq = std::min(kBlock, h.t - i0);
     std::fill(m.begin(), m.end(), kNegInf);
@@ -129,6 +142,10 @@ void forward_head(const float* q, const float* k, const float* v, const HeadView
         const float rescale = m[i] == kNegInf ? 0.0f : std::exp(m[i] - top);
         const float sum = exp_shifted_sum(row, seen, top);
         std::fill(row + seen, row + bk, 0.0f);
+        if (p.dropout > 0.0f) {
+          dropout_row(p, static_cast<uint64_t>((pair * h.t + i0 + i) * h.t), j0, seen, z.data());
+          for (int64_t j = 0; j < seen; ++j) row[j] *= z[j];
+        }
         l[i] = l[i] * rescale + sum;
         m[i] = top;
         float* a = acc.data() + i * h.dv;
@@ -150,8 +167,9 @@ struct HeadGrads {
 };
 
 void backward_head(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                   const float* dout, const HeadViews& h, const AttentionParams& p, HeadGrads g) {
+                   const float* dout, const HeadViews& h, const AttentionParams& p, int64_t pair, HeadGrads g) {
   std::vector<float> s(kBlock * kBlock), dp(kBlock * kBlock), delta(static_cast<size_t>(h.t));
+  std::vector<float> z(p.dropout > 0.0f ? kBlock * kBlock : 0), dropped(z.size());
   for (int64_t i = 0; i < h.t; ++i) {
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -174,8 +192,19 @@ void backward_head(const float* q, const float* k, const float* v, const float* 
         std::fill(row + seen, row + bk, 0.0f);
       }
       const float* dout_i = dout + i0 * h.ld_v;
-      gemm('T', 'N', bk, h.dv, bq, 1.0f, s.data(), kBlock, dout_i, h.ld_v, 1.0f, g.dv + j0 * h.ld_v, h.ld_v);
+      const float* weights = s.data();  // what met v in the forward pass: P, or P Z with dropout
+      if (p.dropout > 0.0f) {
+        for (int64_t i = 0; i < bq; ++i) {
+          float* zi = z.data() + i * kBlock;
+          dropout_row(p, static_cast<uint64_t>((pair * h.t + i0 + i) * h.t), j0, bk, zi);
+          for (int64_t j = 0; j < bk; ++j) dropped[i * kBlock + j] = s[i * kBlock + j] * zi[j];
+        }
+        weights = dropped.data();
+      }
+      gemm('T', 'N', bk, h.dv, bq, 1.0f, weights, kBlock, dout_i, h.ld_v, 1.0f, g.dv + j0 * h.ld_v, h.ld_v);
       gemm('N', 'T', bq, bk, h.dv, 1.0f, dout_i, h.ld_v, v + j0 * h.ld_v, h.ld_v, 0.0f, dp.data(), kBlock);
+      if (p.dropout > 0.0f)
+        for (int64_t i = 0; i < bq * kBlock; ++i) dp[i] *= z[i];
       for (int64_t i = 0; i < bq; ++i) score_grad(s.data() + i * kBlock, dp.data() + i * kBlock, bk, delta[i0 + i]);
       gemm('N', 'N', bq, h.dk, bk, p.scale, dp.data(), kBlock, k + j0 * h.ld_k, h.ld_k, 1.0f, g.dq + i0 * h.ld_k,
            h.ld_k);
@@ -207,7 +236,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   for (int64_t pair = 0; pair < pairs; ++pair) {
     const int64_t b = pair / p.heads, head = pair % p.heads;
     const int64_t qk = b * h.t * h.ld_k + head * h.dk, vo = b * h.t * h.ld_v + head * h.dv;
-    forward_head(pq + qk, pk + qk, pv + vo, h, p, po + vo, pl + pair * h.t);
+    forward_head(pq + qk, pk + qk, pv + vo, h, p, pair, po + vo, pl + pair * h.t);
   }
 }
 
@@ -226,7 +255,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   for (int64_t pair = 0; pair < pairs; ++pair) {
     const int64_t b = pair / p.heads, head = pair % p.heads;
     const int64_t qk = b * h.t * h.ld_k + head * h.dk, vo = b * h.t * h.ld_v + head * h.dv;
-    backward_head(pq + qk, pk + qk, pv + vo, po + vo, pl + pair * h.t, pdo + vo, h, p,
+    backward_head(pq + qk, pk + qk, pv + vo, po + vo, pl + pair * h.t, pdo + vo, h, p, pair,
                   {pdq + qk, pdk + qk, pdv + vo});
   }
 }

@@ -15,11 +15,9 @@ namespace {
 
 template <class T>
 void dropout_loop(const T* in, float rate, uint64_t seed, T* out, float* m, int64_t n) {
-  const float keep_scale = 1.0f / (1.0f - rate);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float u = u64_to_unit_float(hash_u64(seed, static_cast<uint64_t>(i)));
-    m[i] = u < rate ? 0.0f : keep_scale;
+    m[i] = dropout_multiplier(seed, static_cast<uint64_t>(i), rate);
     store(out + i, value_of(in[i]) * m[i]);
   }
 }

@@ -109,11 +109,9 @@ struct DropoutBody {
   T* y;
   float* mask;
   float rate;
-  float keep_scale;
   uint64_t seed;
   DT_HOST_DEVICE void operator()(int64_t i) const {
-    const float u = u64_to_unit_float(hash_u64(seed, static_cast<uint64_t>(i)));
-    mask[i] = u < rate ? 0.0f : keep_scale;
+    mask[i] = dropout_multiplier(seed, static_cast<uint64_t>(i), rate);
     store(&y[i], value_of(x[i]) * mask[i]);
   }
 };

@@ -89,10 +89,9 @@ void dropout_forward(const Tensor& x, float rate, uint64_t seed, Tensor& y, Tens
   DT_CHECK_EQ(x.numel(), y.numel());
   DT_CHECK_EQ(x.numel(), mask.numel());
   DT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate ", rate);
-  const float keep_scale = 1.0f / (1.0f - rate);
   by_element_type({&x, &y}, [&](auto t) {
     using T = decltype(t);
-    launch(DropoutBody<T>{elements<T>(x), elements<T>(y), mask.data(), rate, keep_scale, seed}, x.numel());
+    launch(DropoutBody<T>{elements<T>(x), elements<T>(y), mask.data(), rate, seed}, x.numel());
   });
 }
 

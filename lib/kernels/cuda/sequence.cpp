@@ -38,7 +38,7 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& v, const Attention
   if (q.dim(3) > kMaxHeadDim || v.dim(3) > kMaxHeadDim)
     throw ConfigError(str("MultiHeadAttention: heads of ", q.dim(3), " / ", v.dim(3), " values; the GPU kernels take at most ",
                           kMaxHeadDim, " per head (key_dim, value_dim)"));
-  return {q.dim(1), p.heads, q.dim(3), v.dim(3), p.scale, p.causal};
+  return {q.dim(1), p.heads, q.dim(3), v.dim(3), p.scale, p.causal, p.dropout, p.seed};
 }
 
 }  // namespace

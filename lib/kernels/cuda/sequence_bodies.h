@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/rng.h"
 #include "kernels/element_math.h"
 
 namespace dtrain::kernels::cuda {
@@ -105,6 +106,8 @@ struct AttentionShape {
   int64_t t, heads, dk, dv;
   float scale;
   bool causal;
+  float dropout;  // on the weights, AttentionParams' (0: none)
+  uint64_t seed;
   DT_HOST_DEVICE int64_t qk_row(int64_t index, int64_t row) const {
     const int64_t b = index / (heads * t), h = (index / t) % heads;
     return ((b * t + row) * heads + h) * dk;
@@ -115,6 +118,10 @@ struct AttentionShape {
   }
   // The keys row i sees: [0, i] when causal, else all.
   DT_HOST_DEVICE int64_t key_end(int64_t i) const { return causal ? i + 1 : t; }
+  // The dropout multiplier of weight (index's row, key j): the CPU backend's.
+  DT_HOST_DEVICE float keep(int64_t index, int64_t j) const {
+    return dropout > 0.0f ? dropout_multiplier(seed, static_cast<uint64_t>(index * t + j), dropout) : 1.0f;
+  }
   DT_HOST_DEVICE float score(const float* q, const float* k, int64_t index, int64_t i, int64_t j) const {
     const float* a = q + qk_row(index, i);
     const float* b = k + qk_row(index, j);
@@ -141,9 +148,10 @@ struct AttentionForwardRowsBody {
       const float x = s.score(q, k, index, i, j);
       const float top = x > m ? x : m;
       const float rescale = ::expf(m - top), p = ::expf(x - top);
-      l = l * rescale + p;
+      l = l * rescale + p;  // the undropped normaliser
+      const float kept = p * s.keep(index, j);
       const float* vj = v + s.v_row(index, j);
-      for (int64_t c = 0; c < s.dv; ++c) acc[c] = acc[c] * rescale + p * vj[c];
+      for (int64_t c = 0; c < s.dv; ++c) acc[c] = acc[c] * rescale + kept * vj[c];
       m = top;
     }
     float* o = out + s.v_row(index, i);
@@ -186,7 +194,7 @@ struct AttentionQueryGradBody {
       const float* vj = v + s.v_row(index, j);
       float dp = 0.0f;
       for (int64_t c = 0; c < s.dv; ++c) dp += g[c] * vj[c];
-      const float ds = p * (dp - delta[index]);
+      const float ds = p * (dp * s.keep(index, j) - delta[index]);
       const float* kj = k + s.qk_row(index, j);
       for (int64_t c = 0; c < s.dk; ++c) acc[c] += ds * kj[c];
     }
@@ -215,13 +223,14 @@ struct AttentionKeyValueGradBody {
     const float* vj = v + s.v_row(index, j);
     for (int64_t i = s.causal ? j : 0; i < s.t; ++i) {
       const float p = ::expf(s.score(q, k, index, i, j) - lse[first + i]);
+      const float z = s.keep(first + i, j);
       const float* g = dout + s.v_row(index, i);
       float dp = 0.0f;
       for (int64_t c = 0; c < s.dv; ++c) {
-        gv[c] += p * g[c];
+        gv[c] += p * z * g[c];
         dp += g[c] * vj[c];
       }
-      const float ds = p * (dp - delta[first + i]);
+      const float ds = p * (dp * z - delta[first + i]);
       const float* qi = q + s.qk_row(index, i);
       for (int64_t c = 0; c < s.dk; ++c) gk[c] += ds * qi[c];
     }

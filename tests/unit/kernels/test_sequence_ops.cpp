@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "kernels/cuda/bodies.h"
 #include "kernels/cuda/sequence_bodies.h"
 #include "kernels/ops.h"
@@ -25,7 +26,8 @@ using testing::run_on_host;
 namespace {
 
 
-// out (N, T, H, dv) by the textbook formula: softmax(scale q k^T + mask) v, in double.
+// out (N, T, H, dv) by the textbook formula: (softmax(scale q k^T + mask) * Z) v, in
+// double, Z the dropout multipliers (all 1 without dropout).
 Tensor reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
   const int64_t n = q.dim(0), t = q.dim(1), h = p.heads, dk = q.dim(3), dv = v.dim(3);
   Tensor out({n, t, h, dv});
@@ -43,6 +45,9 @@ Tensor reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         }
         double sum = 0;
         for (double& x : s) sum += (x = std::exp(x - top));
+        if (p.dropout > 0.0f)
+          for (int64_t j = 0; j < t; ++j)
+            s[j] *= dropout_multiplier(p.seed, static_cast<uint64_t>(((b * h + head) * t + i) * t + j), p.dropout);
         for (int64_t c = 0; c < dv; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < t; ++j) acc += s[j] / sum * v.data()[((b * t + j) * h + head) * dv + c];
@@ -60,12 +65,13 @@ double weighted_sum(const Tensor& y, const Tensor& w) {
 
 }  // namespace
 
-TEST_CASE("blocked attention equals the materialised softmax, causal or not, with partial blocks") {
+TEST_CASE("blocked attention equals the materialised softmax, causal or not, with partial blocks and dropout") {
   for (const bool causal : {true, false})
+    for (const float dropout : {0.0f, 0.25f})
     for (const int64_t t : {1, 5, 64, 70, 131}) {
-      CAPTURE(causal, t);
+      CAPTURE(causal, dropout, t);
       const int64_t n = 2, h = 3, dk = 8, dv = 5;
-      const AttentionParams p{h, 1.0f / std::sqrt(8.0f), causal};
+      const AttentionParams p{h, 1.0f / std::sqrt(8.0f), causal, dropout, 77};
       const Tensor q = random_tensor({n, t, h, dk}, 1, -2, 2), k = random_tensor({n, t, h, dk}, 2, -2, 2),
                    v = random_tensor({n, t, h, dv}, 3);
       Tensor out({n, t, h, dv}), lse({n, h, t});
@@ -74,11 +80,12 @@ TEST_CASE("blocked attention equals the materialised softmax, causal or not, wit
     }
 }
 
-TEST_CASE("attention's backward matches finite differences of the forward") {
-  for (const bool causal : {true, false}) {
-    CAPTURE(causal);
+TEST_CASE("attention's backward matches finite differences of the forward, with and without dropout") {
+  for (const bool causal : {true, false})
+  for (const float dropout : {0.0f, 0.3f}) {
+    CAPTURE(causal, dropout);
     const int64_t n = 1, t = 67, h = 2, dk = 4, dv = 3;
-    const AttentionParams p{h, 0.5f, causal};
+    const AttentionParams p{h, 0.5f, causal, dropout, 5};
     Tensor q = random_tensor({n, t, h, dk}, 4), k = random_tensor({n, t, h, dk}, 5), v = random_tensor({n, t, h, dv}, 6);
     const Tensor w = random_tensor({n, t, h, dv}, 7);  // the objective: sum(w * out)
     Tensor out({n, t, h, dv}), lse({n, h, t}), dq(q.shape()), dk_(k.shape()), dv_(v.shape());
@@ -177,10 +184,11 @@ TEST_CASE("the embedding gathers rows by id and adds gradients back per id, a ba
 TEST_CASE("kernel bodies: the transformer's CUDA bodies match the CPU backend") {
   using namespace kernels::cuda;
   const int64_t n = 2, t = 9, h = 2, dk = 4, dv = 3;
-  for (const bool causal : {true, false}) {
-    CAPTURE(causal);
-    const AttentionParams p{h, 0.5f, causal};
-    const AttentionShape s{t, h, dk, dv, p.scale, causal};
+  for (const bool causal : {true, false})
+  for (const float dropout : {0.0f, 0.4f}) {
+    CAPTURE(causal, dropout);
+    const AttentionParams p{h, 0.5f, causal, dropout, 9};
+    const AttentionShape s{t, h, dk, dv, p.scale, causal, dropout, 9};
     const Tensor q = random_tensor({n, t, h, dk}, 14), k = random_tensor({n, t, h, dk}, 15),
                  v = random_tensor({n, t, h, dv}, 16), dout = random_tensor({n, t, h, dv}, 17);
     Tensor want_o({n, t, h, dv}), want_l({n, h, t}), got_o({n, t, h, dv}), got_l({n, h, t});

@@ -155,6 +155,14 @@ TEST_CASE("Functional graphs that are not residual chains are errors naming the 
     history(d, 2, 0) = "input_layer";
     CHECK_THROWS_WITH(translate(d), Contains("takes integer token ids") && Contains("Embedding first"));
   }
+  SECTION("attention dropout is read, as the weights' dropout") {
+    nlohmann::json j = gpt;
+    j["config"]["layers"][5]["config"]["dropout"] = 0.1;
+    const nlohmann::json model = nlohmann::json::parse(translate(j));
+    CHECK(model["layers"][2]["layers"][1]["dropout"] == 0.1);
+    const config::Document doc(model.dump(), "gpt.json");
+    CHECK_NOTHROW(nn::Sequential(nn::read_model_spec(doc.root()), 1));
+  }
   SECTION("an Add in a Sequential model") {
     const std::string seq = R"({"class_name": "Sequential", "config": {"layers": [
         {"class_name": "InputLayer", "config": {"batch_shape": [null, 4]}},
