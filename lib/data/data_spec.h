@@ -26,17 +26,22 @@ struct DataSourceSpec {
   std::string compression = "auto";  // tfrecord: auto | none | gzip
   std::string image_key = "image";   // tfrecord: the tf.train.Example feature holding the image
   std::string label_key = "label";   // tfrecord: ... and the one holding the label
+  std::string tokens_key = "input_ids";  // tfrecord with sequence_length: the int64_list of token ids
   int64_t parallel_calls = 0;        // threads decoding records (data.num_parallel_calls; 0 = the cores)
   bool stream = false;               // read the samples from the files every epoch (data.cache false, tfrecord)
   int64_t classes = 10;           // synthetic: number of classes
   int64_t count = 0;              // synthetic: number of samples
   uint64_t seed = 0;              // synthetic: generator seed
   double rescale = 1.0 / 255.0;   // idx, cifar10: pixel value multiplier
-  int64_t sequence_length = 0;    // text: tokens per sample (and labels per sample)
-  int64_t stride = 0;             // text: bytes between windows (0 = sequence_length)
-  double validation_split = 0.0;  // text: the fraction of the corpus held out at its end
-  std::string subset;             // text: "training" or "validation" ("" without a split)
+  int64_t sequence_length = 0;    // text, tfrecord tokens: tokens per sample (and labels per sample)
+  int64_t stride = 0;             // text, tfrecord tokens: tokens between windows (0 = sequence_length)
+  double validation_split = 0.0;  // text, tfrecord tokens: the fraction of the corpus held out at its end
+  std::string subset;             // text, tfrecord tokens: "training" or "validation" ("" without a split)
   int64_t take = 0;               // use only the first N samples (0 = all)
+
+  // A source of token windows for a language model (text; tfrecord with
+  // sequence_length): its samples are windows of one corpus (data/windows.h).
+  bool token_windows() const { return sequence_length > 0; }
 };
 
 // data.shard_policy, TF's AutoShardPolicy: how the training tasks split the data.

@@ -32,35 +32,26 @@ void check_common(const DataSourceSpec& spec) {
                           spec.rescale, " (1/255 maps bytes to [0, 1])"));
 }
 
-// The largest label of a windowed corpus and the first sample that has it. Each
-// byte a window's labels cover is looked at once, however much windows overlap.
-void find_max_label_of_windows(Dataset& ds) {
-  const int64_t width = ds.label_width;
-  int64_t scanned = 0;  // corpus bytes before this are looked at
-  for (int64_t i = 0; i < ds.count; ++i) {
-    const int64_t first = i * ds.window_stride + 1;
-    for (int64_t p = std::max(first, scanned); p < first + width; ++p)
-      if (ds.corpus[static_cast<size_t>(p)] > ds.max_label) {
-        ds.max_label = ds.corpus[static_cast<size_t>(p)];
-        ds.max_label_index = i;
-      }
-    scanned = std::max(scanned, first + width);
-  }
-}
-
 // Keeps the first `take` samples (take > 0), then finds the largest label.
 void finish(Dataset& ds, int64_t take) {
   if (ds.windowed()) {
     DT_CHECK_EQ(ds.label_width, ds.sample_numel());
+    DT_CHECK(ds.corpus.empty() || ds.token_ids.empty(), ds.name, " holds its tokens in both widths");
     if (take > 0 && take < ds.count) {
       ds.count = take;
-      ds.corpus.resize(static_cast<size_t>((take - 1) * ds.window_stride + ds.label_width + 1));
-      ds.corpus.shrink_to_fit();
+      const auto used = static_cast<size_t>((take - 1) * ds.window_stride + ds.label_width + 1);
+      auto keep = [used](auto& tokens) {
+        if (tokens.empty()) return;
+        tokens.resize(used);
+        tokens.shrink_to_fit();
+      };
+      keep(ds.corpus);
+      keep(ds.token_ids);
     }
-    DT_CHECK_LE(static_cast<size_t>((ds.count - 1) * ds.window_stride + ds.label_width + 1), ds.corpus.size());
-    ds.max_label = -1;
-    ds.max_label_index = -1;
-    find_max_label_of_windows(ds);
+    DT_CHECK_LE((ds.count - 1) * ds.window_stride + ds.label_width + 1, ds.corpus_size());
+    const Dataset::TokenAt largest = ds.largest_token(/*labels=*/true);
+    ds.max_label = largest.id;
+    ds.max_label_index = largest.sample;
     return;
   }
   if (take > 0 && take < ds.count) {
@@ -91,15 +82,47 @@ void finish(Dataset& ds, int64_t take) {
 
 int64_t Dataset::sample_numel() const { return shape_numel(sample_shape); }
 
+int64_t Dataset::corpus_size() const {
+  return static_cast<int64_t>(token_ids.empty() ? corpus.size() : token_ids.size());
+}
+
+int32_t Dataset::corpus_token(int64_t p) const {
+  return token_ids.empty() ? int32_t{corpus[static_cast<size_t>(p)]} : token_ids[static_cast<size_t>(p)];
+}
+
+// Each token the windows' samples (or labels) cover is looked at once, however
+// much the windows overlap.
+Dataset::TokenAt Dataset::largest_token(bool labels) const {
+  TokenAt largest;
+  if (!windowed()) return largest;
+  const int64_t width = labels ? label_width : sample_numel();
+  int64_t scanned = 0;  // tokens before this are looked at
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t first = i * window_stride + (labels ? 1 : 0);
+    for (int64_t p = std::max(first, scanned); p < first + width; ++p) {
+      const int32_t id = corpus_token(p);
+      if (id > largest.id) largest = {id, p, i};
+    }
+    scanned = std::max(scanned, first + width);
+  }
+  return largest;
+}
+
 void Dataset::copy_sample(int64_t i, float* out) const {
   DT_CHECK(i >= 0 && i < count, "sample ", i, " of ", count, " in ", name);
   DT_CHECK(!stream, name, " is streamed: its samples are read in order through the stream");
   const auto numel = static_cast<size_t>(sample_numel());
   if (windowed()) {
     const size_t begin = static_cast<size_t>(i * window_stride);
-    DT_CHECK_LE(begin + numel + 1, corpus.size());
-    const uint8_t* src = corpus.data() + begin;
-    for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]);  // token ids, exact
+    DT_CHECK_LE(static_cast<int64_t>(begin + numel + 1), corpus_size());
+    // Token ids, exact as floats (the readers keep them below 2^24).
+    if (token_ids.empty()) {
+      const uint8_t* src = corpus.data() + begin;
+      for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]);
+    } else {
+      const int32_t* src = token_ids.data() + begin;
+      for (size_t j = 0; j < numel; ++j) out[j] = static_cast<float>(src[j]);
+    }
     return;
   }
   const size_t begin = static_cast<size_t>(i) * numel;
@@ -120,8 +143,12 @@ void Dataset::copy_labels(int64_t i, int32_t* out) const {
   const auto width = static_cast<size_t>(label_width);
   if (windowed()) {
     const size_t begin = static_cast<size_t>(i * window_stride) + 1;  // the next token of each position
-    DT_CHECK_LE(begin + width, corpus.size());
-    for (size_t j = 0; j < width; ++j) out[j] = corpus[begin + j];
+    DT_CHECK_LE(static_cast<int64_t>(begin + width), corpus_size());
+    if (token_ids.empty()) {
+      std::copy_n(corpus.data() + begin, width, out);
+    } else {
+      std::copy_n(token_ids.data() + begin, width, out);
+    }
     return;
   }
   const size_t begin = static_cast<size_t>(i) * width;

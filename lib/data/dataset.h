@@ -5,8 +5,8 @@
 // (H, W, C) float32 after scaling by `rescale`; byte images are kept as bytes until
 // asked for (or decoded once, when the pipeline caches). A sample has one class
 // label, or `label_width` of them (a text window: the next token at each of its
-// positions); a text source keeps its bytes once and reads each sample and its
-// labels from their window. Readers check what can be checked (magic numbers,
+// positions); a token source (text, tfrecord tokens) keeps its tokens once and
+// reads each sample and its labels from their window. Readers check what can be checked (magic numbers,
 // header sizes against file sizes, image/label counts) and throw IoError naming
 // the file and what is wrong, or ConfigError for bad specs.
 #pragma once
@@ -50,17 +50,35 @@ struct Dataset {
   std::vector<int32_t> labels;  // count * label_width labels (sample-major), each >= 0; empty for a corpus
   int32_t max_label = -1;       // largest label
   int64_t max_label_index = -1; // the sample that has it (for error messages)
-  // A token corpus read through windows (text), instead of pixels/values and
-  // labels: sample i is corpus[i * window_stride, + T) as floats (T = sample_numel()),
-  // its labels corpus[i * window_stride + 1, + T) (label_width = T).
+  // A token corpus read through windows (text, tfrecord tokens), instead of
+  // pixels/values and labels: sample i is tokens [i * window_stride, + T) as floats
+  // (T = sample_numel()), its labels tokens [i * window_stride + 1, + T)
+  // (label_width = T). The tokens are held in one of two widths: bytes (text) in
+  // `corpus`, or int32 ids (tfrecord's int64_list token ids) in `token_ids`.
   std::vector<uint8_t> corpus;
-  int64_t window_stride = 0;    // > 0: the samples are windows of `corpus`
+  std::vector<int32_t> token_ids;
+  int64_t window_stride = 0;    // > 0: the samples are windows of the corpus
+  // Where corpus token p came from, for errors ("data.train.files[0]: 'a.tfrecord'
+  // record 3 (byte offset 120), token 7 of 'input_ids'"); unset when the source
+  // cannot say.
+  std::function<std::string(int64_t p)> token_origin;
   // Set for a streamed source: the samples are read in order from here (pixels and
   // values stay empty; copy_sample() cannot be used, the pipeline reads the stream).
   std::shared_ptr<const SampleStream> stream;
 
   int64_t sample_numel() const;
   bool windowed() const { return window_stride > 0; }
+  // A windowed corpus' tokens, whichever width holds them.
+  int64_t corpus_size() const;
+  int32_t corpus_token(int64_t p) const;
+  // A windowed corpus' largest token id among the samples' tokens (labels false:
+  // the model's input ids) or among their labels, and its first position in the
+  // corpus and a sample that holds it; id -1 for no windows.
+  struct TokenAt {
+    int32_t id = -1;
+    int64_t position = -1, sample = -1;
+  };
+  TokenAt largest_token(bool labels) const;
   // Writes sample i (sample_numel floats) to out.
   void copy_sample(int64_t i, float* out) const;
   // Writes sample i's label_width labels to out.

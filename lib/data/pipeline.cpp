@@ -252,7 +252,7 @@ Pipeline::Pipeline(std::shared_ptr<Dataset> dataset, PipelineOptions options)
     DT_CHECK(ds.label_width >= 1, "label width ", ds.label_width);
     if (ds.windowed()) {
       DT_CHECK(ds.count == 0 ||
-                   static_cast<int64_t>(ds.corpus.size()) >= (ds.count - 1) * ds.window_stride + ds.label_width + 1,
+                   ds.corpus_size() >= (ds.count - 1) * ds.window_stride + ds.label_width + 1,
                "the corpus of ", ds.name, " is shorter than its windows");
     } else {
       DT_CHECK_EQ(static_cast<int64_t>(ds.labels.size()), ds.count * ds.label_width);

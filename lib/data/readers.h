@@ -24,6 +24,15 @@ Dataset load_tfrecord(const DataSourceSpec& spec);
 // The same source streamed: the count and labels now, the images through ds.stream.
 Dataset stream_tfrecord(const DataSourceSpec& spec);
 DatasetInfo probe_tfrecord(const DataSourceSpec& spec);
+// The same format with sequence_length: each record's int64_list of token ids
+// (spec.tokens_key), concatenated in order, in windows (windows.h).
+Dataset load_tfrecord_tokens(const DataSourceSpec& spec);
+DatasetInfo probe_tfrecord_tokens(const DataSourceSpec& spec);
+// Its keys' docs (tokens_key and the window keys), and their reader: true when
+// the source has sequence_length (it reads tokens; the image keys are refused),
+// false when it reads images (the token keys are refused).
+std::vector<config::KeyDoc> tfrecord_token_key_docs();
+bool read_tfrecord_token_keys(config::Section& r, DataSourceSpec& spec);
 
 // Synthetic class prototypes plus noise: spec.shape, classes, count, seed.
 Dataset load_synthetic(const DataSourceSpec& spec);

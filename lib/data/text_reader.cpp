@@ -2,14 +2,10 @@
 // for a language model (`format: text`).
 //
 // The files (globs expanded, then those named by `exclude` left out) are read as
-// bytes, concatenated in order; each byte is a token (vocabulary 256). With
-// `validation_split` the corpus is cut once: the training subset is the first
-// part, the validation subset the last `validation_split` of the bytes, and no
-// window crosses the cut. Sample i of a subset is the window of sequence_length + 1
-// bytes at i * stride: its first sequence_length bytes as float token ids, its
-// labels the last sequence_length bytes (each position's next token). The bytes
-// are held once (Dataset::corpus); samples and labels are read from the window
-// when asked for, so a stride of 1 costs no more memory than the text.
+// bytes, concatenated in order; each byte is a token (vocabulary 256). The corpus
+// is cut into windows as windows.h describes (sequence_length, stride,
+// validation_split, subset); the bytes are held once (Dataset::corpus), so a
+// stride of 1 costs no more memory than the text.
 // A file that is not UTF-8, holds a NUL byte (a binary file, such as a fortune
 // .dat index) or is the same file as an earlier one (a symlink: fortune's .u8
 // files) is an IoError naming it and how to leave it out.
@@ -25,38 +21,22 @@
 #include "core/strings.h"
 #include "data/byte_file.h"
 #include "data/readers.h"
+#include "data/windows.h"
 
 namespace dtrain::data::detail {
+
+constexpr TokenUnit kBytes{"byte", "bytes", "more text"};
+
 namespace {
 
 constexpr const char* kMissingHint = "fix the path, or the pattern in files";
-constexpr int64_t kMaxLength = int64_t{1} << 30;  // sequence_length and stride: no overflow in window arithmetic
 
 void check_fields(const DataSourceSpec& spec) {
   if (spec.files.empty())
     throw ConfigError(str(spec.path, ".files: missing or empty: a text source needs its files, e.g. "
                                      "[\"/usr/share/games/fortunes/*\"]"));
-  if (spec.sequence_length < 1)
-    throw ConfigError(str(spec.path, ".sequence_length: must be >= 1, got ", spec.sequence_length,
-                          " (the tokens of one sample; its labels are the next token at each position)"));
-  if (spec.sequence_length > kMaxLength)
-    throw ConfigError(str(spec.path, ".sequence_length: ", spec.sequence_length, " is too large (at most ", kMaxLength,
-                          ")"));
-  if (spec.stride < 0 || spec.stride > kMaxLength)
-    throw ConfigError(str(spec.path, ".stride: must be in [1, ", kMaxLength, "], got ", spec.stride));
-  if (!(spec.validation_split >= 0.0 && spec.validation_split < 1.0))
-    throw ConfigError(str(spec.path, ".validation_split: must be in [0, 1), got ", spec.validation_split));
-  if (spec.validation_split > 0.0 && spec.subset.empty())
-    throw ConfigError(str(spec.path, ".subset: missing: with validation_split ", spec.validation_split,
-                          " say which part of the corpus this source is, \"training\" or \"validation\""));
-  if (spec.validation_split == 0.0 && !spec.subset.empty())
-    throw ConfigError(str(spec.path, ".subset: \"", spec.subset, "\" needs validation_split > 0 (the fraction of "
-                          "the corpus held out for validation); set it, or drop subset"));
-  if (!spec.subset.empty() && spec.subset != "training" && spec.subset != "validation")
-    throw ConfigError(str(spec.path, ".subset: must be \"training\" or \"validation\", got \"", spec.subset, "\""));
+  check_window_fields(spec);
 }
-
-int64_t stride_of(const DataSourceSpec& spec) { return spec.stride > 0 ? spec.stride : spec.sequence_length; }
 
 std::string base_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -145,31 +125,11 @@ std::vector<uint8_t> read_corpus(const DataSourceSpec& spec) {
   return bytes;
 }
 
-// The subset's byte range [begin, end) of a corpus of `total` bytes, and its windows.
-struct Part {
-  int64_t begin = 0, end = 0, count = 0;
-};
-
-Part part_of(const DataSourceSpec& spec, int64_t total) {
+WindowRange part_of(const DataSourceSpec& spec, int64_t total) {
   if (total == 0)
-    throw IoError(str(spec.path, ".files: the corpus is empty (every file matched has 0 bytes); give files "
-                                 "that hold text"));
-  const auto held_out = static_cast<int64_t>(spec.validation_split * static_cast<double>(total));
-  const bool validation = spec.subset == "validation";
-  Part p;
-  p.begin = validation ? total - held_out : 0;
-  p.end = validation ? total : total - held_out;
-  const int64_t window = spec.sequence_length + 1;
-  const int64_t length = p.end - p.begin;
-  if (length < window)
-    throw ConfigError(str(spec.path, ".sequence_length: ", spec.sequence_length, " needs windows of ", window,
-                          " bytes (the tokens and the next one), but ",
-                          spec.subset.empty() ? std::string("the corpus") : str("the ", spec.subset, " subset"),
-                          " has ", length, " bytes", spec.subset.empty() ? "" : str(" (of ", total, ")"),
-                          "; use a shorter sequence_length",
-                          spec.validation_split > 0 ? ", another validation_split" : "", " or more text"));
-  p.count = (length - window) / stride_of(spec) + 1;
-  return p;
+    throw IoError(str(spec.path, ".files: the corpus is empty (every file matched has 0 bytes); give files that "
+                                 "hold text"));
+  return window_range(spec, total, kBytes);
 }
 
 }  // namespace
@@ -177,22 +137,8 @@ Part part_of(const DataSourceSpec& spec, int64_t total) {
 Dataset load_text(const DataSourceSpec& spec) {
   check_fields(spec);
   std::vector<uint8_t> bytes = read_corpus(spec);
-  const Part p = part_of(spec, static_cast<int64_t>(bytes.size()));
-  Dataset ds;
-  ds.name = spec.path;
-  ds.sample_shape = {spec.sequence_length};
-  ds.count = p.count;
-  ds.rescale = 1.0f;
-  ds.label_width = spec.sequence_length;
-  ds.window_stride = stride_of(spec);
-  // Only the bytes this subset's windows cover.
-  const int64_t used = (p.count - 1) * ds.window_stride + spec.sequence_length + 1;
-  if (p.begin == 0 && used == static_cast<int64_t>(bytes.size())) {
-    ds.corpus = std::move(bytes);
-  } else {
-    ds.corpus.assign(bytes.begin() + p.begin, bytes.begin() + p.begin + used);
-  }
-  return ds;
+  const WindowRange range = part_of(spec, static_cast<int64_t>(bytes.size()));
+  return windowed_dataset(spec, range, std::move(bytes));
 }
 
 DatasetInfo probe_text(const DataSourceSpec& spec) {
@@ -202,11 +148,7 @@ DatasetInfo probe_text(const DataSourceSpec& spec) {
     ByteFile in(file, str(spec.path, ".files"), kMissingHint);
     total += static_cast<int64_t>(in.read_payload(ByteFile::kToEnd, nullptr).got);
   }
-  DatasetInfo info;
-  info.sample_shape = {spec.sequence_length};
-  info.count = part_of(spec, total).count;
-  info.label_width = spec.sequence_length;
-  return info;
+  return windowed_info(spec, part_of(spec, total));
 }
 
 }  // namespace dtrain::data::detail
@@ -219,21 +161,18 @@ const DataFormat& text_format() {
       "text",
       "UTF-8 text files as byte tokens (vocabulary 256), concatenated in order, cut into windows for a language "
       "model: a sample is `sequence_length` tokens (as floats), its labels the next token at each position",
-      {{"files", "paths or glob patterns, in order (required, e.g. `/usr/share/games/fortunes/*`)"},
-       {"exclude", "`[]`: glob patterns of file names (without the directory) to leave out, e.g. `[\"*.dat\", "
-                   "\"*.u8\"]`"},
-       {"sequence_length", "tokens per sample (required, >= 1); a sample's window is one byte longer"},
-       {"stride", "sequence_length: bytes between the starts of two windows (>= 1)"},
-       {"validation_split", "0: the fraction of the corpus, at its end, held out for validation, in [0, 1)"},
-       {"subset", "`training` (the first part) or `validation` (the held-out end); required when "
-                  "validation_split > 0"}},
+      [] {
+        std::vector<config::KeyDoc> keys = {
+            {"files", "paths or glob patterns, in order (required, e.g. `/usr/share/games/fortunes/*`)"},
+            {"exclude", "`[]`: glob patterns of file names (without the directory) to leave out, e.g. `[\"*.dat\", "
+                        "\"*.u8\"]`"}};
+        for (const config::KeyDoc& key : detail::window_key_docs(detail::kBytes)) keys.push_back(key);
+        return keys;
+      }(),
       [](config::Section& r, DataSourceSpec& spec) {
         spec.files = r.require("files", " (an array of text file paths or glob patterns)").to_string_list();
         if (const auto v = r.find("exclude")) spec.exclude = v->to_string_list();
-        spec.sequence_length = r.require_int("sequence_length", 1);
-        spec.stride = r.get_int("stride", 0, 1);
-        spec.validation_split = r.get_double("validation_split", 0.0, config::kFraction);
-        spec.subset = r.get_choice("subset", "", {"training", "validation"}, "subset");
+        detail::read_window_keys(r, spec);
       },
       detail::load_text, detail::probe_text, /*rescales=*/false};
   return format;

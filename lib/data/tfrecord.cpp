@@ -63,8 +63,12 @@ TfRecordReader::~TfRecordReader() = default;
 bool TfRecordReader::compressed() const { return file_->compressed(); }
 const std::string& TfRecordReader::path() const { return file_->path(); }
 
+std::string describe_record(int64_t index, uint64_t offset, bool compressed) {
+  return str("record ", index, " (byte offset ", offset, compressed ? " of the uncompressed data)" : ")");
+}
+
 std::string TfRecordReader::where(int64_t index, uint64_t offset) const {
-  return str("record ", index, " (byte offset ", offset, compressed() ? " of the uncompressed data)" : ")");
+  return describe_record(index, offset, compressed());
 }
 
 bool TfRecordReader::next(std::string& out) {

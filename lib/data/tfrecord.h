@@ -22,6 +22,9 @@ uint32_t crc32c(const void* data, size_t n);
 // TensorFlow's masked form of crc32c(data, n), as stored in TFRecord files.
 uint32_t masked_crc32c(const void* data, size_t n);
 
+// "record 12 (byte offset 9876)" or, for gzip files, "... of the uncompressed data)".
+std::string describe_record(int64_t index, uint64_t offset, bool compressed);
+
 namespace detail {
 class ByteFile;
 }
@@ -43,8 +46,8 @@ class TfRecordReader {
   // (uncompressed) file.
   int64_t record_index() const { return index_ - 1; }
   uint64_t record_offset() const { return record_offset_; }
-  // "record 12 (byte offset 9876)" or, for gzip files, "... of the uncompressed data)":
-  // the record last returned, or any record by its number and offset.
+  // describe_record() of the record last returned, or of any record by its number
+  // and offset.
   std::string where() const { return where(record_index(), record_offset_); }
   std::string where(int64_t index, uint64_t offset) const;
   const std::string& path() const;

@@ -11,6 +11,7 @@
 // one pass reads the count and the labels, and each epoch reads the images again
 // (SampleStream), so files larger than memory train. Any bad record is an IoError naming the file,
 // the record, its offset, the feature and what was expected.
+// With `sequence_length` the source reads token ids instead (tfrecord_tokens.cpp).
 // Its registry entry (dataset.h's DataFormat: keys, reader, loaders) closes the file.
 #include <omp.h>
 
@@ -21,19 +22,27 @@
 #include "core/host.h"
 #include "core/strings.h"
 #include "data/readers.h"
-#include "data/tfrecord.h"
-#include "proto/tf_example.pb.h"
+#include "data/tfrecord_examples.h"
 
 namespace dtrain::data::detail {
-namespace {
 
-constexpr size_t kChunkRecords = 4096;  // records read, then decoded together
+void check_tfrecord_files(const DataSourceSpec& spec) {
+  if (spec.files.empty())
+    throw ConfigError(str(spec.path, ".files: missing or empty: a tfrecord source needs its files or glob "
+                                     "patterns, e.g. [\"data/train-*.tfrecord.gz\"]"));
+}
 
-// What one record decodes to, or why it could not be.
-struct Decoded {
-  std::string error;  // empty when fine
-  bool floats = false;
-};
+std::unique_ptr<TfRecordReader> open_tfrecord_file(const DataSourceSpec& spec, const std::vector<std::string>& files,
+                                                   size_t f) {
+  auto reader = std::make_unique<TfRecordReader>(files[f], str(spec.path, ".files[", f, "]"));
+  if (spec.compression == "none" && reader->compressed())
+    throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' is gzip-compressed, but ", spec.path,
+                      ".compression is \"none\"; set it to \"gzip\" or \"auto\""));
+  if (spec.compression == "gzip" && !reader->compressed())
+    throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' is not gzip-compressed, but ", spec.path,
+                      ".compression is \"gzip\"; set it to \"none\" or \"auto\""));
+  return reader;
+}
 
 std::string feature_names(const tf::Example& ex) {
   std::vector<std::string> names;
@@ -56,6 +65,16 @@ const char* kind_name(const tf::Feature& f) {
     default: return "an empty feature";
   }
 }
+
+namespace {
+
+constexpr size_t kChunkRecords = 4096;  // records read, then decoded together
+
+// What one record decodes to, or why it could not be.
+struct Decoded {
+  std::string error;  // empty when fine
+  bool floats = false;
+};
 
 // Decodes `record` into pixels (bytes) or values (floats) at `sample` and its label.
 Decoded decode(const DataSourceSpec& spec, const std::string& record, int64_t numel, uint8_t* pixels, float* values,
@@ -129,23 +148,9 @@ int decode_threads(const DataSourceSpec& spec) {
 }
 
 void check_fields(const DataSourceSpec& spec) {
-  if (spec.files.empty())
-    throw ConfigError(str(spec.path, ".files: missing or empty: a tfrecord source needs its files or glob "
-                                     "patterns, e.g. [\"data/train-*.tfrecord.gz\"]"));
+  check_tfrecord_files(spec);
   if (spec.shape.empty())
     throw ConfigError(str(spec.path, ".shape: unknown; set it, e.g. [28, 28, 1] (a job takes the model's input_shape)"));
-}
-
-// Opens files[f], checking its compression against spec.compression.
-std::unique_ptr<TfRecordReader> open_file(const DataSourceSpec& spec, const std::vector<std::string>& files, size_t f) {
-  auto reader = std::make_unique<TfRecordReader>(files[f], str(spec.path, ".files[", f, "]"));
-  if (spec.compression == "none" && reader->compressed())
-    throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' is gzip-compressed, but ", spec.path,
-                      ".compression is \"none\"; set it to \"gzip\" or \"auto\""));
-  if (spec.compression == "gzip" && !reader->compressed())
-    throw IoError(str(spec.path, ".files[", f, "]: '", files[f], "' is not gzip-compressed, but ", spec.path,
-                      ".compression is \"gzip\"; set it to \"none\" or \"auto\""));
-  return reader;
 }
 
 // One chunk of records, decoded.
@@ -171,7 +176,7 @@ class RecordDecoder {
     while (true) {
       if (!reader_) {
         if (file_ >= files_.size()) return false;
-        reader_ = open_file(spec_, files_, file_);
+        reader_ = open_tfrecord_file(spec_, files_, file_);
       }
       records_.clear();
       where_.clear();
@@ -301,22 +306,27 @@ Dataset read_records(const DataSourceSpec& spec, bool keep_images) {
 
 }  // namespace
 
-Dataset load_tfrecord(const DataSourceSpec& spec) { return read_records(spec, /*keep_images=*/true); }
+Dataset load_tfrecord(const DataSourceSpec& spec) {
+  if (spec.token_windows()) return load_tfrecord_tokens(spec);
+  return read_records(spec, /*keep_images=*/true);
+}
 
 Dataset stream_tfrecord(const DataSourceSpec& spec) {
+  if (spec.token_windows()) return load_tfrecord_tokens(spec);  // held once, as a text source's bytes
   Dataset ds = read_records(spec, /*keep_images=*/false);
   ds.stream = std::make_shared<TfRecordStream>(spec);
   return ds;
 }
 
 DatasetInfo probe_tfrecord(const DataSourceSpec& spec) {
+  if (spec.token_windows()) return probe_tfrecord_tokens(spec);
   check_fields(spec);
   const std::vector<std::string> files = expand_files(spec);
   DatasetInfo info;
   info.sample_shape = spec.shape;
   std::string record;
   for (size_t f = 0; f < files.size(); ++f) {
-    auto reader = open_file(spec, files, f);
+    auto reader = open_tfrecord_file(spec, files, f);
     while (reader->next(record)) ++info.count;
   }
   return info;
@@ -330,16 +340,23 @@ namespace dtrain::data {
 const DataFormat& tfrecord_format() {
   static const DataFormat format{
       "tfrecord",
-      "TFRecord files of tf.train.Example records (TensorFlow's TFRecordWriter), plain or gzip",
-      {{"files", "paths or glob patterns, in order (required, e.g. `data/train-*.tfrecord.gz`)"},
-       {"compression", "`auto` (by content), `none` or `gzip`"},
-       {"image_key", "`image`: the feature holding the image (raw uint8 bytes or a float_list)"},
-       {"label_key", "`label`: the feature holding the class (an int64_list)"},
-       {"shape", "the image's shape (the model's input_shape)"},
-       {"rescale", "1/255, a byte pixel's multiplier"}},
+      "TFRecord files of tf.train.Example records (TensorFlow's TFRecordWriter), plain or gzip: an image and a "
+      "label per record, or, with `sequence_length`, a tokeniser's ids in windows for a language model",
+      [] {
+        std::vector<config::KeyDoc> keys = {
+            {"files", "paths or glob patterns, in order (required, e.g. `data/train-*.tfrecord.gz`)"},
+            {"compression", "`auto` (by content), `none` or `gzip`"},
+            {"image_key", "`image`: the feature holding the image (raw uint8 bytes or a float_list)"},
+            {"label_key", "`label`: the feature holding the class (an int64_list)"},
+            {"shape", "the image's shape (the model's input_shape)"},
+            {"rescale", "1/255, a byte pixel's multiplier"}};
+        for (const config::KeyDoc& key : detail::tfrecord_token_key_docs()) keys.push_back(key);
+        return keys;
+      }(),
       [](config::Section& r, DataSourceSpec& spec) {
         spec.files = r.require("files", " (an array of TFRecord paths or glob patterns)").to_string_list();
         spec.compression = r.get_choice("compression", "auto", {"auto", "none", "gzip"}, "compression");
+        if (detail::read_tfrecord_token_keys(r, spec)) return;
         spec.image_key = r.get_string("image_key", "image");
         spec.label_key = r.get_string("label_key", "label");
         if (const auto v = r.find("shape")) spec.shape = v->to_shape();

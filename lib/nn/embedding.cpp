@@ -171,6 +171,15 @@ Tensor PositionEmbedding::decode(const Tensor& x, int64_t position) {
   return y;
 }
 
+InputVocabulary input_vocabulary(const ModelSpec& spec) {
+  if (spec.layers.empty()) return {};
+  const LayerSpec& first = spec.layers.front();
+  if (first.type_name() == "Embedding") return {first.options_as<EmbeddingOptions>().input_dim, first.path + ".input_dim"};
+  if (first.type_name() == "TokenAndPositionEmbedding")
+    return {first.options_as<TokenAndPositionEmbeddingOptions>().vocabulary_size, first.path + ".vocabulary_size"};
+  return {};
+}
+
 // The registry entries (layer_registry.h).
 const LayerType& embedding_layer_type() {
   static const LayerType type{

@@ -52,6 +52,15 @@ struct ModelSpec {
   DType compute_dtype = DType::kF32;
 };
 
+// The token vocabulary a model's first layer takes (Embedding's input_dim,
+// TokenAndPositionEmbedding's vocabulary_size) and the key that sets it
+// ("model.layers[0].input_dim"); size 0 when the model does not start with one.
+struct InputVocabulary {
+  int64_t size = 0;
+  std::string key;
+};
+InputVocabulary input_vocabulary(const ModelSpec& spec);
+
 struct LossSpec {
   std::string path = "loss";
   const LossType* type = nullptr;  // losses.h's registry entry (nullptr: sparse_categorical_crossentropy)

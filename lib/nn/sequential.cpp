@@ -52,6 +52,7 @@ Sequential::Sequential(const ModelSpec& spec, uint64_t seed, size_t first, size_
     if (i >= first) layers_.push_back(std::move(layer));
   }
   check_unique_names();
+  if (first == 0) input_vocabulary_ = nn::input_vocabulary(spec);
   // Each layer draws its initial values from its own stream (its index in the
   // whole model), so changing one layer leaves the others' initial values as
   // they were, and a stage starts as the same layers of the whole model do.

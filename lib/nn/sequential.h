@@ -49,6 +49,9 @@ class Sequential {
 
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const;
+  // The token vocabulary of its first layer (input_vocabulary(); none for a
+  // pipeline stage after the first).
+  const InputVocabulary& input_vocabulary() const { return input_vocabulary_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
   // The dtype layers compute in (ModelSpec::compute_dtype): each layer that
@@ -100,6 +103,7 @@ class Sequential {
   void check_unique_names() const;
 
   Shape input_shape_;
+  InputVocabulary input_vocabulary_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Device device_;
   std::unique_ptr<TensorArena> arena_;

@@ -84,7 +84,7 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   const size_t end = split.end_of(static_cast<size_t>(stats_.stage), layers.size());
   stats_.split = describe_split(split, layers);
   stats_.split_how = split.how;
-  shapes_ = {layers.front().input_shape, layers.back().output_shape};
+  shapes_ = {layers.front().input_shape, layers.back().output_shape, nn::input_vocabulary(job.model)};
   stage_input_ = layers[first].input_shape;
   stage_output_ = layers[end - 1].output_shape;
   if (workers_->rank() == 0)

@@ -104,6 +104,7 @@ struct DataShard {
 // The shapes of the whole model's samples: what the data must match.
 struct ModelShapes {
   Shape input, output;
+  nn::InputVocabulary vocabulary;  // the token ids the model takes, when it starts with an embedding
 };
 
 class Strategy {
@@ -183,7 +184,9 @@ class Strategy {
   virtual DataShard data_shard() const { return {}; }
   // The whole model's input and output shapes per sample (a pipeline stage's
   // model() holds only its layers).
-  virtual ModelShapes model_shapes() { return {model().input_shape(), model().output_shape()}; }
+  virtual ModelShapes model_shapes() {
+    return {model().input_shape(), model().output_shape(), model().input_vocabulary()};
+  }
   // What this strategy measured or chose, as a JSON object's text ("" = nothing):
   // the run summary keeps it under the strategy's name (a pipeline's split and bubble).
   virtual std::string report_json() const { return ""; }

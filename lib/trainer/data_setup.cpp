@@ -19,8 +19,37 @@ void check_input_shape(const data::DataSourceSpec& spec, const Shape& sample_sha
                           }(), ", "), "]"));
 }
 
+namespace {
+
+// " (data.train.files[0]: 'a.tfrecord' record 3 (byte offset 120), token 7 of
+// 'input_ids')" where the source can say where a corpus token came from, else "".
+std::string origin_of(const data::Dataset& ds, int64_t position) {
+  return ds.token_origin ? str(" (", ds.token_origin(position), ")") : std::string();
+}
+
+// A token corpus' ids against the model: the samples' ids below the first layer's
+// vocabulary (the embedding would fail on the first batch that holds one, without
+// saying where it came from), the labels below the classes.
+void check_token_ids(const data::DataSourceSpec& spec, const data::Dataset& ds, const strategy::ModelShapes& shapes) {
+  const int64_t vocabulary = shapes.vocabulary.size;
+  const data::Dataset::TokenAt input = ds.largest_token(/*labels=*/false);
+  if (vocabulary > 0 && input.id >= vocabulary)
+    throw ConfigError(str(spec.path, ": token id ", input.id, " of sample ", input.sample, origin_of(ds, input.position),
+                          " is outside the model's vocabulary of ", vocabulary, " (", shapes.vocabulary.key,
+                          "; ids 0..", vocabulary - 1, "); make ", shapes.vocabulary.key, " at least ", input.id + 1,
+                          " or use the tokeniser the model was made for"));
+  const int64_t classes = shapes.output.back();
+  const data::Dataset::TokenAt label = ds.largest_token(/*labels=*/true);
+  if (label.id >= classes)
+    throw ConfigError(str(spec.path, ": label ", label.id, " of sample ", label.sample, origin_of(ds, label.position),
+                          " is outside the model's ", classes, " classes (0..", classes - 1,
+                          "); make the last Dense layer's units at least ", label.id + 1, " (the vocabulary)"));
+}
+
+}  // namespace
+
 std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const nn::Sequential& model) {
-  return load_checked(spec, strategy::ModelShapes{model.input_shape(), model.output_shape()});
+  return load_checked(spec, strategy::ModelShapes{model.input_shape(), model.output_shape(), model.input_vocabulary()});
 }
 
 std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, const strategy::ModelShapes& shapes) {
@@ -37,6 +66,10 @@ std::shared_ptr<data::Dataset> load_checked(const data::DataSourceSpec& spec, co
                           " has ", width, " labels per sample (the next token at each of its ", width,
                           " positions); the model must output (", width, ", classes), e.g. end it with a Dense "
                           "layer applied at every position"));
+  if (dataset->windowed()) {
+    check_token_ids(spec, *dataset, shapes);
+    return dataset;
+  }
   const int64_t classes = out.back();
   if (dataset->max_label >= classes)
     throw ConfigError(str(spec.path, ": label ", dataset->max_label, " of sample ", dataset->max_label_index,
@@ -49,7 +82,9 @@ data::ShardPolicy shard_policy(const job::JobConfig& job, int num_workers) {
   const data::ShardPolicy policy = job.data.shard_policy;
   if (policy != data::ShardPolicy::kAuto || num_workers == 1) return policy;
   const data::DataSourceSpec& train = job.data.train;
-  if (!train.format || !train.format->auto_shards_by_file) return data::ShardPolicy::kData;
+  // Token windows are dealt out to the workers like any samples (a text source's
+  // are), however many files hold them.
+  if (!train.format || !train.format->auto_shards_by_file || train.token_windows()) return data::ShardPolicy::kData;
   return data::expand_files(train).size() >= static_cast<size_t>(num_workers) ? data::ShardPolicy::kFile
                                                                               : data::ShardPolicy::kData;
 }

@@ -16,6 +16,7 @@
 #include "data/data_spec.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
+#include "data_test_util.h"
 #include "support/temp_dir.h"
 
 using namespace dtrain;
@@ -26,13 +27,7 @@ using test::TempDir;
 namespace {
 
 DataSourceSpec text_spec(std::vector<std::string> files, int64_t sequence_length, int64_t stride = 0) {
-  DataSourceSpec spec;
-  spec.path = "data.train";
-  spec.format = &data_format("text");
-  spec.files = std::move(files);
-  spec.sequence_length = sequence_length;
-  spec.stride = stride;
-  return spec;
+  return testing::windows_spec("text", std::move(files), sequence_length, stride);
 }
 
 // Sample i's tokens and labels as strings (the bytes they are).
@@ -57,14 +52,7 @@ std::string distinct_bytes(int n) {
   return s;
 }
 
-std::string error_of(const DataSourceSpec& spec) {
-  try {
-    load_dataset(spec);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::load_error;
 
 }  // namespace
 
@@ -210,47 +198,47 @@ TEST_CASE("text: batches carry T labels per sample, shards and shuffles keep the
 TEST_CASE("text: errors name the key or file and say how to fix it") {
   TempDir dir;
   CHECK_THROWS_AS(load_dataset(text_spec({dir.file("missing.txt")}, 4)), IoError);
-  CHECK_THAT(error_of(text_spec({dir.file("missing.txt")}, 4)), Contains("data.train.files") && Contains("missing.txt"));
-  CHECK_THAT(error_of(text_spec({dir.file("nothing-*")}, 4)), Contains("matches no file"));
-  CHECK_THAT(error_of(text_spec({dir.write("empty.txt", "")}, 4)), Contains("the corpus is empty"));
+  CHECK_THAT(load_error(text_spec({dir.file("missing.txt")}, 4)), Contains("data.train.files") && Contains("missing.txt"));
+  CHECK_THAT(load_error(text_spec({dir.file("nothing-*")}, 4)), Contains("matches no file"));
+  CHECK_THAT(load_error(text_spec({dir.write("empty.txt", "")}, 4)), Contains("the corpus is empty"));
   const std::string short_file = dir.write("short.txt", "abcd");
   CHECK_THROWS_AS(load_dataset(text_spec({short_file}, 4)), ConfigError);
-  CHECK_THAT(error_of(text_spec({short_file}, 4)),
+  CHECK_THAT(load_error(text_spec({short_file}, 4)),
              Contains("data.train.sequence_length: 4 needs windows of 5 bytes") && Contains("has 4 bytes"));
   CHECK(load_dataset(text_spec({short_file}, 3)).count == 1);
-  CHECK_THAT(error_of(text_spec({short_file}, 0)), Contains("data.train.sequence_length: must be >= 1"));
-  CHECK_THAT(error_of(text_spec({}, 4)), Contains("data.train.files: missing"));
+  CHECK_THAT(load_error(text_spec({short_file}, 0)), Contains("data.train.sequence_length: must be >= 1"));
+  CHECK_THAT(load_error(text_spec({}, 4)), Contains("data.train.files: missing"));
 
   // A binary file (a fortune .dat index), and a file that is not UTF-8.
   const std::string binary = dir.write("cookie.dat", std::string("abc\0\0\0\2xyz", 10));
   CHECK_THROWS_AS(load_dataset(text_spec({binary}, 2)), IoError);
-  CHECK_THAT(error_of(text_spec({binary}, 2)),
+  CHECK_THAT(load_error(text_spec({binary}, 2)),
              Contains("cookie.dat") && Contains("NUL byte at byte 3") && Contains("exclude") && Contains("*.dat"));
-  CHECK_THAT(error_of(text_spec({dir.write("latin1.txt", "caf\xe9 au lait")}, 2)),
+  CHECK_THAT(load_error(text_spec({dir.write("latin1.txt", "caf\xe9 au lait")}, 2)),
              Contains("is not UTF-8 text at byte 3 (0xe9)"));
   CHECK(load_dataset(text_spec({dir.write("utf8.txt", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80")}, 2)).count > 0);
 
   // A link to a file already read (fortune's .u8 files) would repeat its text.
   const std::string text = dir.write("art", "some art, some more art");
   std::filesystem::create_symlink(text, dir.file("art.u8"));
-  CHECK_THAT(error_of(text_spec({dir.file("ar*")}, 2)),
+  CHECK_THAT(load_error(text_spec({dir.file("ar*")}, 2)),
              Contains("art.u8' is the same file as") && Contains("\"*.u8\""));
   DataSourceSpec excluded = text_spec({dir.file("ar*")}, 2);
   excluded.exclude = {"*.u8"};
   CHECK(load_dataset(excluded).count == 11);
   excluded.exclude = {"*"};
-  CHECK_THAT(error_of(excluded), Contains("data.train.exclude: leaves out every file"));
+  CHECK_THAT(load_error(excluded), Contains("data.train.exclude: leaves out every file"));
 
   // The split's keys go together.
   DataSourceSpec split = text_spec({text}, 2);
   split.validation_split = 0.5;
-  CHECK_THAT(error_of(split), Contains("data.train.subset: missing") && Contains("\"training\" or \"validation\""));
+  CHECK_THAT(load_error(split), Contains("data.train.subset: missing") && Contains("\"training\" or \"validation\""));
   split.validation_split = 0.0;
   split.subset = "validation";
-  CHECK_THAT(error_of(split), Contains("data.train.subset: \"validation\" needs validation_split > 0"));
+  CHECK_THAT(load_error(split), Contains("data.train.subset: \"validation\" needs validation_split > 0"));
   split.validation_split = 0.1;
   split.sequence_length = 4;
-  CHECK_THAT(error_of(split), Contains("the validation subset has 2 bytes (of 23)"));
+  CHECK_THAT(load_error(split), Contains("the validation subset has 2 bytes (of 23)"));
 }
 
 TEST_CASE("text: the source's keys are read and checked") {
@@ -284,9 +272,9 @@ TEST_CASE("text: the fortunes corpus loads, its .dat and .u8 files excluded") {
   INFO("Debian's fortunes must be installed at " << root << " (run scripts/install-deps.sh)");
   REQUIRE(std::filesystem::exists(root + "fortunes"));
   DataSourceSpec spec = text_spec({root + "*"}, 128);
-  CHECK_THAT(error_of(spec), Contains("art.u8' is the same file as") && Contains("[\"*.u8\"]"));
+  CHECK_THAT(load_error(spec), Contains("art.u8' is the same file as") && Contains("[\"*.u8\"]"));
   spec.exclude = {"*.u8"};
-  CHECK_THAT(error_of(spec), Contains("art.dat' holds a NUL byte") && Contains("[\"*.dat\"]"));
+  CHECK_THAT(load_error(spec), Contains("art.dat' holds a NUL byte") && Contains("[\"*.dat\"]"));
   spec.exclude = {"*.dat", "*.u8"};
   spec.validation_split = 0.1;
   spec.subset = "training";

@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "data/tfrecord.h"
+#include "data_test_util.h"
 #include "support/temp_dir.h"
 
 using namespace dtrain;
@@ -24,12 +25,8 @@ using test::TempDir;
 
 namespace {
 
-const std::string kFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/fixtures/tfrecord/";
-
-nlohmann::json fixture_facts(const std::string& file) {
-  std::ifstream in(kFixtures + "fixtures.json");
-  return nlohmann::json::parse(in).at("files").at(file);
-}
+const std::string& kFixtures = testing::kTfFixtures;
+using testing::tf_fixture_facts;
 
 DataSourceSpec tfrecord_spec(std::vector<std::string> files) {
   DataSourceSpec spec;
@@ -42,7 +39,7 @@ DataSourceSpec tfrecord_spec(std::vector<std::string> files) {
 
 // Checks the labels and each image's byte sum against fixtures.json.
 void check_against_facts(const Dataset& ds, const std::string& file) {
-  const nlohmann::json facts = fixture_facts(file);
+  const nlohmann::json facts = tf_fixture_facts(file);
   REQUIRE(ds.count == facts.at("records").get<int64_t>());
   const auto labels = facts.at("labels").get<std::vector<int32_t>>();
   CHECK(ds.labels == labels);
@@ -222,7 +219,7 @@ TEST_CASE("a streamed tfrecord source gives the in-memory pipeline's batches", "
     REQUIRE(streamed->stream);
     CHECK(streamed->pixels.empty());
     CHECK(streamed->values.empty());
-    CHECK(streamed->count == 2 * fixture_facts(file).at("records").get<int64_t>());
+    CHECK(streamed->count == 2 * tf_fixture_facts(file).at("records").get<int64_t>());
     CHECK(streamed->labels == loaded->labels);
     for (const int64_t buffer : {int64_t{0}, int64_t{7}, int64_t{1000}}) {
       for (const int64_t shards : {int64_t{1}, int64_t{3}}) {
@@ -263,23 +260,12 @@ TEST_CASE("a streamed tfrecord source gives the in-memory pipeline's batches", "
 
 namespace {
 
-// Protocol buffer encoding by hand (the test does not link the generated code): a
-// length-delimited field.
-std::string pb_field(int number, const std::string& payload) {
-  std::string out(1, static_cast<char>(number << 3 | 2));
-  for (size_t n = payload.size(); ; n >>= 7) {
-    out.push_back(static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0)));
-    if (n < 0x80) break;
-  }
-  return out + payload;
-}
-
 // A tf.train.Example with one bytes_list feature per name.
 std::string example_with_features(const std::vector<std::string>& names) {
-  std::string features;
+  std::vector<std::string> features;
   for (const std::string& name : names)
-    features += pb_field(1, pb_field(1, name) + pb_field(2, pb_field(1, pb_field(1, "abcd"))));
-  return pb_field(1, features);
+    features.push_back(testing::example_feature(name, 1, testing::pb_field(1, "abcd")));
+  return testing::example_of(features);
 }
 
 }  // namespace
