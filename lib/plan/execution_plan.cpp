@@ -58,6 +58,17 @@ bool nccl_allowed(const job::JobConfig& job, const Machine& machine) {
   return machine.nccl_built && (c == Communication::kAuto || c == Communication::kNccl);
 }
 
+// More GPU tasks on this machine than GPUs: two of them compute on one GPU
+// (LOCAL_RANK % GPUs), and NCCL refuses two ranks on one GPU ("Duplicate GPU
+// detected") unless NCCL_HOSTID tells the processes apart. "" when they do not
+// share, else what to say.
+std::string shared_gpu(const Machine& machine, const ExecutionPlan& p) {
+  if (p.device().is_cpu() || machine.gpus <= 0 || p.tasks_on_host <= machine.gpus || machine.host.nccl_hostid)
+    return "";
+  return str(p.tasks_on_host, " tasks on this machine share its ", machine.gpus, " GPU",
+             machine.gpus == 1 ? "" : "s", ", and NCCL refuses two ranks on one GPU");
+}
+
 // The training tasks' group of a task that trains with an all-reduce strategy in a cluster.
 TasksGroup plan_tasks_group(const job::JobConfig& job, const ExecutionPlan& p, Decision& d) {
   d.what = "training tasks";
@@ -93,6 +104,14 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
     } else if (n > 1) {
       g = Gradients::kReplicasThenTasks;
       d.why = str(n, " replicas in each task");
+    } else if (const std::string shared = on_gpu ? shared_gpu(machine, p) : ""; !shared.empty()) {
+      if (job.strategy.communication == Communication::kNccl)
+        throw ConfigError(str(job.strategy.path, ".communication: 'nccl', but ", shared,
+                              " (\"Duplicate GPU detected\"); give each task a GPU of its own, use \"auto\" (Gloo "
+                              "through host copies), or give each task its own NCCL_HOSTID with NCCL_P2P_DISABLE=1 "
+                              "NCCL_SHM_DISABLE=1"));
+      g = Gradients::kTasks;
+      d.why = str(shared, ": through host copies and Gloo");
     } else if (on_gpu && nccl_allowed(job, machine)) {
       g = Gradients::kNccl;
       d.why = str("a GPU job, strategy.communication ",

@@ -44,6 +44,7 @@ Environment Environment::from_process() {
   env.inject = variable("DTRAIN_INJECT");
   env.host.omp_num_threads = std::max(0, leading_number("OMP_NUM_THREADS"));
   env.host.local_rank = leading_number("LOCAL_RANK");
+  env.host.nccl_hostid = std::getenv("NCCL_HOSTID") != nullptr;
   if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) env.host.allow_tf32 = std::string(tf32) != "0";
   return env;
 }

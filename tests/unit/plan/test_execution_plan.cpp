@@ -49,6 +49,8 @@ TEST_CASE("plan: every strategy's placement and wiring, on made-up machines") {
   const plan::Machine gpus2_no_nccl = test::plan_machine(8, 2, false);
   const plan::Machine gpus2_rank1 = test::plan_machine(8, 2, true, 1);
   const plan::Machine gpus1 = test::plan_machine(8, 1, true);
+  plan::Machine gpus1_hostid = gpus1;
+  gpus1_hostid.host.nccl_hostid = true;
   const std::vector<Row> rows = {
       {"one_device alone", R"("type": "one_device")", "auto", 0, 1, cpu2, Role::kTrain, "cpu:0", 2,
        TasksGroup::kNone, Gradients::kNone, Activations::kNone},
@@ -80,6 +82,12 @@ TEST_CASE("plan: every strategy's placement and wiring, on made-up machines") {
        Role::kTrain, "cuda:1", 8, TasksGroup::kGloo, Gradients::kNccl, Activations::kNone},
       {"GPU job without NCCL: host copies", R"("type": "multi_worker_mirrored")", "gpu", 2, 2, gpus2_no_nccl,
        Role::kTrain, "cuda:0", 8, TasksGroup::kGloo, Gradients::kTasks, Activations::kNone},
+      {"2 GPU workers sharing 1 GPU: host copies, not NCCL", R"("type": "multi_worker_mirrored")", "gpu", 2, 1,
+       gpus1, Role::kTrain, "cuda:0", 4, TasksGroup::kHierarchical, Gradients::kTasks, Activations::kNone},
+      {"2 GPU workers sharing 1 GPU with NCCL_HOSTID: NCCL", R"("type": "multi_worker_mirrored")", "gpu", 2, 1,
+       gpus1_hostid, Role::kTrain, "cuda:0", 4, TasksGroup::kHierarchical, Gradients::kNccl, Activations::kNone},
+      {"2 GPU workers on 2 GPUs of one machine: NCCL", R"("type": "multi_worker_mirrored")", "gpu", 2, 1, gpus2,
+       Role::kTrain, "cuda:0", 4, TasksGroup::kHierarchical, Gradients::kNccl, Activations::kNone},
       {"ZeRO-1", R"("type": "multi_worker_mirrored", "shard_optimizer_state": true)", "auto", 2, 2, cpu2,
        Role::kTrain, "cpu:0", 2, TasksGroup::kGloo, Gradients::kShardedOptimizer, Activations::kNone},
       {"replicas in each task", R"("type": "multi_worker_mirrored", "replicas": 2)", "cpu", 2, 2, cpu2,
@@ -152,6 +160,11 @@ TEST_CASE("plan: the errors it finds before anything is connected") {
                         test::plan_job(R"("type": "mirrored", "replicas": 2, "communication": "nccl")", "gpu"), {},
                         test::plan_machine(2, 2, false)),
                     Contains("'nccl' needs a build of dtrain with NCCL"));
+  // NCCL asked for where two tasks share the one GPU (NCCL refuses duplicate GPUs).
+  CHECK_THROWS_WITH(plan::make_execution_plan(
+                        test::plan_job(R"("type": "multi_worker_mirrored", "communication": "nccl")", "gpu"),
+                        test::plan_cluster(2, 1, {"worker", 1}), test::plan_machine(8, 1, true)),
+                    Contains("2 tasks on this machine share its 1 GPU") && Contains("NCCL_HOSTID"));
   // ps tasks under a strategy that keeps no variables there.
   CHECK_THROWS_WITH(plan::make_execution_plan(test::plan_job(R"("type": "multi_worker_mirrored")"),
                                               test::plan_cluster(2, 1, {"worker", 0}, 1), cpu),
