@@ -3,6 +3,7 @@
 #include "strategy/pipeline_links.h"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -251,11 +252,21 @@ bool stages_on_distinct_gpus(const std::vector<std::string>& identities) {
   return identities.size() >= 2;
 }
 
+std::string nccl_host_identity() {
+  // NCCL tells hosts apart by NCCL_HOSTID when it is set (else by hostname and
+  // boot id): two processes with different NCCL_HOSTIDs are two hosts to NCCL,
+  // which then lets them share a GPU (scripts/gpu-check.sh runs a pipeline's two
+  // stages on one GPU that way, with NCCL's shared-memory and P2P paths off).
+  const char* id = std::getenv("NCCL_HOSTID");
+  if (id && *id) return str("NCCL_HOSTID=", id);
+  return host_identity();
+}
+
 std::string device_identity(const Device& device) {
   if (device.is_cpu()) return "";
   for (const kernels::GpuInfo& gpu : kernels::list_gpus().gpus)
-    if (gpu.index == device.index) return str(host_identity(), " ", gpu.pci_bus_id);
-  return str(host_identity(), " ", device.str());
+    if (gpu.index == device.index) return str(nccl_host_identity(), " ", gpu.pci_bus_id);
+  return str(nccl_host_identity(), " ", device.str());
 }
 
 }  // namespace dtrain::strategy

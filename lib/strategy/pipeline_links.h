@@ -74,8 +74,12 @@ std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& w
 // identities[s]: stage s's device identity (device_identity()).
 bool stages_on_distinct_gpus(const std::vector<std::string>& identities);
 
+// The machine as NCCL sees it: "NCCL_HOSTID=<value>" when that variable is set
+// (NCCL then takes it for the host), else core/host.h's host_identity().
+std::string nccl_host_identity();
+
 // This task's device as other tasks can compare it: "" for the CPU, else the
-// machine (core/host.h's host_identity()) and the GPU's PCI bus id.
+// machine (nccl_host_identity()) and the GPU's PCI bus id.
 std::string device_identity(const Device& device);
 
 }  // namespace dtrain::strategy

@@ -6,6 +6,7 @@
 // copies' batches. Also the stage split's errors and the schedules' order.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/strings.h"
 #include "job/job_config.h"
 #include "rendezvous/store.h"
@@ -266,6 +268,18 @@ TEST_CASE("pipeline: NCCL links only where every stage of a copy has a GPU of it
   CHECK_FALSE(strategy::stages_on_distinct_gpus({"", "host-a 0000:3b:00.0"}));  // a stage on the CPU
   CHECK_FALSE(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0"}));
   CHECK(strategy::device_identity(Device::cpu()).empty());
+}
+
+TEST_CASE("pipeline: NCCL_HOSTID makes a process another host, as NCCL counts hosts") {
+  const char* before = std::getenv("NCCL_HOSTID");
+  const std::string saved = before ? before : "";
+  ::unsetenv("NCCL_HOSTID");
+  CHECK(strategy::nccl_host_identity() == host_identity());
+  ::setenv("NCCL_HOSTID", "stage-1", 1);
+  CHECK(strategy::nccl_host_identity() == "NCCL_HOSTID=stage-1");
+  ::setenv("NCCL_HOSTID", "", 1);  // empty: NCCL's own default again
+  CHECK(strategy::nccl_host_identity() == host_identity());
+  if (before) ::setenv("NCCL_HOSTID", saved.c_str(), 1); else ::unsetenv("NCCL_HOSTID");
 }
 
 TEST_CASE("pipeline: a CPU job's stages send through Gloo, and say so") {

@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# The GPU check that fits one device-tool call: runs on a lent GPU machine from the
+# bundle (.gpu/, made by scripts/gpu-bundle.sh here and carried there), most
+# valuable step first, each under its own `timeout`, in at most 8 minutes in all
+# (GPU_CHECK_BUDGET_S, default 470 s: a step that no longer fits in what is left
+# gets the rest, or is skipped). A failing step is recorded and the next one runs.
+#
+#   step          at most  what it runs
+#   unpack           (15)  source scripts/gpu-env.sh: unpack the bundle, find CUDA's libraries
+#   version           15   dtrain version, dtrain devices, nvidia-smi, which cuBLASLt/cuDNN/NCCL load
+#   ops               60   test_gpu_ops: every op on the GPU against the CPU
+#   layers            40   test_gpu_layers: a ResNet-style model's outputs and gradients against the CPU
+#   train-mlp         30   dtrain run, the shipped MLP on the GPU: 4 epochs of 8192 images (256 steps)
+#   train-cnn         35   the same for the shipped CNN, 3 epochs (192 steps)
+#   precision         35   the MLP in mixed_bfloat16 and in mixed_float16 (loss scaling)
+#   train-tests       60   test_gpu_training: the CNN along the CPU's loss curve; a checkpoint resumes
+#   nccl              45   test_gpu_nccl: the NCCL communicator with one rank (two-GPU cases skip)
+#   nccl-train        30   test_gpu_nccl_training: one task training with communication nccl
+#   pair-reducer      45   two processes on the one GPU, each its own NCCL_HOSTID, P2P and SHM off:
+#                          multi_worker_mirrored with the gradients on NCCL (NCCL's socket transport)
+#   pair-pipeline     45   the same two processes as a 2-stage pipeline whose links are NCCL
+#   bench             45   dtrain bench train against PyTorch eager (bench/torch_gpu_reference.py),
+#                          the MLP and the CNN at batch 256; skipped without PyTorch on CUDA
+#                 (sum 485; the longer benchmarks: scripts/bench-gpu.sh)
+#
+# Writes two files to $OUT (the device tool's folder that comes back; ./gpu-check-out
+# when OUT is unset): gpu-check.tsv (step, status pass/fail/skip/timeout, seconds,
+# a one-line detail) and gpu-check.log (every step's whole output), then prints the
+# table. Exits 1 when a step failed or timed out, else 0 (skips included: without a
+# GPU every GPU step reports skip).
+#
+# From a build tree instead of a bundle (a machine with dtrain's build dependencies
+# and a CUDA build in build/): the same steps with build/dtrain and build/tests/gpu.
+# GPU_CHECK_DEVICE=cpu rehearses the dtrain steps on the CPU (device cpu, Gloo
+# instead of NCCL, no accuracy bar on cuda:0): a check of this script on a machine
+# without a GPU; the test binaries still report skip there.
+# Usage: bash scripts/gpu-check.sh
+#   with the device tool: run(carry [".gpu"], command "bash scripts/gpu-check.sh", timeout_s 540)
+set -uo pipefail  # no -e: each step's failure is recorded, and the next step runs
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+out="${OUT:-$repo_root/gpu-check-out}"
+mkdir -p "$out"
+log="$out/gpu-check.log"
+summary="$out/gpu-check.tsv"
+budget="${GPU_CHECK_BUDGET_S:-470}"
+: >"$log"
+printf 'step\tstatus\tseconds\tdetail\n' >"$summary"
+work="$(mktemp -d /tmp/gpu-check.XXXXXX)"
+export GPU_CHECK_WORK="$work"
+t_start=$SECONDS
+
+# record STEP STATUS SECONDS DETAIL: one row of the summary (and the log).
+record() {
+  local detail
+  detail="$(printf '%s' "$4" | tr '\t\n' '  ' | cut -c1-200)"
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$detail" >>"$summary"
+  printf '=== %s: %s in %ss: %s\n\n' "$1" "$2" "$3" "$detail" >>"$log"
+  printf '%-14s %-8s %4ss  %s\n' "$1" "$2" "$3" "$detail"
+}
+
+# step NAME CAP FUNCTION: runs the exported bash FUNCTION under `timeout CAP` (its
+# whole process group), output to the log. Status: timeout (exit 124/137), skip
+# (exit 77, or exit 0 with a DTRAIN-SKIPPED line other than "needs two GPUs"), pass
+# (exit 0), else fail. Detail: the function's last "DETAIL: " line, else Catch's
+# closing line, else the output's last line.
+step() {
+  local name=$1 cap=$2 fn=$3 left rc t0 o detail status
+  left=$(( budget - (SECONDS - t_start) ))
+  if [ "$left" -lt 10 ]; then
+    record "$name" skip 0 "not started: the ${budget}s budget is spent"
+    return
+  fi
+  [ "$cap" -gt "$left" ] && cap=$left
+  o="$work/$name.out"
+  echo "=== $name (at most ${cap}s, started $(date -u +%H:%M:%S))" >>"$log"
+  t0=$SECONDS
+  timeout -k 5 "$cap" bash -c "$fn" >"$o" 2>&1 </dev/null
+  rc=$?
+  cat "$o" >>"$log"
+  detail="$(grep '^DETAIL: ' "$o" | tail -1 | sed 's/^DETAIL: //')"
+  [ -n "$detail" ] || detail="$(grep -E '^(All tests passed|test cases:)' "$o" | tail -1)"
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    status=timeout
+    detail="stopped after ${cap}s; last line: $(grep -v '^\s*$' "$o" | tail -1)"
+  elif [ "$rc" -eq 77 ] || { [ "$rc" -eq 0 ] && grep DTRAIN-SKIPPED "$o" | grep -qv 'needs two GPUs'; }; then
+    status=skip
+    if [ "$rc" -eq 77 ]; then
+      detail="$(grep -m1 '^SKIP: ' "$o" | sed 's/^SKIP: //')"
+    else
+      detail="$(grep DTRAIN-SKIPPED "$o" | grep -v 'needs two GPUs' | sort | uniq -c | sort -rn | head -1 |
+        sed 's/^ *\([0-9]*\) DTRAIN-SKIPPED: /\1x /'); $detail"
+    fi
+  elif [ "$rc" -eq 0 ]; then
+    status=pass
+    local two
+    two=$(grep -c 'DTRAIN-SKIPPED: needs two GPUs' "$o")
+    [ "$two" -gt 0 ] && detail="$detail; $two two-GPU case(s) skipped"
+  else
+    status=fail
+    detail="exit $rc: $(grep -m1 -E 'FAILED|REQUIRE|error|Error|not found' "$o" || grep -v '^\s*$' "$o" | tail -1)"
+  fi
+  [ -n "$detail" ] || detail="$(grep -v '^\s*$' "$o" | tail -1)"
+  record "$name" "$status" $(( SECONDS - t0 )) "$detail"
+}
+
+# ---- where the binaries, libraries and data come from
+echo "=== unpack ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname))" >>"$log"
+t0=$SECONDS
+if [ -f .gpu/bin.tar.xz ]; then
+  if source scripts/gpu-env.sh >>"$log" 2>&1; then
+    record unpack pass $(( SECONDS - t0 )) "bundle: $(sed -n 's/^commit: //p' .gpu/MANIFEST.txt); data cut=$DTRAIN_GPU_DATA_CUT; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  else
+    record unpack fail $(( SECONDS - t0 )) "scripts/gpu-env.sh could not unpack .gpu (log)"
+  fi
+elif [ -x build/dtrain ]; then
+  export DTRAIN_TEST_BINARY="$repo_root/build/dtrain" DTRAIN_TEST_SOURCE_DIR="$repo_root"
+  export DTRAIN_GPU_DATA=/usr/share/datasets/fashion-mnist
+  dtrain_gpu_test_dir="$repo_root/build/tests/gpu"
+  record unpack pass 0 "no bundle: the build tree's binaries (build/)"
+else
+  record unpack fail 0 "neither a bundle (.gpu/bin.tar.xz: scripts/gpu-bundle.sh) nor build/dtrain"
+fi
+export DTRAIN_TEST_BINARY="${DTRAIN_TEST_BINARY:-/nonexistent/dtrain}"
+export GPU_CHECK_TESTS="${dtrain_gpu_test_dir:-/nonexistent}"
+export DTRAIN_GPU_DATA="${DTRAIN_GPU_DATA:-/usr/share/datasets/fashion-mnist}"
+export PYTHON="${PYTHON:-python3}"
+export GPU_CHECK_DEVICE="${GPU_CHECK_DEVICE:-gpu}"
+# Whether a GPU is usable, as dtrain sees it: the GPU steps skip without one.
+gpu_report="$("$DTRAIN_TEST_BINARY" devices 2>&1)"
+if [ $? -eq 0 ] && ! printf '%s' "$gpu_report" | grep -qi 'no usable GPU'; then
+  export GPU_CHECK_GPU=1
+else
+  export GPU_CHECK_GPU=0
+  GPU_CHECK_NO_GPU="$(printf '%s\n' "$gpu_report" | grep -i -m1 'usable GPU\|error\|not found' || printf '%s' "$gpu_report" | head -1)"
+  export GPU_CHECK_NO_GPU
+fi
+
+# ---- the steps (each runs in its own bash: what it needs is exported)
+need_gpu() {
+  if [ "$GPU_CHECK_GPU" != 1 ] && [ "$GPU_CHECK_DEVICE" = gpu ]; then
+    echo "SKIP: $GPU_CHECK_NO_GPU"
+    exit 77
+  fi
+}
+
+# make_job BASE OUT KEY=JSON...: BASE (a configs/ file) with each dotted KEY set to
+# the JSON value (a plain string where it is no JSON), data read from $DTRAIN_GPU_DATA.
+make_job() {
+  "$PYTHON" - "$@" <<'PY'
+import json, os, sys
+base, out, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
+job = json.load(open(base))
+data = os.environ["DTRAIN_GPU_DATA"]
+for split, prefix in (("train", "train"), ("test", "t10k")):
+    job["data"][split]["images"] = f"{data}/{prefix}-images-idx3-ubyte.gz"
+    job["data"][split]["labels"] = f"{data}/{prefix}-labels-idx1-ubyte.gz"
+job["data"]["shuffle_buffer"] = 8192
+for s in sets:
+    key, value = s.split("=", 1)
+    try:
+        value = json.loads(value)
+    except ValueError:
+        pass
+    node = job
+    *path, last = key.split(".")
+    for k in path:
+        node = node.setdefault(k, {})
+    node[last] = value
+json.dump(job, open(out, "w"), indent=1)
+PY
+}
+
+# summary_field FILE KEY[.KEY...]: one value of a JSON summary ("" when absent).
+summary_field() {
+  "$PYTHON" -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v.get(k, "") if isinstance(v, dict) else ""
+print(v)' "$1" "$2" 2>/dev/null
+}
+
+# train_run NAME BASE MIN_ACCURACY KEY=JSON...: dtrain run of the job on the GPU;
+# fails below MIN_ACCURACY or off cuda:0.
+train_run() {
+  local name=$1 base=$2 min=$3
+  shift 3
+  local dir="$GPU_CHECK_WORK/$name"
+  mkdir -p "$dir"
+  make_job "$base" "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" "$@" || return 1
+  "$DTRAIN_TEST_BINARY" run --config "$dir/job.json" --summary "$dir/summary.json" 2>&1 | tee "$dir/run.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "DETAIL: $name: dtrain run exited $rc: $(grep -v '^\s*$' "$dir/run.log" | tail -1)"; return 1; }
+  local device accuracy rate
+  device=$(summary_field "$dir/summary.json" device)
+  accuracy=$(summary_field "$dir/summary.json" test_accuracy)
+  rate=$(summary_field "$dir/summary.json" train_samples_per_sec)
+  echo "DETAIL: $name on $device: test accuracy $accuracy, $(printf '%.0f' "${rate:-0}") samples/s"
+  [ "$device" = cuda:0 ] || [ "$GPU_CHECK_DEVICE" = cpu ] || return 1
+  awk -v a="$accuracy" -v m="$min" 'BEGIN {exit !(a >= m)}' || { echo "DETAIL: $name: test accuracy $accuracy < $min"; return 1; }
+  [ -z "${want_in_log:-}" ] || grep -q "$want_in_log" "$dir/run.log" ||
+    { echo "DETAIL: $name: the log does not say '$want_in_log'"; return 1; }
+}
+
+s_version() {
+  "$DTRAIN_TEST_BINARY" version || { echo "DETAIL: dtrain does not start: $(ldd "$DTRAIN_TEST_BINARY" | grep 'not found' | paste -sd' ')"; exit 1; }
+  "$DTRAIN_TEST_BINARY" devices
+  if command -v nvidia-smi >/dev/null; then nvidia-smi; else echo "nvidia-smi: not on the PATH"; fi
+  echo "-- CUDA's libraries as dtrain loads them:"
+  ldd "$DTRAIN_TEST_BINARY" | grep -E 'cublas|cudnn|nccl|not found'
+  local gpu libs
+  gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+  libs=$(ldd "$DTRAIN_TEST_BINARY" | awk '/cublasLt|cudnn\.|nccl/ {print $3}' | paste -sd' ')
+  echo "DETAIL: GPU: ${gpu:-none}; $("$DTRAIN_TEST_BINARY" version | sed -n "2p;4p" | paste -sd";"); $libs"
+  [ "$GPU_CHECK_GPU" = 1 ] || { echo "SKIP: $GPU_CHECK_NO_GPU (dtrain starts: $("$DTRAIN_TEST_BINARY" version | head -1))"; exit 77; }
+}
+s_ops() { "$GPU_CHECK_TESTS/test_gpu_ops" --durations yes; }
+s_layers() { "$GPU_CHECK_TESTS/test_gpu_layers" --durations yes; }
+s_train_mlp() { need_gpu; train_run mlp configs/fashion_mnist_mlp.json 0.75 train.epochs=4; }
+s_train_cnn() { need_gpu; train_run cnn configs/fashion_mnist_cnn.json 0.75 train.epochs=3; }
+s_precision() {
+  need_gpu
+  local status=0
+  local says="compute in bfloat16"  # (dtrain says so on a GPU only)
+  [ "$GPU_CHECK_DEVICE" = gpu ] || says=""
+  want_in_log="$says" train_run mlp-bf16 configs/fashion_mnist_mlp.json 0.7 train.epochs=2 \
+    train.precision=mixed_bfloat16 || status=1
+  if [ "$GPU_CHECK_DEVICE" = gpu ]; then  # (a rehearsal leaves it out: oneDNN 2.6 has no float16 on most CPUs)
+    want_in_log="compute in float16" train_run mlp-f16 configs/fashion_mnist_mlp.json 0.7 train.epochs=2 \
+      train.precision=mixed_float16 || status=1
+  fi
+  local scale
+  scale=$(summary_field "$GPU_CHECK_WORK/mlp-f16/summary.json" loss_scale)
+  echo "DETAIL: bf16 $(summary_field "$GPU_CHECK_WORK/mlp-bf16/summary.json" test_accuracy)," \
+       "f16 $(summary_field "$GPU_CHECK_WORK/mlp-f16/summary.json" test_accuracy) (loss scale ${scale:-none})$([ $status = 0 ] || echo '; see the log')"
+  return $status
+}
+s_train_tests() {
+  need_gpu
+  "$GPU_CHECK_TESTS/test_gpu_training" --durations yes \
+    "a CNN trains on the GPU along the CPU*,a checkpoint saved on the GPU resumes*"
+}
+s_nccl() { "$GPU_CHECK_TESTS/test_gpu_nccl" --durations yes; }
+s_nccl_train() { "$GPU_CHECK_TESTS/test_gpu_nccl_training" --durations yes "one task on one GPU*"; }
+
+# pair NAME KEY=JSON...: two `dtrain run` tasks of a TF_CONFIG cluster on loopback,
+# both on cuda:0, each with its own NCCL_HOSTID (NCCL then takes them for two hosts
+# and lets them share the GPU), NCCL's P2P and shared-memory paths off (the socket
+# transport over lo carries the data). Both must exit 0 with the same parameters.
+pair() {
+  local name=$1
+  shift
+  local dir="$GPU_CHECK_WORK/$name"
+  mkdir -p "$dir"
+  make_job configs/fashion_mnist_mlp.json "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" \
+    data.train.take=2048 data.test.take=1000 train.epochs=2 train.log_every_steps=4 "$@" || return 1
+  local port=$(( 20000 + RANDOM % 20000 ))
+  local cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$(( port + 1 ))\"]}"
+  export DTRAIN_JOB_SECRET
+  DTRAIN_JOB_SECRET=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  local pids=() i
+  for i in 0 1; do
+    TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" LOCAL_RANK=0 \
+    NCCL_HOSTID="dtrain-check-$i" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
+    NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=WARN \
+      "$DTRAIN_TEST_BINARY" run --config "$dir/job.json" --summary "$dir/summary-$i.json" >"$dir/task-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local rcs=() status=0
+  for i in 0 1; do
+    wait "${pids[$i]}"
+    rcs+=($?)
+  done
+  for i in 0 1; do echo "--- task $i (exit ${rcs[$i]})"; cat "$dir/task-$i.log"; done
+  if [ "${rcs[0]}" != 0 ] || [ "${rcs[1]}" != 0 ]; then
+    echo "DETAIL: exits ${rcs[*]}: $(grep -h -m1 -i -E 'error|NCCL WARN' "$dir"/task-*.log | head -1)"
+    return 1
+  fi
+  local h0 h1
+  h0=$(summary_field "$dir/summary-0.json" params_sha256)
+  h1=$(summary_field "$dir/summary-1.json" params_sha256)
+  pair_detail="world size $(summary_field "$dir/summary-0.json" world_size), test accuracy $(summary_field "$dir/summary-0.json" test_accuracy)"
+  if [ "${pair_want_same:-1}" = 1 ] && [ "$h0" != "$h1" ]; then
+    echo "DETAIL: the two tasks end with different parameters ($h0 vs $h1)"
+    return 1
+  fi
+  return $status
+}
+s_pair_reducer() {
+  need_gpu
+  pair pair-reducer strategy.type=multi_worker_mirrored "strategy.communication=$(comm_engine)" strategy.bytes_per_pack=16384 ||
+    return 1
+  echo "DETAIL: gradients on $(comm_engine) between two processes on one $GPU_CHECK_DEVICE: same parameters; $pair_detail"
+}
+s_pair_pipeline() {
+  need_gpu
+  # The stages hold different layers: their parameters differ by design.
+  pair_want_same=0 pair pair-pipeline \
+    "strategy={\"type\": \"pipeline\", \"stages\": [\"dense_1\"], \"micro_batches\": 4, \"communication\": \"$(comm_engine)\"}" ||
+    return 1
+  local l0 l1
+  l0=$(summary_field "$GPU_CHECK_WORK/pair-pipeline/summary-0.json" pipeline.links)
+  l1=$(summary_field "$GPU_CHECK_WORK/pair-pipeline/summary-1.json" pipeline.links)
+  echo "DETAIL: pipeline links: $l0 / $l1; $pair_detail"
+  [ "$l0" = "$(links_wanted)" ] && [ "$l1" = "$(links_wanted)" ]
+}
+comm_engine() { if [ "$GPU_CHECK_DEVICE" = gpu ]; then echo nccl; else echo ring; fi; }
+links_wanted() { if [ "$GPU_CHECK_DEVICE" = gpu ]; then echo nccl; else echo gloo; fi; }
+s_bench() {
+  need_gpu
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "SKIP: $PYTHON has no PyTorch with CUDA"
+    exit 77
+  fi
+  local line="" model config batch steps d t dr tr status=0
+  for c in "mlp configs/fashion_mnist_mlp.json 256 300" "cnn configs/fashion_mnist_cnn.json 256 150"; do
+    read -r model config batch steps <<<"$c"
+    make_job "$config" "$GPU_CHECK_WORK/bench-$model.json" "device=$GPU_CHECK_DEVICE" || return 1
+    d=$("$DTRAIN_TEST_BINARY" bench train --config "$GPU_CHECK_WORK/bench-$model.json" --batch "$batch" \
+          --steps "$steps" --warmup 10 --json | tail -1) || status=1
+    t=$("$PYTHON" bench/torch_gpu_reference.py --model "$model" --batch "$batch" --steps "$steps" --warmup 10 | tail -1) ||
+      status=1
+    echo "dtrain: $d"
+    echo "pytorch: $t"
+    dr=$(printf '%s' "$d" | sed -n 's/.*"samples_per_sec":[ ]*\([0-9.e+]*\).*/\1/p')
+    tr=$(printf '%s' "$t" | sed -n 's/.*"samples_per_sec":[ ]*\([0-9.e+]*\).*/\1/p')
+    line="$line$(awk -v m="$model" -v b="$batch" -v d="${dr:-0}" -v t="${tr:-0}" \
+      'BEGIN {printf "%s b%s: dtrain %.0f, pytorch %.0f samples/s (%.2fx); ", m, b, d, t, (t > 0 ? d / t : 0)}')"
+  done
+  echo "DETAIL: ${line%; }"
+  return $status
+}
+export -f comm_engine links_wanted need_gpu make_job summary_field train_run pair s_version s_ops s_layers s_train_mlp s_train_cnn s_precision \
+  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench
+
+step version 15 s_version
+step ops 60 s_ops
+step layers 40 s_layers
+step train-mlp 30 s_train_mlp
+step train-cnn 35 s_train_cnn
+step precision 35 s_precision
+step train-tests 60 s_train_tests
+step nccl 45 s_nccl
+step nccl-train 30 s_nccl_train
+step pair-reducer 45 s_pair_reducer
+step pair-pipeline 45 s_pair_pipeline
+step bench 45 s_bench
+
+rm -rf "$work"
+echo
+awk -F'\t' '{printf "%-14s %-8s %7s  %s\n", $1, $2, $3, $4}' "$summary"
+counts="$(awk -F'\t' 'NR > 1 {n[$2]++} END {printf "%d pass, %d fail, %d skip, %d timeout", n["pass"], n["fail"], n["skip"], n["timeout"]}' "$summary")"
+echo "gpu-check: $counts in $(( SECONDS - t_start ))s; summary $summary, log $log" | tee -a "$log"
+awk -F'\t' 'NR > 1 && ($2 == "fail" || $2 == "timeout") {bad = 1} END {exit bad}' "$summary"
