@@ -4,6 +4,8 @@
 // the compute stream; see allocator.cpp for why that is safe.
 #pragma once
 
+#include <cstdint>
+
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -35,5 +37,14 @@ class Scratch {
   void* p_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// The largest power of two up to 256 that divides the address: what a plan
+// chosen for it (cuBLASLt, cuDNN) may assume of the pointers it runs on.
+inline uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 2 && a % align != 0) align /= 2;
+  return align;
+}
 
 }  // namespace dtrain::kernels::cuda

@@ -36,8 +36,12 @@ struct ConvKey {
   int device;  // a plan per GPU (its algorithms are measured there)
   int64_t n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr;
   bool tf32;
-  DType dtype;  // of the input, the filter and the output
-  auto tie() const { return std::tie(device, n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32, dtype); }
+  DType dtype;     // of the input, the filter and the output
+  uint32_t align;  // the three tensors' smallest pointer alignment: an algorithm found on aligned
+                   // pointers may need it, so a view at another offset gets a plan of its own
+  auto tie() const {
+    return std::tie(device, n, h, w, c, f, kh, kw, oh, ow, sh, sw, pt, pl, pb, pr, tf32, dtype, align);
+  }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
 
@@ -60,13 +64,15 @@ struct ConvPlan {
   Choice<cudnnConvolutionBwdFilterAlgo_t> backward_filter;
 };
 
-ConvKey key_of(const Shape& x, const Shape& w, const Shape& y, const Conv2DParams& p, DType dtype) {
+ConvKey key_of(const Tensor& xt, const Tensor& wt, const Tensor& yt, const Conv2DParams& p) {
+  const Shape &x = xt.shape(), &w = wt.shape(), &y = yt.shape();
   DT_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, "conv2d ranks");
   DT_CHECK_EQ(x[0], y[0]);
   DT_CHECK_EQ(x[3], w[2]);
   DT_CHECK_EQ(y[3], w[3]);
   return {current_device(), x[0], x[1], x[2], x[3], w[3], w[0], w[1], y[1], y[2], p.stride[0], p.stride[1],
-          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], allow_tf32(), dtype};
+          p.pad_before[0], p.pad_before[1], p.pad_after[0], p.pad_after[1], allow_tf32(), xt.dtype(),
+          std::min({alignment(xt.raw()), alignment(wt.raw()), alignment(yt.raw())})};
 }
 
 ConvPlan make_plan(const ConvKey& k) {
@@ -185,7 +191,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Con
   DT_CHECK(act != Activation::kSoftmax, "conv2d_forward: apply softmax separately");
   if (x.dim(0) == 0) return;
   DT_CHECK(x.dtype() == w.dtype() && x.dtype() == y.dtype(), "conv2d_forward: input, kernel and output in one dtype");
-  const ConvKey k = key_of(x.shape(), w.shape(), y.shape(), p, x.dtype());
+  const ConvKey k = key_of(x, w, y, p);
   ConvPlan& plan = plan_for(k);
   Scratch padded(padded_bytes(plan, k));
   Scratch filter(w.bytes());
@@ -221,7 +227,7 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2DParams&
   if (dx.dim(0) == 0) return;
   DT_CHECK(dy.dtype() == w.dtype() && dy.dtype() == dx.dtype(),
            "conv2d_backward_data: gradients and kernel in one dtype");
-  const ConvKey k = key_of(dx.shape(), w.shape(), dy.shape(), p, dx.dtype());
+  const ConvKey k = key_of(dx, w, dy, p);
   ConvPlan& plan = plan_for(k);
   Scratch filter(w.bytes());
   to_filter_layout(w, k, filter.get());
@@ -264,7 +270,7 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2DPara
     return;
   }
   DT_CHECK(x.dtype() == dy.dtype(), "conv2d_backward_weights: input and gradient in one dtype");
-  const ConvKey k = key_of(x.shape(), dw.shape(), dy.shape(), p, x.dtype());
+  const ConvKey k = key_of(x, dw, dy, p);
   ConvPlan& plan = plan_for(k);
   Scratch padded(padded_bytes(plan, k));
   const void* input = conv_input(plan, k, x, &padded);

@@ -41,14 +41,6 @@ struct MatmulKey {
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
-// The largest power of two up to 256 that divides the address.
-uint32_t alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 2 && a % align != 0) align /= 2;
-  return align;
-}
-
 struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;

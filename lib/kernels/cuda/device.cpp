@@ -29,7 +29,6 @@ std::atomic<int> g_first{-1};  // the first GPU activated: every thread's GPU un
 std::atomic<bool> g_allow_tf32{true};
 std::mutex g_activate_mutex;
 thread_local int t_device = -1;  // the thread's chosen GPU (-1: g_first)
-thread_local int t_bound = -1;   // the device cudaSetDevice was last given on this thread, by us
 
 bool activated(int index) { return index >= 0 && index < kMaxGpus && g_contexts[index].device == index; }
 
@@ -147,10 +146,14 @@ void use_device(int index) {
 
 cudaError_t try_bind_thread() noexcept {
   const int device = current_device();
-  if (device < 0 || t_bound == device) return cudaSuccess;
-  const cudaError_t status = cudaSetDevice(device);
-  if (status == cudaSuccess) t_bound = device;
-  return status;
+  if (device < 0) return cudaSuccess;
+  // The runtime's own record, not a cache of ours: NCCL, cuDNN or a destructor
+  // may have called cudaSetDevice on this thread since (cudaGetDevice reads the
+  // runtime's thread state; it makes no driver call).
+  int bound = -1;
+  if (cudaGetDevice(&bound) == cudaSuccess && bound == device) return cudaSuccess;
+  (void)cudaGetLastError();
+  return cudaSetDevice(device);
 }
 void bind_thread() { DT_CUDA_CHECK(try_bind_thread()); }
 
@@ -212,10 +215,7 @@ GpuReport list_gpus(bool free_memory) {
     if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
       info.free_bytes = free_bytes;
     (void)cudaGetLastError();
-    if (free_memory) {
-      t_bound = -1;  // the thread goes back to its own GPU at its next bind
-      (void)try_bind_thread();
-    }
+    if (free_memory) (void)try_bind_thread();  // the thread goes back to its own GPU
     report.gpus.push_back(info);
   }
   if (report.gpus.empty()) report.why_none = "no CUDA device could be queried";
@@ -228,7 +228,6 @@ void activate(int index) {
   if (activated(index)) return;
   Context& c = g_contexts[index];
   DT_CUDA_CHECK(cudaSetDevice(index));
-  t_bound = index;
   DT_CUDA_CHECK(cudaStreamCreateWithFlags(&c.compute, cudaStreamNonBlocking));
   DT_CUDA_CHECK(cudaStreamCreateWithFlags(&c.copy, cudaStreamNonBlocking));
   DT_CUBLAS_CHECK(cublasLtCreate(&c.lt));
@@ -258,10 +257,17 @@ void* compute_stream(int index) {
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 
 std::string library_versions() {
-  // The runtime and cuDNN as compiled against, cuBLASLt as loaded; none needs a driver or GPU.
+  // The runtime as compiled against (linked statically), cuBLASLt and cuDNN as
+  // loaded (a machine's wheels may bring other versions than the headers had);
+  // none needs a driver or GPU.
   const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-  return str("CUDA runtime ", CUDART_VERSION / 1000, ".", (CUDART_VERSION % 1000) / 10, ", cuBLASLt ", lt / 10000, ".",
-             (lt / 100) % 100, ".", lt % 100, ", cuDNN ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL);
+  const size_t dnn = cudnnGetVersion();    // the same encoding from cuDNN 9 on
+  std::string text = str("CUDA runtime ", CUDART_VERSION / 1000, ".", (CUDART_VERSION % 1000) / 10, ", cuBLASLt ",
+                         lt / 10000, ".", (lt / 100) % 100, ".", lt % 100, ", cuDNN ", dnn / 10000, ".",
+                         (dnn / 100) % 100, ".", dnn % 100);
+  if (dnn != static_cast<size_t>(CUDNN_VERSION))
+    text += str(" (built against ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL, ")");
+  return text;
 }
 
 }  // namespace dtrain::kernels::cuda

@@ -21,6 +21,11 @@ void run(const Body& body, int64_t n, const char* name) {
   if (n <= 0) return;
   // Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
+  // An error an unchecked call left behind (cudaFree or cudaSetDevice in a
+  // destructor) is not this launch's: taken off first, so the check below names
+  // this launch's own failure. (A sticky error, a fault on the device, comes back
+  // at the check and at every call after it, whoever caused it.)
+  (void)cudaGetLastError();
   for_each_index<<<static_cast<unsigned>(blocks), kThreads, 0, context().compute>>>(body, n);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) throw_cuda_error(name, status, __FILE__, __LINE__);

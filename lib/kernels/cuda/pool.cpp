@@ -19,6 +19,16 @@
 namespace dtrain::kernels::cuda {
 namespace {
 
+// cuDNN will not run this pooling (a window, shape or layout it refuses: cuDNN
+// 9's "not supported" family, 3xxx, or a parameter it calls bad): the own
+// kernels do. Other statuses (execution, allocation, internal errors, a null or
+// misaligned pointer of ours) are failures.
+bool cudnn_refuses(cudnnStatus_t status) {
+  const int code = static_cast<int>(status);
+  return code / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000 || status == CUDNN_STATUS_BAD_PARAM ||
+         status == CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND || status == CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
+}
+
 struct PoolPlan {
   bool use_cudnn = false;
   cudnnPoolingDescriptor_t pool = nullptr;
@@ -103,7 +113,7 @@ void pool2d_forward(const Tensor& x, const Pool2DParams& p, Tensor& y, Workspace
       return;
     }
     // cuDNN may refuse some windows (very large global pooling): own kernels from now on.
-    if (status != CUDNN_STATUS_NOT_SUPPORTED) throw_cudnn_error("cudnnPoolingForward", status, __FILE__, __LINE__);
+    if (!cudnn_refuses(status)) throw_cudnn_error("cudnnPoolingForward", status, __FILE__, __LINE__);
     plan.use_cudnn = false;
   }
   if (max && ws && (!ws->argmax.defined() || ws->argmax.shape() != y.shape()))
@@ -130,7 +140,7 @@ void pool2d_backward(const Tensor& dy, const Pool2DParams& p, const Workspace* w
                              plan.x, ws->input.raw(), &beta, plan.x, dx.raw());
     if (status == CUDNN_STATUS_SUCCESS) return;
     // cuDNN ran the forward but refuses the backward: own kernels from now on.
-    if (status != CUDNN_STATUS_NOT_SUPPORTED) throw_cudnn_error("cudnnPoolingBackward", status, __FILE__, __LINE__);
+    if (!cudnn_refuses(status)) throw_cudnn_error("cudnnPoolingBackward", status, __FILE__, __LINE__);
     plan.use_cudnn = false;  // average pooling needs nothing from the forward
   }
   DT_CHECK(!max || (ws && ws->argmax.defined()), "max pool2d_backward needs the forward's workspace");
