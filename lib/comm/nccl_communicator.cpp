@@ -443,6 +443,7 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_local_nccl_group(const std::
     o.rank = i;
     o.size = n;
     o.device = devices[static_cast<size_t>(i)];
+    if (static_cast<size_t>(i) < options.compute_streams.size()) o.compute_stream = options.compute_streams[i];
     states.push_back(new_state(o));
   }
   NcclState& first = *states.front();

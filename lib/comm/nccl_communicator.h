@@ -65,6 +65,9 @@ struct NcclOptions {
   // The stream the blocking float* calls follow (a cudaStream_t; nullptr: the
   // legacy default stream).
   void* compute_stream = nullptr;
+  // make_local_nccl_group: rank i's compute stream (its GPU's), in place of
+  // compute_stream; empty: compute_stream for every rank.
+  std::vector<void*> compute_streams;
   std::string name = "the NCCL communicator";  // in messages
 };
 

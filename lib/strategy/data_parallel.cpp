@@ -177,8 +177,12 @@ std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_loca
 #if DTRAIN_HAVE_NCCL
     // One NCCL communicator per GPU, each used by its replica's thread.
     std::vector<int> gpus;
-    for (const Device& d : devices) gpus.push_back(d.index);
     comm::NcclOptions options;
+    for (const Device& d : devices) {
+      gpus.push_back(d.index);
+      // A blocking collective follows its replica's compute stream, not CUDA's legacy default stream.
+      options.compute_streams.push_back(kernels::compute_stream(d));
+    }
     options.name = "the mirrored replicas' NCCL group";
     auto group = comm::make_local_nccl_group(gpus, options);
     log::info("comm: mirrored replicas on ", devices.size(), " GPUs all-reduce with NCCL (", comm::nccl_version(), ")");
