@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -81,9 +82,12 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
   if (!out) throw IoError(str("cannot write the launch summary ", path));
 }
 
-volatile std::sig_atomic_t g_stop_requested = 0;
+// Set by the SIGTERM thread (or the handler), read by the training loop: an
+// atomic, lock-free and so safe in a handler too.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
 
-void on_sigterm(int) { g_stop_requested = 1; }
+void on_sigterm(int) { g_stop_requested = true; }
 
 }  // namespace
 
@@ -105,9 +109,9 @@ std::function<bool()> stop_on_sigterm() {
   std::thread([term] {
     int signal = 0;
     while (sigwait(&term, &signal) == 0)
-      if (signal == SIGTERM) g_stop_requested = 1;
+      if (signal == SIGTERM) g_stop_requested = true;
   }).detach();
-  return [] { return g_stop_requested != 0; };
+  return [] { return g_stop_requested.load(); };
 }
 
 // The arguments `dtrain launch` gives each task: `run` with the launch's own job
