@@ -121,8 +121,15 @@ std::vector<int> processes_with(const std::string& marker, const std::string& se
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A process that exits while it is read makes the read fail (ESRCH), which
+    // libstdc++'s filebuf throws as std::ios_base::failure: it is gone, skip it.
+    std::string cmdline;
+    try {
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      cmdline.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::ios_base::failure&) {
+      continue;
+    }
     if (secret_seen && cmdline.find(secret) != std::string::npos) *secret_seen = true;
     // Task processes: `dtrain run --config <marker>` (not the launcher, not ssh).
     if (cmdline.find(marker) != std::string::npos && cmdline.find(std::string("run") + '\0' + "--config") != std::string::npos &&
