@@ -66,6 +66,18 @@ nn::ModelSpec gpt(int64_t vocabulary, int64_t t) {
   return m;
 }
 
+// d objective / d x by a central difference with a step of 1e-2; x is restored.
+template <class F>
+double central_difference(float& x, const F& objective) {
+  const float saved = x;
+  x = saved + 1e-2f;
+  const double up = objective();
+  x = saved - 1e-2f;
+  const double down = objective();
+  x = saved;
+  return (up - down) / 2e-2;
+}
+
 Tensor token_ids(int64_t n, int64_t t, int64_t vocabulary, uint64_t seed) {
   Tensor ids({n, t});
   Rng rng(seed);
@@ -137,14 +149,7 @@ TEST_CASE("gradients through embeddings, both decoder blocks, layer norm and a s
       int64_t i = static_cast<int64_t>(pick.below(p->value.numel()));
       if (p->name.find("token_embedding") != std::string::npos)
         i = static_cast<int64_t>(ids.data()[trial]) * 8 + trial;
-      float& x = p->value.data()[i];
-      const float saved = x;
-      x = saved + 1e-2f;
-      const double up = objective();
-      x = saved - 1e-2f;
-      const double down = objective();
-      x = saved;
-      const double numeric = (up - down) / 2e-2;
+      const double numeric = central_difference(p->value.data()[i], objective);
       INFO(p->name << "[" << i << "]: analytic " << p->grad.data()[i] << ", numeric " << numeric);
       CHECK(p->grad.data()[i] == Approx(numeric).margin(5e-3).epsilon(0.03));
     }
@@ -243,15 +248,9 @@ TEST_CASE("PositionEmbedding in a Residual: gradients and cached decoding") {
   model.forward(ids, {});
   model.backward(w);
   for (const int64_t i : {0, 13, 79}) {  // rows 0, 1 and 9: positions the window uses
-    float& x = positions->value.data()[i];
-    const float saved = x;
-    x = saved + 1e-2f;
-    const double up = objective();
-    x = saved - 1e-2f;
-    const double down = objective();
-    x = saved;
     INFO("positions[" << i << "]");
-    CHECK(positions->grad.data()[i] == Approx((up - down) / 2e-2).margin(5e-3).epsilon(0.03));
+    CHECK(positions->grad.data()[i] ==
+          Approx(central_difference(positions->value.data()[i], objective)).margin(5e-3).epsilon(0.03));
   }
   for (int64_t i = 80; i < 96; ++i) CHECK(positions->grad.data()[i] == 0.0f);  // rows 10, 11: unused
 
