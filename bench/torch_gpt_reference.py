@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for dtrain's GPT (configs/gpt_fortunes.json) on the CPU.
+"""PyTorch reference for dtrain's GPT (configs/gpt_fortunes.json) on the CPU or a GPU.
 
 What it measures
     train: tokens per second of full training steps (gather a batch of
@@ -17,7 +17,11 @@ What it measures
     attention: one scaled_dot_product_attention(is_causal=True) forward and
         backward on (batch, heads, seq, head_dim) float32 tensors: the mean
         time and the peak memory it adds (ru_maxrss after it, less before it,
-        in a fresh process per sequence length).
+        in a fresh process per sequence length; on a GPU the peak of
+        torch.cuda.max_memory_allocated over what the inputs hold).
+    --device cuda runs train and attention on the GPU (float32, TF32 off for
+        matmuls as PyTorch's default; the gather, the step and the loss's
+        .item() each step as on the CPU).
 
 How it matches dtrain
     * Same data: the fortunes corpus (Debian's fortunes, fortunes-min) read as
@@ -104,7 +108,7 @@ class Gpt(nn.Module):
         self.head = nn.Linear(width, vocab)
 
     def forward(self, ids):
-        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln(x))
@@ -126,26 +130,30 @@ def keras_init(model):
 
 def train(args):
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
     corpus = read_corpus(args.corpus, args.exclude)
+    if not corpus:
+        sys.exit(f"torch_gpt_reference.py: no corpus files match {args.corpus}")
     cut = len(corpus) - int(0.1 * len(corpus))
-    tokens = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
+    tokens = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long().to(device)
     train_tokens, val_tokens = tokens[:cut], tokens[cut:]
-    starts = windows(train_tokens, args.seq, args.stride)
-    offsets = torch.arange(args.seq + 1)
+    starts = windows(train_tokens, args.seq, args.stride).to(device)
+    offsets = torch.arange(args.seq + 1, device=device)
     model = Gpt(256, args.seq, args.width, args.heads, 4 * args.width, args.blocks)
     if args.init == "keras":
         keras_init(model)
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     step_fn = model
     if args.compile:
         step_fn = torch.compile(model)
     model.train()
-    order, position = torch.randperm(len(starts)), 0
+    order, position = torch.randperm(len(starts), device=device), 0
 
     def step():
         nonlocal order, position
         if position + args.batch > len(order):
-            order, position = torch.randperm(len(starts)), 0
+            order, position = torch.randperm(len(starts), device=device), 0
         idx = starts[order[position:position + args.batch]]
         position += args.batch
         chunk = train_tokens[idx[:, None] + offsets]
@@ -164,12 +172,12 @@ def train(args):
         last = step()
     seconds = time.perf_counter() - begin
     result = {"framework": "pytorch", "torch_version": torch.__version__, "mode": "compile" if args.compile else "eager",
-              "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+              "device": device_name(device), "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
               "warmup": args.warmup, "init": args.init, "seconds": seconds,
               "tokens_per_sec": args.steps * args.batch * args.seq / seconds, "last_loss": last}
     if args.eval:
         model.eval()
-        vstarts = windows(val_tokens, args.seq, args.seq)
+        vstarts = windows(val_tokens, args.seq, args.seq).to(device)
         total, count = 0.0, 0
         with torch.no_grad():
             for i in range(0, len(vstarts), 64):
@@ -233,29 +241,50 @@ def ddp(args):
     print(json.dumps(queue.get()))
 
 
+def device_name(device):
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def attention(args):
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
     shape = (args.batch, args.heads, args.seq, args.head_dim)
-    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
-    grad = torch.randn(shape)
+    q, k, v = (torch.randn(shape, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape, device=device)
 
     def once():
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         out.backward(grad)
         q.grad = k.grad = v.grad = None
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    if cuda:
+        sync()
+        torch.cuda.reset_peak_memory_stats(device)
+        before_mib = torch.cuda.memory_allocated(device) / 1048576.0
+    else:
+        before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     once()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    sync()
+    if cuda:
+        peak_mib = torch.cuda.max_memory_allocated(device) / 1048576.0
+    else:
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     for _ in range(args.warmup):
         once()
+    sync()
     begin = time.perf_counter()
     for _ in range(args.steps):
         once()
+    sync()
     seconds = (time.perf_counter() - begin) / args.steps
     print(json.dumps({"framework": "pytorch", "torch_version": torch.__version__, "op": "sdpa causal fwd+bwd",
-                      "batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim,
-                      "threads": args.threads, "ms": seconds * 1e3, "peak_extra_mib": (peak - before) / 1024.0}))
+                      "device": device_name(device), "batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim,
+                      "threads": args.threads, "ms": seconds * 1e3, "peak_extra_mib": peak_mib - before_mib}))
 
 
 def main():
@@ -279,6 +308,7 @@ def main():
     p.add_argument("--eval", action="store_true")
     p.add_argument("--init", choices=["torch", "keras"], default="torch",
                    help="initial values: PyTorch's defaults or Keras' distributions (dtrain's)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (train and attention)")
     p.add_argument("--corpus", default="/usr/share/games/fortunes/*")
     p.add_argument("--exclude", nargs="*", default=["*.dat", "*.u8"])
     args = p.parse_args()

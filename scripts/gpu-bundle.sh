@@ -10,7 +10,9 @@
 #                protobuf, ...): everything ldd lists except glibc, libstdc++,
 #                libgcc_s and CUDA's own libraries (cudart is linked statically)
 #   data/        Fashion-MNIST cut to its first 8192 training and 2000 test images
-#                (the GPU tests take at most 4096 and 1000), gzipped IDX files
+#                (the GPU tests take at most 4096 and 1000), gzipped IDX files, and
+#                fortunes.tar.xz: the GPT's corpus (Debian's fortunes, the text files
+#                configs/gpt_fortunes.json reads from /usr/share/games/fortunes)
 #   MANIFEST.txt what was packed, from which commit and build, and each part's size
 # On the GPU machine scripts/gpu-env.sh unpacks it; scripts/gpu-check.sh,
 # test-gpu.sh and bench-gpu.sh use it. Prints the size of each part and
@@ -107,6 +109,9 @@ for prefix, n in (("train", n_train), ("t10k", n_test)):
             g.write(head[:4] + struct.pack(">I", n) + head[8:] + body)
 PY
 echo "$train_samples training and $test_samples test images: the first ones of Fashion-MNIST" >"$out/data/CUT.txt"
+text_src=/usr/share/games/fortunes
+[ -f "$text_src/fortunes" ] || { echo "gpu-bundle.sh: $text_src/fortunes is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
+(cd "$text_src" && tar cf - --exclude='*.dat' --exclude='*.u8' .) | nice -n 10 "${xz_cmd[@]}" >"$out/data/fortunes.tar.xz"
 
 glibc_needed=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; done |
   grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1)
@@ -129,7 +134,8 @@ total=$(size_of "$out")
 printf "%-12s %10s   (%s unpacked)\n" bin.tar.xz "$(mib "$(size_of "$out/bin.tar.xz")")" "$(mib "$bin_raw")"
 printf "%-12s %10s   (%s unpacked: %s)\n" lib.tar.xz "$(mib "$(size_of "$out/lib.tar.xz")")" "$(mib "$lib_raw")" \
   "$(cd "$stage/lib" && ls | sed 's/\.so.*//' | paste -sd' ')"
-printf "%-12s %10s   (%s training, %s test images)\n" data/ "$(mib "$(size_of "$out/data")")" "$train_samples" "$test_samples"
+printf "%-12s %10s   (%s training, %s test images; the fortunes corpus %s)\n" data/ "$(mib "$(size_of "$out/data")")" \
+  "$train_samples" "$test_samples" "$(mib "$(size_of "$out/data/fortunes.tar.xz")")"
 printf "%-12s %10s   limit %s MiB\n" "$out" "$(mib "$total")" "$limit_mib"
 if [ "$total" -gt $(( limit_mib * 1048576 )) ]; then
   echo "gpu-bundle.sh: the bundle is $(mib "$total"), over the $limit_mib MiB limit (the device tool carries 64 MiB with the working tree)" >&2

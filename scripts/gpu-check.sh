@@ -21,7 +21,15 @@
 #   pair-pipeline     45   the same two processes as a 2-stage pipeline whose links are NCCL
 #   bench             45   dtrain bench train against PyTorch eager (bench/torch_gpu_reference.py),
 #                          the MLP and the CNN at batch 256; skipped without PyTorch on CUDA
-#                 (sum 485; the longer benchmarks: scripts/bench-gpu.sh)
+#   gpt-tests         60   test_gpu_training's tiny GPT: the CPU's losses on the GPU (dropout too),
+#                          mixed_bfloat16 against float32
+#   train-gpt         90   dtrain run configs/gpt_fortunes.json on the GPU (1,500 steps, as shipped):
+#                          the validation loss (at most 1.85 nats per byte) and tokens/s
+#   bench-gpt         60   the GPT's training tokens/s against PyTorch eager on the same GPU
+#                          (bench/torch_gpt_reference.py --device cuda), and attention alone at
+#                          sequence 128, 512 and 2048 (and 2048 on the row kernels) against
+#                          scaled_dot_product_attention: time and the memory it adds
+#                 (sum 695: the budget ends it; the longer benchmarks: scripts/bench-gpu.sh)
 #
 # Writes two files to $OUT (the device tool's folder that comes back; ./gpu-check-out
 # when OUT is unset): gpu-check.tsv (step, status pass/fail/skip/timeout, seconds,
@@ -54,7 +62,7 @@ t_start=$SECONDS
 # record STEP STATUS SECONDS DETAIL: one row of the summary (and the log).
 record() {
   local detail
-  detail="$(printf '%s' "$4" | tr '\t\n' '  ' | cut -c1-200)"
+  detail="$(printf '%s' "$4" | tr '\t\n' '  ' | cut -c1-400)"
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$detail" >>"$summary"
   printf '=== %s: %s in %ss: %s\n\n' "$1" "$2" "$3" "$detail" >>"$log"
   printf '%-14s %-8s %4ss  %s\n' "$1" "$2" "$3" "$detail"
@@ -92,6 +100,9 @@ step() {
       detail="$(grep DTRAIN-SKIPPED "$o" | grep -v 'needs two GPUs' | sort | uniq -c | sort -rn | head -1 |
         sed 's/^ *\([0-9]*\) DTRAIN-SKIPPED: /\1x /'); $detail"
     fi
+  elif [ "$rc" -eq 0 ] && grep -q '^No tests ran' "$o"; then
+    status=fail  # a test filter that matched nothing (a binary older than the script)
+    detail="no test case matched the step's filter"
   elif [ "$rc" -eq 0 ]; then
     status=pass
     local two
@@ -332,8 +343,73 @@ s_bench() {
   echo "DETAIL: ${line%; }"
   return $status
 }
+s_gpt_tests() { need_gpu; "$GPU_CHECK_TESTS/test_gpu_training" --durations yes "a tiny GPT*"; }
+s_train_gpt() {
+  need_gpu
+  set -o pipefail
+  local dir="$GPU_CHECK_WORK/gpt" steps=750 bar=1.85
+  mkdir -p "$dir"
+  # (a CPU rehearsal trains 20 steps an epoch and has no loss bar)
+  [ "$GPU_CHECK_DEVICE" = gpu ] || { steps=20; bar=9; }
+  "$DTRAIN_TEST_BINARY" run --config configs/gpt_fortunes.json --set "device=$GPU_CHECK_DEVICE" \
+    --set "output.dir=$dir/out" --set "train.steps_per_epoch=$steps" --summary "$dir/summary.json" 2>&1 |
+    tee "$dir/run.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "DETAIL: dtrain run exited $rc: $(grep -v '^\s*$' "$dir/run.log" | tail -1)"; return 1; }
+  local loss rate seconds device
+  loss=$(summary_field "$dir/summary.json" test_loss)
+  rate=$(summary_field "$dir/summary.json" train_tokens_per_sec)
+  seconds=$(summary_field "$dir/summary.json" wall_seconds)
+  device=$(summary_field "$dir/summary.json" device)
+  echo "DETAIL: gpt_fortunes on $device, $(( 2 * steps )) steps: validation loss $(printf '%.3f' "$loss") nats" \
+       "($(awk -v l="$loss" 'BEGIN {printf "%.3f", l / log(2)}') bits) per byte, $(printf '%.0f' "$rate") tokens/s," \
+       "$(printf '%.1f' "$seconds") s"
+  [ "$device" = cuda:0 ] || [ "$GPU_CHECK_DEVICE" = cpu ] || return 1
+  awk -v l="$loss" -v b="$bar" 'BEGIN {exit !(l <= b)}' || { echo "DETAIL: validation loss $loss > $bar"; return 1; }
+}
+s_bench_gpt() {
+  need_gpu
+  set -o pipefail  # (each step runs in its own bash)
+  local cuda=cuda steps=100 status=0
+  [ "$GPU_CHECK_DEVICE" = gpu ] || { cuda=cpu; steps=5; }
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() or sys.argv[1] == "cpu" else 1)' "$cuda" 2>/dev/null; then
+    echo "SKIP: $PYTHON has no PyTorch with CUDA"
+    exit 77
+  fi
+  local d t line
+  d=$("$DTRAIN_TEST_BINARY" bench train --config configs/gpt_fortunes.json --set "device=$GPU_CHECK_DEVICE" \
+        --steps "$steps" --warmup 10 --json | tail -1) || status=1
+  t=$("$PYTHON" bench/torch_gpt_reference.py train --device "$cuda" --steps "$steps" --warmup 10 | tail -1) || status=1
+  echo "dtrain: $d"
+  echo "pytorch: $t"
+  line=$(printf '%s\n%s\n' "$d" "$t" | "$PYTHON" -c '
+import json, sys
+d, t = (json.loads(l) if l.strip().startswith("{") else {} for l in sys.stdin.read().split("\n")[:2])
+dt, tt = d.get("samples_per_sec", 0) * 128, t.get("tokens_per_sec", 0)  # (gpt_fortunes: 128 tokens a sample)
+print(f"gpt b32 t128: dtrain {dt:.0f}, pytorch {tt:.0f} tokens/s ({dt / tt if tt else 0:.2f}x)")
+sys.exit(0 if dt > 0 and tt > 0 else 1)') || status=1
+  local seq kind a p
+  for c in "128 auto" "512 auto" "2048 auto" "2048 rows"; do
+    read -r seq kind <<<"$c"
+    a=$("$DTRAIN_TEST_BINARY" bench attention --device "$GPU_CHECK_DEVICE" --gpu-kernels "$kind" --seq "$seq" \
+          --batch 4 --heads 4 --head-dim 32 --steps 10 --warmup 2 --json | tail -1) || status=1
+    p=$("$PYTHON" bench/torch_gpt_reference.py attention --device "$cuda" --seq "$seq" --batch 4 --heads 4 \
+          --head-dim 32 --steps 10 --warmup 2 | tail -1) || status=1
+    echo "dtrain: $a"
+    echo "pytorch: $p"
+    line="$line; $(printf '%s\n%s\n' "$a" "$p" | "$PYTHON" -c '
+import json, sys
+a, p = (json.loads(l) if l.strip().startswith("{") else {} for l in sys.stdin.read().split("\n")[:2])
+seq, kind, ams, pms = a.get("seq", "?"), a.get("gpu_kernels", "?"), a.get("ms", 0), p.get("ms", 0)
+amem, pmem = a.get("peak_extra_mib", 0), p.get("peak_extra_mib", 0)
+print(f"attn t{seq} {kind}: {ams:.3f} vs {pms:.3f} ms, {amem:.0f} vs {pmem:.0f} MiB")
+sys.exit(0 if ams > 0 and pms > 0 else 1)')" || status=1
+  done
+  echo "DETAIL: $line"
+  return $status
+}
 export -f comm_engine links_wanted need_gpu make_job summary_field train_run pair s_version s_ops s_layers s_train_mlp s_train_cnn s_precision \
-  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench
+  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench s_gpt_tests s_train_gpt s_bench_gpt
 
 step version 15 s_version
 step ops 60 s_ops
@@ -347,6 +423,9 @@ step nccl-train 30 s_nccl_train
 step pair-reducer 45 s_pair_reducer
 step pair-pipeline 45 s_pair_pipeline
 step bench 45 s_bench
+step gpt-tests 60 s_gpt_tests
+step train-gpt 90 s_train_gpt
+step bench-gpt 60 s_bench_gpt
 
 rm -rf "$work"
 echo

@@ -8,7 +8,8 @@
 #     (site-packages/nvidia/*/lib) or the CUDA toolkit, and puts them with the
 #     bundle's libraries on LD_LIBRARY_PATH
 #   - installs the bundle's Fashion-MNIST files where the configs and tests read
-#     them (/usr/share/datasets/fashion-mnist) when that folder has none
+#     them (/usr/share/datasets/fashion-mnist) when that folder has none, and the
+#     fortunes corpus into /usr/share/games/fortunes (configs/gpt_fortunes.json)
 #   - exports DTRAIN_TEST_BINARY (the bundled dtrain, which the test binaries run),
 #     DTRAIN_TEST_SOURCE_DIR, DTRAIN_GPU_DATA (the bundle's data folder),
 #     DTRAIN_GPU_DATA_CUT (1 when the installed data are the bundle's cut set) and
@@ -74,5 +75,11 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   fi
 fi
 [ -f /usr/share/datasets/fashion-mnist/CUT.txt ] && DTRAIN_GPU_DATA_CUT=1
+if [ ! -f /usr/share/games/fortunes/fortunes ] && [ -f "$DTRAIN_GPU_DATA/fortunes.tar.xz" ]; then
+  if ! { mkdir -p /usr/share/games/fortunes 2>/dev/null &&
+         dtrain_gpu_unxz "$DTRAIN_GPU_DATA/fortunes.tar.xz" /usr/share/games/fortunes; }; then
+    echo "gpu-env.sh: could not install the fortunes corpus into /usr/share/games/fortunes (the GPT steps will fail)" >&2
+  fi
+fi
 export DTRAIN_TEST_BINARY="$dtrain_gpu_unpack/bin/dtrain" DTRAIN_TEST_SOURCE_DIR="$PWD"
 dtrain_gpu_test_dir="$dtrain_gpu_unpack/bin"

@@ -135,6 +135,8 @@ int ckpt_export_command(const CkptExportOptions& options);
 // `dtrain bench attention`: causal attention alone, forward + backward (bench_attention.cpp).
 struct BenchAttentionOptions {
   long long batch = 1, heads = 4, head_dim = 32, seq = 512;
+  std::string device = "cpu";  // a job's "device" value: cpu, gpu, cuda:N
+  std::string gpu_kernels = "auto";  // kernels::GpuAttention's name: auto, matmul, rows
   int threads = 2;
   int steps = 20, warmup = 3;
   bool json = false;

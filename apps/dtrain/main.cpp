@@ -184,6 +184,11 @@ int main(int argc, char** argv) {
   bench_attention_cmd->add_option("--heads", bench_attention.heads, "Heads")->check(CLI::PositiveNumber);
   bench_attention_cmd->add_option("--head-dim", bench_attention.head_dim, "Values per head")->check(CLI::PositiveNumber);
   bench_attention_cmd->add_option("--threads", bench_attention.threads, "Compute threads")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--device", bench_attention.device, "cpu (default), gpu or cuda:N");
+  bench_attention_cmd
+      ->add_option("--gpu-kernels", bench_attention.gpu_kernels,
+                   "On a GPU: matmul (cuBLASLt products), rows (a row kernel per query) or auto (default)")
+      ->check(CLI::IsMember({"auto", "matmul", "rows"}));
   bench_attention_cmd->add_option("--steps", bench_attention.steps, "Timed calls")->check(CLI::PositiveNumber);
   bench_attention_cmd->add_option("--warmup", bench_attention.warmup, "Untimed calls")->check(CLI::NonNegativeNumber);
   bench_attention_cmd->add_flag("--json", bench_attention.json, "One JSON object");

@@ -1,7 +1,10 @@
 // Implementation of device.h: GPU listing, device selection, the backends'
-// versions, waiting for a device and TF32, forwarded to cuda:: in builds with the
-// CUDA backend (DTRAIN_HAVE_CUDA) and answered here for the CPU otherwise.
+// versions, waiting for a device, TF32 and the GPU attention kernels' choice,
+// forwarded to cuda:: in builds with the CUDA backend (DTRAIN_HAVE_CUDA) and
+// answered here for the CPU otherwise.
 #include "kernels/device.h"
+
+#include <atomic>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -104,6 +107,37 @@ void* compute_stream(const Device& device) {
   return cuda::compute_stream(device.index);
 #else
   return nullptr;
+#endif
+}
+
+namespace {
+std::atomic<int> gpu_attention_choice{static_cast<int>(GpuAttention::kAuto)};
+}  // namespace
+
+void set_gpu_attention(GpuAttention kernels) { gpu_attention_choice = static_cast<int>(kernels); }
+GpuAttention gpu_attention() { return static_cast<GpuAttention>(gpu_attention_choice.load()); }
+
+std::string gpu_attention_name(GpuAttention kernels) {
+  switch (kernels) {
+    case GpuAttention::kAuto: return "auto";
+    case GpuAttention::kMatmul: return "matmul";
+    case GpuAttention::kRows: return "rows";
+  }
+  return "auto";
+}
+
+GpuAttention parse_gpu_attention(const std::string& name) {
+  for (const GpuAttention k : {GpuAttention::kAuto, GpuAttention::kMatmul, GpuAttention::kRows})
+    if (gpu_attention_name(k) == name) return k;
+  throw ConfigError(str("GPU attention kernels \"", name, "\": expected auto, matmul or rows"));
+}
+
+size_t device_memory_reserved(const Device& device) {
+  if (device.is_cpu()) return 0;
+#if DTRAIN_HAVE_CUDA
+  return cuda::reserved_bytes(device.index);
+#else
+  return 0;
 #endif
 }
 

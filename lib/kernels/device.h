@@ -71,6 +71,25 @@ void synchronize(const Device& device);
 // communicator that orders its collectives after the ops: NCCL); nullptr on the CPU.
 void* compute_stream(const Device& device);
 
+// The bytes of device memory dtrain's caching allocator holds on `device`
+// (in use by tensors and scratch buffers, or cached for reuse); it only grows
+// until an allocation runs out of memory. 0 on the CPU.
+size_t device_memory_reserved(const Device& device);
+
+// Which kernels attention runs on a GPU: kMatmul, cuBLASLt's strided batched
+// products over the (N*H, T, T) scores with own kernels between them (fast; the
+// backward keeps two score matrices); kRows, a row of own kernel per query
+// (flash-style, no (T, T) matrix, slow); kAuto (the default) kMatmul while the
+// backward's two score matrices take at most kGpuAttentionScoresLimit bytes,
+// else kRows. No effect on the CPU (blocked, always).
+enum class GpuAttention { kAuto, kMatmul, kRows };
+constexpr size_t kGpuAttentionScoresLimit = size_t{1} << 30;
+void set_gpu_attention(GpuAttention kernels);
+GpuAttention gpu_attention();
+// "auto", "matmul" or "rows"; parse_gpu_attention throws a ConfigError on another name.
+std::string gpu_attention_name(GpuAttention kernels);
+GpuAttention parse_gpu_attention(const std::string& name);
+
 // Sets the number of CPU compute threads (OpenMP) of the calling thread's team,
 // with flush-to-zero; num_threads() reads it.
 void set_num_threads(int threads);

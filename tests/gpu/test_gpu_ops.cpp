@@ -3,6 +3,7 @@
 // with |gpu - cpu| <= atol + rtol * |cpu|. Convolutions use FP32 math here
 // (TF32 off) so that the tolerance is a float32 one. Labelled gpu: skipped
 // (reported as skipped) on machines without a usable GPU.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include "core/rng.h"
+#if DTRAIN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "gpu/gpu_skip.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
@@ -231,6 +235,77 @@ std::vector<OpCase> other_cases() {
   return out;
 }
 
+// The transformer's ops: gelu (both forms), layer norm, the embedding's gather
+// and scatter-add, attention forward and backward (causal or not, with dropout
+// on the weights, one head and several, a sequence longer than a block) on both
+// GPU paths: cuBLASLt's batched products and the row kernels.
+std::vector<OpCase> sequence_cases() {
+  std::vector<OpCase> out;
+  for (Activation act : {Activation::kGelu, Activation::kGeluTanh})
+    out.push_back({"gelu " + std::to_string(static_cast<int>(act)), {{37, 70}, {37, 70}}, [=](Tensors& t) {
+                     Tensor y = on(t[0], t[0].shape()), dx = on(t[0], t[0].shape());
+                     kernels::activation_forward(act, t[0], y);
+                     kernels::activation_backward_from_input(act, t[0], t[1], dx);
+                     return Tensors{y, dx};
+                   },
+                   1e-5, 1e-4, -4.0, 4.0});
+  for (const bool affine : {true, false})
+    out.push_back({std::string("layer_norm") + (affine ? " gamma beta" : " plain"), {{3, 41, 96}, {96}, {96}, {3, 41, 96}},
+                   [=](Tensors& t) {
+                     const int64_t rows = 3 * 41;
+                     Tensor y = on(t[0], t[0].shape()), mean = on(t[0], {rows}), rstd = on(t[0], {rows});
+                     kernels::layer_norm_forward(t[0], affine ? &t[1] : nullptr, affine ? &t[2] : nullptr, 1e-5f, y,
+                                                 mean, rstd);
+                     Tensor dx = on(t[0], t[0].shape()), dg = on(t[0], {96}), db = on(t[0], {96});
+                     kernels::layer_norm_backward(t[0], t[3], affine ? &t[1] : nullptr, mean, rstd, dx,
+                                                  affine ? &dg : nullptr, affine ? &db : nullptr);
+                     return affine ? Tensors{y, mean, rstd, dx, dg, db} : Tensors{y, mean, rstd, dx};
+                   },
+                   1e-4, 1e-4, -2.0, 2.0});
+  out.push_back({"embedding gather and scatter-add (repeated ids)", {{6, 50}, {300, 32}, {6, 50, 32}}, [](Tensors& t) {
+                   // Ids in [0, 300), each of the first 97 used about three times.
+                   Tensor ids_host = t[0].to_host();
+                   for (int64_t i = 0; i < ids_host.numel(); ++i) ids_host.data()[i] = static_cast<float>((i * 7 + 3) % 97);
+                   const Tensor ids = ids_host.to(t[0].device());
+                   Tensor y = on(t[0], {6, 50, 32}), dtable = on(t[0], {300, 32});
+                   kernels::embedding_forward(ids, t[1], y);
+                   kernels::embedding_backward(ids, t[2], dtable);
+                   return Tensors{y, dtable};
+                 },
+                 1e-5, 1e-5});
+  struct A {
+    int64_t n, t, h, dk, dv;
+    bool causal;
+    float dropout;
+  };
+  for (const kernels::GpuAttention path : {kernels::GpuAttention::kMatmul, kernels::GpuAttention::kRows})
+  for (const A& a : {A{2, 9, 1, 8, 8, true, 0.0f}, A{2, 128, 4, 32, 32, true, 0.0f}, A{3, 70, 2, 16, 24, false, 0.0f},
+                     A{2, 64, 4, 32, 32, true, 0.25f}, A{1, 300, 2, 64, 64, true, 0.0f}}) {
+    kernels::AttentionParams p;
+    p.heads = a.h;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(a.dk));
+    p.causal = a.causal;
+    p.dropout = a.dropout;
+    p.seed = 77;
+    const Shape qs{a.n, a.t, a.h, a.dk}, vs{a.n, a.t, a.h, a.dv};
+    out.push_back({"attention (" + kernels::gpu_attention_name(path) + ") n" + std::to_string(a.n) + " t" + std::to_string(a.t) + " h" + std::to_string(a.h) +
+                       " dk" + std::to_string(a.dk) + " dv" + std::to_string(a.dv) + (a.causal ? " causal" : "") +
+                       (a.dropout > 0 ? " dropout" : ""),
+                   {qs, qs, vs, vs},
+                   [=](Tensors& t) {
+                     kernels::set_gpu_attention(path);  // (the CPU's kernels are blocked either way)
+                     Tensor o = on(t[0], vs), lse = on(t[0], {a.n, a.h, a.t});
+                     kernels::attention_forward(t[0], t[1], t[2], p, o, lse);
+                     Tensor dq = on(t[0], qs), dk = on(t[0], qs), dv = on(t[0], vs);
+                     kernels::attention_backward(t[0], t[1], t[2], o, lse, t[3], p, dq, dk, dv);
+                     kernels::set_gpu_attention(kernels::GpuAttention::kAuto);
+                     return Tensors{o, lse, dq, dk, dv};
+                   },
+                   2e-4, 1e-3, -1.5, 1.5});
+  }
+  return out;
+}
+
 void check_case(const OpCase& c) {
   INFO("op case: " << c.name);
   Tensors cpu_in, gpu_in;
@@ -264,6 +339,10 @@ TEST_CASE("gpu ops: activations, batch norm, element-wise, losses and updates ma
   check_all(other_cases());
 }
 
+TEST_CASE("gpu ops: the transformer's ops (gelu, layer norm, embedding, attention) match the CPU") {
+  check_all(sequence_cases());
+}
+
 TEST_CASE("gpu tensors: copies to and from the device keep every value") {
   if (!testing::gpu_or_skip()) return;
   const Tensor host = testing::random_tensor({1000, 3}, 7, -5, 5);
@@ -285,6 +364,24 @@ TEST_CASE("gpu ops: an argument on another device, an optional one too, is an er
                       Catch::Contains("dense_forward: tensors on cuda:0 and cpu:0"));
   const Tensor host_x = x.to_host();
   REQUIRE_THROWS_WITH(kernels::axpy(1.0f, host_x, y), Catch::Contains("axpy"));
+}
+
+TEST_CASE("gpu ops: an error an unchecked CUDA call left behind is not blamed on the next kernel launch") {
+  if (!testing::gpu_or_skip()) return;
+#if DTRAIN_HAVE_CUDA
+  // As a destructor's unchecked cudaSetDevice would: a non-sticky error stays
+  // in the runtime's last-error slot until someone reads it.
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  REQUIRE(cudaSetDevice(count + 5) == cudaErrorInvalidDevice);
+  const Tensor host = testing::random_tensor({1000}, 9);
+  const Tensor x = host.to(Device::cuda(0));
+  Tensor y({1000}, Device::cuda(0));
+  REQUIRE_NOTHROW(kernels::activation_forward(Activation::kRelu, x, y));  // an own kernel, checked at launch
+  const Tensor back = y.to_host();
+  for (int64_t i = 0; i < 1000; ++i) REQUIRE(back.data()[i] == std::max(host.data()[i], 0.0f));
+  REQUIRE(cudaGetLastError() == cudaSuccess);  // taken off by the launch check, not left for a later call
+#endif
 }
 
 // Mixed precision on the GPU: bfloat16 activations and kernel copy, float32

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/check.h"
 #include "core/strings.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/errors.h"
@@ -111,7 +112,11 @@ class CachingAllocator {
     guards_.erase(it);
   }
 
-  size_t reserved() const { return reserved_; }
+  // Bytes taken from CUDA and held (in use or cached).
+  size_t reserved() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reserved_;
+  }
 
  private:
   struct Free {
@@ -145,17 +150,24 @@ class CachingAllocator {
   size_t reserved_ = 0;
 };
 
-// The calling thread's current GPU's allocator (its blocks and events are that GPU's).
-CachingAllocator& allocator() {
+// GPU `device`'s allocator (its blocks and events are that GPU's).
+CachingAllocator& allocator_of(int device) {
   static std::mutex mutex;
   static CachingAllocator* allocators[kMaxGpus] = {};  // never destroyed: tensors may outlive main()
-  const int device = std::max(0, current_device());
   std::lock_guard<std::mutex> lock(mutex);
   if (!allocators[device]) allocators[device] = new CachingAllocator();
   return *allocators[device];
 }
 
+// The calling thread's current GPU's allocator.
+CachingAllocator& allocator() { return allocator_of(std::max(0, current_device())); }
+
 }  // namespace
+
+size_t reserved_bytes(int index) {
+  DT_CHECK(index >= 0 && index < kMaxGpus, "reserved_bytes: GPU index ", index);
+  return allocator_of(index).reserved();
+}
 
 void* device_alloc(size_t bytes) { return allocator().allocate(bytes); }
 void device_free(void* p, size_t bytes) { allocator().deallocate(p, bytes); }

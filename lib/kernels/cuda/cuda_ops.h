@@ -20,6 +20,7 @@ void activate(int index);
 void use_device(int index);
 void synchronize(int index);
 void* compute_stream(int index);  // GPU `index`'s compute stream (a cudaStream_t)
+size_t reserved_bytes(int index);  // what GPU `index`'s caching allocator holds from CUDA
 void set_allow_tf32(bool allow);
 std::string library_versions();  // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0"
 

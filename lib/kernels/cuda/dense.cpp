@@ -9,7 +9,8 @@
 // (accumulated in float32; the weight gradient and the bias stay float32). Each shape's and
 // types' descriptors and algorithm are chosen once (cuBLASLt's heuristic) and cached.
 // Where no algorithm offers the fused epilogue, the bias and activation run as
-// an own kernel after a plain product.
+// an own kernel after a plain product. batched_matmul (matmul.h) runs the same
+// plans over a batch of equal, contiguous matrices (attention's heads).
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -23,6 +24,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/elements.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/matmul.h"
 #include "kernels/cuda/runtime.h"
 
 namespace dtrain::kernels::cuda {
@@ -34,10 +36,13 @@ struct MatmulKey {
   int device;  // a plan per GPU: its algorithm is the GPU's, and its bias pointer is set by one thread
   bool trans_a, trans_b;
   int64_t m, n, k;
+  int64_t batch;  // matrices of each operand, contiguous one after the other (1: a plain product)
   cudaDataType_t ab, cd;  // the inputs' type and the output's (CUDA_R_32F, or CUDA_R_16BF / CUDA_R_16F under mixed precision)
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_c;  // pointer alignments (bytes, up to 256): the heuristic must respect them
-  auto tie() const { return std::tie(device, trans_a, trans_b, m, n, k, ab, cd, epilogue, align_a, align_b, align_c); }
+  auto tie() const {
+    return std::tie(device, trans_a, trans_b, m, n, k, batch, ab, cd, epilogue, align_a, align_b, align_c);
+  }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
@@ -66,6 +71,19 @@ MatmulPlan make_plan(const MatmulKey& key) {
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, key.ab, a_rows, a_cols, static_cast<int64_t>(a_rows)));
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.ab, b_rows, b_cols, static_cast<int64_t>(b_rows)));
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.cd, key.m, key.n, key.m));
+  if (key.batch > 1) {
+    // A batch of matrices, each right after the one before (strides in elements).
+    const int32_t count = static_cast<int32_t>(key.batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+        {plan.a, static_cast<int64_t>(a_rows * a_cols)},
+        {plan.b, static_cast<int64_t>(b_rows * b_cols)},
+        {plan.c, key.m * key.n}};
+    for (const auto& [layout, stride] : layouts) {
+      DT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      DT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                       sizeof stride));
+    }
+  }
   if (key.cd != CUDA_R_32F && key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_RELU) {
     // A 16-bit output with the float32 bias of the variables (mixed precision).
     const cudaDataType_t bias_type = CUDA_R_32F;
@@ -122,8 +140,9 @@ MatmulPlan& plan_for(const MatmulKey& key) {
       it = plans.emplace(key, make_plan(key)).first;
     } catch (const CudaError& e) {
       // Name the product (shapes, types, GPU) before the library's own words.
-      throw CudaError(str("cuBLASLt cannot set up a Dense matmul (", key.m, "x", key.k, ")x(", key.k, "x", key.n,
-                          ") with ", cuda_type_name(key.ab), " inputs and a ", cuda_type_name(key.cd),
+      throw CudaError(str("cuBLASLt cannot set up ", key.batch > 1 ? "an attention" : "a Dense", " matmul (", key.m,
+                          "x", key.k, ")x(", key.k, "x", key.n, ")", key.batch > 1 ? str(" x ", key.batch) : "",
+                          " with ", cuda_type_name(key.ab), " inputs and a ", cuda_type_name(key.cd),
                           " output on cuda:", key.device, ": ", e.what(),
                           "; try train.precision \"float32\" or report this line"));
     }
@@ -155,10 +174,10 @@ const char* type_name(cudaDataType_t type) {
 // Float32 accumulation always. Returns false when no algorithm supports
 // `epilogue` (nothing was computed).
 bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand a, Operand b, Operand c,
-            cublasLtEpilogue_t epilogue, const float* bias) {
+            cublasLtEpilogue_t epilogue, const float* bias, int64_t batch = 1, float alpha = 1.0f) {
   DT_CHECK(a.type == b.type, "a matmul's two inputs in different types");
-  MatmulPlan& plan = plan_for({current_device(), trans_a, trans_b, m, n, k, a.type, c.type, epilogue, alignment(a.p),
-                               alignment(b.p), alignment(c.p)});
+  MatmulPlan& plan = plan_for({current_device(), trans_a, trans_b, m, n, k, batch, a.type, c.type, epilogue,
+                               alignment(a.p), alignment(b.p), alignment(c.p)});
   if (!plan.found) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     throw CudaError(str("cuBLASLt has no algorithm for a ", m, "x", n, "x", k, " matmul of ",
@@ -166,7 +185,7 @@ bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand
   }
   if (bias)
     DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float beta = 0.0f;
   Scratch workspace(std::max<size_t>(plan.workspace, 256));
   void* out = const_cast<void*>(c.p);
   DT_CUBLAS_CHECK(cublasLtMatmul(context().lt, plan.desc, &alpha, a.p, plan.a, b.p, plan.b, &beta, out, plan.c, out,
@@ -175,6 +194,13 @@ bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand
 }
 
 }  // namespace
+
+void batched_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha,
+                    const float* a, const float* b, float* c) {
+  DT_CHECK(batch >= 1 && m > 0 && n > 0 && k > 0, "batched_matmul shapes");
+  matmul(trans_a, trans_b, m, n, k, {a, CUDA_R_32F}, {b, CUDA_R_32F}, {c, CUDA_R_32F}, CUBLASLT_EPILOGUE_DEFAULT,
+         nullptr, batch, alpha);
+}
 
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor* b, Activation act, Tensor& y) {
   const int64_t n = x.dim(0), in = w.dim(0), out = w.dim(1);

@@ -32,6 +32,13 @@ inline f16_bits* elements<f16_bits>(Tensor& t) { return t.data_f16(); }
 template <>
 inline const f16_bits* elements<f16_bits>(const Tensor& t) { return t.data_f16(); }
 
+// Checks that every given tensor (null or undefined ones skipped) is float32:
+// the ops that run in float32 only on the GPU (the transformer's).
+inline void require_f32(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t && t->defined()) DT_CHECK(t->dtype() == DType::kF32, op, " runs in float32 on the GPU");
+}
+
 // Calls f(T{}) with T the element type of the tensors, which must all have one
 // dtype: float32, or bfloat16 / float16 (the compute of mixed precision).
 template <class F>

@@ -111,6 +111,10 @@ DT_DEFINE_LAUNCH(AttentionForwardRowsBody)
 DT_DEFINE_LAUNCH(AttentionDeltaBody)
 DT_DEFINE_LAUNCH(AttentionQueryGradBody)
 DT_DEFINE_LAUNCH(AttentionKeyValueGradBody)
+DT_DEFINE_LAUNCH(HeadsTransposeBody)
+DT_DEFINE_LAUNCH(AttentionSoftmaxRowsBody)
+DT_DEFINE_LAUNCH(AttentionProbabilitiesBody)
+DT_DEFINE_LAUNCH(AttentionScoreGradBody)
 
 #undef DT_DEFINE_LAUNCH
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/bodies.h"
+#include "kernels/cuda/attention_bodies.h"
 #include "kernels/cuda/sequence_bodies.h"
 
 namespace dtrain::kernels::cuda {
@@ -74,6 +75,10 @@ void launch(const AttentionForwardRowsBody& body, int64_t rows);
 void launch(const AttentionDeltaBody& body, int64_t rows);
 void launch(const AttentionQueryGradBody& body, int64_t rows);
 void launch(const AttentionKeyValueGradBody& body, int64_t rows);
+void launch(const HeadsTransposeBody& body, int64_t n);
+void launch(const AttentionSoftmaxRowsBody& body, int64_t rows);
+void launch(const AttentionProbabilitiesBody& body, int64_t n);
+void launch(const AttentionScoreGradBody& body, int64_t n);
 
 // out[c] = scale * sum over rows of value(r, c), for c in [0, cols): two passes
 // through a partial-sum scratch buffer.

@@ -1,24 +1,16 @@
-// The transformer layers' CUDA ops (ops.h): gelu's gradient, layer
-// normalization, the embedding gather / scatter and attention, each checking
-// shapes and launching sequence_bodies.h's bodies on the compute stream.
-// float32. Attention is a row per thread (sequence_bodies.h); heads of up to
-// kMaxHeadDim values.
-#include <vector>
-
+// The transformer layers' CUDA ops (ops.h) but attention (attention.cpp):
+// gelu's gradient, layer normalization, the embedding gather / scatter, each
+// checking shapes and launching sequence_bodies.h's bodies on the compute
+// stream. float32.
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/elements.h"
 #include "kernels/cuda/launchers.h"
 
 namespace dtrain::kernels::cuda {
 namespace {
-
-void require_f32(const char* op, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors)
-    if (t && t->defined()) DT_CHECK(t->dtype() == DType::kF32, op, " runs in float32 on the GPU");
-}
 
 // The ids come from the host's batch; reading them back checks them before a
 // kernel could index outside the table (one small copy per call).
@@ -31,14 +23,6 @@ void check_ids(const Tensor& ids, int64_t vocabulary) {
       throw IoError(str("embedding: token id ", p[r], " (position ", r, " of the batch) is not an integer in [0, ",
                         vocabulary, "); the data's token ids must be below the embedding's input_dim"));
   }
-}
-
-AttentionShape attention_shape(const Tensor& q, const Tensor& v, const AttentionParams& p) {
-  DT_CHECK(q.rank() == 4 && v.rank() == 4 && q.dim(2) == p.heads, "attention shapes");
-  if (q.dim(3) > kMaxHeadDim || v.dim(3) > kMaxHeadDim)
-    throw ConfigError(str("MultiHeadAttention: heads of ", q.dim(3), " / ", v.dim(3), " values; the GPU kernels take at most ",
-                          kMaxHeadDim, " per head (key_dim, value_dim)"));
-  return {q.dim(1), p.heads, q.dim(3), v.dim(3), p.scale, p.causal, p.dropout, p.seed};
 }
 
 }  // namespace
@@ -84,31 +68,6 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
   const int64_t d = dtable.dim(1);
   DT_CHECK_EQ(dy.numel(), ids.numel() * d);
   launch(EmbeddingScatterBody{ids.data(), dy.data(), ids.numel(), d, dtable.data()}, dtable.numel());
-}
-
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, Tensor& out,
-                       Tensor& lse) {
-  require_f32("attention_forward", {&q, &k, &v, &out, &lse});
-  const AttentionShape s = attention_shape(q, v, p);
-  DT_CHECK(k.shape() == q.shape() && out.shape() == v.shape() && lse.numel() == q.dim(0) * p.heads * s.t,
-           "attention_forward shapes");
-  launch(AttentionForwardRowsBody{q.data(), k.data(), v.data(), s, out.data(), lse.data()}, lse.numel());
-}
-
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, const AttentionParams& p, Tensor& dq, Tensor& dk, Tensor& dv) {
-  require_f32("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv});
-  const AttentionShape s = attention_shape(q, v, p);
-  DT_CHECK(dout.shape() == out.shape() && dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape(),
-           "attention_backward shapes");
-  const int64_t rows = lse.numel();
-  Scratch delta(static_cast<size_t>(rows) * sizeof(float));
-  launch(AttentionDeltaBody{out.data(), dout.data(), s, delta.floats()}, rows);
-  launch(AttentionQueryGradBody{q.data(), k.data(), v.data(), lse.data(), dout.data(), delta.floats(), s, dq.data()},
-         rows);
-  launch(AttentionKeyValueGradBody{q.data(), k.data(), v.data(), lse.data(), dout.data(), delta.floats(), s, dk.data(),
-                                   dv.data()},
-         rows);
 }
 
 }  // namespace dtrain::kernels::cuda

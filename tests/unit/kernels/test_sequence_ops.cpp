@@ -2,14 +2,17 @@
 // here (attention with its whole (T, T) softmax materialised, layer norm and
 // gelu by their formulas, gradients by finite differences), and the CUDA
 // kernels' bodies (kernels/cuda/sequence_bodies.h) run on the host over every
-// index against the CPU backend. Sequence lengths that are not multiples of
+// index against the CPU backend, and the GPU's cuBLASLt attention
+// (kernels/cuda/attention_steps.h) with its products as host loops. Sequence lengths that are not multiples of
 // the CPU's 64-row blocks exercise the partial blocks.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/cuda/attention_steps.h"
 #include "kernels/cuda/bodies.h"
 #include "kernels/cuda/sequence_bodies.h"
 #include "kernels/ops.h"
@@ -251,5 +254,77 @@ TEST_CASE("kernel bodies: the transformer's CUDA bodies match the CPU backend") 
     kernels::activation_backward_from_input(act, gx, gdy, want_gd);
     run_on_host(ActivationGradFromInputBody{gx.data(), gdy.data(), got_gd.data(), act}, 21);
     require_close(got_gd, want_gd);
+  }
+}
+
+namespace {
+
+// attention_steps.h's Ops on the host: vectors for scratch, the batched
+// product as loops over column-major matrices (cuBLAS's conventions), the
+// bodies through run_on_host.
+class HostOps {
+ public:
+  float* scratch(int64_t floats) {
+    buffers_.push_back(std::make_unique<std::vector<float>>(static_cast<size_t>(floats), NAN));
+    return buffers_.back()->data();
+  }
+  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, const float* a,
+              const float* b, float* c) {
+    const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
+    for (int64_t x = 0; x < batch; ++x) {
+      const float* ax = a + x * m * k;
+      const float* bx = b + x * k * n;
+      float* cx = c + x * m * n;
+      for (int64_t col = 0; col < n; ++col)
+        for (int64_t row = 0; row < m; ++row) {
+          double sum = 0.0;
+          for (int64_t e = 0; e < k; ++e) {
+            const float av = trans_a ? ax[row * a_rows + e] : ax[e * a_rows + row];
+            const float bv = trans_b ? bx[e * b_rows + col] : bx[col * b_rows + e];
+            sum += static_cast<double>(av) * bv;
+          }
+          cx[col * m + row] = static_cast<float>(alpha * sum);
+        }
+    }
+  }
+  template <class Body>
+  void run(const Body& body, int64_t n) {
+    run_on_host(body, n);
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::vector<float>>> buffers_;
+};
+
+}  // namespace
+
+TEST_CASE("the GPU's attention as batched products (attention_steps.h) matches the CPU backend, run on the host") {
+  using namespace kernels::cuda;
+  struct C {
+    int64_t n, t, h, dk, dv;
+    bool causal;
+    float dropout;
+  };
+  for (const C& c : {C{2, 9, 2, 4, 3, true, 0.0f}, C{1, 70, 3, 8, 8, false, 0.0f}, C{2, 33, 2, 5, 7, true, 0.3f},
+                     C{1, 17, 1, 6, 6, false, 0.5f}}) {
+    CAPTURE(c.n, c.t, c.h, c.dk, c.dv, c.causal, c.dropout);
+    const AttentionParams p{c.h, 1.0f / std::sqrt(static_cast<float>(c.dk)), c.causal, c.dropout, 21};
+    const AttentionShape s{c.t, c.h, c.dk, c.dv, p.scale, c.causal, c.dropout, 21};
+    const Tensor q = random_tensor({c.n, c.t, c.h, c.dk}, 31), k = random_tensor({c.n, c.t, c.h, c.dk}, 32),
+                 v = random_tensor({c.n, c.t, c.h, c.dv}, 33), dout = random_tensor({c.n, c.t, c.h, c.dv}, 34);
+    Tensor want_o(v.shape()), want_l({c.n, c.h, c.t}), got_o(v.shape()), got_l({c.n, c.h, c.t});
+    kernels::attention_forward(q, k, v, p, want_o, want_l);
+    HostOps forward;
+    attention_forward_steps(forward, q.data(), k.data(), v.data(), c.n, s, got_o.data(), got_l.data());
+    require_close(got_o, want_o, 1e-5, 1e-4);
+    require_close(got_l, want_l, 1e-5, 1e-4);
+    Tensor want_dq(q.shape()), want_dk(k.shape()), want_dv(v.shape()), dq(q.shape()), dk(k.shape()), dv(v.shape());
+    kernels::attention_backward(q, k, v, want_o, want_l, dout, p, want_dq, want_dk, want_dv);
+    HostOps backward;
+    attention_backward_steps(backward, q.data(), k.data(), v.data(), want_o.data(), want_l.data(), dout.data(), c.n, s,
+                             dq.data(), dk.data(), dv.data());
+    require_close(dq, want_dq, 1e-5, 1e-4);
+    require_close(dk, want_dk, 1e-5, 1e-4);
+    require_close(dv, want_dv, 1e-5, 1e-4);
   }
 }
