@@ -19,6 +19,8 @@
 #include "launch/launcher.h"
 #include "plan/execution_plan.h"
 #include "runtime/run.h"
+#include "strategy/registry.h"
+#include "strategy/strategy_spec.h"
 #include "trainer/generate.h"
 #include "trainer/trainer.h"
 
@@ -114,6 +116,32 @@ std::function<bool()> stop_on_sigterm() {
   return [] { return g_stop_requested.load(); };
 }
 
+// How many training tasks (chief and workers) `launch` starts from --workers,
+// --chief or a hostfile; 0 when the cluster comes from the job file or TF_CONFIG.
+int training_tasks_requested(const LaunchOptions& options) {
+  if (!options.hostfile.empty()) {
+    int slots = 0;
+    for (const launch::HostSlots& h : launch::read_hostfile(options.hostfile)) slots += h.slots;
+    return slots;
+  }
+  return options.workers + (options.chief ? 1 : 0);
+}
+
+// `launch --workers 2` with a job that trains in one task (one_device, or
+// mirrored's replicas in one process) means data parallelism across the tasks:
+// the tasks run multi_worker_mirrored, and the launcher says so in one line.
+// Returns the override to add ("" when none).
+std::string strategy_for_launch(const job::JobConfig& job, const LaunchOptions& options) {
+  const std::string type = strategy::entry_of(job.strategy).name;
+  const int tasks = training_tasks_requested(options);
+  if (tasks < 2 || options.ps > 0 || (type != "one_device" && type != "mirrored")) return "";
+  std::fprintf(stderr,
+               "dtrain: launch: strategy.type '%s' trains in one task; the %d training tasks run "
+               "multi_worker_mirrored (synchronous all-reduce) instead: --set strategy.type=... to choose\n",
+               type.c_str(), tasks);
+  return "strategy.type=multi_worker_mirrored";
+}
+
 // The arguments `dtrain launch` gives each task: `run` with the launch's own job
 // options; a restarted job resumes from its newest good checkpoint.
 std::vector<std::string> run_task_args(const JobOptions& job, const launch::TaskStart& start) {
@@ -126,14 +154,20 @@ std::vector<std::string> run_task_args(const JobOptions& job, const launch::Task
 }
 
 int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
-  const job::JobConfig job = load_job(options.job);
+  JobOptions task_job = options.job;
+  job::JobConfig job = load_job(task_job);
+  const std::string strategy_override = strategy_for_launch(job, options);
+  if (!strategy_override.empty()) {
+    task_job.overrides.push_back(strategy_override);
+    job = load_job(task_job);
+  }
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
   launch.tf_config = env.tf_config;
   launch.job_secret = env.job_secret;
   launch.omp_num_threads = env.host.omp_num_threads;
   launch.threads = options.job.threads;
-  launch.task_args = [&options](const launch::TaskStart& start) { return run_task_args(options.job, start); };
+  launch.task_args = [task_job](const launch::TaskStart& start) { return run_task_args(task_job, start); };
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();

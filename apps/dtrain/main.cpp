@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli_help.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -12,6 +13,9 @@ namespace {
 
 using dtrain::ExitCode;
 using dtrain::to_int;
+using dtrain::app::number_at_least;
+using dtrain::app::whole_at_least;
+using dtrain::app::whole_between;
 
 void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
   cmd->add_option("--config,-c", job.config, "Job config (JSON)")->required();
@@ -21,7 +25,7 @@ void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
       ->allow_extra_args(false);
   cmd->add_option("--threads", job.threads,
                   "Compute threads (default: runtime.threads, else OMP_NUM_THREADS, else the cores shared by the tasks on this host)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
 }
 
 int print_error(const std::string& message, ExitCode code) {
@@ -37,7 +41,8 @@ int main(int argc, char** argv) {
   // printed, not in blocks of 4 KiB at exit (what PYTHONUNBUFFERED asks of Python).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"dtrain: distributed deep-learning training from a JSON job description", "dtrain"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: the help (below)
+  app.footer(dtrain::app::main_help_footer());
   app.set_version_flag("--version", std::string("dtrain ") + DTRAIN_VERSION);
 
   dtrain::app::RunOptions run;
@@ -46,19 +51,21 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--summary", run.summary, "Write a JSON summary of the run to FILE");
   run_cmd->add_option("--task", run.task, "This task, TYPE:INDEX (default: TF_CONFIG's task, else the config's)");
   run_cmd->add_flag("--resume", run.resume, "Continue from the newest good checkpoint (checkpoint.resume=auto)");
+  run_cmd->footer(dtrain::app::run_help_footer());
 
   dtrain::app::LaunchOptions launch;
   CLI::App* launch_cmd = app.add_subcommand(
       "launch", "Run every task of the job's cluster as a local process (a multi-port simulation)");
   add_job_options(launch_cmd, launch.job);
+  launch_cmd->footer(dtrain::app::launch_help_footer());
   launch_cmd->add_option("--summary", launch.summary,
                          "Write the tasks' exit codes and run summaries to FILE (JSON)");
   launch_cmd->add_option("--workers", launch.workers,
                          "Build a localhost cluster of N workers on free ports (instead of the "
                          "config's or TF_CONFIG's cluster)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   launch_cmd->add_option("--ps", launch.ps, "With --workers: M parameter-server tasks")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   launch_cmd->add_flag("--chief", launch.chief, "With --workers: add a chief task");
   launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
   launch_cmd->add_option("--inject", launch.injections,
@@ -70,25 +77,25 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--grace-period", launch.grace_period,
                          "Seconds the other tasks get to stop by themselves after one fails, and "
                          "again between SIGTERM and SIGKILL (default 5)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   launch_cmd->add_option("--hostfile", launch.hostfile,
                          "Run the tasks on other hosts over ssh: a file of 'HOST slots=N' lines (DeepSpeed/MPI "
                          "style); every slot is a worker, the first host's first slot the chief");
   launch_cmd->add_option("--port-base", launch.port_base,
                          "With --hostfile: a host's k-th slot listens on PORT_BASE + k (default 8888)")
-      ->check(CLI::Range(1, 65535));
+      ->check(whole_between(1, 65535));
   launch_cmd->add_option("--ssh-option", launch.ssh_options, "With --hostfile: an ssh -o OPTION=VALUE (repeatable)")
       ->take_all()
       ->allow_extra_args(false);
   launch_cmd->add_option("--ssh-identity", launch.ssh_identity, "With --hostfile: ssh's identity file (ssh -i)");
   launch_cmd->add_option("--ssh-port", launch.ssh_port, "With --hostfile: ssh's port (ssh -p)")
-      ->check(CLI::Range(1, 65535));
+      ->check(whole_between(1, 65535));
   launch_cmd->add_option("--remote-dtrain", launch.remote_dtrain,
                          "With --hostfile: the dtrain binary on the hosts (default: this binary's path)");
   launch_cmd->add_option("--max-restarts", launch.max_restarts,
                          "When a task fails, start the whole job again from the newest checkpoint "
                          "(checkpoint.resume=auto), up to N times (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
 
   dtrain::app::ValidateOptions validate;
   CLI::App* validate_cmd =
@@ -115,12 +122,12 @@ int main(int argc, char** argv) {
   bench_cmd->require_subcommand(1);
   CLI::App* bench_train = bench_cmd->add_subcommand("train", "Training throughput (samples/s) of a job");
   add_job_options(bench_train, bench.job);
-  bench_train->add_option("--steps", bench.steps, "Timed steps")->check(CLI::PositiveNumber);
-  bench_train->add_option("--warmup", bench.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
-  bench_train->add_option("--batch", bench.batch, "Batch size (default: the config's)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--steps", bench.steps, "Timed steps")->check(whole_at_least(1));
+  bench_train->add_option("--warmup", bench.warmup, "Untimed steps before timing")->check(whole_at_least(0));
+  bench_train->add_option("--batch", bench.batch, "Batch size (default: the config's)")->check(whole_at_least(1));
   bench_train->add_option("--profile", bench.profile,
                           "After the timed steps, N more with per-layer forward/backward times")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   bench_train->add_flag("--json", bench.json, "Print one JSON object");
   dtrain::app::BenchAllReduceOptions allreduce;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
@@ -131,8 +138,8 @@ int main(int argc, char** argv) {
                               "cpu: Gloo between worker processes (default); gpu: NCCL, one thread per local GPU")
       ->check(CLI::IsMember({"cpu", "gpu"}));
   bench_allreduce->add_option("--sizes", allreduce.sizes, "Sizes: MIN:MAX (powers of two) or a list, e.g. 4K:64M");
-  bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(CLI::PositiveNumber);
-  bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(CLI::NonNegativeNumber);
+  bench_allreduce->add_option("--iterations", allreduce.iterations, "Timed all-reduces per size")->check(whole_at_least(1));
+  bench_allreduce->add_option("--warmup", allreduce.warmup, "Untimed all-reduces per size")->check(whole_at_least(0));
   bench_allreduce->add_flag("--json", allreduce.json, "One JSON object per size");
   bench_allreduce->add_option("--communication", allreduce.communication,
                               "auto, ring or hierarchical (shared memory between the tasks of a machine), as "
@@ -145,22 +152,22 @@ int main(int argc, char** argv) {
                   "against multi_worker_mirrored on as many local tasks");
   add_job_options(bench_pipeline_cmd, bench_pipeline.job);
   bench_pipeline_cmd->add_option("--stages", bench_pipeline.stages, "Stages (one local task each; split \"auto\")")
-      ->check(CLI::Range(2, 64));
+      ->check(whole_between(2, 64));
   bench_pipeline_cmd->add_option("--micro-batches", bench_pipeline.micro_batches, "Micro-batches per step")
-      ->check(CLI::PositiveNumber);
-  bench_pipeline_cmd->add_option("--steps", bench_pipeline.steps, "Training steps of each run")->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
+  bench_pipeline_cmd->add_option("--steps", bench_pipeline.steps, "Training steps of each run")->check(whole_at_least(1));
   bench_pipeline_cmd->add_flag("--json", bench_pipeline.json, "One JSON object per run");
   dtrain::app::BenchPsOptions bench_ps;
   CLI::App* bench_ps_cmd = bench_cmd->add_subcommand(
       "ps", "Push and pull bandwidth per ps task (nccl-tests style) of N local workers and M ps tasks");
-  bench_ps_cmd->add_option("--workers", bench_ps.workers, "Local worker processes")->check(CLI::PositiveNumber);
-  bench_ps_cmd->add_option("--ps", bench_ps.ps, "Local ps tasks (1)")->check(CLI::PositiveNumber);
+  bench_ps_cmd->add_option("--workers", bench_ps.workers, "Local worker processes")->check(whole_at_least(1));
+  bench_ps_cmd->add_option("--ps", bench_ps.ps, "Local ps tasks (1)")->check(whole_at_least(1));
   bench_ps_cmd->add_option("--sizes", bench_ps.sizes,
                            "Variable sizes: MIN:MAX (powers of two) or a list, e.g. 4K:64M; split over the ps tasks");
   bench_ps_cmd->add_option("--iterations", bench_ps.iterations, "Timed pulls and pushes per size")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   bench_ps_cmd->add_option("--warmup", bench_ps.warmup, "Untimed pulls and pushes per size")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   bench_ps_cmd->add_flag("--json", bench_ps.json, "One JSON object per size");
 
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints: inspect them, export the weights");
@@ -179,18 +186,18 @@ int main(int argc, char** argv) {
   dtrain::app::BenchAttentionOptions bench_attention;
   CLI::App* bench_attention_cmd = bench_cmd->add_subcommand(
       "attention", "Causal attention alone (forward + backward): time and the peak memory it adds");
-  bench_attention_cmd->add_option("--seq", bench_attention.seq, "Sequence length")->check(CLI::PositiveNumber);
-  bench_attention_cmd->add_option("--batch", bench_attention.batch, "Sequences")->check(CLI::PositiveNumber);
-  bench_attention_cmd->add_option("--heads", bench_attention.heads, "Heads")->check(CLI::PositiveNumber);
-  bench_attention_cmd->add_option("--head-dim", bench_attention.head_dim, "Values per head")->check(CLI::PositiveNumber);
-  bench_attention_cmd->add_option("--threads", bench_attention.threads, "Compute threads")->check(CLI::PositiveNumber);
+  bench_attention_cmd->add_option("--seq", bench_attention.seq, "Sequence length")->check(whole_at_least(1));
+  bench_attention_cmd->add_option("--batch", bench_attention.batch, "Sequences")->check(whole_at_least(1));
+  bench_attention_cmd->add_option("--heads", bench_attention.heads, "Heads")->check(whole_at_least(1));
+  bench_attention_cmd->add_option("--head-dim", bench_attention.head_dim, "Values per head")->check(whole_at_least(1));
+  bench_attention_cmd->add_option("--threads", bench_attention.threads, "Compute threads")->check(whole_at_least(1));
   bench_attention_cmd->add_option("--device", bench_attention.device, "cpu (default), gpu or cuda:N");
   bench_attention_cmd
       ->add_option("--gpu-kernels", bench_attention.gpu_kernels,
                    "On a GPU: matmul (cuBLASLt products), rows (a row kernel per query) or auto (default)")
       ->check(CLI::IsMember({"auto", "matmul", "rows"}));
-  bench_attention_cmd->add_option("--steps", bench_attention.steps, "Timed calls")->check(CLI::PositiveNumber);
-  bench_attention_cmd->add_option("--warmup", bench_attention.warmup, "Untimed calls")->check(CLI::NonNegativeNumber);
+  bench_attention_cmd->add_option("--steps", bench_attention.steps, "Timed calls")->check(whole_at_least(1));
+  bench_attention_cmd->add_option("--warmup", bench_attention.warmup, "Untimed calls")->check(whole_at_least(0));
   bench_attention_cmd->add_flag("--json", bench_attention.json, "One JSON object");
 
   dtrain::app::GenerateCommandOptions generate;
@@ -201,11 +208,11 @@ int main(int argc, char** argv) {
                            "A checkpoint, or a directory of them (default: the job's checkpoint directory)");
   generate_cmd->add_option("--prompt", generate.prompt, "Text the generated text continues");
   generate_cmd->add_option("--max-tokens", generate.max_tokens, "Tokens (bytes) to generate")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   generate_cmd->add_option("--temperature", generate.temperature, "Softmax temperature; 0: the most likely token")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   generate_cmd->add_option("--top-k", generate.top_k, "Sample among the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   generate_cmd->add_option("--seed", generate.seed, "Sampling seed");
 
   bool devices_json = false;
@@ -218,6 +225,12 @@ int main(int argc, char** argv) {
       "reference", "Print the job config reference tables (layers, losses, optimizers, schedules, data formats, "
                    "strategies) as Markdown, from the registries");
 
+  if (argc == 1) {  // plain `dtrain`: what it can do, not an error
+    std::printf("%s", app.help().c_str());
+    return 0;
+  }
+  if (const std::string bad_set = dtrain::app::check_set_arguments(argc, argv); !bad_set.empty())
+    return print_error(bad_set, ExitCode::kConfig);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -227,7 +240,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return print_error(std::string(e.what()) + " (run 'dtrain --help' for usage)", ExitCode::kConfig);
+    return print_error(std::string(e.what()) + " (run '" + dtrain::app::help_command(app) + "' for usage)",
+                       ExitCode::kConfig);
   }
 
   try {

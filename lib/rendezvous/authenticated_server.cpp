@@ -117,8 +117,10 @@ void AuthenticatedConnection::reply(const Message& m, bool close_after) {
 void AuthenticatedConnection::read_frame() {
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
-    if (ec && self->said_hello_ && !self->ready_ && self->rules_.hangup_after_challenge_is_rejection)
-      return self->reject("hung up during the handshake (does it have another job secret?)");
+    if (ec && self->said_hello_ && !self->ready_ && self->rules_.hangup_after_challenge_is_rejection) {
+      self->reject("hung up during the handshake (does it have another job secret?)");
+      return self->on_secret_mismatch("hung up after the challenge: it could not verify this task's proof");
+    }
     if (ec) return self->close();
     const uint32_t length = decode_length(self->header_);
     if (length > self->rules_.max_frame_bytes)
@@ -147,8 +149,10 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
     server_nonce_ = make_nonce();
     return reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
   }
-  if (!proof_accepted(m, creds, hello_, server_nonce_))
-    return reject("does not know the job secret (wrong HMAC proof)");
+  if (!proof_accepted(m, creds, hello_, server_nonce_)) {
+    reject("does not know the job secret (wrong HMAC proof)");
+    return on_secret_mismatch("sent a proof of another secret");
+  }
   ready_ = true;
   handshake_timer_.cancel();
   on_authenticated();

@@ -97,6 +97,12 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   virtual bool accept_hello(const Hello& hello) = 0;
   // The client proved it knows the secret: the subclass's bookkeeping, before the welcome.
   virtual void on_authenticated() {}
+  // A client that said a hello the subclass accepted (its job, a task of the
+  // cluster) then failed the secret's proof, or hung up after the challenge
+  // (hangup_after_challenge_is_rejection): `why`. Runs after the rejection is
+  // logged; the store fails the job with it (a task with another secret would
+  // otherwise leave the others waiting out the rendezvous timeout).
+  virtual void on_secret_mismatch(const std::string& why) { (void)why; }
   // The welcome is written: the subclass reads its requests (read_frame() for frames).
   virtual void on_ready() = 0;
   // A frame after the handshake, for subclasses that read frames.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 
+#include "config/json_diff.h"
 #include "core/error.h"
 #include "core/host.h"
 #include "core/log.h"
@@ -80,7 +81,7 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
   heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
   try {
     wait_for_all_tasks();
-    compare_job_descriptions(spec.agreement);
+    compare_job_descriptions(spec.agreement, spec.agreement_document);
   } catch (const Error& e) {
     // The destructor will not run: stop the heartbeats and tell the others why.
     stop_heartbeats();
@@ -153,7 +154,27 @@ void ClusterSession::wait_for_all_tasks() {
   }
 }
 
-void ClusterSession::compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement) {
+namespace {
+
+// " (the keys that differ: train.epochs is 2 on worker:1 and 1 on worker:0, ...)"
+std::string document_differences(const std::string& theirs, const std::string& mine, const std::string& them,
+                                 const std::string& me) {
+  const auto differences = config::json_differences(theirs, mine);
+  if (differences.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& d : differences)
+    parts.push_back(str(d.path.empty() ? "the whole config" : d.path, " is ", d.left, " on ", them, " and ", d.right,
+                        " on ", me));
+  return str(" (the keys that differ: ", dtrain::join(parts, ", "), differences.size() >= 8 ? ", ..." : "", ")");
+}
+
+}  // namespace
+
+void ClusterSession::compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement,
+                                              const std::string& document) {
+  // (a document too large for one store frame is left out: the hashes still differ)
+  const bool publish = !document.empty() && document.size() <= kMaxFrameBytes / 2;
+  if (publish) store_->set("agree_doc/" + cluster_.task.str(), document);
   // The cluster may come from TF_CONFIG rather than the file: compare it too.
   std::string cluster;
   for (const auto& t : cluster_.spec.all_tasks()) cluster += t.str() + "=" + cluster_.spec.address(t) + ",";
@@ -173,8 +194,12 @@ void ClusterSession::compare_job_descriptions(const std::vector<std::pair<std::s
     for (const auto& [name, value] : my_fields) {
       auto it = theirs.find(name);
       const std::string other = it == theirs.end() ? "(missing)" : it->second;
-      if (other != value) differences.push_back(str(t.str(), " has ", name, " ", other, " where ", cluster_.task.str(),
-                                                    " has ", value));
+      if (other == value) continue;
+      std::string keys;
+      if (publish && !agreement.empty() && name == agreement.front().first)
+        keys = document_differences(store_->get("agree_doc/" + t.str()).value_or(""), document, t.str(),
+                                    cluster_.task.str());
+      differences.push_back(str(t.str(), " has ", name, " ", other, " where ", cluster_.task.str(), " has ", value, keys));
     }
   }
   if (!differences.empty()) {

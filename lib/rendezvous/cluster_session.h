@@ -43,6 +43,10 @@ struct SessionSpec {
   // Named fields every task must have equal, e.g. {"config_sha256", "3f2a..."};
   // the session adds cluster_sha256, dtrain_version and world_size.
   std::vector<std::pair<std::string, std::string>> agreement;
+  // The JSON document the first agreement field hashes (the job's config without
+  // what may differ between tasks), or "": published with it, so that a task whose
+  // hash differs is told which keys differ.
+  std::string agreement_document;
   double rendezvous_timeout = 300.0;  // seconds to wait for every task to join
   double heartbeat_interval = 1.0;    // seconds between heartbeats
   double heartbeat_timeout = 10.0;    // seconds of silence after which a task is lost
@@ -107,7 +111,8 @@ class ClusterSession {
 
  private:
   void wait_for_all_tasks();
-  void compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement);
+  void compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement,
+                                const std::string& document);
   void heartbeat_loop();
   void stop_heartbeats();
   std::string describe(const config::TaskId& task) const;

@@ -91,6 +91,8 @@ struct StoreClient::Impl {
   // A request whose kError reply means the job failed.
   Message request(const Message& m, Clock::duration timeout) {
     Message reply = roundtrip(m, timeout);
+    if (reply.op == Op::kError && reply.number == kJobMisconfigured)
+      throw ConfigError(reply_text(reply, "the tasks' configurations disagree"));
     if (reply.op == Op::kError) throw PeerLost(reply_text(reply, "the job failed"));
     return reply;
   }

@@ -73,6 +73,7 @@ struct ServerState {
   std::map<std::string, std::string> kv;
   std::map<std::string, TaskState> tasks;
   std::optional<std::string> failure;
+  int64_t failure_kind = kJobFailed;  // kError's number for it
   struct Waiter {
     std::vector<std::string> keys;
     std::shared_ptr<Connection> connection;
@@ -87,9 +88,11 @@ struct ServerState {
 
   void start();
   void sweep();
-  void fail_job(const std::string& why);
+  // The job fails with `why` (the first failure only). announce: log it (not when
+  // it is this process's own error, printed next anyway).
+  void fail_job(const std::string& why, int64_t kind = kJobFailed, bool announce = true);
   // A task is gone (`why`): the job fails, unless the task is expendable.
-  void task_lost(const std::string& task, const std::string& why);
+  void task_lost(const std::string& task, const std::string& why, bool announce = true);
   void wake_waiters();
   void update_all_done();
   std::string describe(const std::string& task) const {
@@ -144,6 +147,18 @@ class Connection final : public AuthenticatedConnection {
     server_->wake_waiters();
   }
 
+  // A task of this job with another secret: while that task has not joined, the
+  // job cannot start; fail it now with the reason (the others would wait out the
+  // rendezvous timeout). A task that joined already keeps the job: this was
+  // someone else.
+  void on_secret_mismatch(const std::string& why) override {
+    if (server_->tasks[task()].seen) return;
+    server_->fail_job(str(server_->describe(task()), " does not share this task's job secret (it ", why,
+                          "): every task of a job needs the same DTRAIN_JOB_SECRET (or runtime.secret_file); "
+                          "`dtrain launch` gives its tasks one, tasks started by hand need the same value exported"),
+                      kJobMisconfigured);
+  }
+
   void on_ready() override { read_frame(); }
 
   void on_frame(const Message& m) override {
@@ -171,7 +186,7 @@ class Connection final : public AuthenticatedConnection {
         return reply({Op::kValue, *now, {}});
       }
       case Op::kWait: {
-        if (s.failure) return reply({Op::kError, 0, {*s.failure}});
+        if (s.failure) return reply({Op::kError, s.failure_kind, {*s.failure}});
         const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
         s.waiters.push_back({m.fields, self_as<Connection>(), deadline});
         return s.wake_waiters();
@@ -199,7 +214,8 @@ class Connection final : public AuthenticatedConnection {
       case Op::kClock:
         return reply({Op::kValue, trace::now_us(), {}});
       case Op::kFail:
-        s.task_lost(task(), str("task ", s.describe(task()), " failed: ", reply_text(m, "")));
+        // (the chief's own failure: its error message says it; this server runs in it)
+        s.task_lost(task(), str("task ", s.describe(task()), " failed: ", reply_text(m, "")), task() != s.options.chief);
         return reply({Op::kOk, 0, {}});
       default:
         return reject(str("sent an unexpected '", op_name(m.op), "' request"));
@@ -255,17 +271,19 @@ void ServerState::sweep() {
   });
 }
 
-void ServerState::fail_job(const std::string& why) {
+void ServerState::fail_job(const std::string& why, int64_t kind, bool announce) {
   if (failure) return;  // the first failure is the cause; later ones are its effects
   failure = why;
-  log::warn("rendezvous: the job failed: ", why);
-  for (auto& w : waiters) w.connection->reply({Op::kError, 0, {why}});
+  failure_kind = kind;
+  // (a configuration error is this task's own error message next)
+  if (announce && kind != kJobMisconfigured) log::warn("rendezvous: the job failed: ", why);
+  for (auto& w : waiters) w.connection->reply({Op::kError, kind, {why}});
   waiters.clear();
   update_all_done();
 }
 
-void ServerState::task_lost(const std::string& task, const std::string& why) {
-  if (!options.expendable.count(task)) return fail_job(why);
+void ServerState::task_lost(const std::string& task, const std::string& why, bool announce) {
+  if (!options.expendable.count(task)) return fail_job(why, kJobFailed, announce);
   if (kv["status/" + task] == "lost") return;
   kv["status/" + task] = "lost";
   std::string& count = kv["lost_count"];

@@ -32,6 +32,7 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
   spec.credentials = rendezvous::load_credentials(
       {env.job_id, config_job_id, env.job_secret, job.runtime.secret_file}, cluster.spec);
   spec.agreement = {{"config_sha256", sha256_hex(job.agreement_json).substr(0, 16)}};
+  spec.agreement_document = job.agreement_json;
   spec.rendezvous_timeout = job.runtime.rendezvous_timeout;
   spec.heartbeat_interval = job.runtime.heartbeat_interval;
   spec.heartbeat_timeout = job.runtime.heartbeat_timeout;

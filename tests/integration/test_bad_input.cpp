@@ -173,7 +173,7 @@ TEST_CASE("a --set without '=' is exit 2", "[integration]") {
 TEST_CASE("an unknown subcommand is exit 2 with dtrain: error:", "[integration]") {
   check_error(run_dtrain({"train", "--config", shipped_config_path("fashion_mnist_mlp.json")}), kConfigError,
               {});
-  check_error(run_dtrain({}), kConfigError, {});
+  // (plain `dtrain` prints the help: test_cli.cpp)
 }
 
 TEST_CASE("run, validate and bench without --config are exit 2 naming --config", "[integration]") {

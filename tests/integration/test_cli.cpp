@@ -57,6 +57,47 @@ TEST_CASE("dtrain run --help exits 0 and documents the options", "[integration]"
     CHECK_THAT(r.out, Catch::Matchers::Contains(option));
 }
 
+TEST_CASE("plain dtrain prints the help; run and launch --help have examples and the environment", "[integration]") {
+  const RunOutput plain = run_dtrain({});
+  INFO(describe(plain));
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.err.empty());
+  CHECK_THAT(plain.out, Catch::Matchers::Contains("Subcommands:"));
+  CHECK_THAT(plain.out, Catch::Matchers::Contains("dtrain launch --workers 2 --config"));
+  const RunOutput run = run_dtrain({"run", "--help"});
+  for (const char* word : {"Examples:", "Environment:", "TF_CONFIG", "DTRAIN_JOB_SECRET", "OMP_NUM_THREADS", "Exit codes"})
+    CHECK_THAT(run.out, Catch::Matchers::Contains(word));
+  const RunOutput launch = run_dtrain({"launch", "--help"});
+  for (const char* word : {"Examples:", "--hostfile hosts.txt", "logs/<task>.log"})
+    CHECK_THAT(launch.out, Catch::Matchers::Contains(word));
+}
+
+TEST_CASE("usage errors say what an option expects and point to the subcommand's help", "[integration]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"launch", "--workers", "abc", "--config", "x.json"},
+       "--workers: expected a whole number >= 1, got 'abc' (run 'dtrain launch --help' for usage)"},
+      {{"launch", "--grace-period", "-1", "--config", "x.json"}, "--grace-period: expected a number >= 0, got '-1'"},
+      {{"launch", "--port-base", "70000", "--config", "x.json"},
+       "--port-base: expected a whole number from 1 to 65535, got '70000'"},
+      {{"bench", "attention", "--seq", "0"}, "(run 'dtrain bench attention --help' for usage)"},
+      {{"run", "--config", "x.json", "--set", "train.epochs", "1"},
+       "--set 'train.epochs' has no '=' (then '1'): write --set train.epochs=1"},
+      {{"run", "--config", "x.json", "--set", "train.epochs"}, "write --set train.epochs=VALUE"},
+  };
+  for (const Case& c : cases) {
+    const RunOutput r = run_dtrain(c.args);
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Matchers::StartsWith("dtrain: error: "));
+    CHECK_THAT(r.err, Catch::Matchers::Contains(c.says));
+    CHECK_THAT(r.err, !Catch::Matchers::Contains("17976931348623157"));
+  }
+}
+
 TEST_CASE("dtrain validate accepts the shipped configs and says what it checked", "[integration]") {
   for (const char* name : {"fashion_mnist_mlp.json", "fashion_mnist_cnn.json"}) {
     const std::string config = shipped_config_path(name);

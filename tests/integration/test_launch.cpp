@@ -231,6 +231,33 @@ TEST_CASE("launch --workers 2 trains, prefixes every line, logs, and sums up", "
   check_no_process_left(s["job_id"]);
 }
 
+TEST_CASE("launch --workers 2 with a one_device or mirrored job runs multi_worker_mirrored and says so once",
+          "[integration]") {
+  for (const std::string strategy : {"", "mirrored"}) {
+    CAPTURE(strategy);
+    TempDir tmp;
+    std::vector<std::string> args = {"launch", "--workers", "2", "--summary", tmp.file("launch.json"),
+                                     "--config", shipped_config_path("fashion_mnist_mlp.json"),  // one_device
+                                     "--set", "data.train.take=1024", "--set", "data.test.take=256",
+                                     "--set", "train.epochs=1", "--set", "output.dir=" + tmp.file("out")};
+    if (!strategy.empty()) args.insert(args.end(), {"--set", "strategy.type=" + strategy});
+    const RunOutput r = run_dtrain(args, within(90));
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    const std::string said = "dtrain: launch: strategy.type '" + (strategy.empty() ? std::string("one_device") : strategy) +
+                             "' trains in one task; the 2 training tasks run multi_worker_mirrored";
+    CHECK_THAT(r.err, Contains(said));
+    CHECK(r.err.find(said) == r.err.rfind(said));  // one line, not one per task
+    const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+    for (const char* task : {"worker:0", "worker:1"}) {
+      INFO(task);
+      CHECK(s["tasks"][task]["strategy"] == "multi_worker_mirrored");
+      CHECK(s["tasks"][task]["world_size"] == 2);
+    }
+    CHECK(s["tasks"]["worker:0"]["params_sha256"] == s["tasks"]["worker:1"]["params_sha256"]);
+  }
+}
+
 TEST_CASE("launch --workers 3 --chief runs every task to the end", "[integration]") {
   TempDir tmp;
   const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--chief",

@@ -1,0 +1,138 @@
+// Implementation of cli_help.h.
+#include "cli_help.h"
+
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+namespace dtrain::app {
+namespace {
+
+// The integer `text` holds, whole; false when it holds anything else.
+bool parse_whole(const std::string& text, long long* out) {
+  size_t used = 0;
+  try {
+    *out = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == text.size();
+}
+
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+CLI::Validator whole_between(long long min, long long max) {
+  const std::string range = max == LLONG_MAX ? ">= " + std::to_string(min)
+                                             : "from " + std::to_string(min) + " to " + std::to_string(max);
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        long long v = 0;
+        if (!parse_whole(text, &v) || v < min || v > max) return "expected a whole number " + range + ", got '" + text + "'";
+        return "";
+      },
+      max == LLONG_MAX ? "INT>=" + std::to_string(min) : "INT " + std::to_string(min) + ".." + std::to_string(max));
+}
+
+CLI::Validator whole_at_least(long long min) { return whole_between(min, LLONG_MAX); }
+
+CLI::Validator number_at_least(double min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !(v >= min))
+          return "expected a number >= " + format_number(min) + ", got '" + text + "'";
+        return "";
+      },
+      "NUMBER>=" + format_number(min));
+}
+
+std::string check_set_arguments(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--set") != 0) continue;
+    const std::string value = argv[i + 1];
+    if (value.find('=') != std::string::npos) continue;
+    const std::string next = i + 2 < argc ? argv[i + 2] : "";
+    if (!next.empty() && next.rfind("-", 0) != 0)
+      return "--set '" + value + "' has no '=' (then '" + next + "'): write --set " + value + "=" + next;
+    return "--set '" + value + "' has no '=': write --set " + value + "=VALUE";
+  }
+  return "";
+}
+
+std::string help_command(const CLI::App& app) {
+  std::string command = app.get_name();
+  const CLI::App* at = &app;
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (const CLI::App* sub : at->get_subcommands()) {
+      command += " " + sub->get_name();
+      at = sub;
+      deeper = true;
+      break;
+    }
+  }
+  return command + " --help";
+}
+
+std::string run_help_footer() {
+  return R"(
+Examples:
+  dtrain run --config configs/fashion_mnist_cnn.json
+  dtrain run --config job.json --set train.epochs=1 --threads 2 --summary out.json
+  dtrain run --config job.json --resume                  # from the newest good checkpoint
+  # one task of a cluster, started by hand on each machine (same job file, same secret):
+  export DTRAIN_JOB_SECRET=$(openssl rand -hex 16)       # once; the same value in every task
+  TF_CONFIG='{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}' \
+    dtrain run --config configs/fashion_mnist_cnn_multiworker.json
+
+Environment:
+  TF_CONFIG          the cluster and this task, as TensorFlow reads it (or the job's cluster/task keys)
+  DTRAIN_JOB_SECRET  the job's shared secret: every task of a multi-task job needs the same value
+                     (`dtrain launch` makes one; else runtime.secret_file)
+  DTRAIN_JOB_ID      the job's name (default: runtime.job_id, else derived from the cluster)
+  OMP_NUM_THREADS    compute threads when --threads and runtime.threads are not given
+  LOCAL_RANK         which local GPU a task takes (cuda:(LOCAL_RANK % GPUs)), as torchrun sets it
+  DTRAIN_ALLOW_TF32  0 turns TF32 convolutions off on GPUs
+  SLURM_*, KUBERNETES_*, MASTER_ADDR...  read by runtime.cluster_resolver (docs/cluster.md)
+Exit codes: 0 done, 1 a failure while running, 2 config or usage, 3 data or file, 4 a task lost,
+  5 a deadline passed, 6 stopped by SIGTERM with a checkpoint (README, "Errors and exit codes")
+)";
+}
+
+std::string launch_help_footer() {
+  return R"(
+Examples:
+  dtrain launch --workers 2 --config configs/fashion_mnist_cnn.json     # 2 local workers, multi_worker_mirrored
+  dtrain launch --workers 2 --ps 1 --config configs/fashion_mnist_mlp.json --set strategy.type=parameter_server
+  dtrain launch --workers 4 --max-restarts 2 --config job.json          # restart from the checkpoint on failure
+  dtrain launch --hostfile hosts.txt --config job.json                  # 'node1 slots=2' lines, over ssh
+
+Every task's full output is in <output.dir>/logs/<task>.log. The launcher makes the
+job's DTRAIN_JOB_SECRET (or hands on the one in its environment) and sets TF_CONFIG
+for each task. Exit code: the first failing task's (see README, Exit codes).
+)";
+}
+
+std::string main_help_footer() {
+  return R"(
+Start with:
+  dtrain run --config configs/fashion_mnist_cnn.json            # train on this machine
+  dtrain launch --workers 2 --config configs/fashion_mnist_cnn.json  # two local workers
+  dtrain validate --config job.json                              # check a job without training
+Each command's options: dtrain COMMAND --help
+)";
+}
+
+}  // namespace dtrain::app
