@@ -172,6 +172,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();
   launch.grace_period = options.grace_period;
+  launch.all_task_lines = options.console == "all";
   if (!options.hostfile.empty()) {
     if (launch.cluster.any())
       throw ConfigError("--hostfile gives the cluster (every slot a worker); drop --workers, --ps, --chief and --evaluator");

@@ -75,6 +75,7 @@ struct LaunchOptions {
   std::string ssh_identity;             // --ssh-identity FILE, as ssh -i
   int ssh_port = 0;                     // --ssh-port N, as ssh -p
   std::string remote_dtrain;            // --remote-dtrain PATH ("" = this binary's path)
+  std::string console = "lead";         // --console lead|all: which tasks' lines the terminal shows
 };
 
 int run_command(const RunOptions& options, const runtime::Environment& env);

@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
       ->check(whole_at_least(0));
   launch_cmd->add_flag("--chief", launch.chief, "With --workers: add a chief task");
   launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
+  launch_cmd
+      ->add_option("--console", launch.console,
+                   "lead (default): the chief's lines (its progress bar live on a terminal) and the other tasks' "
+                   "warnings and errors; all: every task's lines. Each task's log file has all of its lines")
+      ->check(CLI::IsMember({"lead", "all"}));
   launch_cmd->add_option("--inject", launch.injections,
                          "Fault injection, e.g. kill:worker:1@step=20 (SIGKILL that task at that "
                          "step) or kill:worker:0@ckpt_byte=N (SIGKILL it once it has written N bytes "

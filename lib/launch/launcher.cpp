@@ -15,6 +15,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ constexpr double kKillWait = 5.0;   // seconds to wait for a SIGKILLed task to b
 constexpr double kPipeDrain = 2.0;  // seconds for the pipes to close after the last exit
 constexpr size_t kReadChunk = 64 * 1024;
 const char* const kOwnVariables[] = {"TF_CONFIG", "DTRAIN_JOB_ID", "DTRAIN_JOB_SECRET",
-                                     "DTRAIN_LISTEN_FD", "DTRAIN_INJECT"};
+                                     "DTRAIN_LISTEN_FD", "DTRAIN_INJECT", "DTRAIN_PROGRESS_COLUMNS"};
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -128,6 +129,15 @@ std::string read_whole(const std::string& path) {
   return s.str();
 }
 
+// The width of the terminal on `fd`; 0 when it is no terminal (or plain output
+// was asked for): then no live progress line.
+int terminal_columns(int fd, bool plain) {
+  if (plain || ::isatty(fd) != 1) return 0;
+  winsize size{};
+  if (::ioctl(fd, TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return 80;
+  return size.ws_col;
+}
+
 void note(int fd, const std::string& message) {
   write_all(fd, str("dtrain: launch: ", message, "\n"));
 }
@@ -136,11 +146,14 @@ void note(int fd, const std::string& message) {
 class Launcher {
  public:
   Launcher(const LaunchOptions& options, SignalPipe& signals, int restart)
-      : options_(options), signals_(signals), restart_(restart) {}
+      : options_(options),
+        signals_(signals),
+        restart_(restart),
+        console_(options.stdout_fd, options.stderr_fd, options.plain_stdout) {}
   LaunchReport run();
 
  private:
-  void note(const std::string& message) { launch::note(options_.stderr_fd, message); }
+  void note(const std::string& message) { console_.write_line(2, str("dtrain: launch: ", message, "\n")); }
   void watch();
   // Joins the tasks' <output_dir>/trace/*.json (output.trace) into <output_dir>/trace.json.
   void merge_task_traces();
@@ -155,6 +168,7 @@ class Launcher {
   const LaunchOptions& options_;
   SignalPipe& signals_;
   const int restart_;
+  Console console_;  // the launcher's stdout and stderr, with the lead task's live progress line
   std::vector<std::unique_ptr<Task>> tasks_;
   std::string agree_line_;  // what every task logs once the rendezvous agrees
   std::string chief_;       // the chief's name
@@ -177,9 +191,8 @@ void Launcher::on_line(Task& t, int stream, std::string_view line) {
   t.agreed = true;
   if (++agreed_ == tasks_.size()) {
     report_.cluster_up_seconds = since(start_);
-    write_all(options_.plain_stdout ? options_.stderr_fd : options_.stdout_fd,
-              str("dtrain launch: all ", tasks_.size(), " tasks past the agreement barrier in ",
-                  seconds_3(report_.cluster_up_seconds), " s\n"));
+    note(str("all ", tasks_.size(), " tasks past the agreement barrier in ", seconds_3(report_.cluster_up_seconds),
+             " s"));
   }
 }
 
@@ -407,6 +420,7 @@ LaunchReport Launcher::run() {
   if (program_name.empty()) program_name = "dtrain";
   if (remote && shell.dtrain.empty()) shell.dtrain = program_name;  // the same path on every host
 
+  const int progress_columns = terminal_columns(options_.stdout_fd, options_.plain_stdout);
   start_ = Clock::now();
   for (PlannedTask& p : plan.tasks) {
     auto t = std::make_unique<Task>();
@@ -416,9 +430,13 @@ LaunchReport Launcher::run() {
     t->report.log_path = (log_dir / (file_name(p.task) + ".log")).string();
     for (const Injection& i : injections)
       if (i.task == p.task) t->report.injection = i.value;
-    t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path,
-                                             options_.stdout_fd, options_.stderr_fd,
-                                             /*append=*/restart_ > 0, /*plain_stdout=*/options_.plain_stdout);
+    // The console shows the lead task (the chief) and the others' warnings and
+    // errors, unless every line is asked for (or read by a program: plain_stdout).
+    const bool lead = p.task == plan.spec.chief();
+    const ConsoleLines shown =
+        lead || options_.all_task_lines || options_.plain_stdout ? ConsoleLines::kAll : ConsoleLines::kImportant;
+    t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path, console_, shown,
+                                             /*append=*/restart_ > 0);
 
     SpawnSpec spec;
     const TaskStart start{p.task, str(summaries.path(), "/", file_name(p.task), ".json"), threads, restart_};
@@ -428,6 +446,9 @@ LaunchReport Launcher::run() {
                                           str("LOCAL_RANK=", remote ? slots[tasks_.size()].local_rank
                                                                     : static_cast<int>(tasks_.size()))};
     if (!t->report.injection.empty()) variables.push_back("DTRAIN_INJECT=" + t->report.injection);
+    // On a terminal the lead task's progress bar becomes the console's live line.
+    if (lead && progress_columns > 0)
+      variables.push_back(str("DTRAIN_PROGRESS_COLUMNS=", progress_columns - static_cast<int>(t->name.size()) - 3));
     // Tasks that serve on their own address get its reserved socket: the chief
     // (the rendezvous store) and ps tasks (parameter_server's variables). A remote
     // task binds its host's port itself.
@@ -476,6 +497,7 @@ LaunchReport Launcher::run() {
         report_.exit_code =
             t->report.status.signal ? 128 + t->report.status.signal : t->report.status.code;
   }
+  console_.end_live();
   if (report_.exit_code != 0)
     write_all(options_.stderr_fd, format_exit_table(report_));
   else

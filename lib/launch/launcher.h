@@ -4,8 +4,10 @@
 // starts one process per task (process.h; the caller says with which arguments:
 // `dtrain run ...` for `dtrain launch`) with TF_CONFIG,
 // a shared DTRAIN_JOB_SECRET and DTRAIN_JOB_ID, the chief's listening socket as
-// DTRAIN_LISTEN_FD, and any injected fault as DTRAIN_INJECT; then it relays every
-// task's output line by line with a "[worker:1] " prefix (task_output.h), reports
+// DTRAIN_LISTEN_FD, and any injected fault as DTRAIN_INJECT; then it relays the
+// tasks' output line by line with a "[worker:1] " prefix (task_output.h: the
+// chief's lines, the others' warnings and errors, every line to each task's log;
+// on a terminal the chief's progress bar is one live line), reports
 // when every task has passed the rendezvous agreement, and waits. When a task fails
 // it gives the others a grace period to notice the lost peer and exit by themselves,
 // then sends SIGTERM to every remaining process group and SIGKILL one grace period
@@ -84,6 +86,10 @@ struct LaunchOptions {
   // The tasks' stdout lines go out as they are, without the "[worker:0] " prefix,
   // and the launcher says nothing on stdout (`dtrain bench ... --json`: JSON lines).
   bool plain_stdout = false;
+  // --console all: every line of every task on the console. By default it shows the
+  // lead task's (the chief's) lines and the others' warnings and errors; each
+  // task's log file has all of its lines either way.
+  bool all_task_lines = false;
 };
 // Threads: with no --threads, no runtime.threads and no OMP_NUM_THREADS, each task
 // gets threads = max(1, cores / tasks), so that N tasks do not fight over the cores.

@@ -60,9 +60,28 @@ bool write_all(int fd, std::string_view bytes) {
   return true;
 }
 
-TaskOutput::TaskOutput(std::string prefix, const std::string& log_path, int out_fd, int err_fd,
-                       bool append, bool plain_stdout)
-    : prefix_(std::move(prefix)), log_path_(log_path), out_fd_(out_fd), err_fd_(err_fd), plain_stdout_(plain_stdout) {
+void Console::write_line(int stream, std::string_view line, const void* from) {
+  if (!live_.empty()) write_all(out_fd_, "\r\033[K");
+  if (stream == 1 && from != nullptr && from == live_owner_) live_.clear();  // its epoch line: the bar is done
+  write_all(stream == 2 ? err_fd_ : out_fd_, line);
+  if (!live_.empty()) write_all(out_fd_, live_);
+}
+
+void Console::live(std::string_view text, const void* from) {
+  live_.assign(text);
+  live_owner_ = from;
+  write_all(out_fd_, str("\r", live_, "\033[K"));
+}
+
+void Console::end_live() {
+  if (live_.empty()) return;
+  live_.clear();
+  write_all(out_fd_, "\r\033[K");
+}
+
+TaskOutput::TaskOutput(std::string prefix, const std::string& log_path, Console& console, ConsoleLines shown,
+                       bool append)
+    : prefix_(std::move(prefix)), log_path_(log_path), console_(console), shown_(shown) {
   log_fd_ = ::open(log_path.c_str(),
                    O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd_ < 0)
@@ -76,18 +95,21 @@ TaskOutput::~TaskOutput() {
 
 void TaskOutput::line(int stream, std::string_view text) {
   // A task that names itself already ("[worker:1] dtrain: ...") is not named twice.
-  const bool named = text.substr(0, prefix_.size()) == prefix_;
-  std::string out;
-  out.reserve(prefix_.size() + text.size() + 1);
-  out.append(named ? "" : prefix_).append(text).push_back('\n');
-  const std::string_view unprefixed = std::string_view(out).substr(named ? 0 : prefix_.size());
-  if (stream == 2) write_all(err_fd_, out);
-  else write_all(out_fd_, plain_stdout_ ? unprefixed : std::string_view(out));
-  if (!log_failed_ &&
-      !write_all(log_fd_, unprefixed)) {
+  const std::string_view own = text.substr(0, prefix_.size()) == prefix_ ? text.substr(prefix_.size()) : text;
+  if (stream == 1 && own.substr(0, kProgressRelayTag.size()) == kProgressRelayTag) {
+    if (!console_.plain_stdout()) console_.live(str(prefix_, own.substr(kProgressRelayTag.size())), this);
+    return;  // a redraw, not a line of the log
+  }
+  const bool important = stream == 2 && (own.find("error:") != std::string_view::npos ||
+                                         own.find("warning:") != std::string_view::npos);
+  if (shown_ == ConsoleLines::kAll || important) {
+    const bool plain = stream == 1 && console_.plain_stdout();
+    console_.write_line(stream, str(plain ? "" : prefix_, own, "\n"), this);
+  }
+  if (!log_failed_ && !write_all(log_fd_, str(own, "\n"))) {
     log_failed_ = true;  // say it once; the job goes on
-    write_all(err_fd_, str("dtrain: warning: cannot write ", log_path_, ": ", std::strerror(errno),
-                           "; the task's lines still go to the terminal\n"));
+    write_all(console_.err_fd(), str("dtrain: warning: cannot write ", log_path_, ": ", std::strerror(errno),
+                                     "; the task's lines still go to the terminal\n"));
   }
 }
 

@@ -88,11 +88,10 @@ struct ServerState {
 
   void start();
   void sweep();
-  // The job fails with `why` (the first failure only). announce: log it (not when
-  // it is this process's own error, printed next anyway).
-  void fail_job(const std::string& why, int64_t kind = kJobFailed, bool announce = true);
+  // The job fails with `why` (the first failure only).
+  void fail_job(const std::string& why, int64_t kind = kJobFailed);
   // A task is gone (`why`): the job fails, unless the task is expendable.
-  void task_lost(const std::string& task, const std::string& why, bool announce = true);
+  void task_lost(const std::string& task, const std::string& why);
   void wake_waiters();
   void update_all_done();
   std::string describe(const std::string& task) const {
@@ -214,8 +213,7 @@ class Connection final : public AuthenticatedConnection {
       case Op::kClock:
         return reply({Op::kValue, trace::now_us(), {}});
       case Op::kFail:
-        // (the chief's own failure: its error message says it; this server runs in it)
-        s.task_lost(task(), str("task ", s.describe(task()), " failed: ", reply_text(m, "")), task() != s.options.chief);
+        s.task_lost(task(), str("task ", s.describe(task()), " failed: ", reply_text(m, "")));
         return reply({Op::kOk, 0, {}});
       default:
         return reject(str("sent an unexpected '", op_name(m.op), "' request"));
@@ -271,19 +269,20 @@ void ServerState::sweep() {
   });
 }
 
-void ServerState::fail_job(const std::string& why, int64_t kind, bool announce) {
+void ServerState::fail_job(const std::string& why, int64_t kind) {
   if (failure) return;  // the first failure is the cause; later ones are its effects
   failure = why;
   failure_kind = kind;
-  // (a configuration error is this task's own error message next)
-  if (announce && kind != kJobMisconfigured) log::warn("rendezvous: the job failed: ", why);
+  // This server runs in the chief, whose own error message says it next: a
+  // warning here would say it twice.
+  log::debug("rendezvous: the job failed: ", why);
   for (auto& w : waiters) w.connection->reply({Op::kError, kind, {why}});
   waiters.clear();
   update_all_done();
 }
 
-void ServerState::task_lost(const std::string& task, const std::string& why, bool announce) {
-  if (!options.expendable.count(task)) return fail_job(why, kJobFailed, announce);
+void ServerState::task_lost(const std::string& task, const std::string& why) {
+  if (!options.expendable.count(task)) return fail_job(why);
   if (kv["status/" + task] == "lost") return;
   kv["status/" + task] = "lost";
   std::string& count = kv["lost_count"];

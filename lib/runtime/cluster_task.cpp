@@ -187,8 +187,15 @@ void ClusterTask::rethrow_collective_failure(const Error& error) {
     if (dynamic_cast<const CommError*>(&error)) throw CommError(error.what());
     throw PeerLost(error.what());
   }
-  if (*failure == error.what()) throw PeerLost(*failure);  // the heartbeat's own message
-  throw PeerLost(str(*failure, " (", name_, " saw it first as: ", error.what(), ")"));
+  const std::string seen = error.what();
+  if (*failure == seen) throw PeerLost(*failure);  // the heartbeat's own message
+  if (seen.rfind(*failure, 0) == 0) {
+    // The collective's error is the heartbeat's message and where it struck: say only where.
+    std::string where = seen.substr(failure->size());
+    if (where.size() > 3 && where.rfind(" (", 0) == 0 && where.back() == ')') where = where.substr(2, where.size() - 3);
+    throw PeerLost(str(*failure, " (", name_, " saw it first in ", where, ")"));
+  }
+  throw PeerLost(str(*failure, " (", name_, " saw it first as: ", seen, ")"));
 }
 
 }  // namespace dtrain::runtime

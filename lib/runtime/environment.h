@@ -30,6 +30,7 @@ struct Environment {
   std::string job_id;
   std::string listen_fd;  // DTRAIN_LISTEN_FD as set ("" = unset); read it with listen_socket()
   std::string inject;
+  int progress_columns = 0;  // DTRAIN_PROGRESS_COLUMNS: `dtrain launch` shows this task's progress in that width
   trainer::HostSettings host;  // OMP_NUM_THREADS, LOCAL_RANK, DTRAIN_ALLOW_TF32
 
   // TF_CONFIG as resolve_cluster() takes it (nullptr when unset).

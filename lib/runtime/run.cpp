@@ -14,6 +14,7 @@
 #include "rendezvous/store_server.h"
 #include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
+#include "trainer/progress.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -61,6 +62,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   // In a cluster, log lines (and the error line) name the task ("[worker:1] dtrain:
   // ..."); `dtrain launch` does not add its own prefix to lines that carry it.
   if (!cluster.single_process()) log::set_prefix(str("[", cluster.task.str(), "] "));
+  if (env.progress_columns > 0) trainer::relay_progress(env.progress_columns);
   const plan::Machine machine = machine_of(job, env, cluster);
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);

@@ -1,6 +1,9 @@
-// Progress output on stdout: a live bar redrawn in place when stdout is a terminal,
-// plain lines (one per epoch) otherwise, so logs stay readable. A job whose samples
-// have a sequence of labels also shows tokens/s and perplexity.
+// Progress output on stdout: a live bar redrawn in place when stdout is a terminal
+// (fitted to its width, with the ETA and the time per step, as Keras shows them),
+// plain lines (one per epoch) otherwise, so logs stay readable; under `dtrain
+// launch` on a terminal (relay_progress) the bar goes out as "dtrain-progress: "
+// lines that the launcher draws as its live line. A job whose samples have a
+// sequence of labels also shows tokens/s and perplexity.
 #pragma once
 
 #include <cstdint>
@@ -25,20 +28,39 @@ struct EpochReport {
   std::optional<double> loss_scale;  // train.precision mixed_float16: the scale after the epoch
 };
 
+// Where an epoch is while it runs.
+struct StepProgress {
+  int64_t epoch = 0, epochs = 0, step = 0, steps = 0;
+  double loss = 0.0, accuracy = 0.0, samples_per_sec = 0.0;
+  double seconds = 0.0;  // since the epoch began
+};
+
+// The bar's text in at most `width` - 1 columns: "Epoch 2/3 120/469 [=====>....]
+// ETA 5s 6.2ms/step - loss: 0.5577 - accuracy: 0.8068 - 7603 samples/s"; on a
+// narrower terminal the bar shrinks (30 to 10 columns) and the samples/s, the
+// accuracy, the time per step, the word "Epoch", the ETA and the loss go, in
+// that order; what still does not fit is cut.
+std::string progress_line(const StepProgress& p, int width);
+
 class Progress {
  public:
-  explicit Progress(bool live);  // live: redraw a bar (stdout is a terminal)
-  // Called after each training step of an epoch (only draws when live, at most ~10 times/s).
-  void step(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss,
-            double accuracy, double samples_per_sec);
+  // Draws live when stdout is a terminal, or as the launcher's relay lines
+  // (relay_progress); else only the epoch lines.
+  Progress();
+  // Called after each training step of an epoch (draws at most ~10 times/s).
+  void step(const StepProgress& p);
   void epoch_done(const EpochReport& report);
 
  private:
-  bool live_;
+  int live_columns() const;  // the width to draw in; 0: not live
+
+  bool terminal_;
+  int relay_columns_;
   double last_draw_ = -1.0;
 };
 
-// True when stdout is a terminal.
-bool stdout_is_terminal();
+// `dtrain launch` shows this process's progress in `columns` (DTRAIN_PROGRESS_COLUMNS):
+// Progress draws as "dtrain-progress: " lines (launch/task_output.h) from now on.
+void relay_progress(int columns);
 
 }  // namespace dtrain::trainer

@@ -25,7 +25,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
   LoopResult r;
   r.global_step = start.global_step;
   r.epochs = job.train.epochs;
-  Progress progress(stdout_is_terminal());
+  Progress progress;
   const int64_t every = job.train.log_every_steps;
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time, window_time;
@@ -37,8 +37,9 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
       window_stats.add(a.stats);
       const int64_t before = r.global_step;
       r.global_step = a.global_step;
-      progress.step(epoch + 1, job.train.epochs, a.steps_in_epoch, c.steps_per_epoch, mean_loss(epoch_stats),
-                    accuracy(epoch_stats), epoch_stats.count / std::max(epoch_time.seconds(), 1e-9));
+      progress.step({epoch + 1, job.train.epochs, a.steps_in_epoch, c.steps_per_epoch, mean_loss(epoch_stats),
+                     accuracy(epoch_stats), epoch_stats.count / std::max(epoch_time.seconds(), 1e-9),
+                     epoch_time.seconds()});
       // A record each time the step count passes a multiple of log_every_steps.
       if (every > 0 && r.global_step / every > before / every && window_stats.count > 0) {
         c.metrics.step(epoch + 1, r.global_step, mean_loss(window_stats), accuracy(window_stats),

@@ -57,7 +57,7 @@ TEST_CASE("dtrain run --help exits 0 and documents the options", "[integration]"
     CHECK_THAT(r.out, Catch::Matchers::Contains(option));
 }
 
-TEST_CASE("plain dtrain prints the help; run and launch --help have examples and the environment", "[integration]") {
+TEST_CASE("plain dtrain prints the help, and run and launch --help have examples and the environment", "[integration]") {
   const RunOutput plain = run_dtrain({});
   INFO(describe(plain));
   CHECK(plain.exit_code == 0);

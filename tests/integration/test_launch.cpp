@@ -196,13 +196,16 @@ TEST_CASE("launch --workers 2 trains, prefixes every line, logs, and sums up", "
   REQUIRE(r.exit_code == 0);
   for (const std::string& line : lines_of(r.out)) {
     INFO(line);
-    CHECK(starts_with_any(line, {"[worker:0] ", "[worker:1] ", "dtrain launch: "}));
+    CHECK(starts_with_any(line, {"[worker:0] "}));
   }
   for (const std::string& line : lines_of(r.err)) {
     INFO(line);
     CHECK(starts_with_any(line, {"[worker:0] ", "[worker:1] ", "dtrain: launch: "}));
   }
-  CHECK_THAT(r.out, Contains("dtrain launch: all 2 tasks past the agreement barrier in "));
+  CHECK_THAT(r.err, Contains("dtrain: launch: all 2 tasks past the agreement barrier in "));
+  // The console shows the chief's lines; worker:1's are in its log (below) only.
+  CHECK_THAT(r.out, Contains("[worker:0] Done: "));
+  CHECK_THAT(r.out, !Contains("[worker:1] "));
   const nlohmann::json s = read_json_file(tmp.file("launch.json"));
   INFO(s.dump(2));
   CHECK(s["exit_codes"] == nlohmann::json({{"worker:0", 0}, {"worker:1", 0}}));
@@ -258,6 +261,75 @@ TEST_CASE("launch --workers 2 with a one_device or mirrored job runs multi_worke
   }
 }
 
+// `command` run by a shell on a pseudo-terminal `columns` wide (util-linux's
+// script): what a user's terminal receives.
+RunOutput on_terminal(const std::string& command, int columns, double seconds) {
+  RunSpec spec;
+  spec.deadline_seconds = seconds;
+  return run_program("/usr/bin/script",
+                     {"-qfec", "stty cols " + std::to_string(columns) + " rows 40; " + command, "/dev/null"}, spec);
+}
+
+// The lines of `out` as a terminal ends up showing them: each '\r' returns to the
+// start of the line (the later text overwrites), ESC [ K erases the rest of it.
+std::vector<std::string> screen_lines(const std::string& out) {
+  std::vector<std::string> lines(1);
+  size_t column = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const char c = out[i];
+    if (c == '\n') {
+      lines.emplace_back();
+      column = 0;
+    } else if (c == '\r') {
+      column = 0;
+    } else if (c == '\033' && out.compare(i, 3, "\033[K") == 0) {
+      lines.back().resize(column);
+      i += 2;
+    } else {
+      if (column < lines.back().size()) lines.back()[column] = c;
+      else lines.back().push_back(c);
+      ++column;
+    }
+  }
+  return lines;
+}
+
+TEST_CASE("on a terminal, launch shows the chief's progress bar as one live line that fits its width",
+          "[integration]") {
+  for (const int columns : {60, 120}) {
+    CAPTURE(columns);
+    TempDir tmp;
+    std::string command = dtrain_binary() + " launch --workers 2 --threads 1";
+    for (const std::string& arg : small_job_args(tmp, 2)) command += " '" + arg + "'";
+    command += " --set data.train.take=4096 --set train.batch_size_per_replica=16";  // 128 steps an epoch
+    const RunOutput r = on_terminal(command, columns, 120);
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    // Redrawn in place: the bar's frames are separated by '\r', not by new lines.
+    CHECK_THAT(r.out, Contains("\r[worker:0] "));
+    CHECK_THAT(r.out, Contains("ETA "));
+    size_t frames = 0;
+    for (size_t at = r.out.find("\r[worker:0] "); at != std::string::npos; at = r.out.find("\r[worker:0] ", at + 1)) {
+      const size_t end = r.out.find_first_of("\r\n\033", at + 1);
+      const std::string frame = r.out.substr(at + 1, end - at - 1);
+      INFO(frame);
+      CHECK(static_cast<int>(frame.size()) < columns);  // never wraps onto a new line
+      ++frames;
+    }
+    CHECK(frames >= 2);
+    // What stays on the screen: the chief's lines, no bar left over, nothing of worker:1.
+    const std::vector<std::string> screen = screen_lines(r.out);
+    bool epoch_line = false;
+    for (const std::string& line : screen) {
+      INFO(line);
+      CHECK(line.find("ETA ") == std::string::npos);
+      CHECK(line.find("[worker:1]") == std::string::npos);
+      epoch_line = epoch_line || line.rfind("[worker:0] Epoch 2/2: 128 steps, ", 0) == 0;
+    }
+    CHECK(epoch_line);
+  }
+}
+
 TEST_CASE("launch --workers 3 --chief runs every task to the end", "[integration]") {
   TempDir tmp;
   const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--chief",
@@ -266,7 +338,7 @@ TEST_CASE("launch --workers 3 --chief runs every task to the end", "[integration
                                  within(110));
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("all 4 tasks past the agreement barrier"));
+  CHECK_THAT(r.err, Contains("dtrain: launch: all 4 tasks past the agreement barrier"));
   const nlohmann::json s = read_json_file(tmp.file("launch.json"));
   CHECK(s["exit_codes"] == nlohmann::json({{"chief:0", 0}, {"worker:0", 0}, {"worker:1", 0}, {"worker:2", 0}}));
   check_no_process_left(s["job_id"]);
@@ -355,7 +427,7 @@ TEST_CASE("SIGTERM to the launcher stops every task, and none outlives it", "[in
   Background launch(concat({"launch", "--workers", "2", "--summary", tmp.file("launch.json")},
                            small_job_args(tmp, 500)));
   const bool up = launch.read_until(60, [](const std::string& out) {
-    return out.find("past the agreement barrier") != std::string::npos;
+    return out.find("[worker:0] Epoch 1/") != std::string::npos;  // (the chief's lines: past the rendezvous)
   });
   INFO(describe(launch.output()));
   REQUIRE(up);

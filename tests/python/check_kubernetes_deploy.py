@@ -230,7 +230,8 @@ def check_indexed_job(deploy, secret, c):
     p = c.run({}, ["validate", "--config", job_file])
     if p is not None:
         c.check(p.returncode == 0, f"dtrain validate of the ConfigMap's job.json: exit {p.returncode}: {p.stdout}{p.stderr}")
-    p = c.run({}, ["launch", "--workers", str(n), "--config", job_file, "--threads", "1"], timeout=120)
+    p = c.run({}, ["launch", "--workers", str(n), "--config", job_file, "--threads", "1", "--console", "all"],
+              timeout=120)
     if p is not None:
         hashes = re.findall(r"params_sha256 ([0-9a-f]{64})", p.stdout + p.stderr)
         ok = c.check(p.returncode == 0 and len(hashes) == n and len(set(hashes)) == 1,

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "launch/launcher.h"
+#include "launch/task_output.h"
 
 using namespace dtrain;
 using namespace dtrain::launch;
@@ -40,6 +41,7 @@ echo "env TF_CONFIG=$TF_CONFIG"
 echo "env LISTEN_FD=${DTRAIN_LISTEN_FD:-none} JOB=$DTRAIN_JOB_ID SECRET=$DTRAIN_JOB_SECRET INJECT=${DTRAIN_INJECT:-none}"
 if [ -n "$DTRAIN_LISTEN_FD" ] && [ -e /proc/self/fd/$DTRAIN_LISTEN_FD ]; then echo "listen fd open"; fi
 echo "dtrain: rendezvous: all $FAKE_TASKS tasks joined and agree" >&2
+echo "[$task] dtrain: warning: a warning from $task" >&2
 printf 'partial'; sleep 0.05; printf ' line\n'
 case "$DTRAIN_INJECT" in kill@*) kill -9 $$ ;; esac
 case "$args" in *checkpoint.resume=auto*) [ -z "$FAKE_FAIL_AGAIN" ] && FAKE_FAIL_TASK="" ;; esac
@@ -108,6 +110,7 @@ struct Fixture {
     o.stdout_fd = out_fd;
     o.stderr_fd = err_fd;
     o.grace_period = 0.5;
+    o.all_task_lines = true;  // (the default console shows the chief's lines only: its own test)
     return o;
   }
   static std::string read(const std::string& path) {
@@ -166,7 +169,7 @@ TEST_CASE("every task gets its TF_CONFIG, the job's secret and id, the chief its
   }
   CHECK_THAT(out, Contains("[chief:0] listen fd open"));
   CHECK(out.find("[worker:0] listen fd open") == std::string::npos);
-  CHECK_THAT(out, Contains("dtrain launch: all 4 tasks past the agreement barrier in "));
+  CHECK_THAT(f.err(), Contains("dtrain: launch: all 4 tasks past the agreement barrier in "));
   CHECK_THAT(f.err(), Contains("[ps:0] dtrain: rendezvous: all 4 tasks joined and agree"));
   // One generated secret (64 hex digits) shared by all.
   const size_t at = out.find("SECRET=");
@@ -356,3 +359,55 @@ TEST_CASE("a config error, SIGINT and max_restarts 0 are not restarted", "[unit]
   }
   CHECK_THROWS_AS(launch_with_restarts(f.options(2, "ok"), -1), ConfigError);
 }
+
+TEST_CASE("the console shows the chief's lines and the others' warnings, and each log has every line, unprefixed",
+          "[unit]") {
+  Fixture f;
+  set_tasks(3);
+  LaunchOptions o = f.options(3, "ok");
+  o.all_task_lines = false;
+  const LaunchReport r = launch_cluster(o);
+  REQUIRE(r.exit_code == 0);
+  const std::string out = f.out(), err = f.err();
+  INFO(out << err);
+  CHECK_THAT(out, Contains("[worker:0] env TF_CONFIG="));
+  CHECK_THAT(out, !Contains("[worker:1] ") && !Contains("[worker:2] "));
+  CHECK_THAT(err, Contains("[worker:1] dtrain: warning: a warning from worker:1"));
+  CHECK_THAT(err, Contains("[worker:2] dtrain: warning: a warning from worker:2"));
+  CHECK_THAT(err, !Contains("[worker:1] dtrain: rendezvous"));  // the others' info lines: their logs only
+  CHECK_THAT(err, Contains("dtrain: launch: all 3 tasks past the agreement barrier"));
+  for (const char* name : {"worker-0", "worker-1", "worker-2"}) {
+    const std::string log = Fixture::read(f.dir + "/out/logs/" + name + ".log");
+    INFO(name << ":\n" << log);
+    CHECK_THAT(log, Contains("env TF_CONFIG="));
+    CHECK_THAT(log, Contains("\ndtrain: rendezvous: all 3 tasks joined and agree"));
+    CHECK_THAT(log, Contains("\ndtrain: warning: a warning from "));  // its own "[worker:N] " prefix taken off
+    CHECK_THAT(log, !Contains("[worker:"));
+  }
+}
+
+TEST_CASE("a task's progress relay lines become the console's one live line, kept out of its log", "[unit]") {
+  Fixture f;
+  Console console(f.out_fd, f.err_fd, /*plain_stdout=*/false);
+  TaskOutput chief("[worker:0] ", f.dir + "/chief.log", console, ConsoleLines::kAll);
+  TaskOutput other("[worker:1] ", f.dir + "/other.log", console, ConsoleLines::kImportant);
+  chief.line(1, "dtrain-progress: Epoch 1/2 10/100 [==>.......] ETA 5s 1.0ms/step");
+  chief.line(1, "dtrain-progress: Epoch 1/2 20/100 [====>.....] ETA 4s 1.0ms/step");
+  other.line(2, "dtrain: warning: slow disk");
+  other.line(1, "Epoch 1/2: 100 steps");
+  chief.line(1, "Epoch 1/2: 100 steps, 0.1s");
+  console.end_live();
+  const std::string out = f.out(), err = f.err();
+  // Each redraw returns to the line's start and clears what is left of it; a line
+  // written meanwhile clears the live line first and the live line comes back after
+  // it; the owner's next stdout line (its epoch line) ends it.
+  CHECK(out == "\r[worker:0] Epoch 1/2 10/100 [==>.......] ETA 5s 1.0ms/step\033[K"
+               "\r[worker:0] Epoch 1/2 20/100 [====>.....] ETA 4s 1.0ms/step\033[K"
+               "\r\033[K"  // before worker:1's warning (on stderr)
+               "[worker:0] Epoch 1/2 20/100 [====>.....] ETA 4s 1.0ms/step"
+               "\r\033[K[worker:0] Epoch 1/2: 100 steps, 0.1s\n");
+  CHECK(err == "[worker:1] dtrain: warning: slow disk\n");
+  CHECK(Fixture::read(f.dir + "/chief.log") == "Epoch 1/2: 100 steps, 0.1s\n");
+  CHECK(Fixture::read(f.dir + "/other.log") == "dtrain: warning: slow disk\nEpoch 1/2: 100 steps\n");
+}
+
