@@ -13,6 +13,7 @@
 
 #include "job/job_config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "job/reference.h"
 #include "kernels/device.h"
@@ -25,11 +26,15 @@
 namespace dtrain::app {
 namespace {
 
-job::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}) {
+// The job with --set and --threads applied; its warnings printed unless `quiet`.
+job::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}, bool quiet = false) {
   std::vector<std::string> overrides = options.overrides;
   if (options.threads > 0) overrides.push_back(str("runtime.threads=", options.threads));
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return job::load_job_config(options.config, overrides);
+  job::JobConfig job = job::load_job_config(options.config, overrides);
+  if (!quiet)
+    for (const std::string& w : job.warnings) log::warn(w);
+  return job;
 }
 
 // The launch summary: {"exit_codes": {task: code, or -signal}, "tasks": {task: its
@@ -126,7 +131,7 @@ std::vector<std::string> run_task_args(const JobOptions& job, const launch::Task
 }
 
 int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
-  const job::JobConfig job = load_job(options.job);
+  const job::JobConfig job = load_job(options.job, {}, /*quiet=*/true);  // each task prints the warnings
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
   launch.tf_config = env.tf_config;
