@@ -1,6 +1,7 @@
 // `dtrain ckpt inspect DIR [--json]` and `dtrain ckpt export DIR --to FILE`: read checkpoints
-// written by lib/checkpoint. DIR is one checkpoint (it holds manifest.json) or a
-// checkpoint directory holding several, whose newest good one is used.
+// written by lib/checkpoint. DIR is one checkpoint (it holds manifest.json), a
+// checkpoint directory holding several, whose newest good one is used, or a job's
+// output.dir whose checkpoints/ subdirectory holds them (the default checkpoint.dir).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -24,12 +25,24 @@ bool is_single_checkpoint(const std::string& dir) {
   return fs::exists(fs::path(dir) / checkpoint::kManifestFile) || fs::exists(fs::path(dir) / checkpoint::kDoneFile);
 }
 
+// The checkpoint directory DIR names: DIR itself, or DIR/checkpoints when DIR
+// holds no checkpoint but that does (DIR is then a job's output.dir), said on stderr.
+std::string store_dir(const std::string& dir) {
+  const fs::path nested = fs::path(dir) / "checkpoints";
+  if (!CheckpointStore(dir).entries().empty() || !fs::is_directory(nested) || CheckpointStore(nested).entries().empty())
+    return dir;
+  std::fprintf(stderr, "dtrain: %s holds no checkpoint; reading %s (a job's output.dir keeps them there)\n",
+               dir.c_str(), nested.c_str());
+  return nested.string();
+}
+
 // The checkpoint DIR names. With `list`, prints every checkpoint of a store and its
 // status; with `entries` too, stores them there instead of printing them.
-std::string resolve_checkpoint(const std::string& dir, bool list,
+std::string resolve_checkpoint(const std::string& given, bool list,
                                std::vector<checkpoint::CheckpointEntry>* entries_out = nullptr) {
-  if (!fs::is_directory(dir)) throw IoError(str("no such checkpoint directory: ", dir));
-  if (is_single_checkpoint(dir)) return dir;
+  if (!fs::is_directory(given)) throw IoError(str("no such checkpoint directory: ", given));
+  if (is_single_checkpoint(given)) return given;
+  const std::string dir = store_dir(given);
   const CheckpointStore store(dir);
   if (list && entries_out) {
     *entries_out = store.list();
@@ -46,7 +59,11 @@ std::string resolve_checkpoint(const std::string& dir, bool list,
   const auto latest = store.latest_good(&skipped);
   if (!list)
     for (const std::string& s : skipped) std::fprintf(stderr, "dtrain: warning: %s\n", s.c_str());
-  if (!latest) throw IoError(str("no good checkpoint in ", dir));
+  if (!latest)
+    throw IoError(str("no good checkpoint in ", dir,
+                      store.entries().empty() ? "; it holds no ckpt-NNNNNNNN directory: give the job's checkpoint.dir "
+                                                "(by default <output.dir>/checkpoints), its output.dir, or one checkpoint"
+                                              : ""));
   if (list) std::printf("latest good: %s\n\n", fs::path(*latest).filename().c_str());
   return *latest;
 }

@@ -13,6 +13,7 @@
 
 #include "job/job_config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "job/reference.h"
 #include "kernels/device.h"
@@ -27,11 +28,15 @@
 namespace dtrain::app {
 namespace {
 
-job::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}) {
+// The job with --set and --threads applied; its warnings printed unless `quiet`.
+job::JobConfig load_job(const JobOptions& options, std::vector<std::string> extra = {}, bool quiet = false) {
   std::vector<std::string> overrides = options.overrides;
   if (options.threads > 0) overrides.push_back(str("runtime.threads=", options.threads));
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return job::load_job_config(options.config, overrides);
+  job::JobConfig job = job::load_job_config(options.config, overrides);
+  if (!quiet)
+    for (const std::string& w : job.warnings) log::warn(w);
+  return job;
 }
 
 // The launch summary: {"exit_codes": {task: code, or -signal}, "tasks": {task: its
@@ -154,12 +159,13 @@ std::vector<std::string> run_task_args(const JobOptions& job, const launch::Task
 }
 
 int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
+  // (quiet: each task prints the job's warnings)
   JobOptions task_job = options.job;
-  job::JobConfig job = load_job(task_job);
+  job::JobConfig job = load_job(task_job, {}, /*quiet=*/true);
   const std::string strategy_override = strategy_for_launch(job, options);
   if (!strategy_override.empty()) {
     task_job.overrides.push_back(strategy_override);
-    job = load_job(task_job);
+    job = load_job(task_job, {}, /*quiet=*/true);
   }
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};

@@ -150,8 +150,16 @@ const char* precision_name(Precision p) {
 TrainSpec read_train(const Value& value) {
   TrainSpec train;
   Section r(value, "the train section");
+  // Keras' fit(batch_size=...) is the global batch; dtrain's key is per replica.
   r.expect_keys({"epochs", "batch_size_per_replica", "seed", "steps_per_epoch", "log_every_steps",
-                 "gradient_accumulation_steps", "deterministic", "eval_batch_size", "early_stopping", "precision"});
+                 "gradient_accumulation_steps", "deterministic", "eval_batch_size", "early_stopping", "precision"},
+                [](const std::string& key) {
+                  return key == "batch_size"
+                             ? std::string("did you mean 'batch_size_per_replica'? The global batch is "
+                                           "batch_size_per_replica x the replicas in sync (Keras' batch_size is "
+                                           "the global one: divide it by the replicas)")
+                             : std::string();
+                });
   train.epochs = r.get_int("epochs", train.epochs, 1);
   train.batch_size_per_replica = r.get_int("batch_size_per_replica", train.batch_size_per_replica, 1);
   train.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(train.seed), 0));

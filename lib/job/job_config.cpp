@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "nn/losses.h"
 #include "strategy/registry.h"
 
 namespace dtrain::job {
@@ -48,6 +49,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   r.finish();
   if (job.train.early_stopping.enabled) check_monitor(job, job.train.early_stopping.monitor);
   if (job.checkpoint.save_best_only) check_monitor(job, job.checkpoint.monitor);
+  if (const std::string w = nn::softmax_logits_warning(job.model, job.loss); !w.empty())
+    job.warnings.push_back(str(job.source, ": ", w));
   job.normalized_json = document.normalized_json();
   job.agreement_json = document.agreement_json();
   return job;

@@ -44,6 +44,10 @@ struct JobConfig {
   // `device`, `runtime.threads`, `runtime.secret_file`, `runtime.memory_limit`,
   // `checkpoint.resume`): the tasks compare its hash before training.
   std::string agreement_json;
+  // What is allowed but likely not meant (a softmax output layer with a loss
+  // from_logits), one line each naming the file and the keys; the commands that
+  // load a job print them once, as "dtrain: warning: ...".
+  std::vector<std::string> warnings;
 
   config::FileCluster file_cluster() const { return {source, cluster, task}; }
   // What the strategy is built from (views into this job).

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "nn/layers.h"
 
 namespace dtrain::nn {
 
@@ -105,6 +106,30 @@ LossSpec read_loss_spec(const config::Value& value) {
   if (!loss.type->keys.empty()) loss.from_logits = r.get_bool("from_logits", loss.from_logits);  // the crossentropies
   r.finish();
   return loss;
+}
+
+namespace {
+
+// The activation a layer spec ends with (linear for a layer without one).
+kernels::Activation last_activation(const LayerSpec& layer) {
+  const std::string& type = layer.type_name();
+  if (type == "Dense") return layer.options_as<DenseOptions>().activation;
+  if (type == "Conv2D") return layer.options_as<Conv2DOptions>().activation;
+  if (type == "Residual") return layer.options_as<ResidualOptions>().activation;
+  if (type == "Activation") return layer.options_as<ActivationOptions>().activation;
+  return kernels::Activation::kLinear;
+}
+
+}  // namespace
+
+std::string softmax_logits_warning(const ModelSpec& model, const LossSpec& loss) {
+  if (!loss.from_logits || model.layers.empty()) return "";
+  const LayerSpec& last = model.layers.back();
+  if (last_activation(last) != kernels::Activation::kSoftmax) return "";
+  return str(loss.path, ": ", loss_type_of(loss).name, " has from_logits true, but the model's output layer ",
+             last.path, " (", last.type_name(), last.name.empty() ? "" : str(" '", last.name, "'"),
+             ") applies a softmax, so the loss is given probabilities, not logits (Keras warns the same); remove "
+             "the softmax (the usual way: the loss applies it) or set from_logits to false");
 }
 
 }  // namespace dtrain::nn

@@ -86,4 +86,10 @@ const LossType& loss_type_of(const LossSpec& spec);
 
 std::unique_ptr<Loss> make_loss(const LossSpec& spec);
 
+// Keras' warning for a loss with from_logits true whose model ends in a softmax
+// (a last Dense, Conv2D, Residual or Activation layer with activation softmax):
+// the loss is then given probabilities, not logits. Its text, or "" when the
+// pair is fine.
+std::string softmax_logits_warning(const ModelSpec& model, const LossSpec& loss);
+
 }  // namespace dtrain::nn

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -17,6 +18,7 @@
 
 namespace dtrain::nn {
 namespace {
+namespace fs = std::filesystem;
 
 // Fails when an explicit layer name is used twice, anywhere in the model
 // (Residual blocks included); `names` maps each name to its layer's path.
@@ -33,12 +35,24 @@ void check_unique_names(const config::Section& model, const std::vector<const La
   }
 }
 
-std::string read_keras_file(const std::string& file) {
+// The text of model.keras_json's file. A relative path is read from the working
+// directory, as every path of a job file (data files, output.dir); the error
+// names the path it tried, and the job file's directory when the file is there.
+std::string read_keras_file(const std::string& file, const config::Context& job) {
   std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw IoError(str("model.keras_json: cannot read '", file, "': ", std::strerror(errno),
-                      " (the path of the file Keras' model.to_json() wrote)"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in) return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const std::string reason = std::strerror(errno);
+  std::error_code ec;
+  const fs::path tried = fs::absolute(file, ec).lexically_normal();
+  std::string note = "the path of the file Keras' model.to_json() wrote";
+  if (fs::path(file).is_relative()) {
+    note += "; a relative path is read from the working directory, as every path in a job file";
+    const fs::path beside = fs::path(job.source).parent_path() / file;
+    if (!job.variable && beside != fs::path(file) && fs::is_regular_file(beside, ec))
+      note += str(", and the job file's directory has it: write '", printable(beside.string(), 256), "'");
+  }
+  throw IoError(str("model.keras_json: cannot read '", printable(file, 256), "' (", printable(tried.string(), 256),
+                    "): ", reason, " (", note, ")"));
 }
 
 }  // namespace
@@ -84,7 +98,7 @@ ModelSpec read_model_spec(const config::Value& value) {
     const std::string file = r.require("keras_json").to_string();
     r.finish();
     // The Keras file becomes a model section of its own, read like one in a job file.
-    const config::Document keras(keras_json_to_model_json(read_keras_file(file), file),
+    const config::Document keras(keras_json_to_model_json(read_keras_file(file, value.context()), file),
                                  str(file, " (read as model.keras_json)"));
     ModelSpec model = read_model_spec(keras.root());
     model.keras_json = file;

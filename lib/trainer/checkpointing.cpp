@@ -59,8 +59,9 @@ std::string checkpoint_dir(const job::JobConfig& job) {
   return "";
 }
 
-Checkpointer::Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers)
-    : job_(job), strategy_(strategy), workers_(workers) {
+Checkpointer::Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers,
+                           bool final_checkpoint)
+    : job_(job), strategy_(strategy), workers_(workers), final_checkpoint_(final_checkpoint) {
   writer_ = !workers_ || workers_->rank() == 0;
   dir_ = checkpoint_dir(job);
   const bool asked = job.checkpoint.every_steps > 0 || job.checkpoint.every_epochs > 0 ||
@@ -126,6 +127,10 @@ ResumePoint Checkpointer::resume(int64_t global_batch, int64_t steps_per_epoch) 
               " (e.g. more epochs, or --resume itself); continuing with this config");
   log::info("checkpoint: resumed from ", *path, " at step ", point.global_step, " (epoch ", point.epoch + 1,
             ", step ", point.step_in_epoch, " of it), written by ", ckpt.manifest.world_size, " replica(s)");
+  if (point.epoch >= job_.train.epochs)
+    log::info("checkpoint: ", *path, " is the end of training (", point.epoch, " epoch(s) done, train.epochs is ",
+              job_.train.epochs, "): nothing is left to train, and the report is of its parameters; raise "
+              "train.epochs to train on");
   last_saved_step_ = point.global_step;
   return point;
 }
@@ -142,15 +147,17 @@ void Checkpointer::after_steps(int64_t from, int64_t to, int64_t epoch, int64_t 
     save(to, epoch, step_in_epoch, global_batch);
 }
 
-void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final,
+void Checkpointer::after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool last,
                                bool improved) {
-  if (final && !fallback_dir_.empty()) {
+  if (last && final_checkpoint_ && !fallback_dir_.empty()) {
     dir_ = fallback_dir_;
     return save(global_step, epochs_done, 0, global_batch);
   }
-  if (!enabled() || job_.checkpoint.every_epochs <= 0) return;
-  if (job_.checkpoint.save_best_only && !improved) return;
-  if (epochs_done % job_.checkpoint.every_epochs == 0) save(global_step, epochs_done, 0, global_batch);
+  if (!enabled()) return;
+  const config::CheckpointSpec& ck = job_.checkpoint;
+  const bool due = ck.every_epochs > 0 && epochs_done % ck.every_epochs == 0 && (!ck.save_best_only || improved);
+  const bool periodic = ck.every_steps > 0 || ck.every_epochs > 0;
+  if (due || (last && periodic && !ck.save_best_only)) save(global_step, epochs_done, 0, global_batch);
 }
 
 std::string Checkpointer::save_now(int64_t global_step, int64_t epoch, int64_t step_in_epoch,

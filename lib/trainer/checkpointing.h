@@ -1,6 +1,7 @@
 // Checkpointing for the training loop: periodic saves by the chief (the others
-// check that their parameters hash the same), and resuming from the newest good
-// checkpoint (private to lib/trainer).
+// check that their parameters hash the same), the final step's save at the end of
+// a job that saves periodically, and resuming from the newest good checkpoint
+// (private to lib/trainer).
 //
 // What makes a resume exact: initial values, each epoch's shuffle and every
 // dropout mask are pure functions of (train.seed, epoch, step), so parameters,
@@ -36,7 +37,10 @@ struct ResumePoint {
 class Checkpointer {
  public:
   // workers: the training tasks' group (multi-worker) or nullptr; only its rank 0 writes.
-  Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers);
+  // final_checkpoint: the end of training saves whatever checkpoint.* say
+  // (RunOptions::final_checkpoint: an evaluator task waits for it).
+  Checkpointer(const job::JobConfig& job, strategy::Strategy& strategy, comm::Communicator* workers,
+               bool final_checkpoint = false);
   ~Checkpointer();
 
   // Parameter-server jobs: the ps tasks write the tensors, each its own shards
@@ -56,11 +60,14 @@ class Checkpointer {
   // After a step (global_step steps done, step_in_epoch of them in `epoch`) and
   // after an epoch: saves when checkpoint.every_steps / every_epochs say so.
   void after_step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, int64_t global_batch);
-  // `final`: the last epoch of a job whose final checkpoint is asked for
-  // (RunOptions::final_checkpoint): saved whatever checkpoint.every_* say.
+  // `last`: training ends after this epoch (its last by count, or early
+  // stopping's). A job that saves periodically (checkpoint.every_steps or
+  // every_epochs) then saves the final step too, unless that step was just
+  // saved, so its newest checkpoint holds the final weights; save_best_only
+  // does not (its newest is the best epoch's, as Keras' ModelCheckpoint keeps).
   // `improved`: with checkpoint.save_best_only, whether the monitored figure
   // improved (the epoch's save is skipped when not).
-  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool final = false,
+  void after_epoch(int64_t global_step, int64_t epochs_done, int64_t global_batch, bool last = false,
                    bool improved = true);
   // The Keras callbacks' state (a JSON object's text) that the next saves record.
   void set_callbacks_state(std::string json) { callbacks_json_ = std::move(json); }
@@ -81,6 +88,7 @@ class Checkpointer {
   strategy::Strategy& strategy_;
   comm::Communicator* workers_;
   bool writer_ = true;
+  bool final_checkpoint_ = false;
   std::string dir_;
   std::string fallback_dir_;  // where a preemption save goes when periodic saving is off
   int64_t last_saved_step_ = -1;

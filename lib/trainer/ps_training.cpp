@@ -345,7 +345,7 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const plan::ExecutionPl
     test_pipeline =
         std::make_unique<data::Pipeline>(load_checked(job.data.test, model), eval_pipeline_options(job, plan.prefetch));
   ps::WorkQueue queue(*options.ps.store, s.plan);
-  Checkpointer checkpointer(job, *s.strategy, nullptr);
+  Checkpointer checkpointer(job, *s.strategy, nullptr, options.final_checkpoint);
   // Each ps writes its own shards into the checkpoint; this task writes the manifest last.
   checkpointer.write_sharded(s.ps->checkpoint_layout(), [&](const std::string& tmp_dir, int64_t step) {
     return options.ps.group->save(tmp_dir, step);
@@ -367,7 +367,7 @@ RunSummary run_ps_coordinator(const job::JobConfig& job, const plan::ExecutionPl
   WorkUnitSteps steps(job, s, queue, checkpointer, options, first_id, start.global_step);
   const LoopContext context{job,     *s.strategy,          checkpointer,   callbacks,
                             metrics, test_pipeline.get(), s.plan.steps_per_epoch, s.global_batch,
-                            options.final_checkpoint, summary.label_width};
+                            summary.label_width};
   const LoopResult loop = run_epochs(context, steps, start);
   queue.close();
 

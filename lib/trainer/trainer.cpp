@@ -126,7 +126,7 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   StrategyTraining t = set_up(job, plan, options, device, summary);
   strategy::Strategy& s = *t.strategy;
   summary.label_width = t.train->dataset().label_width;
-  Checkpointer checkpointer(job, s, options.workers);
+  Checkpointer checkpointer(job, s, options.workers, options.final_checkpoint);
   const ResumePoint start = checkpointer.resume(t.global_batch, t.steps_per_epoch);
   CallbackRunner callbacks(job, s, options.workers);
   callbacks.resume(start.callbacks_json);
@@ -136,7 +136,7 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   // The loop.
   StrategySteps steps(job, s, *t.train, checkpointer, options, t.steps_per_epoch, t.global_batch, start.global_step);
   const LoopContext context{job,           s, checkpointer, callbacks, metrics, t.test.get(), t.steps_per_epoch,
-                            t.global_batch, options.final_checkpoint, summary.label_width};
+                            t.global_batch, summary.label_width};
   const LoopResult loop = run_epochs(context, steps, start);
 
   // The report.

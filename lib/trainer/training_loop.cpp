@@ -62,7 +62,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
     if (const optim::DynamicLossScale* scale = c.strategy.loss_scale()) report.loss_scale = scale->scale();
     const bool last_by_count = epoch + 1 == job.train.epochs;
     if (source.checkpoint_before_evaluation())
-      c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, c.final_checkpoint && last_by_count);
+      c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, last_by_count);
     if (c.test) {
       const nn::LossStats val = evaluate(c.strategy, *c.test);
       report.has_validation = true;
@@ -79,7 +79,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
     // them), also when restore_best_weights then puts an earlier epoch's back, as
     // Keras' ModelCheckpoint saves before EarlyStopping restores.
     if (!source.checkpoint_before_evaluation())
-      c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, c.final_checkpoint && last, decision.save);
+      c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, last, decision.save);
     progress.epoch_done(report);
     c.metrics.epoch(report, r.global_step);
     r.train_loss = report.loss;

@@ -63,7 +63,6 @@ struct LoopContext {
   data::Pipeline* test = nullptr;  // the test data, evaluated after each epoch; nullptr: none
   int64_t steps_per_epoch = 0;
   int64_t global_batch = 0;  // samples of one update across the job
-  bool final_checkpoint = false;  // RunOptions::final_checkpoint
   int64_t label_width = 1;  // labels per training sample (a sequence's T: per-token figures reported)
 };
 

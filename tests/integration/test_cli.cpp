@@ -113,6 +113,36 @@ TEST_CASE("dtrain validate accepts the shipped configs and says what it checked"
   }
 }
 
+// The number of times `needle` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+TEST_CASE("a softmax output layer with a loss from_logits is warned about once by validate and run", "[integration]") {
+  TempDir dir;
+  nlohmann::json job = small_mlp_job(256, 64);
+  job["train"]["batch_size_per_replica"] = 64;
+  const std::string linear = write_job(dir, job, "linear.json");
+  job["model"]["layers"].back()["activation"] = "softmax";
+  const std::string softmax = write_job(dir, job, "softmax.json");
+  const std::string warning = "dtrain: warning: " + softmax +
+                              ": loss: sparse_categorical_crossentropy has from_logits true, but the model's output "
+                              "layer model.layers[3] (Dense) applies a softmax";
+  for (const char* command : {"validate", "run"}) {
+    const RunOutput r = run_dtrain({command, "--config", softmax, "--threads", "1"}, {120.0, ""});
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);  // a warning, not an error
+    CHECK(occurrences(r.err, warning) == 1);
+    CHECK(occurrences(r.err, "dtrain: warning:") == 1);
+  }
+  const RunOutput plain = run_dtrain({"validate", "--config", linear, "--threads", "1"});
+  INFO(describe(plain));
+  REQUIRE(plain.exit_code == 0);
+  CHECK_THAT(plain.err, !Catch::Matchers::Contains("warning"));
+}
+
 // A port nobody listens on now (the kernel's pick on 127.0.0.1, released again).
 int unused_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

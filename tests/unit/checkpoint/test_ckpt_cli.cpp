@@ -17,10 +17,11 @@ namespace fs = std::filesystem;
 #ifdef DTRAIN_BINARY
 namespace {
 
-// Runs a shell command; returns its exit code and stdout+stderr in `output`.
-int run(const std::string& command, std::string& output) {
+// Runs a shell command; returns its exit code and stdout (+stderr unless
+// `stdout_only`) in `output`.
+int run(const std::string& command, std::string& output, bool stdout_only = false) {
   output.clear();
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  FILE* pipe = ::popen((command + (stdout_only ? " 2>/dev/null" : " 2>&1")).c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buf[4096];
   size_t n;
@@ -88,5 +89,36 @@ TEST_CASE("dtrain ckpt inspect and export") {
   fs::remove(fs::path(dir.file("ckpts")) / "ckpt-00000200" / "DONE");
   CHECK(run(str(DTRAIN_BINARY, " ckpt export ", dir.file("ckpts"), " --to ", dir.file("x.safetensors")), out) == 3);
   CHECK_THAT(out, Catch::Contains("no good checkpoint") && Catch::Contains("no DONE"));
+}
+
+TEST_CASE("dtrain ckpt inspect and export take a job's output.dir, whose checkpoints/ holds them") {
+  test::TempDir dir;
+  const std::string out_dir = dir.file("out");
+  const std::vector<float> kernel = {1, 2, 3, 4, 5, 6};
+  Manifest man;
+  man.step = 469;
+  CheckpointStore(out_dir + "/checkpoints", 3).save(man, {{"dense/kernel", {2, 3}, kernel.data()}}, {});
+  std::string out;
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt inspect ", out_dir), out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains(str("dtrain: ", out_dir, " holds no checkpoint; reading ", out_dir, "/checkpoints")));
+  CHECK_THAT(out, Catch::Contains("latest good: ckpt-00000469"));
+  CHECK_THAT(out, Catch::Contains("step            469"));
+
+  // --json: stdout is still one JSON object (the note goes to stderr).
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt inspect --json ", out_dir), out, /*stdout_only=*/true) == 0);
+  CHECK(nlohmann::json::parse(out)["step"] == 469);
+
+  REQUIRE(run(str(DTRAIN_BINARY, " ckpt export ", out_dir, " --to ", dir.file("w.safetensors")), out) == 0);
+  CHECK_THAT(out, Catch::Contains("reading " + out_dir + "/checkpoints"));
+  const SafetensorsFile w = read_safetensors(dir.file("w.safetensors"));
+  REQUIRE(w.tensors.size() == 1);
+  CHECK(w.metadata.at("dtrain_step") == "469");
+
+  // A directory with neither says what to give instead.
+  fs::create_directories(dir.file("empty"));
+  CHECK(run(str(DTRAIN_BINARY, " ckpt inspect ", dir.file("empty")), out) == 3);
+  CHECK_THAT(out, Catch::Contains("no good checkpoint in " + dir.file("empty")) &&
+                      Catch::Contains("its output.dir"));
 }
 #endif

@@ -234,6 +234,22 @@ TEST_CASE("strategy options: replicas only where a process holds several, nccl n
   CHECK_THAT(config_error(job), Contains("train.gradient_accumulation_steps"));
 }
 
+TEST_CASE("train.batch_size, Keras' name, points at batch_size_per_replica and says what the global batch is",
+          "[config][errors]") {
+  json job = minimal_job();
+  job["train"] = {{"batch_size", 64}};
+  const std::string e = config_error(job);
+  CHECK_THAT(e, Contains("job.json: train: unknown key 'batch_size' for the train section; "
+                         "did you mean 'batch_size_per_replica'? The global batch is batch_size_per_replica x "
+                         "the replicas in sync"));
+  CHECK_THAT(e, !Contains("eval_batch_size'?"));
+  // The same from the command line.
+  CHECK_THAT(config_error(minimal_job(), {"train.batch_size=64"}), Contains("did you mean 'batch_size_per_replica'?"));
+  // Other misspellings still get the closest key.
+  job["train"] = {{"eval_batch_siz", 64}};
+  CHECK_THAT(config_error(job), Contains("did you mean 'eval_batch_size'?"));
+}
+
 TEST_CASE("the checkpoint section: defaults, ranges and the resume modes", "[config][errors]") {
   json job = minimal_job();
   CHECK_FALSE(parse_job_config(job.dump(), "job.json").checkpoint.resume);

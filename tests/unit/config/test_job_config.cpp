@@ -336,5 +336,37 @@ TEST_CASE("the ResNet benchmark config nests its blocks' layers with their JSON 
   CHECK(opt<nn::ResidualOptions>(c.model.layers[3]).shortcut.empty());  // the identity
 }
 
+TEST_CASE("a softmax output layer with a loss from_logits is warned about, as Keras does", "[config]") {
+  auto warnings = [](const std::string& layers, const std::string& loss) {
+    json job = minimal_job();
+    job["model"]["layers"] = json::parse(layers);
+    job["loss"] = json::parse(loss);
+    return parse(job).warnings;
+  };
+  const std::string logits = R"({"type": "sparse_categorical_crossentropy", "from_logits": true})";
+  const std::vector<std::string> dense =
+      warnings(R"([{"type": "Dense", "units": 8, "activation": "relu"},
+                   {"type": "Dense", "units": 2, "activation": "softmax", "name": "probs"}])", logits);
+  REQUIRE(dense.size() == 1);
+  CHECK(dense[0] == "job.json: loss: sparse_categorical_crossentropy has from_logits true, but the model's output "
+                    "layer model.layers[1] (Dense 'probs') applies a softmax, so the loss is given probabilities, "
+                    "not logits (Keras warns the same); remove the softmax (the usual way: the loss applies it) or "
+                    "set from_logits to false");
+  const std::vector<std::string> activation =
+      warnings(R"([{"type": "Dense", "units": 2}, {"type": "Activation", "activation": "softmax"}])",
+               R"({"type": "categorical_crossentropy", "from_logits": true})");
+  REQUIRE(activation.size() == 1);
+  CHECK_THAT(activation[0], Contains("categorical_crossentropy has from_logits true") &&
+                                Contains("model.layers[1] (Activation)"));
+  // A linear output with logits, a softmax with probabilities, a softmax before the last layer: fine.
+  CHECK(warnings(R"([{"type": "Dense", "units": 2}])", logits).empty());
+  CHECK(warnings(R"([{"type": "Dense", "units": 2, "activation": "softmax"}])",
+                 R"({"type": "sparse_categorical_crossentropy", "from_logits": false})")
+            .empty());
+  CHECK(warnings(R"([{"type": "Dense", "units": 2, "activation": "softmax"}, {"type": "Dense", "units": 2}])", logits)
+            .empty());
+  CHECK(warnings(R"([{"type": "Dense", "units": 2, "activation": "softmax"}])", R"("mse")").empty());
+}
+
 }  // namespace
 }  // namespace dtrain::config::test

@@ -2,9 +2,11 @@
 // (tests/fixtures/keras, made by tests/fixtures/make_tf_fixtures.py) build the
 // same model as the shipped dtrain job files (layer names, shapes, parameters and
 // initial values), Sequential and Functional; unsupported layers and options are
-// ConfigErrors naming the file, the layer's place and the option.
+// ConfigErrors naming the file, the layer's place and the option; a file that
+// cannot be read is named with the path tried.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,7 @@
 #include "nn/keras_model.h"
 #include "nn/model_spec.h"
 #include "nn/sequential.h"
+#include "support/temp_dir.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
@@ -261,4 +264,32 @@ TEST_CASE("Keras files with values of the wrong type are ConfigErrors naming the
   // An option name with a control character is quoted escaped.
   expect_error(model(R"({"class_name": "Dense", "config": {"units": 2, "a\u0007": 1}})"),
                "option 'a\\x07' = 1 is not supported");
+}
+
+// A relative model.keras_json is read from the working directory, as the job's
+// data paths are; a file that is not there is an IoError naming the path tried,
+// and the job file's directory when the file is there instead.
+TEST_CASE("a model.keras_json that cannot be read is named with the path tried", "[keras]") {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("jobs"));
+  std::filesystem::copy_file(kKeras + "mlp_keras3.json", dir.file("jobs/mlp.json"));
+  const std::string cwd = std::filesystem::current_path().string();
+  auto read = [](const std::string& keras_json, const std::string& source) {
+    const config::Document doc(nlohmann::json{{"keras_json", keras_json}}.dump(), source);
+    return nn::read_model_spec(doc.root());
+  };
+  // Beside the job file but not in the working directory: the fix is named.
+  CHECK_THROWS_AS(read("mlp.json", dir.file("jobs/job.json")), IoError);
+  CHECK_THROWS_WITH(read("mlp.json", dir.file("jobs/job.json")),
+                    Contains("model.keras_json: cannot read 'mlp.json' (" + cwd + "/mlp.json): No such file") &&
+                        Contains("a relative path is read from the working directory") &&
+                        Contains("the job file's directory has it: write '" + dir.file("jobs/mlp.json") + "'"));
+  // Nowhere: no such hint.
+  CHECK_THROWS_WITH(read("missing.json", dir.file("jobs/job.json")),
+                    Contains("(" + cwd + "/missing.json): No such file") && !Contains("job file's directory has it"));
+  // An absolute path is shown as it is, and read.
+  CHECK_THROWS_WITH(read(dir.file("jobs/none.json"), "job.json"),
+                    Contains("cannot read '" + dir.file("jobs/none.json") + "' (" + dir.file("jobs/none.json") + ")") &&
+                        !Contains("relative path"));
+  CHECK(read(dir.file("jobs/mlp.json"), "job.json").layers.size() == shipped_model("fashion_mnist_mlp.json").layers.size());
 }
