@@ -148,11 +148,11 @@ std::string strategy_for_launch(const job::JobConfig& job, const LaunchOptions& 
 }
 
 // The arguments `dtrain launch` gives each task: `run` with the launch's own job
-// options; a restarted job resumes from its newest good checkpoint.
-std::vector<std::string> run_task_args(const JobOptions& job, const launch::TaskStart& start) {
+// options; a restarted job (or `launch --resume`) resumes from its newest good checkpoint.
+std::vector<std::string> run_task_args(const JobOptions& job, bool resume, const launch::TaskStart& start) {
   std::vector<std::string> args = {"run", "--config", job.config};
   for (const std::string& o : job.overrides) args.insert(args.end(), {"--set", o});
-  if (start.restart > 0) args.push_back("--resume");
+  if (resume || start.restart > 0) args.push_back("--resume");
   args.insert(args.end(), {"--summary", start.summary_path});
   if (start.threads > 0) args.insert(args.end(), {"--threads", std::to_string(start.threads)});
   return args;
@@ -173,7 +173,9 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.job_secret = env.job_secret;
   launch.omp_num_threads = env.host.omp_num_threads;
   launch.threads = options.job.threads;
-  launch.task_args = [task_job](const launch::TaskStart& start) { return run_task_args(task_job, start); };
+  launch.task_args = [task_job, resume = options.resume](const launch::TaskStart& start) {
+    return run_task_args(task_job, resume, start);
+  };
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();

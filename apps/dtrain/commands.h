@@ -76,6 +76,7 @@ struct LaunchOptions {
   int ssh_port = 0;                     // --ssh-port N, as ssh -p
   std::string remote_dtrain;            // --remote-dtrain PATH ("" = this binary's path)
   std::string console = "lead";         // --console lead|all: which tasks' lines the terminal shows
+  bool resume = false;                  // --resume: every task continues from the newest good checkpoint
 };
 
 int run_command(const RunOptions& options, const runtime::Environment& env);

@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
       ->check(whole_at_least(0));
   launch_cmd->add_flag("--chief", launch.chief, "With --workers: add a chief task");
   launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
+  launch_cmd->add_flag("--resume", launch.resume,
+                       "Every task continues from the job's newest good checkpoint (as dtrain run --resume)");
   launch_cmd
       ->add_option("--console", launch.console,
                    "lead (default): the chief's lines (its progress bar live on a terminal) and the other tasks' "

@@ -88,7 +88,8 @@ void report_strategy_steps(const job::JobConfig& job, strategy::Strategy& s, con
     b.metrics = timings.metrics_seconds * ms;
     b.other = std::max(0.0, b.step - b.data - b.compute - b.gradient_wait - b.update - b.metrics);
     summary.step_ms = b;
-    std::printf("Step: %.3f ms = data %.3f + compute %.3f + gradient wait %.3f + update %.3f + loss all-reduce %.3f "
+    // (the summary's step_ms names: one vocabulary)
+    std::printf("Step: %.3f ms = data %.3f + compute %.3f + gradient_wait %.3f + update %.3f + metrics %.3f "
                 "+ other %.3f\n",
                 b.step, b.data, b.compute, b.gradient_wait, b.update, b.metrics, b.other);
   }

@@ -330,6 +330,26 @@ TEST_CASE("on a terminal, launch shows the chief's progress bar as one live line
   }
 }
 
+TEST_CASE("launch --resume continues every task from the job's newest checkpoint", "[integration]") {
+  TempDir tmp;
+  std::vector<std::string> job = concat(small_job_args(tmp, 1), {"--set", "checkpoint.every_epochs=1"});
+  const RunOutput first = run_dtrain(concat({"launch", "--workers", "2"}, job), within(90));
+  INFO(describe(first));
+  REQUIRE(first.exit_code == 0);
+  // One more epoch on top: each task resumes, so the job trains the second epoch only.
+  const RunOutput second = run_dtrain(
+      concat(concat({"launch", "--workers", "2", "--resume", "--summary", tmp.file("launch.json")}, job),
+             {"--set", "train.epochs=2"}),
+      within(90));
+  INFO(describe(second));
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.err, Contains("[worker:0] dtrain: checkpoint: resumed from "));
+  CHECK_THAT(second.out, !Contains("Epoch 1/2"));
+  CHECK_THAT(second.out, Contains("[worker:0] Epoch 2/2: "));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  CHECK(s["tasks"]["worker:1"]["params_sha256"] == s["tasks"]["worker:0"]["params_sha256"]);
+}
+
 TEST_CASE("launch --workers 3 --chief runs every task to the end", "[integration]") {
   TempDir tmp;
   const RunOutput r = run_dtrain(concat({"launch", "--workers", "3", "--chief",

@@ -145,7 +145,8 @@ TEST_CASE("shard_policy file gives each of 2 workers its own TFRecord files") {
     job["strategy"] = {{"type", "multi_worker_mirrored"}};
     job["output"] = {{"dir", dir.file("out-" + policy)}};
     const RunOutput run = run_dtrain(
-        {"launch", "--workers", "2", "--threads", "1", "--config", write_job(dir, job, policy + ".json")}, {120.0, ""});
+        {"launch", "--workers", "2", "--threads", "1", "--console", "all", "--config", write_job(dir, job, policy + ".json")},
+        {120.0, ""});
     INFO(describe(run));
     REQUIRE(run.exit_code == 0);
     // Worker k reads files k and k + 2: 100 of the 200 samples each, 10 steps of 10.
