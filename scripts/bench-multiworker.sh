@@ -57,7 +57,7 @@ dtrain() {
   python3 - "$out/$name.json" "$name" <<'PY' | tee -a "$results"
 import json, sys
 t = json.load(open(sys.argv[1]))["tasks"]["worker:0"]
-ms = t["step_ms"]
+ms = dict(t["step_ms_parts"], step=t["step_ms"])
 print(f"{sys.argv[2]} {t['train_samples_per_sec']:.0f}  (step {ms['step']:.2f} ms: compute {ms['compute']:.2f}, "
       f"gradient wait {ms['gradient_wait']:.2f}, update {ms['update']:.2f}, data {ms['data']:.2f}, "
       f"other {ms['other'] + ms['metrics']:.2f})")
@@ -105,7 +105,7 @@ python3 - "$out" "$grad_bytes" "$rounds" <<'PY'
 import json, statistics, sys
 out, grad_bytes, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ar = [json.loads(l) for l in open(f"{out}/allreduce.log") if l.startswith("{")][-1]["time_us"] / 1000
-step = lambda name: json.load(open(f"{out}/{name}.json"))["tasks"]["worker:0"]["step_ms"]["step"]
+step = lambda name: json.load(open(f"{out}/{name}.json"))["tasks"]["worker:0"]["step_ms"]
 print(f"== MLP step budget: 1 worker's step + all-reduce of {grad_bytes} B ({ar:.3f} ms, bench allreduce), + 15%")
 ratios = []
 for i in range(1, rounds + 1):

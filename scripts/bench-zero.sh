@@ -52,7 +52,7 @@ import json, sys
 tasks = json.load(open(sys.argv[1]))["tasks"]
 chief = tasks["worker:0"]
 bytes_ = [t["optimizer_state_bytes"] for _, t in sorted(tasks.items())]
-ms = chief["step_ms"]
+ms = dict(chief["step_ms_parts"], step=chief["step_ms"])
 mib = " ".join(f"{b / 2**20:.2f}" for b in bytes_)
 print(f"{sys.argv[2]:>2} {sys.argv[3]:>7} {bytes_[0]:>12} {mib:>24} {chief['train_samples_per_sec']:>10.0f}  "
       f"(step {ms['step']:.1f} ms: compute {ms['compute']:.1f}, gradient wait {ms['gradient_wait']:.1f}, "

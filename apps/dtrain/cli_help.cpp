@@ -36,7 +36,10 @@ CLI::Validator whole_between(long long min, long long max) {
         if (!parse_whole(text, &v) || v < min || v > max) return "expected a whole number " + range + ", got '" + text + "'";
         return "";
       },
-      max == LLONG_MAX ? "INT>=" + std::to_string(min) : "INT " + std::to_string(min) + ".." + std::to_string(max));
+      max != LLONG_MAX ? std::to_string(min) + ".." + std::to_string(max)
+      : min == 1       ? std::string("POSITIVE")
+      : min == 0       ? std::string("NONNEGATIVE")
+                       : ">=" + std::to_string(min));
 }
 
 CLI::Validator whole_at_least(long long min) { return whole_between(min, LLONG_MAX); }
@@ -55,7 +58,7 @@ CLI::Validator number_at_least(double min) {
           return "expected a number >= " + format_number(min) + ", got '" + text + "'";
         return "";
       },
-      "NUMBER>=" + format_number(min));
+      min == 0 ? std::string("NONNEGATIVE") : ">=" + format_number(min));
 }
 
 std::string check_set_arguments(int argc, char** argv) {

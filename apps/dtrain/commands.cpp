@@ -311,7 +311,7 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, config::ClusterConfig{}, plan::read_machine(env.host, job.device != "cpu"));
   const trainer::BenchResult r = trainer::bench_train(job, plan, bench);
   if (options.json) {
-    nlohmann::json j = {{"config", options.job.config}, {"batch_size", r.batch_size},
+    nlohmann::json j = {{"config", options.job.config}, {"batch_size_per_replica", r.batch_size},
                         {"threads", r.threads},         {"steps", r.steps}, {"device", r.device},
                         {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec},
                         {"precision", r.precision}};

@@ -160,11 +160,13 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   }
   j["config_sha256"] = sha256_hex(job.normalized_json);
   j["dtrain_version"] = DTRAIN_VERSION;
-  if (s.step_ms)
-    j["step_ms"] = {{"step", s.step_ms->step},       {"data", s.step_ms->data},
-                    {"compute", s.step_ms->compute}, {"gradient_wait", s.step_ms->gradient_wait},
-                    {"update", s.step_ms->update},   {"metrics", s.step_ms->metrics},
-                    {"other", s.step_ms->other}};
+  if (s.step_ms) {
+    // step_ms as in metrics.jsonl and TensorBoard (a number); where it went, by part.
+    j["step_ms"] = s.step_ms->step;
+    j["step_ms_parts"] = {{"data", s.step_ms->data},       {"compute", s.step_ms->compute},
+                          {"gradient_wait", s.step_ms->gradient_wait}, {"update", s.step_ms->update},
+                          {"metrics", s.step_ms->metrics}, {"other", s.step_ms->other}};
+  }
   if (!s.strategy_report.empty()) j[strategy] = nlohmann::json::parse(s.strategy_report);
   if (s.work_units)
     j["work_units"] = {{"total", s.work_units->total},

@@ -67,7 +67,7 @@ Run train(const NetnsHosts& hosts, const TempDir& dir, const std::string& commun
     REQUIRE(r.exit_code == 0);
     const json s = read_json_file(dir.file("summary" + std::to_string(i) + ".json"));
     run.hashes.push_back(s["params_sha256"]);
-    if (i == 0) run.step_ms = s["step_ms"]["step"].get<double>();
+    if (i == 0) run.step_ms = s["step_ms"].get<double>();
   }
   const int64_t after = hosts.link_bytes(0);
   REQUIRE(after >= before);
