@@ -125,7 +125,8 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     spec.server = registration.server;
   }
   spec.expendable = expendable_tasks(cluster.spec, first.parameter_server());
-  if (first.role == plan::Role::kServeVariables) return run_ps_task(job, cluster, env, spec, kill_step);
+  if (first.role == plan::Role::kServeVariables)
+    return run_ps_task(job, cluster, env, spec, kill_step, run.summary_path);
   ClusterTask task(spec);
   align_trace_clock(job, task);
   rendezvous::ClusterSession& session = task.session();

@@ -6,9 +6,11 @@
 
 #include "core/log.h"
 #include "core/strings.h"
+#include "core/timer.h"
 #include "ps/ps_server.h"
 #include "ps/shard_store.h"
 #include "runtime/task_roles.h"
+#include "trainer/records.h"
 
 namespace dtrain::runtime {
 
@@ -34,7 +36,8 @@ std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
 }
 
 void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
-                 rendezvous::SessionSpec spec, int64_t kill_step) {
+                 rendezvous::SessionSpec spec, int64_t kill_step, const std::string& summary_path) {
+  const Stopwatch wall;
   const ps::Placement placement = job_placement(job, cluster.spec);
   ps::ShardStore shards(placement, cluster.task.index, job.model, job.train.seed, job.optimizer);
   ps::PsServerOptions options;
@@ -60,6 +63,13 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
             " updates) until the job ends");
   run_session(task, [&] {});
   log::info(task.name(), " applied ", server.version(), " updates");
+  if (summary_path.empty()) return;
+  trainer::PsTaskSummary summary;
+  summary.world_size = static_cast<int64_t>(options.workers.size());
+  summary.variable_floats = static_cast<int64_t>(shards.elements());
+  summary.updates_applied = server.version();
+  summary.wall_seconds = wall.seconds();
+  trainer::write_ps_summary(summary_path, job, summary);
 }
 
 }  // namespace dtrain::runtime

@@ -40,9 +40,10 @@ std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool 
 ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec& cluster);
 // The training workers of a parameter_server job: every worker but the coordinator.
 std::vector<std::string> training_workers(const config::ClusterSpec& cluster);
-// A ps task of a parameter_server job: serves its shards until the job ends.
+// A ps task of a parameter_server job: serves its shards until the job ends,
+// then writes its summary to `summary_path` (when not "").
 void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
-                 rendezvous::SessionSpec spec, int64_t kill_step);
+                 rendezvous::SessionSpec spec, int64_t kill_step, const std::string& summary_path);
 
 // evaluator_task.cpp: the store key the chief sets to the final step once
 // training ended and its final checkpoint is saved.

@@ -112,7 +112,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
 
   MemoryEstimate e;
   const auto optimizer = optim::make_optimizer(q.optimizer);
-  e.slots_per_param = optimizer->slots_per_param();
+  e.slots_on_ps = q.slots_on_ps;
+  e.slots_per_param = q.slots_on_ps ? 0 : optimizer->slots_per_param();
   e.optimizer_name = optim::optimizer_type_of(q.optimizer).name;
   e.batch_rows = q.batch_rows;
   e.batches_in_flight = q.batches_in_flight;
@@ -207,8 +208,11 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
 std::string describe(const MemoryEstimate& e) {
   std::vector<std::string> how;
   how.push_back(str(e.param_count, " parameters"));
-  how.push_back(str(e.optimizer_name, " with ", e.slots_per_param, " slot(s) per parameter",
-                    e.optimizer_shards > 1 ? str(" sharded over ", e.optimizer_shards, " tasks") : std::string()));
+  if (e.slots_on_ps)
+    how.push_back(str(e.optimizer_name, " on the ps tasks (its slots are theirs)"));
+  else
+    how.push_back(str(e.optimizer_name, " with ", e.slots_per_param, " slot(s) per parameter",
+                      e.optimizer_shards > 1 ? str(" sharded over ", e.optimizer_shards, " tasks") : std::string()));
   how.push_back(str("batches of ", e.batch_rows, " rows",
                     e.batches_in_flight > 1 ? str(" (", e.batches_in_flight, " in flight)") : std::string()));
   if (e.local_replicas > 1) how.push_back(str(e.local_replicas, " replicas"));

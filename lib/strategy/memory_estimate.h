@@ -42,6 +42,9 @@ struct MemoryQuery {
   // central_storage: one more copy of the parameters, gradients and optimizer
   // slots, the central variables on the host.
   bool central_copy = false;
+  // parameter_server: the optimizer and its slots live on the ps tasks; a worker
+  // (and the coordinator) holds none.
+  bool slots_on_ps = false;
   int64_t limit_bytes = 0;         // runtime.memory_limit (0 = none), carried into the estimate for messages
 };
 
@@ -70,7 +73,8 @@ struct MemoryEstimate {
   int64_t total = 0;
 
   int64_t param_count = 0;      // parameters of one replica (trainable and state)
-  int slots_per_param = 0;
+  int slots_per_param = 0;       // held in this task (0 with slots_on_ps)
+  bool slots_on_ps = false;
   std::string optimizer_name;   // "adam"
   int64_t batch_rows = 0;
   int64_t batches_in_flight = 1;

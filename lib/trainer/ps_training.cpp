@@ -177,6 +177,7 @@ RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& p
   }
   const double seconds = train_time.seconds();
   summary.epochs = job.train.epochs;
+  summary.world_size = options.ps.num_workers;  // the job's training workers, as the coordinator says
   summary.global_batch_size = s.global_batch;
   summary.train_loss = mean_loss(last);
   summary.train_accuracy = accuracy(last);

@@ -124,6 +124,38 @@ std::string tensorboard_dir(const job::JobConfig& job) {
   return (std::filesystem::path(job.output.dir) / "tensorboard").string();
 }
 
+namespace {
+
+// `j` into `path`, atomically: a temporary file, then rename.
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) throw IoError(str("--summary: cannot write '", tmp, "'"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, target, ec);
+  if (ec) throw IoError(str("--summary: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+}
+
+}  // namespace
+
+void write_ps_summary(const std::string& path, const job::JobConfig& job, const PsTaskSummary& s) {
+  nlohmann::json j;
+  j["strategy"] = "parameter_server";
+  j["role"] = "ps";
+  j["world_size"] = s.world_size;
+  j["variable_floats"] = s.variable_floats;
+  j["updates_applied"] = s.updates_applied;
+  j["wall_seconds"] = s.wall_seconds;
+  j["config_sha256"] = sha256_hex(job.normalized_json);
+  j["dtrain_version"] = DTRAIN_VERSION;
+  write_json_file(path, j);
+}
+
 void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,
                    const std::string& strategy) {
   nlohmann::json j;
@@ -152,7 +184,8 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   j["device"] = s.device;
   j["precision"] = config::precision_name(job.train.precision);
   j["strategy"] = strategy;
-  j["params_sha256"] = s.params_sha256;
+  // (none on a parameter_server worker: the coordinator's summary has the final parameters')
+  j["params_sha256"] = s.params_sha256.empty() ? nlohmann::json() : nlohmann::json(s.params_sha256);
   j["optimizer_state_bytes"] = s.optimizer_state_bytes;
   if (s.loss_scale) {
     j["loss_scale"] = *s.loss_scale;
@@ -189,17 +222,7 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
     }
   }
 
-  const std::filesystem::path target(path);
-  if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw IoError(str("--summary: cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) throw IoError(str("--summary: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+  write_json_file(path, j);
 }
 
 }  // namespace dtrain::trainer

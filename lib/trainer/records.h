@@ -52,4 +52,13 @@ std::string tensorboard_dir(const job::JobConfig& job);
 void write_summary(const std::string& path, const job::JobConfig& job, const RunSummary& s,
                    const std::string& strategy);
 
+// What a ps task of a parameter_server job did (it trains nothing): its summary.
+struct PsTaskSummary {
+  int64_t world_size = 0;       // the training workers it served
+  int64_t variable_floats = 0;  // the variables' elements it holds
+  int64_t updates_applied = 0;
+  double wall_seconds = 0.0;
+};
+void write_ps_summary(const std::string& path, const job::JobConfig& job, const PsTaskSummary& s);
+
 }  // namespace dtrain::trainer

@@ -538,6 +538,25 @@ TEST_CASE("parameter_server: a killed worker does not stop the job, every work u
   for (const char* task : {"chief:0", "worker:0", "worker:1", "ps:0"}) CHECK(a["exit_codes"][task] == 0);
   CHECK_FALSE(a["tasks"]["worker:1"].is_null());  // the second worker:1 joined and finished with the job
   CHECK(a["tasks"]["chief:0"]["work_units"]["completed"] == a["tasks"]["chief:0"]["work_units"]["total"]);
+  // Every task's summary says what it is: the workers know the job's 2 workers and
+  // hold no final parameters (the coordinator's summary has them); the ps task
+  // says what it served.
+  CHECK(a["tasks"]["chief:0"]["world_size"] == 2);
+  CHECK(a["tasks"]["chief:0"]["params_sha256"].get<std::string>().size() == 64);
+  for (const char* worker : {"worker:0", "worker:1"}) {
+    INFO(worker);
+    CHECK(a["tasks"][worker]["world_size"] == 2);
+    CHECK(a["tasks"][worker]["params_sha256"].is_null());
+  }
+  const nlohmann::json& ps = a["tasks"]["ps:0"];
+  REQUIRE(ps.is_object());
+  CHECK(ps["role"] == "ps");
+  CHECK(ps["world_size"] == 2);
+  CHECK(ps["updates_applied"].get<int64_t>() > 0);
+  CHECK(ps["variable_floats"] == 235146);  // the MLP's every parameter, on the one ps task
+  // The coordinator's memory estimate holds no optimizer slots: they are the ps task's.
+  CHECK_THAT(restarted.out, Contains("adam on the ps tasks (its slots are theirs)"));
+  CHECK_THAT(restarted.out, Contains("optimizer slots 0 B"));
   CHECK(a["tasks"]["chief:0"]["work_units"]["workers_lost"] == 1);
 
   TempDir ps_tmp;
