@@ -430,11 +430,12 @@ LaunchReport Launcher::run() {
     t->report.log_path = (log_dir / (file_name(p.task) + ".log")).string();
     for (const Injection& i : injections)
       if (i.task == p.task) t->report.injection = i.value;
-    // The console shows the lead task (the chief) and the others' warnings and
-    // errors, unless every line is asked for (or read by a program: plain_stdout).
+    // The console shows the lead task (the chief) and an evaluator (its own
+    // results), the others' warnings and errors, unless every line is asked for
+    // (or read by a program: plain_stdout).
     const bool lead = p.task == plan.spec.chief();
-    const ConsoleLines shown =
-        lead || options_.all_task_lines || options_.plain_stdout ? ConsoleLines::kAll : ConsoleLines::kImportant;
+    const bool shown_whole = lead || p.task.type == "evaluator" || options_.all_task_lines || options_.plain_stdout;
+    const ConsoleLines shown = shown_whole ? ConsoleLines::kAll : ConsoleLines::kImportant;
     t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path, console_, shown,
                                              /*append=*/restart_ > 0);
 

@@ -438,6 +438,10 @@ TEST_CASE("a task killed mid-run: the others report the lost peer with exit code
             line.find("worker:1") != std::string::npos && line.find("step") != std::string::npos;
     CHECK(named);
   }
+  // The cause is said once per task, in its error line: no warning before it
+  // saying the same, and the chief does not repeat it as "saw it first as".
+  CHECK_THAT(r.err, !Contains("the job failed: "));
+  CHECK_THAT(r.err, !Contains("saw it first as: task worker:1"));
   check_no_process_left(s["job_id"]);
   for (const auto& [task, result] : s["results"].items())
     CHECK(::kill(result["pid"].get<int>(), 0) != 0);
