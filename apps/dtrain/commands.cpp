@@ -58,10 +58,18 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
                      {"signal", t.status.signal ? nlohmann::json(t.status.signal) : none},
                      {"meaning", launch::describe_exit(t)},
                      {"exit_seconds", t.exit_seconds},
+                     {"ended_utc", t.ended_utc},
+                     {"last_error", t.last_error},
                      {"stopped_by_launcher", t.stopped},
                      {"injection", t.injection},
                      {"started_again", t.restarts},
                      {"log", t.log_path}};
+  }
+  // The first failure, as the console's "root cause" block says it (null when none).
+  nlohmann::json root_cause;
+  if (const launch::TaskReport* root = launch::root_cause(report)) {
+    root_cause = results[root->task.str()];
+    root_cause["task"] = root->task.str();
   }
   nlohmann::json attempts = nlohmann::json::array();
   for (const launch::AttemptReport& a : report.attempts)
@@ -75,6 +83,7 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
       {"job_id", report.job_id},
       {"first_failure", report.first_failure.empty() ? nlohmann::json()
                                                       : nlohmann::json(report.first_failure)},
+      {"root_cause", root_cause},
       {"cluster_up_seconds", report.cluster_up_seconds < 0
                                  ? nlohmann::json()
                                  : nlohmann::json(report.cluster_up_seconds)},

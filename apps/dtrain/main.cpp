@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                        "Every task continues from the job's newest good checkpoint (as dtrain run --resume)");
   launch_cmd
       ->add_option("--console", launch.console,
-                   "lead (default): the chief's lines (its progress bar live on a terminal) and the other tasks' "
+                   "lead (default): the chief's and an evaluator's lines (the chief's progress bar live on a terminal), the other tasks' "
                    "warnings and errors; all: every task's lines. Each task's log file has all of its lines")
       ->check(CLI::IsMember({"lead", "all"}));
   launch_cmd->add_option("--inject", launch.injections,

@@ -56,13 +56,29 @@ std::string describe_exit(const TaskReport& task) {
   return str("killed by ", signal_name(s.signal), crash ? " (a crash)" : "");
 }
 
+const TaskReport* root_cause(const LaunchReport& report) {
+  for (const TaskReport& t : report.tasks)
+    if (t.task.str() == report.first_failure) return &t;
+  return nullptr;
+}
+
 std::string format_exit_table(const LaunchReport& report) {
   size_t width = 4;
   for (const TaskReport& t : report.tasks) width = std::max(width, t.task.str().size());
   width += 2;
   const std::string p = "dtrain: launch: ";
-  std::string out =
-      p + str("the job failed (exit code ", report.exit_code, "); how each task ended:\n");
+  std::string out;
+  if (const TaskReport* root = root_cause(report)) {
+    // The first failure first, whole: what a user reads to start with.
+    char at[32];
+    std::snprintf(at, sizeof at, "%.2f", root->exit_seconds);
+    out += p + str("root cause: ", root->task.str(), " (", root->address, ", pid ", root->pid, ") ended with ",
+                   root->status.str(), " at ", root->ended_utc, ", ", at, " s after the start: ", describe_exit(*root),
+                   "\n");
+    out += p + str("  its last error: ", root->last_error.empty() ? "(none on its stderr)" : root->last_error, "\n");
+    out += p + str("  its log: ", root->log_path, "\n");
+  }
+  out += p + str("the job failed (exit code ", report.exit_code, "); how each task ended:\n");
   out += p + "  " + pad("task", width) + pad("exit", 22) + "meaning\n";
   for (const TaskReport& t : report.tasks) {
     const bool first = t.task.str() == report.first_failure;

@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -138,6 +140,19 @@ int terminal_columns(int fd, bool plain) {
   return size.ws_col;
 }
 
+// "2026-11-27T19:30:05.123Z"
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms));
+  return text;
+}
+
 void note(int fd, const std::string& message) {
   write_all(fd, str("dtrain: launch: ", message, "\n"));
 }
@@ -247,6 +262,7 @@ void Launcher::check_exits() {
     if (t->process->reaped() || !t->process->poll_exit()) continue;
     t->report.status = t->process->status();
     t->report.exit_seconds = since(start_);
+    t->report.ended_utc = utc_now();
     if (t->report.status.ok() || !report_.first_failure.empty()) continue;
     const config::TaskId& id = t->report.task;
     if (phase_ == Phase::kRunning && !t->report.stopped &&
@@ -357,6 +373,7 @@ void Launcher::watch() {
       t->process->kill_and_reap();
       t->report.status = t->process->status();
       t->report.exit_seconds = since(start_);
+      t->report.ended_utc = utc_now();
       t->report.stopped = true;
     }
 }
@@ -488,6 +505,7 @@ LaunchReport Launcher::run() {
   for (const auto& t : tasks_) {
     t->report.summary_json =
         read_whole(str(summaries.path(), "/", file_name(t->report.task), ".json"));
+    t->report.last_error = t->output->last_error();
     report_.tasks.push_back(t->report);
   }
   if (report_.interrupted_by != 0) {

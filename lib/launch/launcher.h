@@ -106,6 +106,8 @@ struct TaskReport {
   std::string injection;      // its DTRAIN_INJECT, "" for none
   std::string summary_json;   // the --summary file it wrote, "" when none
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log
+  std::string last_error;     // its last "error:" line on stderr, "" when none
+  std::string ended_utc;      // when it ended, "2026-11-27T19:30:05.123Z" ("" while it runs)
 };
 
 // One start of the whole job; launch_with_restarts() may start it several times.
@@ -150,6 +152,10 @@ std::string describe_exit(const TaskReport& task);
 
 // The table printed when the job failed: one row per task (task, exit code or signal,
 // meaning), the first failure marked. Lines start with "dtrain: launch: ".
+// Starts with the root cause (torchrun's "Root Cause" block): the first task that
+// failed, when, where, its exit, its last error line and its log; then the table.
 std::string format_exit_table(const LaunchReport& report);
+// The task of report.first_failure; nullptr when no task failed by itself.
+const TaskReport* root_cause(const LaunchReport& report);
 
 }  // namespace dtrain::launch

@@ -100,8 +100,9 @@ void TaskOutput::line(int stream, std::string_view text) {
     if (!console_.plain_stdout()) console_.live(str(prefix_, own.substr(kProgressRelayTag.size())), this);
     return;  // a redraw, not a line of the log
   }
-  const bool important = stream == 2 && (own.find("error:") != std::string_view::npos ||
-                                         own.find("warning:") != std::string_view::npos);
+  const bool error = stream == 2 && own.find("error:") != std::string_view::npos;
+  if (error) last_error_.assign(own);
+  const bool important = error || (stream == 2 && own.find("warning:") != std::string_view::npos);
   if (shown_ == ConsoleLines::kAll || important) {
     const bool plain = stream == 1 && console_.plain_stdout();
     console_.write_line(stream, str(plain ? "" : prefix_, own, "\n"), this);

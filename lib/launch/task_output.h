@@ -88,6 +88,8 @@ class TaskOutput {
   // One line from the task's stdout (stream 1) or stderr (stream 2).
   void line(int stream, std::string_view text);
   const std::string& log_path() const { return log_path_; }
+  // The task's last stderr line with "error:" in it ("" when none), without its prefix.
+  const std::string& last_error() const { return last_error_; }
 
  private:
   std::string prefix_;
@@ -95,6 +97,7 @@ class TaskOutput {
   Console& console_;
   ConsoleLines shown_;
   int log_fd_ = -1;
+  std::string last_error_;
   bool log_failed_ = false;
 };
 

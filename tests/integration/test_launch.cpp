@@ -424,6 +424,12 @@ TEST_CASE("a task killed mid-run: the others report the lost peer with exit code
   INFO(s.dump(2));
   CHECK(s["exit_codes"]["worker:1"] == -SIGKILL);
   CHECK(s["first_failure"] == "worker:1");
+  // The root cause, first on the console and in the summary: who, when, how, where its log is.
+  CHECK(r.err.find("dtrain: launch: root cause: worker:1 (") < r.err.find("how each task ended"));
+  CHECK(s["root_cause"]["task"] == "worker:1");
+  CHECK(s["root_cause"]["signal"] == SIGKILL);
+  CHECK(s["root_cause"]["log"] == s["results"]["worker:1"]["log"]);
+  CHECK(s["root_cause"]["ended_utc"].get<std::string>().size() == 24);  // 2026-11-27T19:30:05.123Z
   const double killed_at = s["results"]["worker:1"]["exit_seconds"].get<double>();
   for (const char* task : {"worker:0", "worker:2"}) {
     INFO(task);

@@ -219,7 +219,13 @@ TEST_CASE("an injected kill fails the job and the others are stopped after the g
   CHECK_THAT(err, Contains("worker:1  signal 9 (SIGKILL)    killed by the injected fault "
                            "kill@step=3   <- first failure"));
   CHECK_THAT(err, Contains("worker:0  signal 15 (SIGTERM)   stopped by the launcher"));
-  CHECK(format_exit_table(r) == err.substr(err.find("dtrain: launch: the job failed")));
+  CHECK(format_exit_table(r) == err.substr(err.find("dtrain: launch: root cause: ")));
+  // The root cause comes first: the first failure, when, where, its log.
+  CHECK_THAT(err, Contains("dtrain: launch: root cause: worker:1 (127.0.0.1:"));
+  CHECK_THAT(err, Contains(") ended with signal 9 (SIGKILL) at 20"));  // its UTC time
+  CHECK_THAT(err, Contains("dtrain: launch:   its last error: (none on its stderr)"));
+  CHECK_THAT(err, Contains("dtrain: launch:   its log: " + r.tasks[1].log_path));
+  CHECK(err.find("root cause:") < err.find("how each task ended"));
 }
 
 TEST_CASE("a task that ignores SIGTERM is killed one grace period later", "[unit]") {
@@ -236,6 +242,8 @@ TEST_CASE("a task that ignores SIGTERM is killed one grace period later", "[unit
   CHECK(r.tasks[1].stopped);
   CHECK(r.tasks[1].exit_seconds >= r.tasks[0].exit_seconds + 0.9);
   CHECK_THAT(f.err(), Contains("[worker:0] dtrain: error: failing on purpose"));
+  CHECK_THAT(f.err(), Contains("dtrain: launch:   its last error: dtrain: error: failing on purpose"));
+  CHECK(r.tasks[0].last_error == "dtrain: error: failing on purpose");
   CHECK_THAT(f.err(), Contains("sent SIGTERM to the 1 task still running"));
   CHECK_THAT(f.err(), Contains("sent SIGKILL to the 1 task still running"));
   CHECK_THAT(f.err(), Contains("data or file error   <- first failure"));
