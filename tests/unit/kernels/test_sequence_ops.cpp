@@ -16,6 +16,7 @@
 #include "kernels/cuda/bodies.h"
 #include "kernels/cuda/sequence_bodies.h"
 #include "kernels/ops.h"
+#include "unit/finite_difference.h"
 #include "unit/kernels/run_on_host.h"
 #include "unit/tensor_checks.h"
 
@@ -101,15 +102,9 @@ TEST_CASE("attention's backward matches finite differences of the forward, with 
     };
     for (auto [x, g] : {std::pair<Tensor*, Tensor*>{&q, &dq}, {&k, &dk_}, {&v, &dv_}}) {
       for (const int64_t i : {int64_t{0}, x->numel() / 2 + 1, x->numel() - 1}) {
-        float& e = x->data()[i];
-        const float saved = e;
-        e = saved + 1e-2f;
-        const double up = objective();
-        e = saved - 1e-2f;
-        const double down = objective();
-        e = saved;
+        const double numeric = testing::central_difference(x->data()[i], objective);
         INFO("element " << i << " of " << x->numel());
-        CHECK(g->data()[i] == Approx((up - down) / 2e-2).margin(2e-3).epsilon(0.02));
+        CHECK(g->data()[i] == Approx(numeric).margin(2e-3).epsilon(0.02));
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "nn/layers.h"
 #include "nn/losses.h"
 #include "nn/sequential.h"
+#include "unit/finite_difference.h"
 
 using namespace dtrain;
 using nn::LayerSpec;
@@ -181,15 +182,7 @@ void check_gradients(const nn::ModelSpec& spec, const Shape& input, double toler
     Rng pick(99);
     for (int trial = 0; trial < 6; ++trial) {
       const int64_t i = static_cast<int64_t>(pick.below(p->value.numel()));
-      float& w = p->value.data()[i];
-      const float saved = w;
-      const float h = 1e-2f;
-      w = saved + h;
-      const double up = loss_value();
-      w = saved - h;
-      const double down = loss_value();
-      w = saved;
-      const double numeric = (up - down) / (2 * h);
+      const double numeric = testing::central_difference(p->value.data()[i], loss_value);
       INFO(p->name << "[" << i << "]: analytic " << p->grad.data()[i] << ", numeric " << numeric);
       REQUIRE(p->grad.data()[i] == Approx(numeric).margin(tolerance).epsilon(0.05));
     }

@@ -12,6 +12,7 @@
 #include "nn/model_spec.h"
 #include "nn/sequence_layers.h"
 #include "nn/sequential.h"
+#include "unit/finite_difference.h"
 #include "unit/tensor_checks.h"
 
 using namespace dtrain;
@@ -64,18 +65,6 @@ nn::ModelSpec gpt(int64_t vocabulary, int64_t t) {
               spec_of("LayerNormalization", 3, nn::LayerNormalizationOptions{}),
               dense(4, vocabulary)};
   return m;
-}
-
-// d objective / d x by a central difference with a step of 1e-2; x is restored.
-template <class F>
-double central_difference(float& x, const F& objective) {
-  const float saved = x;
-  x = saved + 1e-2f;
-  const double up = objective();
-  x = saved - 1e-2f;
-  const double down = objective();
-  x = saved;
-  return (up - down) / 2e-2;
 }
 
 Tensor token_ids(int64_t n, int64_t t, int64_t vocabulary, uint64_t seed) {
@@ -149,7 +138,7 @@ TEST_CASE("gradients through embeddings, both decoder blocks, layer norm and a s
       int64_t i = static_cast<int64_t>(pick.below(p->value.numel()));
       if (p->name.find("token_embedding") != std::string::npos)
         i = static_cast<int64_t>(ids.data()[trial]) * 8 + trial;
-      const double numeric = central_difference(p->value.data()[i], objective);
+      const double numeric = testing::central_difference(p->value.data()[i], objective);
       INFO(p->name << "[" << i << "]: analytic " << p->grad.data()[i] << ", numeric " << numeric);
       CHECK(p->grad.data()[i] == Approx(numeric).margin(5e-3).epsilon(0.03));
     }
@@ -250,7 +239,7 @@ TEST_CASE("PositionEmbedding in a Residual: gradients and cached decoding") {
   for (const int64_t i : {0, 13, 79}) {  // rows 0, 1 and 9: positions the window uses
     INFO("positions[" << i << "]");
     CHECK(positions->grad.data()[i] ==
-          Approx(central_difference(positions->value.data()[i], objective)).margin(5e-3).epsilon(0.03));
+          Approx(testing::central_difference(positions->value.data()[i], objective)).margin(5e-3).epsilon(0.03));
   }
   for (int64_t i = 80; i < 96; ++i) CHECK(positions->grad.data()[i] == 0.0f);  // rows 10, 11: unused
 
