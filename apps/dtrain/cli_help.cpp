@@ -76,15 +76,10 @@ std::string check_set_arguments(int argc, char** argv) {
 
 std::string help_command(const CLI::App& app) {
   std::string command = app.get_name();
-  const CLI::App* at = &app;
-  for (bool deeper = true; deeper;) {
-    deeper = false;
-    for (const CLI::App* sub : at->get_subcommands()) {
-      command += " " + sub->get_name();
-      at = sub;
-      deeper = true;
-      break;
-    }
+  // get_subcommands(): the subcommands the command line named (one per level here)
+  for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    command += " " + at->get_name();
   }
   return command + " --help";
 }

@@ -131,23 +131,21 @@ std::function<bool()> stop_on_sigterm() {
 }
 
 // How many training tasks (chief and workers) `launch` starts from --workers,
-// --chief or a hostfile; 0 when the cluster comes from the job file or TF_CONFIG.
-int training_tasks_requested(const LaunchOptions& options) {
-  if (!options.hostfile.empty()) {
-    int slots = 0;
-    for (const launch::HostSlots& h : launch::read_hostfile(options.hostfile)) slots += h.slots;
-    return slots;
-  }
-  return options.workers + (options.chief ? 1 : 0);
+// --chief or a hostfile's `hosts`; 0 when the cluster comes from the job file or TF_CONFIG.
+int training_tasks_requested(const LaunchOptions& options, const std::vector<launch::HostSlots>& hosts) {
+  int slots = 0;
+  for (const launch::HostSlots& h : hosts) slots += h.slots;
+  return hosts.empty() ? options.workers + (options.chief ? 1 : 0) : slots;
 }
 
 // `launch --workers 2` with a job that trains in one task (one_device, or
 // mirrored's replicas in one process) means data parallelism across the tasks:
 // the tasks run multi_worker_mirrored, and the launcher says so in one line.
 // Returns the override to add ("" when none).
-std::string strategy_for_launch(const job::JobConfig& job, const LaunchOptions& options) {
+std::string strategy_for_launch(const job::JobConfig& job, const LaunchOptions& options,
+                                const std::vector<launch::HostSlots>& hosts) {
   const std::string type = strategy::entry_of(job.strategy).name;
-  const int tasks = training_tasks_requested(options);
+  const int tasks = training_tasks_requested(options, hosts);
   if (tasks < 2 || options.ps > 0 || (type != "one_device" && type != "mirrored")) return "";
   std::fprintf(stderr,
                "dtrain: launch: strategy.type '%s' trains in one task; the %d training tasks run "
@@ -171,7 +169,9 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   // (quiet: each task prints the job's warnings)
   JobOptions task_job = options.job;
   job::JobConfig job = load_job(task_job, {}, /*quiet=*/true);
-  const std::string strategy_override = strategy_for_launch(job, options);
+  const std::vector<launch::HostSlots> hosts =
+      options.hostfile.empty() ? std::vector<launch::HostSlots>{} : launch::read_hostfile(options.hostfile);
+  const std::string strategy_override = strategy_for_launch(job, options, hosts);
   if (!strategy_override.empty()) {
     task_job.overrides.push_back(strategy_override);
     job = load_job(task_job, {}, /*quiet=*/true);
@@ -195,7 +195,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
       throw ConfigError("--hostfile gives the cluster (every slot a worker); drop --workers, --ps, --chief and --evaluator");
     if (!job.cluster.empty())
       throw ConfigError(str(options.job.config, ": cluster: --hostfile gives the cluster; remove \"cluster\" from the job file"));
-    launch.hosts = launch::read_hostfile(options.hostfile);
+    launch.hosts = hosts;
     launch.port_base = options.port_base;
     launch.remote.dtrain = options.remote_dtrain;
     launch.remote.grace = options.grace_period;
