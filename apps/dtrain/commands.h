@@ -113,6 +113,17 @@ struct BenchPsOptions {
   bool json = false;
 };
 int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& env);
+// `dtrain bench rendezvous` (bench_rendezvous.cpp): the chief's store against
+// N simulated tasks in this process (rendezvous/bench_rendezvous.h), per N.
+struct BenchRendezvousOptions {
+  std::string tasks = "8,64,512,4096";  // --tasks: comma-separated counts
+  double heartbeat_interval = 1.0;
+  double heartbeat_timeout = 10.0;
+  int heartbeat_rounds = 3;  // heartbeat rounds timed for the server's CPU
+  bool json = false;
+  std::string slice;  // --slice FIRST:COUNT: this is one of the benchmark's worker processes
+};
+int bench_rendezvous_command(const BenchRendezvousOptions& options);
 // Lists the usable GPUs (name, memory, compute capability), or says why there
 // are none (no CUDA backend, no driver, no device). Exit code 0 either way.
 int devices_command(bool json);

@@ -176,6 +176,20 @@ int main(int argc, char** argv) {
   bench_ps_cmd->add_option("--warmup", bench_ps.warmup, "Untimed pulls and pushes per size")
       ->check(whole_at_least(0));
   bench_ps_cmd->add_flag("--json", bench_ps.json, "One JSON object per size");
+  dtrain::app::BenchRendezvousOptions bench_rendezvous;
+  CLI::App* bench_rendezvous_cmd = bench_cmd->add_subcommand(
+      "rendezvous", "The chief's store against N simulated tasks in this process: time to the barrier, requests/s, "
+                    "the chief's CPU per heartbeat round, the time to detect a killed task");
+  bench_rendezvous_cmd->add_option("--tasks", bench_rendezvous.tasks, "Task counts, comma-separated (8,64,512,4096)");
+  bench_rendezvous_cmd->add_option("--heartbeat-interval", bench_rendezvous.heartbeat_interval,
+                                   "Seconds between heartbeats, as runtime.heartbeat_interval")
+      ->check(CLI::Range(0.05, 60.0));
+  bench_rendezvous_cmd->add_option("--heartbeat-timeout", bench_rendezvous.heartbeat_timeout,
+                                   "Seconds of silence before a task is lost, as runtime.heartbeat_timeout")
+      ->check(CLI::Range(0.5, 600.0));
+  bench_rendezvous_cmd->add_flag("--json", bench_rendezvous.json, "One JSON object per task count");
+  bench_rendezvous_cmd->add_option("--slice", bench_rendezvous.slice, "(internal: a worker process of the benchmark)")
+      ->group("");
 
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints: inspect them, export the weights");
   ckpt_cmd->require_subcommand(1);
@@ -255,6 +269,7 @@ int main(int argc, char** argv) {
     // Every environment variable dtrain reads, read once (runtime/environment.h).
     const dtrain::runtime::Environment env = dtrain::runtime::Environment::from_process();
     if (run_cmd->parsed()) return dtrain::app::run_command(run, env);
+    if (bench_rendezvous_cmd->parsed()) return dtrain::app::bench_rendezvous_command(bench_rendezvous);
     if (launch_cmd->parsed()) return dtrain::app::launch_command(launch, env);
     if (validate_cmd->parsed()) return dtrain::app::validate_command(validate, env);
     if (cluster_cmd->parsed()) return dtrain::app::cluster_command(cluster, env);

@@ -3,6 +3,10 @@
 
 #include <sys/socket.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <time.h>
+
 #include <chrono>
 
 #include "core/error.h"
@@ -13,7 +17,7 @@ namespace dtrain::rendezvous {
 
 using asio::ip::tcp;
 
-AsioServer::AsioServer() : acceptor_(io_) {}
+AsioServer::AsioServer() : acceptor_(io_), accept_retry_(io_) {}
 
 AsioServer::~AsioServer() { stop(); }
 
@@ -43,15 +47,47 @@ void AsioServer::start(std::function<void(tcp::socket)> accepted) {
   thread_ = std::thread([this] { io_.run(); });
 }
 
+double AsioServer::thread_cpu_seconds() {
+  if (!thread_.joinable()) return 0.0;
+  clockid_t clock;
+  timespec used{};
+  if (pthread_getcpuclockid(thread_.native_handle(), &clock) != 0 || clock_gettime(clock, &used) != 0) return 0.0;
+  return static_cast<double>(used.tv_sec) + static_cast<double>(used.tv_nsec) * 1e-9;
+}
+
 void AsioServer::accept_next() {
   acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true));
       accepted_(std::move(socket));
+      return accept_next();
     }
-    accept_next();
+    // Out of descriptors (or another error that the next try would repeat at
+    // once): say so once, and try again in 100 ms instead of spinning.
+    if (!accept_error_logged_) {
+      log::warn("cannot accept a connection: ", ec.message(),
+                ec == asio::error::no_descriptors ? " (raise the open-file limit: ulimit -n)" : "",
+                "; retrying every 100 ms");
+      accept_error_logged_ = true;
+    }
+    accept_retry_.expires_after(std::chrono::milliseconds(100));
+    accept_retry_.async_wait([this](const std::error_code& wait_ec) {
+      if (!wait_ec) accept_next();
+    });
   });
+}
+
+void raise_descriptor_limit(size_t needed, const std::string& what) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur < needed)
+    log::warn(what, " needs about ", needed, " open files but this process may open ", limit.rlim_cur,
+              "; connections past that are refused until some close: raise the limit (ulimit -n ", needed, ")");
 }
 
 void AsioServer::stop(const std::function<void()>& on_stop) {
@@ -59,6 +95,7 @@ void AsioServer::stop(const std::function<void()>& on_stop) {
   asio::post(io_, [this, on_stop] {
     std::error_code ignored;
     acceptor_.close(ignored);
+    accept_retry_.cancel();
     if (on_stop) on_stop();
     io_.stop();
   });

@@ -53,16 +53,24 @@ class AsioServer {
   int port() const { return acceptor_.local_endpoint().port(); }
   int rejected() const { return rejected_.load(); }
   void count_rejected() { ++rejected_; }
+  // CPU time the I/O thread has used so far, in seconds (0 before start()).
+  double thread_cpu_seconds();
 
  private:
   void accept_next();
 
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;  // after a failed accept (out of descriptors)
+  bool accept_error_logged_ = false;
   std::thread thread_;
   std::atomic<int> rejected_{0};
   std::function<void(asio::ip::tcp::socket)> accepted_;
 };
+
+// Raises this process's open-file limit to its hard limit, and warns (naming
+// `what`, e.g. "the chief's store for 4096 tasks") when `needed` still does not fit.
+void raise_descriptor_limit(size_t needed, const std::string& what);
 
 // What a server asks of a connection's handshake.
 struct HandshakeRules {

@@ -1,12 +1,15 @@
 // Implementation of cluster_session.h.
 //
-// Store keys (one store per job): join/<task>, agree/<task>, compared/<task> (only
-// when the descriptions differ), finish/<task>.
+// Store keys (one store per job): join/<task> ("<machine>\n<description>\n<job
+// document>"), roster (the chief's), rendezvous/waiting (the chief's account
+// of who is missing), compared and compared/all (only when the descriptions
+// differ), finish/<task>, finish/count and finish/all.
 #include "rendezvous/cluster_session.h"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
 
 #include "config/json_diff.h"
 #include "core/error.h"
@@ -42,12 +45,23 @@ std::map<std::string, std::string> parse_fields(const std::string& text) {
 
 }  // namespace
 
-ClusterSession::ClusterSession(const SessionSpec& spec)
-    : cluster_(spec.cluster),
+std::string cluster_digest(const config::ClusterSpec& cluster) {
+  std::string text;
+  for (const auto& t : cluster.all_tasks()) text += t.str() + "=" + cluster.address(t) + ",";
+  return sha256_hex(text).substr(0, 16);
+}
+
+ClusterSession::ClusterSession(SessionSpec spec)
+    : cluster_(std::move(spec.cluster)),
       credentials_(spec.credentials),
       heartbeat_interval_(spec.heartbeat_interval),
       rendezvous_timeout_(spec.rendezvous_timeout),
-      expendable_(spec.expendable) {
+      expendable_(spec.expendable),
+      agreement_(spec.agreement),
+      agreement_document_(spec.agreement_document),
+      // (a document too large for one store frame is left out: the hashes still differ)
+      publish_document_(!spec.agreement_document.empty() && spec.agreement_document.size() <= kMaxFrameBytes / 2),
+      cluster_digest_(spec.cluster_digest.empty() ? cluster_digest(cluster_.spec) : spec.cluster_digest) {
   Stopwatch& timer = started_;
   const config::TaskId chief = cluster_.spec.chief();
   const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
@@ -80,8 +94,7 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
   control_ = std::make_unique<StoreClient>(host, chief_address.port, co);
   heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
   try {
-    wait_for_all_tasks();
-    compare_job_descriptions(spec.agreement, spec.agreement_document);
+    join_and_agree();
   } catch (const Error& e) {
     // The destructor will not run: stop the heartbeats and tell the others why.
     stop_heartbeats();
@@ -89,15 +102,15 @@ ClusterSession::ClusterSession(const SessionSpec& spec)
     throw;
   }
   join_seconds_ = timer.seconds();
-  for (const auto& t : cluster_.spec.all_tasks()) hosts_[t.str()] = store_->get("host/" + t.str()).value_or("");
   incarnation_ = std::stoll(store_->get("incarnation/" + cluster_.task.str()).value_or("1"));
   log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
             credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
 }
 
 int ClusterSession::tasks_on_this_host() const {
-  const std::string& mine = hosts_.at(cluster_.task.str());
-  return static_cast<int>(std::count_if(hosts_.begin(), hosts_.end(), [&](const auto& h) { return h.second == mine; }));
+  const auto& all = hosts();
+  const std::string& mine = all.at(cluster_.task.str());
+  return static_cast<int>(std::count_if(all.begin(), all.end(), [&](const auto& h) { return h.second == mine; }));
 }
 
 void ClusterSession::stop_heartbeats() {
@@ -134,27 +147,14 @@ std::string ClusterSession::describe(const config::TaskId& task) const {
   return str(task.str(), " at ", cluster_.spec.address(task));
 }
 
-void ClusterSession::wait_for_all_tasks() {
-  const auto tasks = cluster_.spec.all_tasks();
-  store_->set("host/" + cluster_.task.str(), host_identity());
-  store_->set("join/" + cluster_.task.str(), "1");
-  const auto keys = keys_for("join/", tasks);
-  // The deadline counts from the session's start (connecting to the chief included).
-  Stopwatch& waited = started_;
-  // Waits of at most 5 s (then say who is missing), none past rendezvous_timeout.
-  const auto next_wait = [&] { return std::clamp(rendezvous_timeout_ - waited.seconds(), 0.0, 5.0); };
-  while (!store_->wait(keys, next_wait())) {
-    std::vector<std::string> missing, joined;
-    for (const auto& t : tasks) (store_->get("join/" + t.str()) ? joined : missing).push_back(describe(t));
-    if (waited.seconds() >= rendezvous_timeout_)
-      throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
-                             dtrain::join(missing, ", "), "; start them (same job file) or raise runtime.rendezvous_timeout"));
-    log::info("rendezvous: waiting for ", dtrain::join(missing, ", "), " (joined: ", dtrain::join(joined, ", "), ")");
-    check_health();
-  }
-}
-
 namespace {
+
+// "worker:3 at h:1, worker:9 at h:2, ... and 41 more": a list that stays readable at 4,096 tasks.
+std::string some_of(const std::vector<std::string>& names, size_t shown = 8) {
+  if (names.size() <= shown) return dtrain::join(names, ", ");
+  const std::vector<std::string> first(names.begin(), names.begin() + static_cast<long>(shown));
+  return str(dtrain::join(first, ", "), " and ", names.size() - shown, " more");
+}
 
 // " (the keys that differ: train.epochs is 2 on worker:1 and 1 on worker:0, ...)"
 std::string document_differences(const std::string& theirs, const std::string& mine, const std::string& them,
@@ -168,55 +168,233 @@ std::string document_differences(const std::string& theirs, const std::string& m
   return str(" (the keys that differ: ", dtrain::join(parts, ", "), differences.size() >= 8 ? ", ..." : "", ")");
 }
 
+// A task's join value: "<machine>\n<description>\n<job document>".
+struct JoinValue {
+  std::string host, description, document;
+};
+
+// The chief's roster (parse_roster): the machines, the tasks' machines as runs
+// of (machine index, task count) in all_tasks() order, the chief's description,
+// and what differs ("" when the tasks agree).
+struct Roster {
+  std::vector<std::string> machines;
+  std::vector<std::pair<size_t, size_t>> runs;
+  std::string chief_description;
+  std::string disagreement;
+};
+
+std::string encode_join(const JoinValue& v) { return v.host + "\n" + v.description + "\n" + v.document; }
+
+JoinValue decode_join(const std::string& value) {
+  JoinValue v;
+  const size_t first = value.find('\n');
+  v.host = value.substr(0, first);
+  if (first == std::string::npos) return v;
+  const size_t second = value.find('\n', first + 1);
+  v.description = value.substr(first + 1, second == std::string::npos ? std::string::npos : second - first - 1);
+  if (second != std::string::npos) v.document = value.substr(second + 1);
+  return v;
+}
+
+// "<M>\n<machine 0>\n...<machine M-1>\n<runs: index*count ...>\n<chief's description>[\ndisagree:...]"
+Roster parse_roster(const std::string& text, size_t tasks) {
+  const auto malformed = [] {
+    return RuntimeError("rendezvous: the chief's roster of the tasks is malformed; are all tasks running the same "
+                        "dtrain version?");
+  };
+  Roster roster;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  if (line.empty() || !all_digits(line) || line.size() > 9) throw malformed();
+  roster.machines.resize(std::stoul(line));
+  for (auto& m : roster.machines)
+    if (!std::getline(in, m)) throw malformed();
+  std::getline(in, line);
+  std::istringstream runs(line);
+  size_t covered = 0;
+  for (std::string run; runs >> run;) {
+    const size_t star = run.find('*');
+    const std::string index = run.substr(0, star), count = star == std::string::npos ? "" : run.substr(star + 1);
+    if (index.empty() || count.empty() || !all_digits(index) || !all_digits(count) || index.size() > 9 ||
+        count.size() > 9 || std::stoul(index) >= roster.machines.size())
+      throw malformed();
+    roster.runs.push_back({std::stoul(index), std::stoul(count)});
+    covered += roster.runs.back().second;
+  }
+  if (covered != tasks || !std::getline(in, roster.chief_description)) throw malformed();
+  if (std::getline(in, line) && line.rfind("disagree:", 0) == 0) roster.disagreement = line.substr(9);
+  return roster;
+}
+
 }  // namespace
 
-void ClusterSession::compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement,
-                                              const std::string& document) {
-  // (a document too large for one store frame is left out: the hashes still differ)
-  const bool publish = !document.empty() && document.size() <= kMaxFrameBytes / 2;
-  if (publish) store_->set("agree_doc/" + cluster_.task.str(), document);
-  // The cluster may come from TF_CONFIG rather than the file: compare it too.
-  std::string cluster;
-  for (const auto& t : cluster_.spec.all_tasks()) cluster += t.str() + "=" + cluster_.spec.address(t) + ",";
+// "config_sha256=...;cluster_sha256=...;dtrain_version=...;world_size=N".
+std::string ClusterSession::description() const {
   std::string mine;
-  for (const auto& [name, value] : agreement) mine += str(name, "=", value, ";");
-  mine += str("cluster_sha256=", sha256_hex(cluster).substr(0, 16), ";dtrain_version=", DTRAIN_VERSION,
-              ";world_size=", world_size());
-  store_->set("agree/" + cluster_.task.str(), mine);
+  for (const auto& [name, value] : agreement_) mine += str(name, "=", value, ";");
+  // The cluster may come from TF_CONFIG rather than the file: compare it too.
+  return mine + str("cluster_sha256=", cluster_digest_, ";dtrain_version=", DTRAIN_VERSION, ";world_size=", world_size());
+}
+
+// What differs between task `them`'s join value and mine, one sentence per
+// field, with the keys of the job config that differ.
+std::vector<std::string> ClusterSession::differences(const std::string& them, const std::string& their_value,
+                                                     const std::string& mine) const {
+  const std::string& me = cluster_.task.str();
+  const JoinValue theirs = decode_join(their_value);
+  std::vector<std::string> out;
+  const auto their_fields = parse_fields(theirs.description);
+  for (const auto& [name, value] : parse_fields(mine)) {
+    auto it = their_fields.find(name);
+    const std::string other = it == their_fields.end() ? "(missing)" : it->second;
+    if (other == value) continue;
+    std::string keys;
+    if (publish_document_ && !agreement_.empty() && name == agreement_.front().first)
+      keys = document_differences(theirs.document, agreement_document_, them, me);
+    out.push_back(str(them, " has ", name, " ", other, " where ", me, " has ", value, keys));
+  }
+  return out;
+}
+
+// Joins and agrees, in O(1) requests per task and O(N) for the chief:
+//   every task   sets join/<task>: its machine, its description, its job document;
+//   the chief    waits for every join key, reads them all (a few get_many
+//                requests), and sets `roster`: the tasks' machines, its own
+//                description and, when descriptions differ, what differs;
+//   the others   wait for `roster` and read it (and the chief's join value,
+//                only when their description differs from the chief's).
+// (Before, every task read every other's keys: N^2 requests, 535,102 at 512 tasks.)
+void ClusterSession::join_and_agree() {
+  const std::string me = cluster_.task.str();
+  const std::string mine = description();
+  store_->set("join/" + me, encode_join({host_identity(), mine, publish_document_ ? agreement_document_ : ""}));
+  std::vector<std::string> problems;
+  if (is_chief()) {
+    roster_ = make_roster(mine);
+  } else {
+    wait_for_roster();
+    roster_ = store_->get("roster").value_or("");
+  }
+  const Roster roster = parse_roster(roster_, cluster_.spec.all_tasks().size());
+  if (!is_chief() && roster.chief_description != mine) {
+    // The chief's description against mine, in my words (a task that rejoins a
+    // running job is checked here: the roster is from the first rendezvous).
+    const std::string chief = cluster_.spec.chief().str();
+    problems = differences(chief, store_->get("join/" + chief).value_or(""), mine);
+  }
+  if (problems.empty() && !roster.disagreement.empty()) problems.push_back(roster.disagreement);
+  if (problems.empty()) return;
+  // Every task sees a difference. Wait (briefly) until each has read the roster
+  // before failing the job, so each reports the mismatch itself instead of seeing
+  // the chief fail the job, or vanish, under it (exit code 4, not 2).
+  try {
+    if (store_->add("compared", 1) == static_cast<int64_t>(cluster_.spec.all_tasks().size()))
+      store_->set("compared/all", "1");
+    store_->wait({"compared/all"}, std::min(rendezvous_timeout_, 10.0));
+  } catch (const Error&) {
+    // A task was lost meanwhile: the mismatch is still the cause to report.
+  }
+  throw ConfigError(str("the tasks of this job disagree: ", dtrain::join(problems, "; "),
+                        ". Every task must run the same job file and dtrain version (only `task` and runtime.threads "
+                        "may differ)"));
+}
+
+// Waits of at most 5 s (then says who is missing), none past rendezvous_timeout;
+// the deadline counts from the session's start (connecting to the chief included).
+double ClusterSession::next_wait() const {
+  return std::clamp(rendezvous_timeout_ - started_.seconds(), 0.0, 5.0);
+}
+
+std::vector<std::string> ClusterSession::missing_tasks(std::vector<std::string>* joined) {
   const auto tasks = cluster_.spec.all_tasks();
-  if (!store_->wait(keys_for("agree/", tasks), rendezvous_timeout_))
-    throw TimeoutError("rendezvous: the other tasks did not report their job description in time");
-  const auto my_fields = parse_fields(mine);
-  std::vector<std::string> differences;
-  for (const auto& t : tasks) {
-    if (t == cluster_.task) continue;
-    const auto theirs = parse_fields(store_->get("agree/" + t.str()).value_or(""));
-    for (const auto& [name, value] : my_fields) {
-      auto it = theirs.find(name);
-      const std::string other = it == theirs.end() ? "(missing)" : it->second;
-      if (other == value) continue;
-      std::string keys;
-      if (publish && !agreement.empty() && name == agreement.front().first)
-        keys = document_differences(store_->get("agree_doc/" + t.str()).value_or(""), document, t.str(),
-                                    cluster_.task.str());
-      differences.push_back(str(t.str(), " has ", name, " ", other, " where ", cluster_.task.str(), " has ", value, keys));
-    }
+  const auto values = store_->get_many(keys_for("join/", tasks));
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (!values[i]) missing.push_back(describe(tasks[i]));
+    if (values[i] && joined) joined->push_back(tasks[i].str());
   }
-  if (!differences.empty()) {
-    // Every other task sees a difference too. Wait (briefly) until each has read the
-    // descriptions before failing the job, so each reports the mismatch itself instead
-    // of seeing the chief fail the job, or vanish, under it (exit code 4, not 2).
-    try {
-      store_->set("compared/" + cluster_.task.str(), "1");
-      store_->wait(keys_for("compared/", tasks), std::min(rendezvous_timeout_, 10.0));
-    } catch (const Error&) {
-      // A task was lost meanwhile: the mismatch is still the cause to report.
-    }
-    const std::string message =
-        str("the tasks of this job disagree: ", dtrain::join(differences, "; "),
-            ". Every task must run the same job file and dtrain version (only `task` and runtime.threads may differ)");
-    throw ConfigError(message);
+  return missing;
+}
+
+std::string ClusterSession::make_roster(const std::string& mine) {
+  const auto tasks = cluster_.spec.all_tasks();
+  const auto keys = keys_for("join/", tasks);
+  while (!store_->wait(keys, next_wait())) {
+    std::vector<std::string> joined;
+    const std::vector<std::string> missing = missing_tasks(&joined);
+    if (started_.seconds() >= rendezvous_timeout_)
+      throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
+                             dtrain::join(missing, ", "), "; start them (same job file) or raise runtime.rendezvous_timeout"));
+    const std::string waiting = str(some_of(missing), " (", joined.size(), " of ", tasks.size(), " joined: ",
+                                    some_of(joined), ")");
+    store_->set("rendezvous/waiting", waiting);
+    log::info("rendezvous: waiting for ", waiting);
+    check_health();
   }
+  // Every task's machine (as an index into a list of machines, in runs, so that
+  // the roster stays small: 4,096 tasks on 512 machines of 8 are 512 runs), the
+  // chief's own description, and every description that differs from it.
+  std::map<std::string, size_t> machine_index;
+  std::string machines, runs;
+  size_t run_index = 0, run_length = 0;
+  const auto end_run = [&] {
+    if (run_length > 0) runs += str(runs.empty() ? "" : " ", run_index, "*", run_length);
+  };
+  std::vector<std::string> problems;
+  const std::string me = cluster_.task.str();
+  const auto values = store_->get_many(keys);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const auto& t = tasks[i];
+    const std::string value = values[i].value_or("");
+    const JoinValue joined = decode_join(value);
+    auto [it, added] = machine_index.emplace(joined.host, machine_index.size());
+    if (added) machines += joined.host + "\n";
+    if (run_length == 0 || it->second != run_index) {
+      end_run();
+      run_index = it->second;
+      run_length = 0;
+    }
+    ++run_length;
+    if (t.str() != me && joined.description != mine)
+      for (auto& p : differences(t.str(), value, mine)) problems.push_back(std::move(p));
+  }
+  end_run();
+  std::string roster = str(machine_index.size(), "\n", machines, runs, "\n", mine);
+  // (a roster must fit one store frame: at most 16 of the differences)
+  if (problems.size() > 16) {
+    const size_t more = problems.size() - 16;
+    problems.resize(16);
+    problems.push_back(str("and ", more, " more difference(s)"));
+  }
+  if (!problems.empty()) roster += "\ndisagree:" + dtrain::join(problems, "; ");
+  store_->set("roster", roster);
+  return roster;
+}
+
+void ClusterSession::wait_for_roster() {
+  while (!store_->wait({"roster"}, next_wait())) {
+    if (started_.seconds() >= rendezvous_timeout_)
+      throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
+                             some_of(missing_tasks(nullptr), 32),
+                             "; start them (same job file) or raise runtime.rendezvous_timeout"));
+    const auto waiting = store_->get("rendezvous/waiting");
+    log::info("rendezvous: waiting for ", waiting.value_or("the chief to see every task join"));
+    check_health();
+  }
+}
+
+const std::map<std::string, std::string>& ClusterSession::hosts() const {
+  if (hosts_.empty()) read_roster();
+  return hosts_;
+}
+
+void ClusterSession::read_roster() const {
+  const Roster roster = parse_roster(roster_, cluster_.spec.all_tasks().size());
+  const auto tasks = cluster_.spec.all_tasks();
+  size_t next = 0;
+  for (const auto& [index, count] : roster.runs)
+    for (size_t i = 0; i < count; ++i) hosts_[tasks[next++].str()] = roster.machines[index];
 }
 
 namespace {
@@ -238,6 +416,10 @@ void ClusterSession::report_step(int64_t step) {
 
 void ClusterSession::heartbeat_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
+  // The first heartbeat goes one interval after the control connection came up
+  // (which the server counts as one): at 4,096 tasks joining at once, a beat
+  // each right away was a fifth of the rendezvous' requests.
+  stop_cv_.wait_for(lock, std::chrono::duration<double>(heartbeat_interval_), [this] { return stop_ || step_pending_; });
   while (!stop_) {
     step_pending_ = false;
     lock.unlock();
@@ -290,10 +472,22 @@ void ClusterSession::fail(const std::string& message) {
   }
 }
 
+void ClusterSession::sever() {
+  stop_heartbeats();
+  control_->sever();
+  store_->sever();
+  finished_ = true;  // nothing more to say: the destructor stays silent
+}
+
 void ClusterSession::finish() {
   std::vector<config::TaskId> essential, expendable;
   for (const auto& t : cluster_.spec.all_tasks()) (expendable_.count(t.str()) ? expendable : essential).push_back(t);
-  store_->set("finish/" + cluster_.task.str(), "1");
+  const std::string me = cluster_.task.str();
+  store_->set("finish/" + me, "1");
+  // The essential tasks count themselves in; the last one opens the barrier (one
+  // key to wait for, not one per task).
+  if (!expendable_.count(me) && store_->add("finish/count", 1) == static_cast<int64_t>(essential.size()))
+    store_->set("finish/all", "1");
   // No overall deadline: the wait ends early with PeerLost if any task is lost
   // (the chief fails pending waits), and heartbeats detect a lost chief.
   Stopwatch waited;
@@ -301,7 +495,7 @@ void ClusterSession::finish() {
     return store_->get("finish/" + t.str()) || store_->get("status/" + t.str()).value_or("") == "lost";
   };
   while (true) {
-    if (store_->wait(keys_for("finish/", essential), expendable.empty() ? 5.0 : 0.2) &&
+    if (store_->wait({"finish/all"}, expendable.empty() ? 5.0 : 0.2) &&
         std::all_of(expendable.begin(), expendable.end(), through))
       break;
     check_health();

@@ -56,11 +56,20 @@ struct SessionSpec {
   std::shared_ptr<StoreServer> server;
   // Tasks ("evaluator:0", "worker:1") whose loss the job survives (ServerOptions::expendable).
   std::set<std::string> expendable;
+  // cluster_digest(cluster.spec) when the caller has it already ("": the session
+  // computes it). `dtrain bench rendezvous` computes it once for the thousand
+  // tasks a process of it simulates; a real task computes it once anyway.
+  std::string cluster_digest;
 };
+
+// The short digest of a cluster (every task and address) that tasks compare.
+std::string cluster_digest(const config::ClusterSpec& cluster);
 
 class ClusterSession {
  public:
-  explicit ClusterSession(const SessionSpec& spec);
+  // (By value: a caller that has no more use for the spec moves it in, and its
+  // cluster, which has N addresses, is not copied.)
+  explicit ClusterSession(SessionSpec spec);
   // Stops the heartbeats. If finish() was not reached, tells the chief that this
   // task failed, so the others stop at once instead of after a timeout.
   ~ClusterSession();
@@ -101,18 +110,31 @@ class ClusterSession {
   // got here, then leaves cleanly; an expendable task that was lost is not waited
   // for. The chief also waits for the others to leave.
   void finish();
+  // Drops out of the job as a killed process would: stops the heartbeats and
+  // closes both connections without telling the chief (the server sees them
+  // close). For `dtrain bench rendezvous` and tests, which simulate many tasks
+  // in one process.
+  void sever();
   // This task's incarnation: 1, or more when it was started again into a running job.
   int64_t incarnation() const { return incarnation_; }
   // Which machine each task runs on (core/host.h's host_identity(), as each task
   // reported it when it joined), by task name ("worker:1").
-  const std::map<std::string, std::string>& hosts() const { return hosts_; }
+  // (Read from the chief's roster on the first call: O(N), which a task of a
+  // large job pays only if it needs it.)
+  const std::map<std::string, std::string>& hosts() const;
   // How many of the job's tasks run on this task's machine, itself included.
   int tasks_on_this_host() const;
 
  private:
-  void wait_for_all_tasks();
-  void compare_job_descriptions(const std::vector<std::pair<std::string, std::string>>& agreement,
-                                const std::string& document);
+  void join_and_agree();
+  std::string description() const;
+  std::vector<std::string> differences(const std::string& them, const std::string& their_value,
+                                       const std::string& mine) const;
+  double next_wait() const;
+  std::vector<std::string> missing_tasks(std::vector<std::string>* joined);
+  std::string make_roster(const std::string& mine);
+  void wait_for_roster();
+  void read_roster() const;
   void heartbeat_loop();
   void stop_heartbeats();
   std::string describe(const config::TaskId& task) const;
@@ -128,8 +150,13 @@ class ClusterSession {
   Stopwatch started_;  // when the session began joining
   bool finished_ = false;
   std::set<std::string> expendable_;
+  std::vector<std::pair<std::string, std::string>> agreement_;
+  std::string agreement_document_;
+  bool publish_document_ = false;
+  std::string cluster_digest_;
   int64_t incarnation_ = 1;
-  std::map<std::string, std::string> hosts_;
+  std::string roster_;  // the chief's roster (make_roster)
+  mutable std::map<std::string, std::string> hosts_;  // from roster_, on the first hosts()
 
   std::atomic<int64_t> step_{-1};
   std::atomic<int64_t> last_sent_ms_{0};  // when the last heartbeat went out (steady clock)

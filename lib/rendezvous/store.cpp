@@ -16,6 +16,13 @@ void InMemoryStore::set(const std::string& key, const std::string& value) {
   changed_.notify_all();
 }
 
+std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) values.push_back(get(k));
+  return values;
+}
+
 std::optional<std::string> InMemoryStore::get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = values_.find(key);

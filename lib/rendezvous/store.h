@@ -30,6 +30,9 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Blocks until every key exists (true) or timeout_seconds pass (false).
   virtual bool wait(const std::vector<std::string>& keys, double timeout_seconds) = 0;
+  // The values at `keys` (nullopt where absent), in order. Here one get() per
+  // key; the TCP store answers many keys per request.
+  virtual std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys);
 };
 
 // A Store in this process's memory, safe to share between threads.

@@ -3,6 +3,7 @@
 #include "rendezvous/store_client.h"
 
 #include <asio.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -122,7 +123,9 @@ StoreClient::StoreClient(const std::string& host, int port, ClientOptions option
   impl_->connect(host, port);
 }
 
-StoreClient::~StoreClient() {
+StoreClient::~StoreClient() { sever(); }
+
+void StoreClient::sever() {
   std::error_code ignored;
   impl_->socket.close(ignored);
 }
@@ -145,6 +148,25 @@ bool StoreClient::wait(const std::vector<std::string>& keys, double timeout_seco
   const auto ms = static_cast<int64_t>(timeout_seconds * 1000.0);
   const Message r = impl_->request({Op::kWait, ms, keys}, seconds(timeout_seconds + impl_->options.request_timeout));
   return r.op == Op::kOk;
+}
+
+std::vector<std::optional<std::string>> StoreClient::get_many(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> values;
+  values.reserve(keys.size());
+  // Requests of at most 1,024 keys (a request frame stays far below the limit);
+  // the server answers as many as fit in its reply frame, and the rest is asked again.
+  while (values.size() < keys.size()) {
+    const size_t first = values.size();
+    const size_t count = std::min<size_t>(1024, keys.size() - first);
+    const std::vector<std::string> part(keys.begin() + static_cast<long>(first),
+                                        keys.begin() + static_cast<long>(first + count));
+    const Message r = impl_->request({Op::kGetMany, 0, part}, seconds(impl_->options.request_timeout));
+    if (r.op != Op::kValue || r.number < 1 || static_cast<size_t>(r.number) > count ||
+        r.fields.size() != static_cast<size_t>(r.number))
+      throw PeerLost(str(impl_->where, " sent a malformed get_many reply"));
+    for (const auto& f : r.fields) values.push_back(f.empty() ? std::nullopt : std::optional<std::string>(f.substr(1)));
+  }
+  return values;
 }
 
 HeartbeatReply StoreClient::heartbeat(int64_t step) {

@@ -53,12 +53,18 @@ class StoreClient final : public Store {
   std::optional<std::string> get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool wait(const std::vector<std::string>& keys, double timeout_seconds) override;
+  // As few requests as the frames allow (a 4,096-task roster: a handful).
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override;
   // Reports this task's step; the reply says whether the job failed.
   HeartbeatReply heartbeat(int64_t step);
   // This task finishes normally: its disconnect will not count as a loss.
   void done();
   // This task is failing with `message`: the job fails with it.
   void fail(const std::string& message);
+  // Closes the connection without a word, as the kernel does for a killed
+  // process (`dtrain bench rendezvous` and tests simulate a kill with it). Every
+  // later call fails with PeerLost.
+  void sever();
   // How far the server's wall clock is ahead of this machine's, in microseconds:
   // of `samples` round trips, the one that took least time, assuming the server
   // read its clock halfway through it (NTP's estimate; off by at most half that

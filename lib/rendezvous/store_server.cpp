@@ -7,6 +7,7 @@
 #include "rendezvous/store_server.h"
 
 #include <asio.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <thread>
 
 #include "core/error.h"
@@ -74,12 +76,21 @@ struct ServerState {
   std::map<std::string, TaskState> tasks;
   std::optional<std::string> failure;
   int64_t failure_kind = kJobFailed;  // kError's number for it
+  // A parked `wait`: its keys, how many of them are still absent, and who to answer.
   struct Waiter {
     std::vector<std::string> keys;
+    size_t missing = 0;
     std::shared_ptr<Connection> connection;
     Clock::time_point deadline;
   };
-  std::list<Waiter> waiters;
+  using WaiterList = std::list<Waiter>;
+  WaiterList waiters;
+  // Each absent key a waiter waits for -> those waiters. Setting a key touches
+  // only its own waiters, so N tasks waiting on N keys each cost O(N) per key,
+  // not a scan of every waiter's every key (which at 4,096 tasks was 16M
+  // lookups per set).
+  std::unordered_map<std::string, std::vector<WaiterList::iterator>> waiting_on;
+  std::atomic<int64_t> requests{0};  // read by requests_served() from other threads
 
   // For wait_all_done(), read from other threads:
   std::mutex done_mutex;
@@ -92,7 +103,14 @@ struct ServerState {
   void fail_job(const std::string& why, int64_t kind = kJobFailed);
   // A task is gone (`why`): the job fails, unless the task is expendable.
   void task_lost(const std::string& task, const std::string& why);
-  void wake_waiters();
+  // Sets `key` (a new key wakes the waits that need it).
+  void put(const std::string& key, std::string value);
+  // `key` was just created: answers the waits that lacked only it.
+  void created(const std::string& key);
+  // Parks a wait for `keys` (answered at once when all exist).
+  void park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection, Clock::time_point deadline);
+  // Takes a parked wait out of waiting_on (before it is answered otherwise).
+  void unpark(WaiterList::iterator waiter);
   void update_all_done();
   std::string describe(const std::string& task) const {
     auto it = tasks.find(task);
@@ -140,10 +158,9 @@ class Connection final : public AuthenticatedConnection {
     t.done = false;
     t.last_heartbeat = Clock::now();
     // A client may have set the key to anything: count from 1 again then.
-    std::string& incarnation = server_->kv["incarnation/" + task()];
-    incarnation = std::to_string(counter_after_add(incarnation, 1).value_or(1));
-    server_->kv["status/" + task()] = "up";
-    server_->wake_waiters();
+    const std::string incarnation = server_->kv["incarnation/" + task()];
+    server_->put("incarnation/" + task(), std::to_string(counter_after_add(incarnation, 1).value_or(1)));
+    server_->put("status/" + task(), "up");
   }
 
   // A task of this job with another secret: while that task has not joined, the
@@ -163,32 +180,46 @@ class Connection final : public AuthenticatedConnection {
   void on_frame(const Message& m) override {
     if (const std::string why = request_problem(m); !why.empty()) return reject(why);
     auto& s = *server_;
+    s.requests.fetch_add(1, std::memory_order_relaxed);
     switch (m.op) {
       case Op::kSet:
-        s.kv[m.fields[0]] = m.fields[1];
-        s.wake_waiters();
+        s.put(m.fields[0], m.fields[1]);
         return reply({Op::kOk, 0, {}});
       case Op::kGet: {
         auto it = s.kv.find(m.fields[0]);
         if (it == s.kv.end()) return reply({Op::kNotFound, 0, {}});
         return reply({Op::kValue, 0, {it->second}});
       }
+      case Op::kGetMany: {
+        // As many values as fit in one frame (at least one: a value fits by itself).
+        Message values{Op::kValue, 0, {}};
+        size_t bytes = 64;
+        for (const auto& key : m.fields) {
+          auto it = s.kv.find(key);
+          std::string field = it == s.kv.end() ? std::string() : "\x01" + it->second;
+          bytes += field.size() + 4;
+          if (!values.fields.empty() && bytes > kMaxFrameBytes) break;
+          values.fields.push_back(std::move(field));
+        }
+        if (values.fields.empty()) return reply({Op::kValue, 0, {}});
+        values.number = static_cast<int64_t>(values.fields.size());
+        return reply(values);
+      }
       case Op::kAdd: {
-        std::string& v = s.kv[m.fields[0]];
+        auto it = s.kv.find(m.fields[0]);
+        const std::string v = it == s.kv.end() ? std::string() : it->second;
         const std::optional<int64_t> now = counter_after_add(v, m.number);
         if (!now)
           return reply({Op::kError, 0, {str("key '", printable(m.fields[0]), "' holds '", printable(v),
                                             "', not a number that ", m.number, " can be added to")}},
                        true);
-        v = std::to_string(*now);
-        s.wake_waiters();
+        s.put(m.fields[0], std::to_string(*now));
         return reply({Op::kValue, *now, {}});
       }
       case Op::kWait: {
         if (s.failure) return reply({Op::kError, s.failure_kind, {*s.failure}});
         const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
-        s.waiters.push_back({m.fields, self_as<Connection>(), deadline});
-        return s.wake_waiters();
+        return s.park(m.fields, self_as<Connection>(), deadline);
       }
       case Op::kHeartbeat: {
         if (!is_control()) return reject("sent a heartbeat on a store connection");
@@ -238,6 +269,8 @@ class Connection final : public AuthenticatedConnection {
 };
 
 void ServerState::start() {
+  // Two connections per task (store and control), and some to spare.
+  raise_descriptor_limit(2 * tasks.size() + 64, str("the chief's store for ", tasks.size(), " tasks"));
   sweep();  // armed before the I/O thread runs
   // `this`, not a shared_ptr: a pending handler must not own the state that owns
   // it (see AuthenticatedConnection's server_).
@@ -257,6 +290,7 @@ void ServerState::sweep() {
   }
   for (auto it = waiters.begin(); it != waiters.end();) {
     if (now >= it->deadline) {
+      unpark(it);
       it->connection->reply({Op::kTimedOut, 0, {}});
       it = waiters.erase(it);
     } else {
@@ -278,31 +312,58 @@ void ServerState::fail_job(const std::string& why, int64_t kind) {
   log::debug("rendezvous: the job failed: ", why);
   for (auto& w : waiters) w.connection->reply({Op::kError, kind, {why}});
   waiters.clear();
+  waiting_on.clear();
   update_all_done();
 }
 
 void ServerState::task_lost(const std::string& task, const std::string& why) {
   if (!options.expendable.count(task)) return fail_job(why);
   if (kv["status/" + task] == "lost") return;
-  kv["status/" + task] = "lost";
-  std::string& count = kv["lost_count"];
-  count = std::to_string(count.empty() ? 1 : std::stoll(count) + 1);
-  kv["lost/" + count] = task + "#" + kv["incarnation/" + task];
+  put("status/" + task, "lost");
+  const std::string count = std::to_string(kv["lost_count"].empty() ? 1 : std::stoll(kv["lost_count"]) + 1);
+  put("lost_count", count);
+  put("lost/" + count, task + "#" + kv["incarnation/" + task]);
   log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
-  wake_waiters();
   update_all_done();
 }
 
-void ServerState::wake_waiters() {
-  for (auto it = waiters.begin(); it != waiters.end();) {
-    bool ready = true;
-    for (const auto& k : it->keys) ready = ready && kv.count(k);
-    if (ready) {
-      it->connection->reply({Op::kOk, 0, {}});
-      it = waiters.erase(it);
-    } else {
-      ++it;
-    }
+void ServerState::put(const std::string& key, std::string value) {
+  auto [it, inserted] = kv.try_emplace(key);
+  it->second = std::move(value);
+  if (inserted) created(key);
+}
+
+void ServerState::created(const std::string& key) {
+  auto found = waiting_on.find(key);
+  if (found == waiting_on.end()) return;
+  const std::vector<WaiterList::iterator> lacking = std::move(found->second);
+  waiting_on.erase(found);
+  for (auto waiter : lacking) {
+    // (a key listed twice in one wait is counted, and listed here, twice)
+    if (--waiter->missing > 0) continue;
+    waiter->connection->reply({Op::kOk, 0, {}});
+    waiters.erase(waiter);
+  }
+}
+
+void ServerState::park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection,
+                       Clock::time_point deadline) {
+  size_t missing = 0;
+  for (const auto& k : keys) missing += kv.count(k) ? 0 : 1;
+  if (missing == 0) return connection->reply({Op::kOk, 0, {}});
+  waiters.push_back({std::move(keys), missing, connection, deadline});
+  const auto waiter = std::prev(waiters.end());
+  for (const auto& k : waiter->keys)
+    if (!kv.count(k)) waiting_on[k].push_back(waiter);
+}
+
+void ServerState::unpark(WaiterList::iterator waiter) {
+  for (const auto& k : waiter->keys) {
+    auto found = waiting_on.find(k);
+    if (found == waiting_on.end()) continue;
+    auto& list = found->second;
+    list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
+    if (list.empty()) waiting_on.erase(found);
   }
 }
 
@@ -371,6 +432,10 @@ StoreServer::~StoreServer() {
 int StoreServer::port() const { return impl_->server.port(); }
 
 int StoreServer::rejected_connections() const { return impl_->server.rejected(); }
+
+int64_t StoreServer::requests_served() const { return impl_->requests.load(); }
+
+double StoreServer::cpu_seconds() const { return impl_->server.thread_cpu_seconds(); }
 
 void StoreServer::set_task_address(const std::string& task, const std::string& address) {
   asio::post(impl_->server.io(), [impl = impl_, task, address] { impl->tasks[task].address = address; });

@@ -56,6 +56,10 @@ class StoreServer {
   int port() const;
   // Connections dropped for failing the handshake or the protocol.
   int rejected_connections() const;
+  // Requests answered so far (heartbeats included; handshakes not), and the CPU
+  // time the server's I/O thread has used: `dtrain bench rendezvous` reads both.
+  int64_t requests_served() const;
+  double cpu_seconds() const;
   // Sets the address a task is named with in messages (an env:// task's, once it
   // registered it).
   void set_task_address(const std::string& task, const std::string& address);

@@ -52,7 +52,7 @@ class Reader {
 };
 
 bool known_op(uint8_t op) {
-  return (op >= 1 && op <= 4) || (op >= 10 && op <= 17) || (op >= 30 && op <= 35);
+  return (op >= 1 && op <= 4) || (op >= 10 && op <= 18) || (op >= 30 && op <= 35);
 }
 
 }  // namespace
@@ -71,6 +71,7 @@ const char* op_name(Op op) {
     case Op::kDone: return "done";
     case Op::kFail: return "fail";
     case Op::kClock: return "clock";
+    case Op::kGetMany: return "get_many";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kNotFound: return "not-found";
@@ -126,6 +127,7 @@ std::string request_problem(const Message& m) {
     case Op::kAdd: return n == 1 ? "" : fields("expected a key");
     case Op::kFail: return n <= 1 ? "" : fields("expected a message");
     case Op::kWait:
+    case Op::kGetMany:
     case Op::kHeartbeat:
     case Op::kDone:
     case Op::kClock: return "";

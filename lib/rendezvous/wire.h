@@ -34,6 +34,8 @@ enum class Op : uint8_t {
   kDone = 15,       // the task is finishing normally: its disconnect is not a loss
   kFail = 16,       // {message}: the task is failing; the job fails with it
   kClock = 17,      // the server's wall clock: a kValue reply, number = microseconds since the Unix epoch
+  kGetMany = 18,    // {keys...}: a kValue reply, one field per key answered ("\x01" + value, or "" when
+                    // absent), number = how many: the first keys, as many as fit in one frame
   // replies (server -> client)
   kOk = 30,
   kValue = 31,      // {value} or number
@@ -70,7 +72,7 @@ bool decode_payload(const std::string& payload, Message& out);
 
 // Why a request is malformed ("" when it can be served): an op that is not a request
 // (a handshake op or a reply), or the wrong fields for its op: set {key, value}, get
-// and add {key}, fail {message} or {}; wait takes any number of keys, and heartbeat,
+// and add {key}, fail {message} or {}; wait and get_many take any number of keys, and heartbeat,
 // done and clock ignore their fields.
 std::string request_problem(const Message& m);
 

@@ -197,3 +197,26 @@ TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly
   CHECK(sizes == std::vector<size_t>{12, 4096, 8192, 16384});
   CHECK(per_ps == std::vector<size_t>{8, 2048, 4096, 8192});  // 3 floats: 2 on one ps, 1 on the other
 }
+
+TEST_CASE("bench rendezvous: 4 and 40 simulated tasks pass the barrier, and every survivor names the killed one") {
+  const RunOutput r = run_dtrain({"bench", "rendezvous", "--tasks", "4,40", "--heartbeat-interval", "0.5", "--json"},
+                                 {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  std::vector<int> tasks;
+  for (const json& j : json_lines(r.out)) {
+    const int n = j["tasks"].get<int>();
+    tasks.push_back(n);
+    CHECK(j["survivors"] == n - 1);
+    CHECK(j["named_by"] == n - 1);
+    CHECK(j["barrier_seconds"].get<double>() > 0.0);
+    // O(1) requests per task to the barrier (a heartbeat or two included).
+    CHECK(j["barrier_requests"].get<int>() <= 8 * n);
+    // A kill closes the connections: the others hear of it at their next heartbeat.
+    CHECK(j["detect_seconds"].get<double>() < 0.5 + 2.0);
+  }
+  CHECK(tasks == std::vector<int>{4, 40});
+  const RunOutput bad = run_dtrain({"bench", "rendezvous", "--tasks", "8,1"}, {30.0, ""});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Matchers::Contains("--tasks '8,1': give task counts of 2 or more"));
+}

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -292,4 +293,77 @@ TEST_CASE("the server's clock is read through the store: on one machine the offs
   CHECK(offset.uncertainty_us >= 1);
   CHECK(offset.uncertainty_us < 2000);
   CHECK(std::llabs(offset.offset_us) <= offset.uncertainty_us);
+}
+
+TEST_CASE("get_many answers thousands of keys in order, absent ones as nullopt, in a few requests") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 2500; ++i) {
+    keys.push_back("k/" + std::to_string(i));
+    if (i % 3 != 0) a.set(keys.back(), std::string(static_cast<size_t>(i % 7), 'v') + std::to_string(i));
+  }
+  const int64_t before = server.requests_served();
+  const auto values = a.get_many(keys);
+  // 1,024 keys a request: 3 requests, not 2,500.
+  CHECK(server.requests_served() - before == 3);
+  REQUIRE(values.size() == keys.size());
+  for (int i = 0; i < 2500; ++i) {
+    INFO("key " << i);
+    if (i % 3 == 0)
+      CHECK_FALSE(values[static_cast<size_t>(i)].has_value());
+    else
+      CHECK(values[static_cast<size_t>(i)] == std::string(static_cast<size_t>(i % 7), 'v') + std::to_string(i));
+  }
+  // An empty value is a value, not an absent key.
+  a.set("empty", "");
+  CHECK(a.get_many({"empty", "nothing"}) == std::vector<std::optional<std::string>>{std::string(), std::nullopt});
+}
+
+TEST_CASE("get_many answers what fits in one frame and the client asks again for the rest") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  // Three values of 400 KiB: two fit in a 1 MiB reply, the third comes in a second one.
+  const std::string big(400 * 1024, 'x');
+  for (const char* k : {"a", "b", "c"}) a.set(k, big + k);
+  const int64_t before = server.requests_served();
+  const auto values = a.get_many({"a", "b", "c"});
+  CHECK(server.requests_served() - before == 2);
+  CHECK(values == std::vector<std::optional<std::string>>{big + "a", big + "b", big + "c"});
+}
+
+TEST_CASE("many waits on many keys are each woken by the set of their last missing key") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient setter("127.0.0.1", server.port(), client_options("worker:0"));
+  constexpr int kWaiters = 6, kKeys = 200;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back("w/" + std::to_string(i));
+  std::vector<int> woke(kWaiters, -1);
+  std::vector<int> woke_after_last_key(kWaiters, -1);
+  std::atomic<bool> last_key_set{false};
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < kWaiters; ++w)
+    waiters.emplace_back([&, w] {
+      StoreClient c("127.0.0.1", server.port(), client_options(w % 2 ? "worker:1" : "chief:0"));
+      // Waiter w needs the keys from w*10 on (and one key twice): it is woken by the last set.
+      std::vector<std::string> mine(keys.begin() + w * 10, keys.end());
+      mine.push_back(mine.front());
+      woke[static_cast<size_t>(w)] = c.wait(mine, 20.0) ? 1 : 0;
+      woke_after_last_key[static_cast<size_t>(w)] = last_key_set.load() ? 1 : 0;
+    });
+  // A wait that times out leaves the index; its keys set later wake nobody stale.
+  StoreClient early("127.0.0.1", server.port(), client_options("worker:1"));
+  CHECK_FALSE(early.wait({"w/0", "never"}, 0.2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Set in reverse order: key w/0 last, which only waiter 0 still needs.
+  for (int i = kKeys - 1; i >= 1; --i) setter.set(keys[static_cast<size_t>(i)], "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  last_key_set = true;
+  setter.set("w/0", "1");
+  for (auto& t : waiters) t.join();
+  CHECK(woke == std::vector<int>(kWaiters, 1));
+  // Only waiter 0 needed w/0; the others were answered as their own last key came.
+  CHECK(woke_after_last_key == std::vector<int>{1, 0, 0, 0, 0, 0});
+  // Every key exists now: a new wait is answered at once.
+  CHECK(early.wait(keys, 1.0));
 }
