@@ -12,7 +12,12 @@ from the release to the last client past the barrier (CLOCK_MONOTONIC, the same
 clock in every process). TCPStore has no authentication and no heartbeats; its
 clients hold one connection each (dtrain's: two, each authenticated).
 
-Prints one JSON line per N: {"tasks", "barrier_seconds", "requests", "requests_per_second"}.
+Prints one JSON line per N: {"tasks", "barrier_seconds", "last_connected_seconds" (when
+the last client's connection was up), "requests", "requests_per_second"}. Each new
+connection makes the client look up the name of its own address (a reverse DNS
+query for ::ffff:127.0.0.1, which /etc/hosts does not answer): where the DNS
+server is slow to answer many at once, connections wait for the resolver's
+timeout, and last_connected_seconds shows it.
 Usage: torch_tcpstore_reference.py --tasks 8,64,512,4096
 """
 import argparse
@@ -32,6 +37,7 @@ def client_rendezvous(port, rank, tasks, timeout):
     import torch.distributed as dist
     store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout))
+    connected = time.monotonic_ns()
     store.set(f"join/{rank}", DESCRIPTION)
     if rank == 0:
         keys = [f"join/{i}" for i in range(tasks)]
@@ -43,7 +49,7 @@ def client_rendezvous(port, rank, tasks, timeout):
         store.wait(["roster"])
         store.get("roster")
         requests = 3
-    return store, requests
+    return store, requests, connected
 
 
 def run_slice(port, tasks, first, count, timeout):
@@ -51,13 +57,14 @@ def run_slice(port, tasks, first, count, timeout):
     import torch.distributed  # noqa: F401  (imported before "ready": not timed)
     go = threading.Event()
     joined = [0] * count
+    connected = [0] * count
     errors = []
     stores = []
 
     def body(i):
         go.wait()
         try:
-            store, _ = client_rendezvous(port, first + i, tasks, timeout)
+            store, _, connected[i] = client_rendezvous(port, first + i, tasks, timeout)
             stores.append(store)
             joined[i] = time.monotonic_ns()
         except Exception as e:  # reported to the parent
@@ -74,7 +81,7 @@ def run_slice(port, tasks, first, count, timeout):
     if errors:
         print("error " + errors[0].replace("\n", " "), flush=True)
         return 1
-    print(f"joined {max(joined)}", flush=True)
+    print(f"joined {max(joined)} {max(connected)}", flush=True)
     return 0
 
 
@@ -97,18 +104,20 @@ def run_one(tasks, timeout):
     started = time.monotonic_ns()
     for c in children:
         c.stdin.close()
-    store, requests = client_rendezvous(port, 0, tasks, timeout)
+    store, requests, last_connected = client_rendezvous(port, 0, tasks, timeout)
     last = time.monotonic_ns()
     for c in children:
         line = c.stdout.readline().strip()
         if not line.startswith("joined "):
             raise RuntimeError(f"a client process said {line!r}")
         last = max(last, int(line.split()[1]))
+        last_connected = max(last_connected, int(line.split()[2]))
         c.wait(timeout=60)
     seconds = (last - started) / 1e9
     requests += 3 * (tasks - 1)
     del store, server
-    return {"tasks": tasks, "barrier_seconds": seconds, "requests": requests,
+    return {"tasks": tasks, "barrier_seconds": seconds,
+            "last_connected_seconds": (last_connected - started) / 1e9, "requests": requests,
             "requests_per_second": requests / seconds}
 
 

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--inject", launch.injections,
                          "Fault injection, e.g. kill:worker:1@step=20 (SIGKILL that task at that "
                          "step) or kill:worker:0@ckpt_byte=N (SIGKILL it once it has written N bytes "
-                         "of checkpoint files); repeatable")
+                         "of checkpoint files) or stall_reader:worker:1@step=20 (its data reader blocks at that step: "
+                         "a hang the chief's hang report names); repeatable")
       ->take_all()
       ->allow_extra_args(false);
   launch_cmd->add_option("--grace-period", launch.grace_period,

@@ -6,31 +6,24 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "core/trace.h"
 
 namespace dtrain::comm {
 namespace {
 
 constexpr size_t kEntries = 64;
 
-struct Entry {
-  uint64_t seq = 0;  // 0: unused
-  std::string group;
-  const char* op = "";
-  size_t bytes = 0;
-  std::string state;
-  int peer = -1;  // send/recv: the other rank (and the tag)
-  uint64_t tag = 0;
-};
-
 struct Ring {
   std::mutex mutex;
-  std::array<Entry, kEntries> entries;
+  std::array<FlightEntry, kEntries> entries;
   uint64_t next = 1;
+  std::map<std::string, uint64_t> group_calls;  // the last group_seq of each group
 };
 
 Ring& ring() {
@@ -42,14 +35,15 @@ uint64_t start(const std::string& group, const char* op, size_t bytes, int peer,
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mutex);
   const uint64_t seq = r.next++;
-  r.entries[seq % kEntries] = Entry{seq, group, op, bytes, "started", peer, tag};
+  r.entries[seq % kEntries] =
+      FlightEntry{seq, group, ++r.group_calls[group], op, bytes, "started", trace::now_us(), peer, tag};
   return seq;
 }
 
 void finish(uint64_t seq, const std::string& state) {
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mutex);
-  Entry& e = r.entries[seq % kEntries];
+  FlightEntry& e = r.entries[seq % kEntries];
   if (e.seq == seq) e.state = state;
 }
 
@@ -135,15 +129,20 @@ std::unique_ptr<Communicator> make_recorded(std::unique_ptr<Communicator> inner,
   return std::make_unique<Recorded>(std::move(inner), std::move(group));
 }
 
-std::string flight_record() {
+std::vector<FlightEntry> flight_entries() {
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mutex);
-  std::string out;
+  std::vector<FlightEntry> out;
   const uint64_t first = r.next > kEntries ? r.next - kEntries : 1;
-  for (uint64_t seq = first; seq < r.next; ++seq) {
-    const Entry& e = r.entries[seq % kEntries];
-    if (e.seq != seq) continue;
-    const char* direction = std::string_view(e.op) == "recv" ? " from rank " : " to rank ";
+  for (uint64_t seq = first; seq < r.next; ++seq)
+    if (r.entries[seq % kEntries].seq == seq) out.push_back(r.entries[seq % kEntries]);
+  return out;
+}
+
+std::string flight_record() {
+  std::string out;
+  for (const FlightEntry& e : flight_entries()) {
+    const char* direction = e.op == "recv" ? " from rank " : " to rank ";
     const std::string pair = e.peer < 0 ? "" : str(direction, e.peer, " tag ", e.tag);
     out += str("#", e.seq, " ", e.group, " ", e.op, " ", e.bytes, " bytes", pair, ": ", e.state, "\n");
   }

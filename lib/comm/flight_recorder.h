@@ -7,10 +7,29 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
 namespace dtrain::comm {
+
+// One recorded collective. `group_seq` counts the calls of one group (1, 2, ...):
+// tasks that run the same collectives in the same order have the same numbers
+// for the same call, which is how a hang's diagnosis lines them up.
+struct FlightEntry {
+  uint64_t seq = 0;        // this process's count of recorded calls
+  std::string group;       // "workers", "workers/split1", "stages"
+  uint64_t group_seq = 0;
+  std::string op;          // "all_reduce", "send", ...
+  size_t bytes = 0;
+  std::string state;       // "started", "completed", "failed: ..."
+  int64_t started_us = 0;  // wall clock (trace::now_us)
+  int peer = -1;           // send/recv: the other rank
+  uint64_t tag = 0;
+};
+
+// The recorded collectives, oldest first.
+std::vector<FlightEntry> flight_entries();
 
 // A Communicator that records every call of `inner` (which it owns) under `group`.
 std::unique_ptr<Communicator> make_recorded(std::unique_ptr<Communicator> inner, std::string group);

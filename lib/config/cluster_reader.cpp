@@ -197,7 +197,7 @@ void read_cluster_keys(ObjectReader& r, ClusterSpec* cluster, std::optional<Task
 RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
   RuntimeSpec runtime;
   ObjectReader r(ctx, value, runtime.path, "the runtime section");
-  r.expect_keys({"threads", "rendezvous_timeout", "heartbeat_interval", "heartbeat_timeout",
+  r.expect_keys({"threads", "rendezvous_timeout", "heartbeat_interval", "heartbeat_timeout", "stall_timeout",
                  "secret_file", "job_id", "cluster_resolver", "port_base", "slurm_jobs", "kubernetes", "memory_limit"});
   if (const Json* v = r.find("cluster_resolver"))
     runtime.cluster_resolver = read_choice(ctx, *v, r.path_of("cluster_resolver"), kClusterResolvers, "cluster resolver");
@@ -241,6 +241,7 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
       r.get_double("heartbeat_interval", runtime.heartbeat_interval, kPositive);
   runtime.heartbeat_timeout =
       r.get_double("heartbeat_timeout", runtime.heartbeat_timeout, kPositive);
+  runtime.stall_timeout = r.get_double("stall_timeout", runtime.stall_timeout, kNonNegative);
   if (runtime.heartbeat_timeout <= runtime.heartbeat_interval)
     ctx.fail(
         r.path_of("heartbeat_timeout"),

@@ -66,6 +66,10 @@ struct RuntimeSpec {
   double rendezvous_timeout = 300.0; // seconds a task waits for the others to join
   double heartbeat_interval = 1.0;   // seconds between heartbeats on the control channel
   double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost
+  // Seconds without any task's step advancing (heartbeats still coming) after which
+  // the chief asks every task where it is and prints one hang report (a warning;
+  // the job goes on). 0 = never.
+  double stall_timeout = 120.0;
   std::string secret_file;           // file holding the job secret (else DTRAIN_JOB_SECRET)
   std::string job_id;                // names the job in the handshake ("" = derived from the config)
   // Where the cluster comes from (cluster_resolver.h): auto | tf_config | slurm | kubernetes | env.

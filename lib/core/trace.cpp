@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -83,7 +84,83 @@ void set_clock_offset(ClockOffset offset) {
   r.clock_uncertainty_us = offset.uncertainty_us;
 }
 
+namespace {
+
+// One thread's open spans; registered while the thread lives.
+struct Activity {
+  std::mutex mutex;
+  std::string thread;
+  std::vector<std::pair<const char*, int64_t>> open;  // (name, began)
+};
+
+struct Activities {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Activity>> threads;
+};
+
+Activities& all_activities() {
+  static Activities* a = new Activities;  // never destroyed: threads may outlive static destruction
+  return *a;
+}
+
+// The calling thread's record, registered on first use and dropped when the thread ends.
+Activity& my_activity() {
+  struct Registration {
+    std::shared_ptr<Activity> activity = std::make_shared<Activity>();
+    Registration() {
+      activity->thread = str("thread ", this_thread_id());
+      Activities& a = all_activities();
+      std::lock_guard<std::mutex> lock(a.mutex);
+      a.threads.push_back(activity);
+    }
+    ~Registration() {
+      Activities& a = all_activities();
+      std::lock_guard<std::mutex> lock(a.mutex);
+      std::erase(a.threads, activity);
+    }
+  };
+  thread_local Registration registration;
+  return *registration.activity;
+}
+
+}  // namespace
+
+void enter(const char* name) {
+  Activity& a = my_activity();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  a.open.emplace_back(name, now_us());
+}
+
+void leave(const char* name) {
+  Activity& a = my_activity();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  for (size_t i = a.open.size(); i-- > 0;)
+    if (a.open[i].first == name) {
+      a.open.erase(a.open.begin() + static_cast<long>(i));
+      return;
+    }
+}
+
+std::vector<ThreadActivity> activities() {
+  std::vector<ThreadActivity> out;
+  Activities& all = all_activities();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  for (const auto& t : all.threads) {
+    std::lock_guard<std::mutex> thread_lock(t->mutex);
+    if (t->open.empty()) continue;
+    ThreadActivity activity{t->thread, {}, t->open.back().second};
+    for (const auto& [name, began] : t->open) activity.spans.emplace_back(name);
+    out.push_back(std::move(activity));
+  }
+  return out;
+}
+
 void set_thread_name(const std::string& name) {
+  {
+    Activity& a = my_activity();
+    std::lock_guard<std::mutex> lock(a.mutex);
+    a.thread = name;
+  }
   const int tid = this_thread_id();
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -40,14 +40,32 @@ void set_thread_name(const std::string& name);
 void complete(const char* name, const char* category, int64_t start_us, int64_t dur_us,
               const std::string& detail = "");
 
-// RAII: records [construction, destruction) as a complete event.
+// What each thread is doing now, always kept (tracing or not): the names of its
+// open spans, outermost first, and when the innermost began. A hang's report
+// (runtime/hang_report.h) says where each thread is with it.
+struct ThreadActivity {
+  std::string thread;              // set_thread_name()'s, or "thread <tid>"
+  std::vector<std::string> spans;  // e.g. {"step", "data"}
+  int64_t since_us = 0;            // when the innermost span began (wall clock)
+};
+std::vector<ThreadActivity> activities();
+// The calling thread enters / leaves a span named `name` (Span does both).
+void enter(const char* name);
+void leave(const char* name);
+
+// RAII: records [construction, destruction) as a complete event, and keeps the
+// span in this thread's activity while it is open.
 class Span {
  public:
   Span(const char* name, const char* category, std::string detail = "")
-      : name_(name), category_(category), detail_(std::move(detail)), start_(enabled() ? now_us() : -1) {}
+      : name_(name), category_(category), detail_(std::move(detail)), start_(enabled() ? now_us() : -1) {
+    enter(name_);
+  }
   ~Span() { end(); }
   // Ends the span now (the destructor then records nothing more).
   void end() {
+    if (open_) leave(name_);
+    open_ = false;
     if (start_ >= 0) complete(name_, category_, start_, now_us() - start_, detail_);
     start_ = -1;
   }
@@ -59,6 +77,7 @@ class Span {
   const char* category_;
   std::string detail_;
   int64_t start_;
+  bool open_ = true;
 };
 
 // Writes the events recorded so far to `path` (atomically: a temporary file, then

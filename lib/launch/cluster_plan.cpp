@@ -126,15 +126,16 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
   for (const std::string& value : values) {
     const std::string where = str("--inject '", value, "': ");
     const std::string usage =
-        "expected kill:TYPE:INDEX@step=N, kill:TYPE:INDEX@ckpt_byte=N or kill:TYPE:INDEX@seconds=S, e.g. "
-        "--inject kill:worker:1@step=20";
+        "expected kill:TYPE:INDEX@step=N, kill:TYPE:INDEX@ckpt_byte=N, kill:TYPE:INDEX@seconds=S or "
+        "stall_reader:TYPE:INDEX@step=N, e.g. --inject kill:worker:1@step=20";
     const size_t at = value.find('@');
     const std::string what = value.substr(0, at);
     const std::string when = at == std::string::npos ? "" : value.substr(at + 1);
-    if (what.rfind("kill:", 0) != 0)
-      throw ConfigError(where + str("unknown fault '", what.substr(0, what.find(':')),
-                                    "' (the one fault is 'kill'); ", usage));
-    const std::string task_text = what.substr(5);
+    // kill: SIGKILL; stall_reader: the task's data reader blocks at that step (a hang, for hang reports).
+    const std::string fault = what.substr(0, what.find(':'));
+    if (fault != "kill" && fault != "stall_reader")
+      throw ConfigError(where + str("unknown fault '", fault, "' (the faults are 'kill' and 'stall_reader'); ", usage));
+    const std::string task_text = what.substr(fault.size() + 1 > what.size() ? what.size() : fault.size() + 1);
     const size_t colon = task_text.find(':');
     if (colon == std::string::npos || !all_digits(task_text.substr(colon + 1)) ||
         task_text.size() - colon > 10)
@@ -147,14 +148,15 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
     // seconds=S: S seconds after the task started (any task type).
     const std::string key = when.substr(0, when.find('=') == std::string::npos ? 0 : when.find('=') + 1);
     const std::string number = when.substr(key.size());
-    if ((key != "step=" && key != "ckpt_byte=" && key != "seconds=") || !all_digits(number) || number.size() > 15)
+    if ((key != "step=" && (fault != "kill" || (key != "ckpt_byte=" && key != "seconds="))) || !all_digits(number) ||
+        number.empty() || number.size() > 15)
       throw ConfigError(where + str("'", when, "' is not step=N (a step number), ckpt_byte=N (a byte count) or "
                                     "seconds=S; ", usage));
     for (const Injection& other : out)
       if (other.task == task)
         throw ConfigError(where + str(task.str(), " already has a fault (", other.value,
                                       "); give one --inject per task"));
-    out.push_back({task, str("kill@", key, std::stoll(number))});
+    out.push_back({task, str(fault, "@", key, std::stoll(number))});
   }
   return out;
 }

@@ -240,6 +240,14 @@ void Launcher::stop_all(int signal) {
 
 void Launcher::on_signal(int signal) {
   if (signal == SIGCHLD) return;      // check_exits() looks at every task anyway
+  if (signal == SIGUSR1) {            // a hang report, the job goes on: the chief asks every task
+    for (auto& t : tasks_)
+      if (t->name == chief_ && !t->process->reaped()) {
+        note(str("got SIGUSR1: asking ", chief_, " for a hang report (the job goes on)"));
+        t->process->signal_group(SIGUSR1);
+      }
+    return;
+  }
   if (report_.interrupted_by != 0) {  // a second one: no more patience
     note(str("got ", signal_name(signal), " again: killing every task"));
     stop_all(SIGKILL);

@@ -41,7 +41,7 @@ void child_complain(const char* what, const char* arg, int error) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(s, SIG_DFL);
+  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1}) ::signal(s, SIG_DFL);
   if (in_fd >= 0) {
     if (::dup2(in_fd, 0) < 0) ::_exit(127);
   } else {

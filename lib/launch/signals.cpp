@@ -19,10 +19,10 @@
 namespace dtrain::launch {
 namespace {
 
-constexpr int kCaught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+constexpr int kCaught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1};
 
 std::atomic<int> g_write_fd{-1};
-struct sigaction g_previous[4];
+struct sigaction g_previous[std::size(kCaught)];
 struct sigaction g_previous_pipe;
 
 extern "C" void on_signal(int signal) {

@@ -1,6 +1,6 @@
 // SignalPipe: the launcher's signals as bytes on a self-pipe, for its poll() loop.
 //
-// While a SignalPipe exists, SIGINT, SIGTERM, SIGHUP and SIGCHLD are caught by a
+// While a SignalPipe exists, SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGUSR1 are caught by a
 // handler that only write()s the signal number as one byte to a non-blocking pipe
 // (async-signal-safe); fd() goes into poll() with the task pipes, and take() reads
 // what arrived. SIGPIPE is ignored meanwhile, so a closed stdout shows as EPIPE

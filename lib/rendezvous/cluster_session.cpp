@@ -7,6 +7,7 @@
 #include "rendezvous/cluster_session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -71,6 +72,7 @@ ClusterSession::ClusterSession(SessionSpec spec)
     so.heartbeat_timeout = spec.heartbeat_timeout;
     so.chief = chief.str();
     so.expendable = spec.expendable;
+    so.stall_timeout = spec.stall_timeout;
     for (const auto& t : cluster_.spec.all_tasks()) so.tasks.push_back({t.str(), cluster_.spec.address(t)});
     // Listen on every interface of the chief's port, so the other machines reach it.
     if (spec.server) {
@@ -88,6 +90,7 @@ ClusterSession::ClusterSession(SessionSpec spec)
   co.connect_timeout = rendezvous_timeout_;
   co.on_waiting = [](const std::string& message) { log::info("rendezvous: ", message); };
   const std::string host = is_chief() ? "127.0.0.1" : chief_address.host;
+  client_options_ = co;
   store_ = std::make_unique<StoreClient>(host, chief_address.port, co);
   co.role = "control";
   co.request_timeout = spec.heartbeat_timeout;
@@ -120,6 +123,7 @@ void ClusterSession::stop_heartbeats() {
   }
   stop_cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (doctor_thread_.joinable()) doctor_thread_.join();
 }
 
 trace::ClockOffset ClusterSession::measure_clock_offset() {
@@ -429,6 +433,7 @@ void ClusterSession::heartbeat_loop() {
       const HeartbeatReply reply = control_->heartbeat(step_.load());
       failure = reply.failure;
       chief_step_ = reply.chief_step;
+      if (!failure) handle_reports(reply.report_generation);
     } catch (const Error& e) {
       const config::TaskId chief = cluster_.spec.chief();
       const std::string when = chief_step_ < 0 ? std::string("before reporting any step")
@@ -444,6 +449,90 @@ void ClusterSession::heartbeat_loop() {
     }
     stop_cv_.wait_for(lock, std::chrono::duration<double>(heartbeat_interval_),
                       [this] { return stop_ || step_pending_; });
+  }
+}
+
+namespace {
+std::atomic<bool> report_signalled{false};
+}  // namespace
+
+void ClusterSession::request_report_from_signal() { report_signalled.store(true); }
+
+void ClusterSession::request_report(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  report_reason_ = reason;
+  step_pending_ = true;  // wakes the heartbeat thread now
+  stop_cv_.notify_all();
+}
+
+void ClusterSession::set_report_source(std::function<std::string()> source) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  report_source_ = std::move(source);
+}
+
+void ClusterSession::on_reports(std::function<void(const std::string&, const Reports&)> handler) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  report_handler_ = std::move(handler);
+  if (is_chief() && !doctor_thread_.joinable()) doctor_thread_ = std::thread([this] { doctor_loop(); });
+}
+
+// On the heartbeat thread: asks for a report if this process was told to, and
+// publishes this task's for every generation it has not answered yet.
+void ClusterSession::handle_reports(int64_t generation) {
+  std::optional<std::string> reason;
+  std::function<std::string()> source;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::swap(reason, report_reason_);
+    source = report_source_;
+  }
+  if (report_signalled.exchange(false)) reason = str("asked for with SIGUSR1 (to ", cluster_.task.str(), ")");
+  if (reason) {
+    generation = control_->add("report/generation", 1);
+    control_->set(str("report/reason/", generation), *reason);
+  }
+  if (generation <= reports_seen_) return;
+  reports_seen_ = generation;
+  control_->set(str("report/", generation, "/", cluster_.task.str()),
+                source ? source() : str("step\t", step_.load(), "\n"));
+  if (is_chief()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reports_to_collect_ = generation;
+    stop_cv_.notify_all();
+  }
+}
+
+// The chief's: for each generation, every task's report (waiting up to 5 s for
+// them), then the handler. A connection of its own: the main thread may be the
+// one that hangs.
+void ClusterSession::doctor_loop() {
+  int64_t collected = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    stop_cv_.wait(lock, [&] { return stop_ || reports_to_collect_ > collected; });
+    if (stop_) return;
+    const int64_t generation = reports_to_collect_;
+    const auto handler = report_handler_;
+    lock.unlock();
+    try {
+      if (!doctor_store_) {
+        const config::HostPort chief = config::parse_host_port(cluster_.spec.address(cluster_.task), "the chief's address");
+        doctor_store_ = std::make_unique<StoreClient>("127.0.0.1", chief.port, client_options_);
+      }
+      std::vector<std::string> keys;
+      const auto tasks = cluster_.spec.all_tasks();
+      for (const auto& t : tasks) keys.push_back(str("report/", generation, "/", t.str()));
+      doctor_store_->wait(keys, 5.0);
+      keys.push_back(str("report/reason/", generation));
+      const auto values = doctor_store_->get_many(keys);
+      Reports reports;
+      for (size_t i = 0; i < tasks.size(); ++i) reports[tasks[i].str()] = values[i].value_or("");
+      if (handler) handler(values.back().value_or("asked for"), reports);
+    } catch (const std::exception& e) {
+      log::warn("rendezvous: could not collect the tasks' reports: ", e.what());
+    }
+    collected = generation;
+    lock.lock();
   }
 }
 

@@ -56,6 +56,8 @@ struct SessionSpec {
   std::shared_ptr<StoreServer> server;
   // Tasks ("evaluator:0", "worker:1") whose loss the job survives (ServerOptions::expendable).
   std::set<std::string> expendable;
+  // runtime.stall_timeout (the chief's server: ServerOptions::stall_timeout).
+  double stall_timeout = 0.0;
   // cluster_digest(cluster.spec) when the caller has it already ("": the session
   // computes it). `dtrain bench rendezvous` computes it once for the thousand
   // tasks a process of it simulates; a real task computes it once anyway.
@@ -94,6 +96,8 @@ class ClusterSession {
   // heartbeat_interval, and sooner (at most every 100 ms) while steps advance, so
   // the step named when a task is lost is at most ~100 ms old.
   void report_step(int64_t step);
+  // The step last given to report_step() (-1 before the first).
+  int64_t reported_step() const { return step_.load(); }
   // Throws PeerLost if another task was lost or the chief cannot be reached.
   void check_health();
   // The job's failure as the heartbeats learn it (names the lost task, its address
@@ -110,6 +114,20 @@ class ClusterSession {
   // got here, then leaves cleanly; an expendable task that was lost is not waited
   // for. The chief also waits for the others to leave.
   void finish();
+  // Hang reports. When a report is asked for (the chief's server saw a stall, or
+  // some task got SIGUSR1), every task's heartbeat thread publishes `source()`
+  // (what this task is doing) as report/<generation>/<task>; on the chief a
+  // thread of its own then collects every task's (waiting up to 5 s) and hands
+  // them to `handler` with the reason. Set both before the first step.
+  using Reports = std::map<std::string, std::string>;  // task -> its report ("" = none came)
+  void set_report_source(std::function<std::string()> source);
+  void on_reports(std::function<void(const std::string& reason, const Reports& reports)> handler);
+  // Asks for a report from a signal handler (async-signal-safe: sets a flag that
+  // this process's heartbeat thread acts on).
+  static void request_report_from_signal();
+  // Asks for a report now, saying why (from a normal thread).
+  void request_report(const std::string& reason);
+
   // Drops out of the job as a killed process would: stops the heartbeats and
   // closes both connections without telling the chief (the server sees them
   // close). For `dtrain bench rendezvous` and tests, which simulate many tasks
@@ -137,6 +155,8 @@ class ClusterSession {
   void read_roster() const;
   void heartbeat_loop();
   void stop_heartbeats();
+  void handle_reports(int64_t generation);  // on the heartbeat thread, for each new generation
+  void doctor_loop();                       // the chief's report collector
   std::string describe(const config::TaskId& task) const;
 
   config::ClusterConfig cluster_;
@@ -167,6 +187,15 @@ class ClusterSession {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::optional<std::string> failure_;  // guarded by mutex_
+  // Hang reports (the heartbeat thread's, and the chief's doctor thread):
+  std::function<std::string()> report_source_;
+  std::function<void(const std::string&, const Reports&)> report_handler_;
+  std::optional<std::string> report_reason_;  // guarded by mutex_: request_report()'s, for the heartbeat thread
+  int64_t reports_seen_ = 0;                  // the heartbeat thread's
+  int64_t reports_to_collect_ = 0;            // guarded by mutex_: the doctor's next generation
+  std::thread doctor_thread_;
+  std::unique_ptr<StoreClient> doctor_store_;  // the doctor thread's
+  ClientOptions client_options_;
   std::function<void(const std::string&)> on_failure_;  // guarded by mutex_
 };
 

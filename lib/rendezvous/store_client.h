@@ -34,6 +34,7 @@ struct ClientOptions {
 struct HeartbeatReply {
   std::optional<std::string> failure;  // why the job failed, if it did
   int64_t chief_step = -1;             // the last step the chief reported
+  int64_t report_generation = 0;       // reports asked for so far (a new one: publish this task's)
 };
 
 // This machine's address on the interface that reaches host:port (a UDP socket

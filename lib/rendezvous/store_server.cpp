@@ -91,6 +91,8 @@ struct ServerState {
   // lookups per set).
   std::unordered_map<std::string, std::vector<WaiterList::iterator>> waiting_on;
   std::atomic<int64_t> requests{0};  // read by requests_served() from other threads
+  Clock::time_point last_progress = Clock::now();  // when a task's step last changed
+  bool stall_reported = false;                     // this stall's report was asked for
 
   // For wait_all_done(), read from other threads:
   std::mutex done_mutex;
@@ -111,6 +113,13 @@ struct ServerState {
   void park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection, Clock::time_point deadline);
   // Takes a parked wait out of waiting_on (before it is answered otherwise).
   void unpark(WaiterList::iterator waiter);
+  // Asks every task for a report of where it is (heartbeat replies carry the new
+  // report/generation; report/reason/<generation> says why).
+  void request_report(const std::string& reason);
+  int64_t report_generation() const {
+    auto it = kv.find("report/generation");
+    return it == kv.end() ? 0 : counter_after_add(it->second, 0).value_or(0);
+  }
   void update_all_done();
   std::string describe(const std::string& task) const {
     auto it = tasks.find(task);
@@ -225,6 +234,10 @@ class Connection final : public AuthenticatedConnection {
         if (!is_control()) return reject("sent a heartbeat on a store connection");
         auto& t = s.tasks[task()];
         t.last_heartbeat = Clock::now();
+        if (m.number != t.last_step) {
+          s.last_progress = t.last_heartbeat;
+          s.stall_reported = false;
+        }
         t.last_step = m.number;
         if (s.failure) {
           t.informed = true;
@@ -233,7 +246,7 @@ class Connection final : public AuthenticatedConnection {
         }
         auto chief = s.tasks.find(s.options.chief);
         const int64_t chief_step = chief == s.tasks.end() ? -1 : chief->second.last_step;
-        return reply({Op::kStatus, 0, {std::to_string(chief_step)}});
+        return reply({Op::kStatus, 0, {std::to_string(chief_step), std::to_string(s.report_generation())}});
       }
       case Op::kDone:
         if (is_control()) {
@@ -288,6 +301,13 @@ void ServerState::sweep() {
                           options.heartbeat_timeout, " s (the process hangs or the network is cut)"));
     }
   }
+  if (options.stall_timeout > 0 && !failure && !stall_reported &&
+      now - last_progress > std::chrono::duration<double>(options.stall_timeout) &&
+      std::any_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.second.connected && t.second.last_step >= 0; })) {
+    stall_reported = true;
+    request_report(str("stall: no task's step has advanced for ", options.stall_timeout,
+                       " s (runtime.stall_timeout) while their heartbeats still come"));
+  }
   for (auto it = waiters.begin(); it != waiters.end();) {
     if (now >= it->deadline) {
       unpark(it);
@@ -325,6 +345,13 @@ void ServerState::task_lost(const std::string& task, const std::string& why) {
   put("lost/" + count, task + "#" + kv["incarnation/" + task]);
   log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
   update_all_done();
+}
+
+void ServerState::request_report(const std::string& reason) {
+  const int64_t generation = report_generation() + 1;
+  put(str("report/reason/", generation), reason);
+  put("report/generation", std::to_string(generation));
+  log::debug("rendezvous: report ", generation, " asked for: ", reason);
 }
 
 void ServerState::put(const std::string& key, std::string value) {

@@ -38,6 +38,10 @@ struct ServerOptions {
   // parameter_server): the server records it in the store (status/<task> =
   // "lost", lost_count) instead of failing the job, and the task may come back.
   std::set<std::string> expendable;
+  // runtime.stall_timeout: when no task's step has advanced for this long (while
+  // their heartbeats still come), the server asks every task for a report of
+  // where it is (report/generation), once per stall. 0: never.
+  double stall_timeout = 0.0;
 };
 
 struct ServerState;  // the server's state, owned by its I/O thread (store_server.cpp)

@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "kernels/device.h"
 #include "runtime/env_registration.h"
+#include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
 #include "strategy/pipeline_links.h"
 
@@ -141,6 +142,8 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     session.report_step(step);
     session.check_health();
   };
+  if (const InjectedFault fault = parse_injected_fault(env.inject); fault.stall_reader_step > 0)
+    run.before_batch = [fault](int64_t step) { stall_reader_if_injected(fault, step); };
   if (plan.role == plan::Role::kEvaluate) return run_evaluator_task(job, plan, run, task);
   run.final_checkpoint = cluster.spec.count("evaluator") > 0;
   run_session(task, [&] {

@@ -1,6 +1,8 @@
 // Implementation of cluster_task.h.
 #include "runtime/cluster_task.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "core/strings.h"
 #include "kernels/device.h"
 #include "rendezvous/auth.h"
+#include "runtime/hang_report.h"
 
 namespace dtrain::runtime {
 
@@ -36,6 +39,7 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
   spec.rendezvous_timeout = job.runtime.rendezvous_timeout;
   spec.heartbeat_interval = job.runtime.heartbeat_interval;
   spec.heartbeat_timeout = job.runtime.heartbeat_timeout;
+  spec.stall_timeout = job.runtime.stall_timeout;
   spec.listen_fd = env.listen_socket();
   return spec;
 }
@@ -73,6 +77,17 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
       std::_Exit(to_int(ExitCode::kPeerLost));
     }).detach();
   });
+  // Hang reports (hang_report.h): every task says where it is when asked; the
+  // chief prints the diagnosis; SIGUSR1 asks for one without stopping the job.
+  session_.set_report_source([this] { return local_report(session_.reported_step()); });
+  session_.on_reports([](const std::string& reason, const rendezvous::ClusterSession::Reports& reports) {
+    log::warn(diagnose(reason, reports));
+  });
+  struct sigaction action {};
+  action.sa_handler = [](int) { rendezvous::ClusterSession::request_report_from_signal(); };
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, nullptr);
 }
 
 std::vector<std::string> ClusterTask::host_of_rank() const {

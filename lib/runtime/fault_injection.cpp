@@ -20,7 +20,8 @@ InjectedFault parse_injected_fault(const std::string& text) {
   if (text.empty()) return fault;
   for (auto [prefix, target] : {std::pair{"kill@step=", &fault.kill_step},
                                 std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte},
-                                std::pair{"kill@seconds=", &fault.kill_seconds}}) {
+                                std::pair{"kill@seconds=", &fault.kill_seconds},
+                                std::pair{"stall_reader@step=", &fault.stall_reader_step}}) {
     const std::string p = prefix;
     if (text.rfind(p, 0) != 0) continue;
     const std::string digits = text.substr(p.size());
@@ -33,7 +34,14 @@ InjectedFault parse_injected_fault(const std::string& text) {
       return fault;
     }
   }
-  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N, kill@ckpt_byte=N or kill@seconds=N with N > 0"));
+  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N, kill@ckpt_byte=N, kill@seconds=N or stall_reader@step=N with N > 0"));
+}
+
+void stall_reader_if_injected(const InjectedFault& fault, int64_t step) {
+  if (step != fault.stall_reader_step) return;
+  // The reader never returns; the job's deadlines end this process (the watchdog
+  // once the job failed), as they would a real reader stuck on a dead file system.
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(3600));
 }
 
 int64_t arm_injected_fault(const InjectedFault& fault) {

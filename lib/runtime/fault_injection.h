@@ -5,6 +5,8 @@
 // second checkpoint), to show that a crash while saving leaves earlier checkpoints
 // loadable; kill@seconds=S S seconds after arming (any task type, a ps or an
 // evaluator too). On a ps task, kill@step=N counts the updates that ps applied.
+// stall_reader@step=N makes the training task's data reader block before step N
+// (heartbeats go on: a stall, not a loss), to show a hang report naming it.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,14 @@ struct InjectedFault {
   int64_t kill_step = -1;       // -1: none
   int64_t kill_ckpt_byte = -1;  // -1: none
   int64_t kill_seconds = -1;    // -1: none
+  int64_t stall_reader_step = -1;  // -1: none
 };
 
 // Parses a DTRAIN_INJECT value ("" = no fault); ConfigError for anything else.
 InjectedFault parse_injected_fault(const std::string& text);
+
+// stall_reader@step=N: blocks (for good) when `step` is N; nothing otherwise.
+void stall_reader_if_injected(const InjectedFault& fault, int64_t step);
 
 // Arms a kill@ckpt_byte fault (lib/checkpoint's write hook) or a kill@seconds
 // timer and returns the kill@step step, or -1.

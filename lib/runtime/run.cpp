@@ -70,10 +70,8 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   trainer::RunOptions run;
   run.summary_path = request.summary_path;
   run.stop_requested = request.stop_requested;
-  if (job.output.trace) {
-    trace::enable();
-    trace::set_thread_name("main");
-  }
+  trace::set_thread_name("main");  // names it in hang reports too (trace::activities)
+  if (job.output.trace) trace::enable();
   if (!cluster.single_process())
     return with_trace(job, cluster, [&] { run_in_cluster(job, cluster, machine, plan, env, run, kill_step); });
   if (kill_step > 0)

@@ -43,6 +43,7 @@ void StrategySteps::start_epoch(int64_t epoch, int64_t first_step) {
 
 void StrategySteps::read_batches() {
   const trace::Span data_span("data", "data");
+  if (options_.before_batch) options_.before_batch(global_step_ + 1);
   if (have_upcoming_) {
     micro_batches_.swap(upcoming_);
     have_upcoming_ = false;

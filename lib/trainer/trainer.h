@@ -31,6 +31,9 @@ struct RunOptions {
   // Called after every training step with the number of steps done. The cluster
   // runtime reports progress and checks the other tasks' health here (and may throw).
   std::function<void(int64_t steps_done)> on_step;
+  // Called inside the "data" span before a step's batches are read, with that
+  // step's number (1-based): the cluster runtime's injected reader stall.
+  std::function<void(int64_t step)> before_batch;
   // The communicators the runtime connected as the plan names them (nullptr where it names none):
   // the job's training tasks as a group (plan.tasks), and the training tasks'
   // NCCL group for the gradients (plan.gradients kNccl), on the plan's device.

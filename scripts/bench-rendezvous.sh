@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Rendezvous at scale (rerunnable), issue 38: `dtrain bench rendezvous` (the
+# chief's real store against N simulated tasks, each a real ClusterSession in a
+# worker process) beside PyTorch's TCPStore from PyPI (its default server, N
+# clients doing the same join/wait/roster calls: bench/torch_tcpstore_reference.py,
+# in the venv scripts/torch-venv.sh makes), in one run, for each N. Both start
+# their clients at once once every process is ready, and stop the clock when
+# the last one is past the barrier.
+# Usage: scripts/bench-rendezvous.sh [--tasks 8,64,512,4096] [--skip-torch]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tasks=8,64,512,4096 skip_torch=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tasks) tasks="$2"; shift 2 ;;
+    --skip-torch) skip_torch=1; shift ;;
+    *) echo "usage: $0 [--tasks 8,64,512,4096] [--skip-torch]" >&2; exit 2 ;;
+  esac
+done
+[ -x build/dtrain ] || bash scripts/build.sh
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+timeout 1200 build/dtrain bench rendezvous --tasks "$tasks" --json >"$out/dtrain" 2>"$out/dtrain.err" || {
+  cat "$out/dtrain.err" >&2
+  exit 1
+}
+if [ "$skip_torch" = 0 ]; then
+  py=$(bash scripts/torch-venv.sh)
+  timeout 3000 "$py" bench/torch_tcpstore_reference.py --tasks "$tasks" 2>"$out/torch.err" >"$out/torch" || {
+    tail -5 "$out/torch.err" >&2
+    exit 1
+  }
+else
+  : >"$out/torch"
+fi
+
+python3 - "$out/dtrain" "$out/torch" <<'PY'
+import json, os, sys
+dtrain = {j["tasks"]: j for j in map(json.loads, open(sys.argv[1]))}
+torch = {j["tasks"]: j for j in map(json.loads, open(sys.argv[2]))}
+print(f"# rendezvous to the barrier, {os.cpu_count()} cores; dtrain: 2 authenticated connections and heartbeats per task; "
+      "TCPStore: 1 connection per client")
+print("# %6s %11s %10s %11s %10s %9s %9s | %11s %12s %8s" % (
+    "tasks", "dtrain(s)", "requests", "requests/s", "cpu/round", "detect", "named", "tcpstore(s)", "connected(s)",
+    "speedup"))
+for n, d in sorted(dtrain.items()):
+    t = torch.get(n)
+    tt = "%11.3f %12.3f %7.1fx" % (t["barrier_seconds"], t["last_connected_seconds"],
+                                    t["barrier_seconds"] / d["barrier_seconds"]) if t else "%11s %12s %8s" % ("-", "-", "-")
+    print("  %6d %11.3f %10d %11.0f %8.1fms %8.3fs %9s | %s" % (
+        n, d["barrier_seconds"], d["barrier_requests"], d["requests_per_second"],
+        d["server_cpu_us_per_heartbeat_round"] / 1000, d["detect_seconds"],
+        "%d/%d" % (d["named_by"], d["survivors"]), tt))
+print("# cpu/round: the chief's store thread per heartbeat round (every task once); detect: SIGKILL of one task to "
+      "the last other task naming it (heartbeat every 1 s)")
+PY

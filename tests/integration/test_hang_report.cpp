@@ -1,0 +1,44 @@
+// Hang reports end to end: `dtrain launch` of 3 workers, worker:2's data reader
+// blocked at step 3 (--inject stall_reader): the chief's store sees no step
+// advance for runtime.stall_timeout, every task reports where it is, and the
+// chief's one diagnosis names worker:2, the all-reduce the others wait in and its
+// main thread in the input pipeline; SIGUSR1 to the launcher asks for another
+// without stopping the job; the collective deadline still ends the hang.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+#include "integration/start_dtrain.h"
+
+using namespace dtrain::integration;
+using Catch::Matchers::Contains;
+
+TEST_CASE("a worker whose reader blocks is named by the chief's hang report, and SIGUSR1 asks for another",
+          "[integration]") {
+  const TempDir tmp;
+  auto launch = start_dtrain({"launch", "--workers", "3", "--inject", "stall_reader:worker:2@step=3",
+                              "--config", shipped_config_path("fashion_mnist_mlp.json"),
+                              "--set", "data.train.take=4096", "--set", "data.test.take=256",
+                              "--set", "train.epochs=20", "--set", "output.dir=" + tmp.file("out"),
+                              "--set", "runtime.stall_timeout=2", "--set", "runtime.heartbeat_interval=0.5",
+                              "--set", "runtime.heartbeat_timeout=3"});
+  REQUIRE(launch->wait_for_err("worker:2 has not entered all_reduce", 40.0));
+  launch->send(SIGUSR1);
+  const bool second = launch->wait_for_err("hang report (asked for with SIGUSR1", 15.0);
+  // The collective deadline (heartbeat_timeout + 20 s) ends the job: a hang is reported, not waited out forever.
+  const RunOutput r = launch->finish(60.0);
+  INFO(r.err);
+  CHECK(second);
+  CHECK_THAT(r.err, Contains("hang report (stall: no task's step has advanced for 2 s"));
+  CHECK_THAT(r.err, Contains("worker:2 has not entered all_reduce #"));
+  CHECK_THAT(r.err, Contains("its thread main is in step > data (the input pipeline: data::Pipeline::next"));
+  CHECK_THAT(r.err, Contains("got SIGUSR1: asking worker:0 for a hang report (the job goes on)"));
+  CHECK_THAT(r.err, !Contains("worker:0 has not entered"));
+  CHECK_THAT(r.err, !Contains("worker:1 has not entered"));
+  // The all-reduce's deadline on a waiting task (exit 5, a timeout); the job's
+  // code is whichever task ended first (4, peer lost, when another saw the group fail first).
+  CHECK((r.exit_code == 5 || r.exit_code == 4));
+  CHECK_THAT(r.err, Contains("exit code 5           timeout"));
+}
