@@ -127,14 +127,16 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
     const std::string where = str("--inject '", value, "': ");
     const std::string usage =
         "expected kill:TYPE:INDEX@step=N, kill:TYPE:INDEX@ckpt_byte=N, kill:TYPE:INDEX@seconds=S or "
-        "stall_reader:TYPE:INDEX@step=N, e.g. --inject kill:worker:1@step=20";
+        "stall_reader:TYPE:INDEX@step=N, skip_allreduce:TYPE:INDEX@step=N or bytes_per_pack:TYPE:INDEX@bytes=N, "
+        "e.g. --inject kill:worker:1@step=20";
     const size_t at = value.find('@');
     const std::string what = value.substr(0, at);
     const std::string when = at == std::string::npos ? "" : value.substr(at + 1);
     // kill: SIGKILL; stall_reader: the task's data reader blocks at that step (a hang, for hang reports).
     const std::string fault = what.substr(0, what.find(':'));
-    if (fault != "kill" && fault != "stall_reader")
-      throw ConfigError(where + str("unknown fault '", fault, "' (the faults are 'kill' and 'stall_reader'); ", usage));
+    if (fault != "kill" && fault != "stall_reader" && fault != "skip_allreduce" && fault != "bytes_per_pack")
+      throw ConfigError(where + str("unknown fault '", fault,
+                                    "' (the faults are kill, stall_reader, skip_allreduce and bytes_per_pack); ", usage));
     const std::string task_text = what.substr(fault.size() + 1 > what.size() ? what.size() : fault.size() + 1);
     const size_t colon = task_text.find(':');
     if (colon == std::string::npos || !all_digits(task_text.substr(colon + 1)) ||
@@ -148,15 +150,18 @@ std::vector<Injection> parse_injections(const std::vector<std::string>& values,
     // seconds=S: S seconds after the task started (any task type).
     const std::string key = when.substr(0, when.find('=') == std::string::npos ? 0 : when.find('=') + 1);
     const std::string number = when.substr(key.size());
-    if ((key != "step=" && (fault != "kill" || (key != "ckpt_byte=" && key != "seconds="))) || !all_digits(number) ||
-        number.empty() || number.size() > 15)
+    const bool allowed = fault == "bytes_per_pack" ? key == "bytes="
+                                                   : key == "step=" || (fault == "kill" && (key == "ckpt_byte=" || key == "seconds="));
+    if (!allowed || !all_digits(number) || number.empty() || number.size() > 15)
       throw ConfigError(where + str("'", when, "' is not step=N (a step number), ckpt_byte=N (a byte count) or "
                                     "seconds=S; ", usage));
     for (const Injection& other : out)
       if (other.task == task)
         throw ConfigError(where + str(task.str(), " already has a fault (", other.value,
                                       "); give one --inject per task"));
-    out.push_back({task, str(fault, "@", key, std::stoll(number))});
+    // (DTRAIN_INJECT: "kill@step=20", "bytes_per_pack=65536")
+    out.push_back({task, fault == "bytes_per_pack" ? str("bytes_per_pack=", std::stoll(number))
+                                                   : str(fault, "@", key, std::stoll(number))});
   }
   return out;
 }

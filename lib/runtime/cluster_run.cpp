@@ -142,8 +142,9 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     session.report_step(step);
     session.check_health();
   };
-  if (const InjectedFault fault = parse_injected_fault(env.inject); fault.stall_reader_step > 0)
-    run.before_batch = [fault](int64_t step) { stall_reader_if_injected(fault, step); };
+  const InjectedFault fault = parse_injected_fault(env.inject);
+  if (fault.stall_reader_step > 0 || fault.skip_allreduce_step > 0)
+    run.before_batch = [fault](int64_t step) { before_batch_if_injected(fault, step); };
   if (plan.role == plan::Role::kEvaluate) return run_evaluator_task(job, plan, run, task);
   run.final_checkpoint = cluster.spec.count("evaluator") > 0;
   run_session(task, [&] {
@@ -154,7 +155,10 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     }
     TaskConnections connections;
     connect_planned(job, plan, session.cluster(), spec, task, connections, run);
-    const trainer::RunSummary summary = trainer::run_training(job, plan, run);
+    // Injected (bytes_per_pack=N): another bucket size than the job's, after the tasks agreed on it.
+    job::JobConfig injected = job;
+    if (fault.bytes_per_pack > 0) injected.strategy.bytes_per_pack = fault.bytes_per_pack;
+    const trainer::RunSummary summary = trainer::run_training(injected, plan, run);
     // The final checkpoint is saved: an evaluator may stop after it.
     if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
   });

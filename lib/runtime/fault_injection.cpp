@@ -12,6 +12,7 @@
 #include "checkpoint/durable_file.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "strategy/gradient_reducer.h"
 
 namespace dtrain::runtime {
 
@@ -21,7 +22,9 @@ InjectedFault parse_injected_fault(const std::string& text) {
   for (auto [prefix, target] : {std::pair{"kill@step=", &fault.kill_step},
                                 std::pair{"kill@ckpt_byte=", &fault.kill_ckpt_byte},
                                 std::pair{"kill@seconds=", &fault.kill_seconds},
-                                std::pair{"stall_reader@step=", &fault.stall_reader_step}}) {
+                                std::pair{"stall_reader@step=", &fault.stall_reader_step},
+                                std::pair{"skip_allreduce@step=", &fault.skip_allreduce_step},
+                                std::pair{"bytes_per_pack=", &fault.bytes_per_pack}}) {
     const std::string p = prefix;
     if (text.rfind(p, 0) != 0) continue;
     const std::string digits = text.substr(p.size());
@@ -34,10 +37,11 @@ InjectedFault parse_injected_fault(const std::string& text) {
       return fault;
     }
   }
-  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N, kill@ckpt_byte=N, kill@seconds=N or stall_reader@step=N with N > 0"));
+  throw ConfigError(str("DTRAIN_INJECT='", text, "': expected kill@step=N, kill@ckpt_byte=N, kill@seconds=N, stall_reader@step=N, skip_allreduce@step=N or bytes_per_pack=N with N > 0"));
 }
 
-void stall_reader_if_injected(const InjectedFault& fault, int64_t step) {
+void before_batch_if_injected(const InjectedFault& fault, int64_t step) {
+  if (step == fault.skip_allreduce_step) strategy::inject_skip_next_allreduce();
   if (step != fault.stall_reader_step) return;
   // The reader never returns; the job's deadlines end this process (the watchdog
   // once the job failed), as they would a real reader stuck on a dead file system.

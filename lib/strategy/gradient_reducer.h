@@ -144,4 +144,9 @@ class GradientReducer {
   Tensor non_finite_flag_;  // the device path's: 1 when a gradient held inf or NaN (one float)
 };
 
+// Fault injection (DTRAIN_INJECT skip_allreduce@step=N, for hang reports'
+// tests and demos): this process's next bucket all-reduce is skipped, as a bug
+// that leaves one out would; the others wait in it.
+void inject_skip_next_allreduce();
+
 }  // namespace dtrain::strategy

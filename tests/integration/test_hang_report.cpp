@@ -42,3 +42,23 @@ TEST_CASE("a worker whose reader blocks is named by the chief's hang report, and
   CHECK((r.exit_code == 5 || r.exit_code == 4));
   CHECK_THAT(r.err, Contains("exit code 5           timeout"));
 }
+
+TEST_CASE("a worker that leaves out one all-reduce is named by the hang report as entering another collective",
+          "[integration]") {
+  const TempDir tmp;
+  // Gloo's ring (shared memory fails such a group at once, with no stall to report).
+  auto launch = start_dtrain({"launch", "--workers", "3", "--inject", "skip_allreduce:worker:1@step=3",
+                              "--config", shipped_config_path("fashion_mnist_mlp.json"),
+                              "--set", "data.train.take=4096", "--set", "data.test.take=256",
+                              "--set", "train.epochs=20", "--set", "output.dir=" + tmp.file("out"),
+                              "--set", "strategy.communication=ring", "--set", "runtime.stall_timeout=2",
+                              "--set", "runtime.heartbeat_interval=0.5", "--set", "runtime.heartbeat_timeout=3"});
+  const RunOutput r = launch->finish(60.0);
+  INFO(r.err);
+  CHECK_THAT(r.err, Contains("hang report (stall: no task's step has advanced for 2 s"));
+  CHECK_THAT(r.err, Contains("worker:1 entered workers #"));
+  CHECK_THAT(r.err, Contains("where the others have all_reduce of"));
+  CHECK_THAT(r.err, !Contains("worker:0 entered workers #"));
+  CHECK_THAT(r.err, !Contains("worker:2 entered workers #"));
+  CHECK(r.exit_code == 5);  // every task's collective deadline: a timeout
+}
