@@ -68,8 +68,9 @@ struct RuntimeSpec {
   double heartbeat_timeout = 10.0;   // seconds of silence after which a task is declared lost
   // Seconds without any task's step advancing (heartbeats still coming) after which
   // the chief asks every task where it is and prints one hang report (a warning;
-  // the job goes on). 0 = never.
-  double stall_timeout = 120.0;
+  // the job goes on). 0 = never. Below the collective deadline (heartbeat_timeout
+  // + 20 s, 30 s by default), so that a hang is reported before it ends the job.
+  double stall_timeout = 20.0;
   std::string secret_file;           // file holding the job secret (else DTRAIN_JOB_SECRET)
   std::string job_id;                // names the job in the handshake ("" = derived from the config)
   // Where the cluster comes from (cluster_resolver.h): auto | tf_config | slurm | kubernetes | env.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include "comm/flight_recorder.h"
@@ -82,6 +83,31 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
   session_.set_report_source([this] { return local_report(session_.reported_step()); });
   session_.on_reports([](const std::string& reason, const rendezvous::ClusterSession::Reports& reports) {
     log::warn(diagnose(reason, reports));
+  });
+  // A library's own thread that throws ends the process through std::terminate:
+  // Gloo's I/O thread does when a peer sends more bytes than this task posted
+  // (the tasks disagree on a collective). Say so, with the flight record, and
+  // exit with the runtime error code instead of aborting with no word.
+  std::set_terminate([] {
+    std::string what = "(no exception)";
+    if (const std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+        what = "(not a std::exception)";
+      }
+    }
+    const std::string record = comm::flight_record();
+    if (!record.empty()) std::fprintf(stderr, "dtrain: the last collectives it started (oldest first):\n%s", record.c_str());
+    std::fprintf(stderr,
+                 "%sa thread of the collectives' library failed: %s (when a peer sent more bytes than this task "
+                 "posted, the tasks disagree on a collective's size: see the last collectives above and the "
+                 "others' logs)\n",
+                 kErrorPrefix, what.c_str());
+    std::fflush(stderr);
+    std::_Exit(to_int(ExitCode::kRuntime));
   });
   struct sigaction action {};
   action.sa_handler = [](int) { rendezvous::ClusterSession::request_report_from_signal(); };
