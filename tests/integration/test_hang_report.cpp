@@ -15,15 +15,28 @@
 using namespace dtrain::integration;
 using Catch::Matchers::Contains;
 
+namespace {
+
+// `dtrain launch` of 3 workers on the small MLP with `inject` (a fault on one task),
+// heartbeats every 0.5 s (lost after 3 s), and `sets` on top.
+std::vector<std::string> launch_args(const TempDir& tmp, const std::string& inject, int epochs,
+                                     const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"launch", "--workers", "3", "--inject", inject,
+                                   "--config", shipped_config_path("fashion_mnist_mlp.json"),
+                                   "--set", "data.train.take=4096", "--set", "data.test.take=256",
+                                   "--set", "train.epochs=" + std::to_string(epochs),
+                                   "--set", "output.dir=" + tmp.file("out"),
+                                   "--set", "runtime.heartbeat_interval=0.5", "--set", "runtime.heartbeat_timeout=3"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return args;
+}
+
+}  // namespace
+
 TEST_CASE("a worker whose reader blocks is named by the chief's hang report, and SIGUSR1 asks for another",
           "[integration]") {
   const TempDir tmp;
-  auto launch = start_dtrain({"launch", "--workers", "3", "--inject", "stall_reader:worker:2@step=3",
-                              "--config", shipped_config_path("fashion_mnist_mlp.json"),
-                              "--set", "data.train.take=4096", "--set", "data.test.take=256",
-                              "--set", "train.epochs=20", "--set", "output.dir=" + tmp.file("out"),
-                              "--set", "runtime.stall_timeout=2", "--set", "runtime.heartbeat_interval=0.5",
-                              "--set", "runtime.heartbeat_timeout=3"});
+  auto launch = start_dtrain(launch_args(tmp, "stall_reader:worker:2@step=3", 20, {"runtime.stall_timeout=2"}));
   REQUIRE(launch->wait_for_err("worker:2 has not entered all_reduce", 40.0));
   launch->send(SIGUSR1);
   const bool second = launch->wait_for_err("hang report (asked for with SIGUSR1", 15.0);
@@ -47,12 +60,8 @@ TEST_CASE("a worker that leaves out one all-reduce is named by the hang report a
           "[integration]") {
   const TempDir tmp;
   // Gloo's ring (shared memory fails such a group at once, with no stall to report).
-  auto launch = start_dtrain({"launch", "--workers", "3", "--inject", "skip_allreduce:worker:1@step=3",
-                              "--config", shipped_config_path("fashion_mnist_mlp.json"),
-                              "--set", "data.train.take=4096", "--set", "data.test.take=256",
-                              "--set", "train.epochs=20", "--set", "output.dir=" + tmp.file("out"),
-                              "--set", "strategy.communication=ring", "--set", "runtime.stall_timeout=2",
-                              "--set", "runtime.heartbeat_interval=0.5", "--set", "runtime.heartbeat_timeout=3"});
+  auto launch = start_dtrain(launch_args(tmp, "skip_allreduce:worker:1@step=3", 20,
+                                         {"strategy.communication=ring", "runtime.stall_timeout=2"}));
   const RunOutput r = launch->finish(60.0);
   INFO(r.err);
   CHECK_THAT(r.err, Contains("hang report (stall: no task's step has advanced for 2 s"));
@@ -68,12 +77,7 @@ TEST_CASE("a worker that leaves out one all-reduce is named by the hang report a
 TEST_CASE("a worker with another bucket size under Gloo ends with an error naming the size, not an abort",
           "[integration]") {
   const TempDir tmp;
-  auto launch = start_dtrain({"launch", "--workers", "3", "--inject", "bytes_per_pack:worker:1@bytes=65536",
-                              "--config", shipped_config_path("fashion_mnist_mlp.json"),
-                              "--set", "data.train.take=4096", "--set", "data.test.take=256",
-                              "--set", "train.epochs=2", "--set", "output.dir=" + tmp.file("out"),
-                              "--set", "strategy.communication=ring", "--set", "runtime.heartbeat_interval=0.5",
-                              "--set", "runtime.heartbeat_timeout=3"});
+  auto launch = start_dtrain(launch_args(tmp, "bytes_per_pack:worker:1@bytes=65536", 2, {"strategy.communication=ring"}));
   const RunOutput r = launch->finish(60.0);
   INFO(r.err);
   // Gloo throws on its own thread when a peer sends more than was posted: the
