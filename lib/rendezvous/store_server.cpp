@@ -116,9 +116,12 @@ struct ServerState {
   // Asks every task for a report of where it is (heartbeat replies carry the new
   // report/generation; report/reason/<generation> says why).
   void request_report(const std::string& reason);
-  int64_t report_generation() const {
-    auto it = kv.find("report/generation");
-    return it == kv.end() ? 0 : counter_after_add(it->second, 0).value_or(0);
+  int64_t report_generation() const { return counter_after_add(value_of("report/generation"), 0).value_or(0); }
+  // The value at `key`, "" when absent (without creating it: a key comes into
+  // being only through put(), which wakes the waits for it).
+  std::string value_of(const std::string& key) const {
+    auto it = kv.find(key);
+    return it == kv.end() ? std::string() : it->second;
   }
   void update_all_done();
   std::string describe(const std::string& task) const {
@@ -167,7 +170,7 @@ class Connection final : public AuthenticatedConnection {
     t.done = false;
     t.last_heartbeat = Clock::now();
     // A client may have set the key to anything: count from 1 again then.
-    const std::string incarnation = server_->kv["incarnation/" + task()];
+    const std::string incarnation = server_->value_of("incarnation/" + task());
     server_->put("incarnation/" + task(), std::to_string(counter_after_add(incarnation, 1).value_or(1)));
     server_->put("status/" + task(), "up");
   }
@@ -338,11 +341,11 @@ void ServerState::fail_job(const std::string& why, int64_t kind) {
 
 void ServerState::task_lost(const std::string& task, const std::string& why) {
   if (!options.expendable.count(task)) return fail_job(why);
-  if (kv["status/" + task] == "lost") return;
+  if (value_of("status/" + task) == "lost") return;
   put("status/" + task, "lost");
-  const std::string count = std::to_string(kv["lost_count"].empty() ? 1 : std::stoll(kv["lost_count"]) + 1);
+  const std::string count = std::to_string(counter_after_add(value_of("lost_count"), 1).value_or(1));
   put("lost_count", count);
-  put("lost/" + count, task + "#" + kv["incarnation/" + task]);
+  put("lost/" + count, task + "#" + value_of("incarnation/" + task));
   log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
   update_all_done();
 }
