@@ -45,6 +45,8 @@ rows = {}
 for line in open(sys.argv[1]):
     who, _, text = line.split(" ", 2)
     j = json.loads(text)
+    if "setup" in j:  # dtrain's Gloo set-up line
+        continue
     rows.setdefault(j["bytes"], {}).setdefault(who, []).append(j)
 print(f"all-reduce, {sys.argv[2]} local processes, float32 sum; median of runs; bandwidths in GB/s")
 print(f"{'bytes':>10} {'dtrain busbw':>13} {'gloo busbw':>11} {'torch busbw':>12} {'dtrain/gloo':>12} {'correct':>8}")

@@ -43,6 +43,8 @@ vals = {}
 for line in open(sys.argv[1]):
     who, what, text = line.split(" ", 2)
     j = json.loads(text)
+    if "setup" in j:  # bench allreduce's Gloo set-up line
+        continue
     if what == "allreduce":
         key, v = f"allreduce {j['bytes']} B busbw (GB/s)", j["busbw_gbps"]
     else:

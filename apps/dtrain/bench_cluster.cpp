@@ -38,7 +38,9 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
     std::vector<std::string> args = {"bench", name, "--sizes", request.sizes, "--iterations",
                                      std::to_string(request.iterations), "--warmup", std::to_string(request.warmup)};
     if (request.json) args.push_back("--json");
-    if (name == "allreduce") args.insert(args.end(), {"--communication", request.communication});
+    if (name == "allreduce")
+      args.insert(args.end(), {"--communication", request.communication, "--connections",
+                               request.full_mesh ? "full-mesh" : "neighbours"});
     return args;
   };
   const launch::LaunchReport report = launch::launch_cluster(launch);
@@ -51,7 +53,7 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
 
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env) {
   const runtime::ClusterBenchRequest request{options.sizes, options.iterations, options.warmup, options.json,
-                                             options.communication};
+                                             options.communication, options.connections == "full-mesh"};
   runtime::check_size_list(options.sizes);  // a bad list fails here, before any process starts
   if (options.device == "gpu") {  // NCCL over this machine's GPUs, one thread each, no launcher
     if (options.communication != "auto")

@@ -101,6 +101,7 @@ struct BenchAllReduceOptions {
   int threads = 0;                     // --threads: accepted, unused (the all-reduce uses Gloo's own threads)
   std::string communication = "auto";  // --communication auto|ring|hierarchical
   std::string device = "cpu";          // --device cpu (Gloo between processes) | gpu (NCCL over the local GPUs)
+  std::string connections = "neighbours";  // --connections neighbours|full-mesh (Gloo's pairs)
 };
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env);
 // `dtrain bench ps` (bench_cluster.cpp, beside `bench allreduce`): push/pull bandwidth of local workers and ps tasks.

@@ -153,6 +153,10 @@ int main(int argc, char** argv) {
                               "auto, ring or hierarchical (shared memory between the tasks of a machine), as "
                               "strategy.communication")
       ->check(CLI::IsMember({"auto", "ring", "hierarchical"}));
+  bench_allreduce->add_option("--connections", allreduce.connections,
+                              "Gloo's pairs: neighbours (the ranks its collectives need, about 2 log2 N; the default) or "
+                              "full-mesh (every other rank)")
+      ->check(CLI::IsMember({"neighbours", "full-mesh"}));
   bench_allreduce->add_option("--threads", allreduce.threads, "Accepted for symmetry; the all-reduce uses Gloo's own threads");
   dtrain::app::BenchPipelineOptions bench_pipeline;
   CLI::App* bench_pipeline_cmd = bench_cmd->add_subcommand(

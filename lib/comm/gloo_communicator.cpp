@@ -33,6 +33,7 @@
 //    PyTorch's ProcessGroupGloo does, so messages of consecutive operations can
 //    never be matched to the wrong one.
 #include "comm/gloo_communicator.h"
+#include "comm/gloo_pairs.h"
 #include "comm/reduction.h"
 
 #include <gloo/allgather.h>
@@ -42,8 +43,6 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/alltoall.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
@@ -104,6 +103,16 @@ void lower_priority_of_new_threads(const std::set<long>& before) {
 
 using Millis = std::chrono::milliseconds;
 
+// What gloo_connect_stats() returns: every communicator of this process adds to it.
+std::mutex g_stats_mutex;
+GlooConnectStats g_stats;
+
+void count_connected(int pairs, double seconds) {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats.pairs += pairs;
+  g_stats.seconds += seconds;
+}
+
 // Gloo's tcp transport writes with writev(2), which raises SIGPIPE on a socket
 // whose peer is gone. Ignored, the write fails with EPIPE and Gloo throws.
 void ignore_sigpipe_once() {
@@ -120,56 +129,6 @@ void ignore_sigpipe_once() {
 }
 
 std::string seconds_text(double s) { return str(s, " s"); }
-
-// gloo::rendezvous::Store over a dtrain rendezvous::Store (the job's StoreClient, or
-// an InMemoryStore in tests). Keys are put under the
-// communicator's prefix; values are binary (Gloo's addresses) and travel as
-// std::string. Gloo's get() must block until the key exists: wait, then get.
-class StoreAdapter final : public gloo::rendezvous::Store {
- public:
-  StoreAdapter(rendezvous::Store& store, std::string prefix, double timeout_seconds,
-               std::string who)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout_seconds), who_(std::move(who)) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_.set(prefix_ + key, std::string(data.begin(), data.end()));
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    wait_for({key}, timeout_);
-    const std::optional<std::string> value = store_.get(prefix_ + key);
-    DT_CHECK(value.has_value(), "the key '", prefix_ + key, "' vanished from the store");
-    return std::vector<char>(value->begin(), value->end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override { wait_for(keys, timeout_); }
-
-  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
-    wait_for(keys, timeout.count() > 0 ? timeout.count() / 1000.0 : timeout_);
-  }
-
- private:
-  void wait_for(const std::vector<std::string>& keys, double timeout_seconds) {
-    std::vector<std::string> full;
-    full.reserve(keys.size());
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    if (store_.wait(full, timeout_seconds)) return;
-    // Say who is missing. Gloo's keys are the ranks' numbers.
-    std::vector<std::string> missing;
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (!store_.get(full[i]).has_value()) missing.push_back(keys[i]);
-    if (missing.empty()) return;  // arrived just after the deadline
-    const bool ranks = std::all_of(missing.begin(), missing.end(), all_digits);
-    throw TimeoutError(str(who_, ": ", ranks ? (missing.size() == 1 ? "rank " : "ranks ") : "keys ",
-                           join(missing, ", "), " did not join within ", seconds_text(timeout_seconds),
-                           " (store keys under '", prefix_, "')"));
-  }
-
-  rendezvous::Store& store_;
-  std::string prefix_;
-  double timeout_;
-  std::string who_;
-};
 
 // Element-wise float sum for Gloo: out = a + b (out may alias a or b).
 void sum_floats(void* out, const void* a, const void* b, size_t n) {
@@ -244,6 +203,7 @@ class GlooCommunicator final : public Communicator {
     // Gloo's destructors close the sockets; peers still in a collective see
     // "connection closed" and fail with PeerLost.
     context_.reset();
+    pairs_.reset();
     device_.reset();
   }
 
@@ -308,6 +268,7 @@ class GlooCommunicator final : public Communicator {
       // Every rank's slice r goes to rank r (Gloo's all-to-all), which adds the N
       // slices it received in rank order.
       scratch_.resize(total);
+      connect_every_rank("reduce_scatter (connecting every rank for Gloo's all-to-all)");
       guarded("reduce_scatter", [&] {
         gloo::AlltoallOptions opts(context_);
         opts.setInput(const_cast<float*>(in), total);  // Gloo only reads it
@@ -348,6 +309,7 @@ class GlooCommunicator final : public Communicator {
     message->data.assign(data, data + count);
     message->deadline = Clock::now() + timeout_;
     const std::string what = str("send to rank ", peer, " with tag ", tag);
+    connect_pair(what, peer);
     guarded(what, [&] {
       message->header = context_->createUnboundBuffer(&message->count, sizeof message->count);
       message->header->send(peer, header_slot(tag));
@@ -370,6 +332,7 @@ class GlooCommunicator final : public Communicator {
     const Clock::time_point deadline = Clock::now() + timeout_;
     const std::string what = str("recv from rank ", peer, " with tag ", tag);
     uint64_t sent = 0;
+    connect_pair(what, peer);
     guarded(what, [&] {
       auto header = context_->createUnboundBuffer(&sent, sizeof sent);
       header->recv(peer, header_slot(tag));
@@ -432,13 +395,43 @@ class GlooCommunicator final : public Communicator {
                               "': ", e.what()));
       }
     }
-    auto context = std::make_shared<gloo::rendezvous::Context>(options_.rank, options_.size);
-    context->setTimeout(timeout_);
-    StoreAdapter adapter(store, options_.prefix, options_.timeout_seconds, name_);
-    guarded("connecting", [&] { context->connectFullMesh(adapter, device_); });
-    context_ = std::move(context);
-    log::debug(name_, ": connected to ", options_.size - 1, " peers through Gloo on ",
+    GlooPairs::Options pairs{options_.rank, options_.size, options_.prefix, options_.timeout_seconds, name_};
+    pairs_ = std::make_unique<GlooPairs>(store, device_, pairs);
+    const std::vector<int> peers = options_.full_mesh ? all_other_ranks(options_.rank, options_.size)
+                                                      : gloo_neighbours(options_.rank, options_.size);
+    guarded("connecting", [&] { pairs_->connect_round(peers); });
+    full_mesh_ = static_cast<int>(peers.size()) == options_.size - 1;
+    context_ = pairs_->context();
+    count_connected(pairs_->pairs(), pairs_->seconds());
+    log::debug(name_, ": connected to ", peers.size(), " of ", options_.size - 1, " peers through Gloo on ",
                options_.hostname, " in ", watch.seconds(), " s");
+  }
+
+  // The pair with `peer` for a send or recv: connected on first use unless it is
+  // a neighbour (gloo_pairs.h).
+  void connect_pair(const std::string& what, int peer) {
+    if (pairs_->connected(peer)) return;
+    const double before = pairs_->seconds();
+    try {
+      guarded(what, [&] { pairs_->connect_one(peer); });
+    } catch (const TimeoutError& e) {
+      const std::string message = str(what, ": rank ", peer, " is not a neighbour, so their pair is connected by "
+                                      "the first send or recv between them, and: ", e.what());
+      set_broken(Broken{true, message});
+      throw TimeoutError(message);
+    }
+    count_connected(1, pairs_->seconds() - before);
+  }
+
+  // Gloo's all-to-all needs every pair: the first one connects the rest of the
+  // mesh (every rank makes the same calls, so every rank does it at the same one).
+  void connect_every_rank(const std::string& what) {
+    if (full_mesh_) return;
+    const int before = pairs_->pairs();
+    const double seconds = pairs_->seconds();
+    guarded(what, [&] { pairs_->connect_all(); });
+    full_mesh_ = true;
+    count_connected(pairs_->pairs() - before, pairs_->seconds() - seconds);
   }
 
   uint32_t next_tag() { return tag_++; }
@@ -603,7 +596,9 @@ class GlooCommunicator final : public Communicator {
   Millis timeout_;
   rendezvous::Store* store_;  // outlives this communicator (make_gloo_communicator's contract)
   std::shared_ptr<gloo::transport::Device> device_;  // shared with the communicators split from this one
+  std::unique_ptr<GlooPairs> pairs_;  // the context's pairs, connected as they are needed
   std::shared_ptr<gloo::Context> context_;
+  bool full_mesh_ = false;            // every pair connected (GlooOptions::full_mesh, or a reduce_scatter)
   uint32_t tag_ = 0;
   uint64_t splits_ = 0;  // split() calls so far: part of the new groups' prefixes
   std::vector<float> scratch_;  // reduce_scatter: the slices every rank sent this one
@@ -623,6 +618,11 @@ class GlooCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+GlooConnectStats gloo_connect_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  return g_stats;
+}
 
 std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::Store& store,
                                                      const GlooOptions& options) {

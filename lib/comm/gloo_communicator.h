@@ -1,12 +1,14 @@
 // The Gloo communicator: collectives between the tasks of a job over TCP, for
 // host (CPU) buffers.
 //
-// Gloo is the engine (ring all-reduce, broadcast, all-gather, halving-doubling
-// reduce-scatter, barrier, point-to-point on unbound buffers); dtrain's own
-// rendezvous store is how the ranks find each other: each rank publishes its
-// TCP addresses under `prefix` in the chief's store and reads the others'
-// (Gloo's connectFullMesh through an adapter). The store is used while the
-// communicator is constructed and again by split(), which connects the new
+// Gloo is the engine (ring all-reduce, all-gather, tree broadcast, dissemination
+// barrier, all-to-all for reduce-scatter, point-to-point on unbound buffers);
+// dtrain's own rendezvous store is how the ranks find each other: each rank
+// publishes its TCP addresses under `prefix` in the chief's store and reads its
+// peers'. A rank connects only the peers its collectives need (rank +- 2^i, about
+// 2 log2 N of them) and the others when first used (gloo_pairs.h says which and
+// why), unless GlooOptions::full_mesh asks for Gloo's full mesh. The store is
+// used while the communicator is constructed, when a pair is connected later, and by split(), which connects the new
 // group through it under "<prefix>split<k>/<color>/" (k counts this
 // communicator's splits) over the same TCP device. Every collective runs under the Gloo context's
 // deadline (timeout_seconds); a peer that died is dtrain::PeerLost, a deadline
@@ -49,7 +51,19 @@ struct GlooOptions {
   // Deadline of connecting and of every collective, in seconds.
   double timeout_seconds = 60.0;
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kGlooDefault;
+  // Connect every pair at once (Gloo's full mesh: N - 1 connections per rank).
+  // Off, a rank connects only the ranks its collectives need (gloo_pairs.h:
+  // rank +- 2^i, about 2 log2 N) and the others when first used.
+  bool full_mesh = false;
 };
+
+// What this process's Gloo communicators connected so far: TCP pairs, and the
+// seconds spent connecting them (benchmarks and logs).
+struct GlooConnectStats {
+  int64_t pairs = 0;
+  double seconds = 0.0;
+};
+GlooConnectStats gloo_connect_stats();
 
 // Joins the communicator: binds a Gloo TCP device on options.hostname, exchanges
 // addresses with the other options.size - 1 ranks through `store` and connects to

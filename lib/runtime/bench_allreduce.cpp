@@ -3,12 +3,15 @@
 // environment (the launcher sets all three), and the tasks agree on the
 // benchmark's own parameters instead of a config hash. bench_allreduce_gpus():
 // the same with NCCL over this machine's GPUs, in this process.
-#include <set>
+#include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "comm/bench_allreduce.h"
+#include "comm/gloo_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "core/timer.h"
 #include "kernels/device.h"
 #include "runtime/cluster_task.h"
 #include "runtime/run.h"
@@ -49,6 +52,37 @@ void print_gpu_table(const std::vector<comm::AllReduceResult>& results, bool jso
   std::fflush(stdout);
 }
 
+// What connecting cost each rank: its Gloo pairs and the seconds its
+// connect_training_tasks took, gathered to every rank; rank 0 prints one line.
+void report_setup(comm::Communicator& communicator, double seconds, int rank, bool json) {
+  const int n = communicator.size();
+  const std::vector<float> mine{static_cast<float>(comm::gloo_connect_stats().pairs), static_cast<float>(seconds)};
+  std::vector<float> all(2 * static_cast<size_t>(n));
+  communicator.all_gather(mine.data(), 2, all.data());
+  if (rank != 0) return;
+  int64_t pairs = 0, most = 0;
+  std::vector<double> times;
+  for (int r = 0; r < n; ++r) {
+    pairs += static_cast<int64_t>(all[2 * r]);
+    most = std::max(most, static_cast<int64_t>(all[2 * r]));
+    times.push_back(all[2 * r + 1]);
+  }
+  std::sort(times.begin(), times.end());
+  const int64_t connections = pairs / 2, mesh = int64_t{n} * (n - 1) / 2;
+  if (json) {
+    std::printf("{\"setup\": true, \"ranks\": %d, \"connections\": %lld, \"connections_per_rank_max\": %lld, "
+                "\"full_mesh_connections\": %lld, \"connect_seconds_max\": %.4f, \"connect_seconds_median\": %.4f}\n",
+                n, static_cast<long long>(connections), static_cast<long long>(most), static_cast<long long>(mesh),
+                times.back(), times[times.size() / 2]);
+  } else {
+    std::printf("# Gloo set-up: %d ranks, %lld connections (at most %lld per rank; a full mesh is %lld), "
+                "connected in %.3f s on the slowest rank (median %.3f s)\n",
+                n, static_cast<long long>(connections), static_cast<long long>(most), static_cast<long long>(mesh),
+                times.back(), times[times.size() / 2]);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 void bench_allreduce_gpus(const ClusterBenchRequest& request, int gpus) {
@@ -77,7 +111,8 @@ void bench_allreduce_gpus(const ClusterBenchRequest& request, int gpus) {
 void check_size_list(const std::string& sizes) { comm::parse_size_list(sizes); }
 
 std::string ClusterBenchRequest::parameters() const {
-  return str("sizes=", sizes, " iterations=", iterations, " warmup=", warmup, " communication=", communication);
+  return str("sizes=", sizes, " iterations=", iterations, " warmup=", warmup, " communication=", communication,
+             " connections=", full_mesh ? "full-mesh" : "neighbours");
 }
 
 void bench_allreduce_task(const ClusterBenchRequest& request, const Environment& env) {
@@ -91,7 +126,9 @@ void bench_allreduce_task(const ClusterBenchRequest& request, const Environment&
   const plan::TasksGroup group = plan::training_tasks_group(
       strategy::communication_by_name(request.communication), false, static_cast<int>(hosts.size()),
       static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size()));
-  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, group);
+  Stopwatch connecting;
+  auto communicator = task.connect_training_tasks("comm/bench/", collective_deadline, group, request.full_mesh);
+  report_setup(*communicator, connecting.seconds(), task.session().rank(), request.json);
   const auto results = comm::bench_all_reduce(*communicator, sizes, request.iterations, request.warmup);
   if (task.session().rank() == 0) print_table(results, request.json, request.communication);
   communicator.reset();

@@ -126,7 +126,7 @@ std::vector<std::string> ClusterTask::host_of_rank() const {
 
 std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const std::string& prefix,
                                                                         double timeout_seconds,
-                                                                        plan::TasksGroup group) {
+                                                                        plan::TasksGroup group, bool full_mesh) {
   const config::ClusterConfig& cluster = session_.cluster();
   // Gloo connects through the job's rendezvous store; its TCP device listens on
   // this task's host (the one the others know it by).
@@ -136,6 +136,7 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   gloo.prefix = prefix;
   gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
   gloo.timeout_seconds = timeout_seconds;
+  gloo.full_mesh = full_mesh;
   gloo.algorithm =
       group == plan::TasksGroup::kGlooRing ? comm::AllReduceAlgorithm::kRing : comm::AllReduceAlgorithm::kGlooDefault;
   if (group != plan::TasksGroup::kHierarchical)

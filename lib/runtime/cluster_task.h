@@ -44,9 +44,10 @@ class ClusterTask {
   // as the plan's `group` says: Gloo's (its own algorithm, or its ring), or the
   // hierarchical one (shared memory within each machine, as the rendezvous
   // learned them, Gloo between one leader per machine; on a single machine only
-  // shared memory is used).
+  // shared memory is used). Gloo connects each task to the few peers its
+  // collectives need (comm/gloo_pairs.h), or to every other with `full_mesh`.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
-                                                             plan::TasksGroup group);
+                                                             plan::TasksGroup group, bool full_mesh = false);
   // The machine of each training rank (chief 0, then the workers), as each task
   // said at the rendezvous: the execution plan's input once the tasks met.
   std::vector<std::string> host_of_rank() const;

@@ -41,7 +41,10 @@ struct ClusterBenchRequest {
   bool json = false;
   // bench allreduce: strategy.communication's choice ("auto", "ring", "hierarchical").
   std::string communication = "auto";
-  // "sizes=4K:64M iterations=20 warmup=5 communication=auto": what the tasks agree on.
+  // bench allreduce: Gloo's full mesh rather than the neighbours its collectives need.
+  bool full_mesh = false;
+  // "sizes=4K:64M iterations=20 warmup=5 communication=auto connections=neighbours":
+  // what the tasks agree on.
   std::string parameters() const;
 };
 

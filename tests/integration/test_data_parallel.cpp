@@ -143,6 +143,20 @@ std::vector<json> json_lines(const std::string& out) {
   return objects;
 }
 
+// bench allreduce's JSON lines: the set-up object ({"setup": true, ...}) first,
+// then one per size.
+std::vector<json> size_lines(const std::string& out, json* setup = nullptr) {
+  std::vector<json> sizes;
+  for (const json& j : json_lines(out)) {
+    if (j.contains("setup")) {
+      if (setup) *setup = j;
+    } else {
+      sizes.push_back(j);
+    }
+  }
+  return sizes;
+}
+
 }  // namespace
 
 TEST_CASE("bench allreduce prints correct nccl-tests style JSON lines for every size, and nothing else") {
@@ -153,13 +167,35 @@ TEST_CASE("bench allreduce prints correct nccl-tests style JSON lines for every 
   INFO(describe(r));
   REQUIRE(r.exit_code == 0);
   std::vector<size_t> sizes;
-  for (const json& j : json_lines(r.out)) {
+  json setup;
+  for (const json& j : size_lines(r.out, &setup)) {
     for (const char* key : {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "correct"}) REQUIRE(j.contains(key));
     CHECK(j["correct"] == true);
     CHECK(j["busbw_gbps"].get<double>() > 0.0);
     sizes.push_back(j["bytes"].get<size_t>());
   }
   CHECK(sizes == std::vector<size_t>{4096, 8192, 16384, 32768, 65536});
+  CHECK(setup["ranks"] == 2);
+  CHECK(setup["connections"] == 1);
+}
+
+TEST_CASE("bench allreduce: 9 Gloo ranks connect 27 pairs (6 neighbours each), 36 with --connections full-mesh") {
+  for (const char* mode : {"neighbours", "full-mesh"}) {
+    const RunOutput r = run_dtrain({"bench", "allreduce", "--workers", "9", "--sizes", "4K", "--iterations", "2",
+                                    "--communication", "ring", "--connections", mode, "--json"},
+                                   {180.0, ""});
+    INFO(mode << ": " << describe(r));
+    REQUIRE(r.exit_code == 0);
+    json setup;
+    const std::vector<json> sizes = size_lines(r.out, &setup);
+    REQUIRE(sizes.size() == 1);
+    CHECK(sizes[0]["correct"] == true);
+    CHECK(setup["ranks"] == 9);
+    CHECK(setup["full_mesh_connections"] == 36);
+    CHECK(setup["connections"] == (std::string(mode) == "neighbours" ? 27 : 36));
+    CHECK(setup["connections_per_rank_max"] == (std::string(mode) == "neighbours" ? 6 : 8));
+    CHECK(setup["connect_seconds_max"].get<double>() > 0.0);
+  }
 }
 
 TEST_CASE("bench allreduce --communication hierarchical: 3 workers through shared memory, every size exact") {
@@ -170,12 +206,14 @@ TEST_CASE("bench allreduce --communication hierarchical: 3 workers through share
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Matchers::Contains("hierarchical all-reduce: 1 machine(s), 3 tasks"));
   std::vector<size_t> sizes;
-  for (const json& j : json_lines(r.out)) {
+  json setup;
+  for (const json& j : size_lines(r.out, &setup)) {
     CHECK(j["correct"] == true);
     CHECK(j["ranks"] == 3);
     sizes.push_back(j["bytes"].get<size_t>());
   }
   CHECK(sizes.size() == 12);  // 12 bytes, then 4K..4M
+  CHECK(setup["connections"] == 0);  // shared memory only: one machine, no Gloo
 }
 
 TEST_CASE("bench ps: 3 workers and 2 ps tasks push and pull every size correctly, split over the ps (JSON lines)") {
