@@ -564,6 +564,17 @@ class GlooCommunicator final : public Communicator {
 
   [[noreturn]] void fail(const std::string& what, const std::string& detail) {
     const std::string l = lower(detail);
+    // Out of sockets on this machine, not a peer's fault: every Gloo pair listens
+    // on a port of its own until connected.
+    for (const char* word : {"address already in use", "too many open files", "cannot assign requested address"})
+      if (l.find(word) != std::string::npos) {
+        const std::string message =
+            str(what, " on ", name_, ": could not open a socket for a Gloo pair: gloo: ", detail,
+                " (this machine is out of ports or descriptors for this many connections: see "
+                "net.ipv4.ip_local_port_range and the open-file limit, ulimit -n)");
+        set_broken(Broken{false, message, true});
+        throw RuntimeError(message);
+      }
     const bool timed_out = l.find("timed out") != std::string::npos || l.find("timeout") != std::string::npos;
     std::string message;
     if (timed_out) {

@@ -35,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMagic = 0x64747368;  // "dtsh"
 constexpr size_t kHeaderBytes = 4096;
 
+// Members whose all-reduce sizes are compared (check_counts).
+constexpr int kCountedMembers = 256;
+
 // The segment's first page. The atomics are lock-free and address-free, so they
 // work between processes that map the segment at different addresses.
 struct Header {
@@ -44,6 +47,9 @@ struct Header {
   std::atomic<uint32_t> arrived;     // members in the current barrier
   std::atomic<uint32_t> generation;  // barriers completed (the futex word)
   std::atomic<uint32_t> broken;      // a member failed or left: every wait ends
+  // Each member's element count of the all-reduce it is in (the first
+  // kCountedMembers members'): compared after the collective's first barrier.
+  std::atomic<uint64_t> counts[kCountedMembers];
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -237,16 +243,18 @@ class ShmCommunicator : public Communicator {
   // straight into the slot and the result straight back into them.
   void all_reduce_pieces(std::span<const Piece> pieces, ReduceOp op) override {
     if (options_.size == 1) return;  // the sum and the mean of one member are its values
-    if (area_ && reduce_in_area(pieces, op)) return;
-    const size_t cap = options_.capacity_floats;
     size_t count = 0;
     for (const Piece& p : pieces) count += p.count;
+    publish_count(count);
+    if (area_ && reduce_in_area(pieces, op, count)) return;
+    const size_t cap = options_.capacity_floats;
     PieceCursor to_slot(pieces), from_result(pieces);
     std::vector<const float*> inputs(static_cast<size_t>(options_.size));
     for (size_t off = 0; off < count; off += cap) {
       const size_t n = std::min(cap, count - off);
       to_slot.gather(slot(options_.rank), n);
       barrier();  // every slot written, every member done with the last result
+      if (off == 0) check_counts(count);
       // This member's share of the elements, summed over the slots in rank order
       // (and divided here, while it is in the cache, for a mean).
       const size_t lo = n * options_.rank / options_.size, hi = n * (options_.rank + 1) / options_.size;
@@ -389,10 +397,33 @@ class ShmCommunicator : public Communicator {
       throw CommError(str("shared memory ", name, " was made for another group"));
   }
 
+  // Before an all-reduce's first barrier: this member's element count. A member
+  // writes the next one only after the collective's last barrier, which the
+  // others pass only once they compared this one.
+  void publish_count(size_t count) {
+    if (options_.rank < kCountedMembers) header_->counts[options_.rank].store(count, std::memory_order_relaxed);
+  }
+
+  // After the first barrier: CommError when a member's count differs from this
+  // one's (the tasks' bucket sizes or their sequences of collectives differ),
+  // instead of reducing mismatched buffers. Every member finds it at the same
+  // barrier; the group is broken from then on.
+  void check_counts(size_t count) {
+    for (int r = 0; r < std::min(options_.size, kCountedMembers); ++r) {
+      const uint64_t theirs = header_->counts[r].load(std::memory_order_relaxed);
+      if (theirs == count) continue;
+      header_->broken.store(1);
+      futex_wake_all(&header_->generation);
+      throw CommError(str("shared-memory group ", options_.prefix, ": the members disagree on an all-reduce's size: ",
+                          "member ", r, " has ", theirs, " values, member ", options_.rank, " (this task) ", count,
+                          " (their bucket sizes or their sequences of collectives differ)"));
+    }
+  }
+
   // The pieces reduced where they lie in this member's shared area; the few
   // values outside it (a step's loss sums riding along) through the spill room
   // after it. False, with nothing done, when those do not fit there.
-  bool reduce_in_area(std::span<const Piece> pieces, ReduceOp op) {
+  bool reduce_in_area(std::span<const Piece> pieces, ReduceOp op, size_t total) {
     float* mine = area(options_.rank);
     std::vector<size_t> at(pieces.size());  // each piece's place in the area
     size_t spill = 0, count = 0;
@@ -413,6 +444,7 @@ class ShmCommunicator : public Communicator {
     for (size_t i = 0; i < pieces.size(); ++i)
       if (outside(i)) std::memcpy(mine + at[i], pieces[i].data, pieces[i].count * sizeof(float));
     barrier();  // every member's values in its area
+    check_counts(total);
     // This member's share of the pieces' elements, in their order.
     const size_t lo = count * options_.rank / options_.size, hi = count * (options_.rank + 1) / options_.size;
     size_t begin = 0;

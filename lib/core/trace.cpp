@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/native_stack.h"
 #include "core/strings.h"
 
 namespace dtrain::trace {
@@ -90,6 +91,7 @@ namespace {
 struct Activity {
   std::mutex mutex;
   std::string thread;
+  int os_tid = 0;
   std::vector<std::pair<const char*, int64_t>> open;  // (name, began)
 };
 
@@ -109,6 +111,7 @@ Activity& my_activity() {
     std::shared_ptr<Activity> activity = std::make_shared<Activity>();
     Registration() {
       activity->thread = str("thread ", this_thread_id());
+      activity->os_tid = os_thread_id();
       Activities& a = all_activities();
       std::lock_guard<std::mutex> lock(a.mutex);
       a.threads.push_back(activity);
@@ -148,7 +151,7 @@ std::vector<ThreadActivity> activities() {
   for (const auto& t : all.threads) {
     std::lock_guard<std::mutex> thread_lock(t->mutex);
     if (t->open.empty()) continue;
-    ThreadActivity activity{t->thread, {}, t->open.back().second};
+    ThreadActivity activity{t->thread, {}, t->open.back().second, t->os_tid};
     for (const auto& [name, began] : t->open) activity.spans.emplace_back(name);
     out.push_back(std::move(activity));
   }

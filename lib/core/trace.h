@@ -47,6 +47,7 @@ struct ThreadActivity {
   std::string thread;              // set_thread_name()'s, or "thread <tid>"
   std::vector<std::string> spans;  // e.g. {"step", "data"}
   int64_t since_us = 0;            // when the innermost span began (wall clock)
+  int os_tid = 0;                  // the kernel's id of the thread (native_stack.h)
 };
 std::vector<ThreadActivity> activities();
 // The calling thread enters / leaves a span named `name` (Span does both).

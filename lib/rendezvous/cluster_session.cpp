@@ -458,9 +458,10 @@ std::atomic<bool> report_signalled{false};
 
 void ClusterSession::request_report_from_signal() { report_signalled.store(true); }
 
-void ClusterSession::request_report(const std::string& reason) {
+void ClusterSession::request_report(const std::string& reason, bool once_per_job) {
   std::lock_guard<std::mutex> lock(mutex_);
   report_reason_ = reason;
+  report_once_ = once_per_job;
   step_pending_ = true;  // wakes the heartbeat thread now
   stop_cv_.notify_all();
 }
@@ -481,20 +482,27 @@ void ClusterSession::on_reports(std::function<void(const std::string&, const Rep
 void ClusterSession::handle_reports(int64_t generation) {
   std::optional<std::string> reason;
   std::function<std::string()> source;
+  bool once = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::swap(reason, report_reason_);
+    std::swap(once, report_once_);
     source = report_source_;
   }
+  if (once && reason && control_->add("report/fault_asked", 1) > 1) reason.reset();  // another task asked first
   if (report_signalled.exchange(false)) reason = str("asked for with SIGUSR1 (to ", cluster_.task.str(), ")");
   if (reason) {
     generation = control_->add("report/generation", 1);
     control_->set(str("report/reason/", generation), *reason);
   }
   if (generation <= reports_seen_) return;
+  // Several tasks may ask at once (each that finds the tasks disagreeing on a
+  // collective does): the chief collects one generation, perhaps not the newest
+  // this task sees, so the same report answers every generation not answered yet.
+  const std::string report = source ? source() : str("step\t", step_.load(), "\n");
+  for (int64_t g = std::max(reports_seen_ + 1, generation - 7); g <= generation; ++g)
+    control_->set(str("report/", g, "/", cluster_.task.str()), report);
   reports_seen_ = generation;
-  control_->set(str("report/", generation, "/", cluster_.task.str()),
-                source ? source() : str("step\t", step_.load(), "\n"));
   if (is_chief()) {
     std::lock_guard<std::mutex> lock(mutex_);
     reports_to_collect_ = generation;

@@ -125,8 +125,10 @@ class ClusterSession {
   // Asks for a report from a signal handler (async-signal-safe: sets a flag that
   // this process's heartbeat thread acts on).
   static void request_report_from_signal();
-  // Asks for a report now, saying why (from a normal thread).
-  void request_report(const std::string& reason);
+  // Asks for a report now, saying why (from a normal thread). `once_per_job`:
+  // only the first task of the job to ask this way does (a fault that every
+  // task finds at the same moment gives one report, not one per task).
+  void request_report(const std::string& reason, bool once_per_job = false);
 
   // Drops out of the job as a killed process would: stops the heartbeats and
   // closes both connections without telling the chief (the server sees them
@@ -191,6 +193,7 @@ class ClusterSession {
   std::function<std::string()> report_source_;
   std::function<void(const std::string&, const Reports&)> report_handler_;
   std::optional<std::string> report_reason_;  // guarded by mutex_: request_report()'s, for the heartbeat thread
+  bool report_once_ = false;                  // ... asked with once_per_job
   int64_t reports_seen_ = 0;                  // the heartbeat thread's
   int64_t reports_to_collect_ = 0;            // guarded by mutex_: the doctor's next generation
   std::thread doctor_thread_;

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,12 @@
 #include "runtime/hang_report.h"
 
 namespace dtrain::runtime {
+
+namespace {
+// The task whose session asks for a report when a library thread's exception
+// ends the process (std::terminate has no way to reach it otherwise).
+std::atomic<ClusterTask*> g_reporting_task{nullptr};
+}  // namespace
 
 rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::ClusterConfig& cluster,
                                      const Environment& env) {
@@ -107,13 +114,26 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
                  "others' logs)\n",
                  kErrorPrefix, what.c_str());
     std::fflush(stderr);
+    if (ClusterTask* task = g_reporting_task.load())
+      task->report_before_exit(str("a thread of the collectives' library failed on ", task->name(), ": ", what));
     std::_Exit(to_int(ExitCode::kRuntime));
   });
+  g_reporting_task.store(this);
   struct sigaction action {};
   action.sa_handler = [](int) { rendezvous::ClusterSession::request_report_from_signal(); };
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGUSR1, &action, nullptr);
+}
+
+ClusterTask::~ClusterTask() {
+  ClusterTask* self = this;
+  g_reporting_task.compare_exchange_strong(self, nullptr);
+}
+
+void ClusterTask::report_before_exit(const std::string& reason) {
+  session_.request_report(reason, true);
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(2 * heartbeat_interval_ + 1.0, 10.0)));
 }
 
 std::vector<std::string> ClusterTask::host_of_rank() const {
@@ -226,7 +246,12 @@ void ClusterTask::rethrow_collective_failure(const Error& error) {
   const std::optional<std::string> failure = session_.wait_for_failure(2.0 * heartbeat_interval_ + 1.0);
   if (!failure) {
     if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(error.what());
-    if (dynamic_cast<const CommError*>(&error)) throw CommError(error.what());
+    if (dynamic_cast<const CommError*>(&error)) {
+      // No task was lost: the tasks disagree on a collective. Every task says
+      // what it called, and the chief's report names the one that differs.
+      report_before_exit(str("a collective failed on ", name_, ": ", error.what()));
+      throw CommError(error.what());
+    }
     throw PeerLost(error.what());
   }
   const std::string seen = error.what();

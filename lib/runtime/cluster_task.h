@@ -35,6 +35,9 @@ class ClusterTask {
   // Joins the job; throws what the rendezvous throws (TimeoutError, ConfigError
   // for a disagreement or a bad secret, PeerLost).
   explicit ClusterTask(const rendezvous::SessionSpec& spec);
+  ~ClusterTask();
+  ClusterTask(const ClusterTask&) = delete;
+  ClusterTask& operator=(const ClusterTask&) = delete;
 
   rendezvous::ClusterSession& session() { return session_; }
   const std::string& name() const { return name_; }  // "worker:1"
@@ -69,6 +72,11 @@ class ClusterTask {
   // step), waiting briefly for them to learn it, with the collective's own words
   // after it; the error itself when the heartbeats know of no failure.
   [[noreturn]] void rethrow_collective_failure(const Error& error);
+
+  // Before this process ends on a fault of its own (a library thread's
+  // exception): asks every task for a hang report saying `reason`, and waits
+  // long enough for the chief to print it (two heartbeat intervals and a second).
+  void report_before_exit(const std::string& reason);
 
  private:
   std::string name_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/flight_recorder.h"
+#include "core/native_stack.h"
 #include "core/strings.h"
 #include "core/trace.h"
 
@@ -14,6 +15,8 @@ namespace dtrain::runtime {
 namespace {
 
 constexpr double kStuckSeconds = 2.0;
+constexpr int kStackFrames = 12;  // of each thread's native stack in a report
+constexpr int kShownFrames = 8;   // ... and in the diagnosis
 
 struct Collective {
   std::string group, op, state;
@@ -25,6 +28,7 @@ struct Collective {
 struct Thread {
   std::string name, where;
   double age_s = 0;
+  std::vector<std::string> stack;  // native frames, innermost first (a "stack" line)
 };
 
 struct Report {
@@ -48,7 +52,10 @@ Report parse(const std::string& text) {
   for (std::string line; std::getline(in, line);) {
     const auto f = split_tabs(line);
     if (f.size() == 2 && f[0] == "step") r.step = std::strtoll(f[1].c_str(), nullptr, 10);
-    if (f.size() == 4 && f[0] == "thread") r.threads.push_back({f[1], f[3], std::strtod(f[2].c_str(), nullptr) / 1000});
+    if (f.size() == 4 && f[0] == "thread") r.threads.push_back({f[1], f[3], std::strtod(f[2].c_str(), nullptr) / 1000, {}});
+    if (f.size() >= 3 && f[0] == "stack")
+      for (Thread& t : r.threads)
+        if (t.name == f[1] && t.stack.empty()) t.stack.assign(f.begin() + 2, f.end());
     if (f.size() == 7 && f[0] == "collective") {
       Collective c{f[1], f[3], f[5], std::strtoull(f[2].c_str(), nullptr, 10),
                    static_cast<size_t>(std::strtoull(f[4].c_str(), nullptr, 10)), std::strtod(f[6].c_str(), nullptr) / 1000};
@@ -78,11 +85,20 @@ std::string gloss(const std::string& spans) {
   return it == meaning.end() ? spans : spans.substr(0, spans.size() - inner.size()) + it->second;
 }
 
-// "its thread main is in step > data (31.2 s)" (every thread inside a span).
-std::string where_text(const Report& r) {
+// "its thread main is in step > data (31.2 s)" (every thread inside a span);
+// `stacks`: with each one's innermost native frames, "(native stack: a < b < ...)".
+std::string where_text(const Report& r, bool stacks = false) {
   std::vector<std::string> parts;
-  for (const Thread& t : r.threads)
-    parts.push_back(str("thread ", t.name, " is in ", gloss(t.where), " for ", seconds_text(t.age_s)));
+  for (const Thread& t : r.threads) {
+    std::string part = str("thread ", t.name, " is in ", gloss(t.where), " for ", seconds_text(t.age_s));
+    if (stacks && !t.stack.empty()) {
+      const size_t shown = std::min<size_t>(t.stack.size(), kShownFrames);
+      part += str(" (native stack, innermost first: ",
+                  join(std::vector<std::string>(t.stack.begin(), t.stack.begin() + static_cast<long>(shown)), " < "),
+                  shown < t.stack.size() ? " < ..." : "", ")");
+    }
+    parts.push_back(part);
+  }
   return parts.empty() ? "no thread of it is inside a traced span" : join(parts, ", ");
 }
 
@@ -112,7 +128,7 @@ void diagnose_group(const std::string& group, const std::map<std::string, Report
     if ((it == r.last.end() || it->second.seq < newest) && oldest_age >= kStuckSeconds) {
       const std::string last = it == r.last.end() ? "none" : str("#", it->second.seq, " ", it->second.state);
       findings.push_back(str(task, " has not entered ", collective_text(*reference), ", which the others entered ",
-                             seconds_text(oldest_age), " ago (its last: ", last, "); its ", where_text(r)));
+                             seconds_text(oldest_age), " ago (its last: ", last, "); its ", where_text(r, true)));
     } else if (it->second.op != reference->op || it->second.bytes != reference->bytes) {
       findings.push_back(str(task, " entered ", group, " #", newest, " as ", it->second.op, " of ",
                              format_bytes(static_cast<double>(it->second.bytes)), " where the others have ",
@@ -127,8 +143,11 @@ void diagnose_group(const std::string& group, const std::map<std::string, Report
 std::string local_report(int64_t step) {
   const int64_t now = trace::now_us();
   std::string out = str("step\t", step, "\n");
-  for (const trace::ThreadActivity& t : trace::activities())
+  for (const trace::ThreadActivity& t : trace::activities()) {
     out += str("thread\t", t.thread, "\t", (now - t.since_us) / 1000, "\t", join(t.spans, " > "), "\n");
+    const std::vector<std::string> frames = native_stack(t.os_tid, kStackFrames);
+    if (!frames.empty()) out += str("stack\t", t.thread, "\t", join(frames, "\t"), "\n");
+  }
   for (const comm::FlightEntry& e : comm::flight_entries())
     out += str("collective\t", e.group, "\t", e.group_seq, "\t", e.op, "\t", e.bytes, "\t", e.state, "\t",
                (now - e.started_us) / 1000, "\n");

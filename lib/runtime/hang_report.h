@@ -18,6 +18,7 @@ namespace dtrain::runtime {
 // This process's report, as text lines of tab-separated fields:
 //   step <last step reported>
 //   thread <name> <ms in the innermost span> <span > span > ...>   (threads inside spans)
+//   stack <name> <frame> <frame> ...   (that thread's native stack, innermost first)
 //   collective <group> <group seq> <op> <bytes> <state> <ms since it started>   (the flight recorder)
 std::string local_report(int64_t step);
 

@@ -3,7 +3,9 @@
 // advance for runtime.stall_timeout, every task reports where it is, and the
 // chief's one diagnosis names worker:2, the all-reduce the others wait in and its
 // main thread in the input pipeline; SIGUSR1 to the launcher asks for another
-// without stopping the job; the collective deadline still ends the hang.
+// without stopping the job; the collective deadline still ends the hang. A
+// worker with another bucket size fails at once (Gloo's size check, or the
+// shared-memory group's), and the failing task asks for the report first.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -47,6 +49,9 @@ TEST_CASE("a worker whose reader blocks is named by the chief's hang report, and
   CHECK_THAT(r.err, Contains("hang report (stall: no task's step has advanced for 2 s"));
   CHECK_THAT(r.err, Contains("worker:2 has not entered all_reduce #"));
   CHECK_THAT(r.err, Contains("its thread main is in step > data (the input pipeline: data::Pipeline::next"));
+  // Its native stack: where the injected stall holds the thread, under the step's batch reading.
+  CHECK_THAT(r.err, Contains("(native stack, innermost first: "));
+  CHECK_THAT(r.err, Contains("dtrain::runtime::before_batch_if_injected < dtrain::trainer::StrategySteps::read_batches"));
   CHECK_THAT(r.err, Contains("got SIGUSR1: asking worker:0 for a hang report (the job goes on)"));
   CHECK_THAT(r.err, !Contains("worker:0 has not entered"));
   CHECK_THAT(r.err, !Contains("worker:1 has not entered"));
@@ -74,16 +79,34 @@ TEST_CASE("a worker that leaves out one all-reduce is named by the hang report a
   CHECK((r.exit_code == 5 || r.exit_code == 4));
 }
 
-TEST_CASE("a worker with another bucket size under Gloo ends with an error naming the size, not an abort",
+TEST_CASE("a worker with another bucket size under Gloo is named by the hang report before the job ends, not an abort",
           "[integration]") {
   const TempDir tmp;
   auto launch = start_dtrain(launch_args(tmp, "bytes_per_pack:worker:1@bytes=65536", 2, {"strategy.communication=ring"}));
   const RunOutput r = launch->finish(60.0);
   INFO(r.err);
   // Gloo throws on its own thread when a peer sends more than was posted: the
-  // process says so (with its flight record) and exits 1 instead of aborting.
+  // process says so (with its flight record), asks every task for a report, and
+  // exits 1 instead of aborting.
   CHECK_THAT(r.err, Contains("error: a thread of the collectives' library failed: "));
   CHECK_THAT(r.err, Contains("the tasks disagree on a collective's size"));
+  CHECK_THAT(r.err, Contains("hang report (a thread of the collectives' library failed on worker:"));
+  CHECK_THAT(r.err, Contains("worker:1 entered workers #"));
+  CHECK_THAT(r.err, Contains("where the others have all_reduce of"));
+  CHECK_THAT(r.err, !Contains("worker:0 entered workers #"));
   CHECK_THAT(r.err, !Contains("SIGABRT"));
   CHECK(r.exit_code != 0);
+}
+
+TEST_CASE("a worker with another bucket size in shared memory: every task says the sizes differ, one report names it",
+          "[integration]") {
+  const TempDir tmp;
+  auto launch = start_dtrain(launch_args(tmp, "bytes_per_pack:worker:1@bytes=65536", 2, {}));
+  const RunOutput r = launch->finish(60.0);
+  INFO(r.err);
+  CHECK_THAT(r.err, Contains("the members disagree on an all-reduce's size"));
+  CHECK_THAT(r.err, Contains("hang report (a collective failed on worker:"));
+  CHECK_THAT(r.err, Contains("worker:1 entered workers #"));
+  CHECK_THAT(r.err, !Contains("worker:2 entered workers #"));
+  CHECK(r.exit_code == 1);  // a runtime error: the tasks disagree, none was lost
 }

@@ -26,6 +26,7 @@
 #include "comm/shm_communicator.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/strings.h"
 #include "rendezvous/store.h"
 #include "support/rank_threads.h"
 
@@ -36,6 +37,7 @@ namespace {
 
 using test::check_all_ok;
 using test::compare_exact;
+using Catch::Contains;
 
 // Rank r's value at i: small integers, so sums are exact in any order.
 float value(int rank, size_t i) { return static_cast<float>((i % 100) + 7 * rank); }
@@ -252,6 +254,34 @@ TEST_CASE("shared memory: a member that never comes is a TimeoutError, one that 
     return "";
   });
   CHECK(outcome[0] == "PeerLost");
+}
+
+TEST_CASE("shared memory: members that all-reduce different sizes each get a CommError naming both counts") {
+  for (const bool area : {false, true}) {  // through the slots, and where the values lie
+    rendezvous::InMemoryStore store;
+    std::vector<std::string> errors(3);
+    check_all_ok(test::run_on_threads(3, [&](int rank) -> std::string {
+      auto comm = make_shm_communicator(store, shm_options(rank, 3, area ? "comm/sizes-area/" : "comm/sizes/"));
+      std::shared_ptr<float> mine = area ? comm->shared_area(100) : nullptr;
+      std::vector<float> own(100, 1.0f);
+      float* x = mine ? mine.get() : own.data();
+      std::fill(x, x + 100, 1.0f);
+      comm->all_reduce(x, 100, ReduceOp::kSum);  // agreed: fine
+      if (x[0] != 3.0f) return str("agreed all_reduce gave ", x[0]);
+      try {
+        comm->all_reduce(x, rank == 1 ? 40 : 100, ReduceOp::kSum);
+        return "the mismatched all_reduce went through";
+      } catch (const CommError& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      }
+      return "";
+    }));
+    INFO("area " << area);
+    CHECK_THAT(errors[0], Contains("the members disagree on an all-reduce's size: member 1 has 40 values, member 0 "
+                                   "(this task) 100"));
+    CHECK_THAT(errors[1], Contains("member 0 has 100 values, member 1 (this task) 40"));
+    CHECK_THAT(errors[2], Contains("member 1 has 40 values, member 2 (this task) 100"));
+  }
 }
 
 TEST_CASE("shared memory: a member that stalls (killed: no mark in the segment) is PeerLost once the heartbeats say so") {

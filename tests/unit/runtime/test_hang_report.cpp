@@ -2,7 +2,8 @@
 // the task that has not entered the collective the others wait in is named with
 // where its threads are; a task that entered it with another size or op is named;
 // a task that did not answer is named, and a moving job is said to be moving. And
-// local_report() carries this thread's open spans and the flight recorder's calls.
+// local_report() carries this thread's open spans, its native stack and the
+// flight recorder's calls.
 #include <catch2/catch.hpp>
 
 #include "comm/flight_recorder.h"
@@ -30,13 +31,16 @@ TEST_CASE("hang report: the task whose reader blocks is named, with where its ma
   const std::map<std::string, std::string> reports = {
       {"worker:0", report(1041, "step > gradient wait", 31000, 1042, "all_reduce", 1468006, "started", 31000)},
       {"worker:1", report(1041, "step > gradient wait", 30900, 1042, "all_reduce", 1468006, "started", 30900)},
-      {"worker:2", report(1041, "step > data", 31200, 1041, "all_reduce", 1468006, "completed", 31500)},
+      {"worker:2", report(1041, "step > data", 31200, 1041, "all_reduce", 1468006, "completed", 31500) +
+                       "stack\tmain\tpthread_cond_wait\tstd::condition_variable::wait\tdtrain::data::Pipeline::next\n"},
   };
   const std::string d = runtime::diagnose("stall: no task's step has advanced for 30 s", reports);
   INFO(d);
   CHECK_THAT(d, Contains("hang report (stall: no task's step has advanced for 30 s)"));
   CHECK_THAT(d, Contains("worker:2 has not entered all_reduce #1042 of workers (1.4 MiB), which the others entered 31 s ago"));
   CHECK_THAT(d, Contains("its thread main is in step > data (the input pipeline: data::Pipeline::next"));
+  CHECK_THAT(d, Contains("(native stack, innermost first: pthread_cond_wait < std::condition_variable::wait < "
+                         "dtrain::data::Pipeline::next)"));
   CHECK_THAT(d, !Contains("worker:0 has not entered"));
   CHECK_THAT(d, !Contains("worker:1 has not entered"));
 }
@@ -77,5 +81,8 @@ TEST_CASE("hang report: local_report carries this thread's open spans and the re
   INFO(r);
   CHECK_THAT(r, Contains("step\t17\n"));
   CHECK_THAT(r, Contains("\tstep > data\n"));
+  // The thread's native stack (the test binary exports its symbols): this very call.
+  CHECK_THAT(r, Contains("\nstack\t"));
+  CHECK_THAT(r, Contains("\tdtrain::runtime::local_report\t"));
   CHECK_THAT(r, Contains("collective\thang-test\t1\tall_reduce\t4\tcompleted\t"));
 }
