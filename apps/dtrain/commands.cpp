@@ -197,6 +197,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
       throw ConfigError(str(options.job.config, ": cluster: --hostfile gives the cluster; remove \"cluster\" from the job file"));
     launch.hosts = hosts;
     launch.port_base = options.port_base;
+    launch.ask_remote_chief_for_report = runtime::ask_chief_for_report;
     launch.remote.dtrain = options.remote_dtrain;
     launch.remote.grace = options.grace_period;
     if (options.ssh_port > 0) launch.remote.options = {"-p", std::to_string(options.ssh_port)};

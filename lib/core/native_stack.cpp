@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,13 +30,19 @@ std::atomic<int> g_state{kIdle};
 std::atomic<int> g_target{0};
 void* g_frames[kMaxFrames];
 int g_count = 0;
+void* g_interrupted = nullptr;  // the program counter the signal interrupted
 
 int signal_number() { return SIGRTMIN + 4; }
 
-void on_signal(int) {
+void on_signal(int, siginfo_t*, void* context) {
   const int saved_errno = errno;
   int expected = kAsked;
   if (g_target.load() == static_cast<int>(syscall(SYS_gettid)) && g_state.compare_exchange_strong(expected, kTaking)) {
+#if defined(__x86_64__)
+    g_interrupted = reinterpret_cast<void*>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+    g_interrupted = reinterpret_cast<void*>(static_cast<ucontext_t*>(context)->uc_mcontext.pc);
+#endif
     g_count = backtrace(g_frames, kMaxFrames);
     g_state.store(kTaken);
   }
@@ -48,17 +55,16 @@ void install_once() {
     void* warm[2];
     backtrace(warm, 2);  // loads the unwinder now, not inside the handler
     struct sigaction action {};
-    action.sa_handler = on_signal;
-    action.sa_flags = SA_RESTART;
+    action.sa_sigaction = on_signal;
+    action.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&action.sa_mask);
     sigaction(signal_number(), &action, nullptr);
   });
 }
 
-std::string name_of(void* address) {
+// The function at `inside` (an address within it), or "library+0xoffset".
+std::string name_at(void* inside) {
   Dl_info info{};
-  // A return address points after the call: look up the byte before it.
-  void* inside = static_cast<char*>(address) - 1;
   if (dladdr(inside, &info) == 0 || !info.dli_fname) return "??";
   if (info.dli_sname) {
     int status = 0;
@@ -74,6 +80,10 @@ std::string name_of(void* address) {
                 static_cast<size_t>(static_cast<char*>(inside) - static_cast<char*>(info.dli_fbase)));
   return file + offset;
 }
+
+// The function a return address belongs to: it points after the call, so the
+// byte before it is inside the caller.
+std::string name_of(void* return_address) { return name_at(static_cast<char*>(return_address) - 1); }
 
 }  // namespace
 
@@ -134,9 +144,18 @@ std::vector<std::string> native_stack(int tid, int max_frames, double timeout_se
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  // Frame 0 is the handler, frame 1 the kernel's signal trampoline (__restore_rt).
+  // The handler's frames come first, then the signal trampoline (__restore_rt),
+  // then the interrupted one: start there (at frame 2, the usual place, when the
+  // interrupted address is not among them).
+  int first = std::min(2, g_count);
+  for (int i = 0; i < g_count; ++i)
+    if (g_frames[i] == g_interrupted) {
+      first = i;
+      break;
+    }
   std::vector<std::string> frames;
-  for (int i = 2; i < g_count && static_cast<int>(frames.size()) < max_frames; ++i) frames.push_back(name_of(g_frames[i]));
+  for (int i = first; i < g_count && static_cast<int>(frames.size()) < max_frames; ++i)
+    frames.push_back(i == first ? name_at(g_frames[i]) : name_of(g_frames[i]));
   // A thread that asked for its own stack was interrupted in here: start at its caller.
   const auto self = std::find(frames.begin(), frames.end(), "dtrain::native_stack");
   if (tid == os_thread_id() && self != frames.end()) frames.erase(frames.begin(), self + 1);

@@ -29,6 +29,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/host.h"
@@ -187,6 +188,8 @@ class Launcher {
   std::vector<std::unique_ptr<Task>> tasks_;
   std::string agree_line_;  // what every task logs once the rendezvous agrees
   std::string chief_;       // the chief's name
+  config::ClusterSpec cluster_;  // the job's (for a hang report asked through the store)
+  std::string secret_;           // the job's secret (ditto)
   size_t agreed_ = 0;
   Clock::time_point start_;
   Phase phase_ = Phase::kRunning;
@@ -241,6 +244,12 @@ void Launcher::stop_all(int signal) {
 void Launcher::on_signal(int signal) {
   if (signal == SIGCHLD) return;      // check_exits() looks at every task anyway
   if (signal == SIGUSR1) {            // a hang report, the job goes on: the chief asks every task
+    if (!options_.hosts.empty()) {    // the chief's process here is ssh: ask through the store
+      if (!options_.ask_remote_chief_for_report) return note("got SIGUSR1, but cannot ask the remote chief for a report");
+      note(str("got SIGUSR1: asking ", chief_, " for a hang report through the job's store (the job goes on)"));
+      std::thread(options_.ask_remote_chief_for_report, cluster_, report_.job_id, secret_).detach();
+      return;
+    }
     for (auto& t : tasks_)
       if (t->name == chief_ && !t->process->reaped()) {
         note(str("got SIGUSR1: asking ", chief_, " for a hang report (the job goes on)"));
@@ -395,6 +404,7 @@ LaunchReport Launcher::run() {
   const std::vector<RemoteSlot> slots = remote_slots(options_.hosts);  // plan.tasks' hosts, in order
   const std::vector<Injection> injections = parse_injections(options_.injections, plan.spec);
   chief_ = plan.spec.chief().str();
+  cluster_ = plan.spec;
   if (options_.grace_period < 0) throw ConfigError("--grace-period cannot be negative");
 
   const fs::path log_dir =
@@ -413,6 +423,7 @@ LaunchReport Launcher::run() {
   agree_line_ = str("rendezvous: all ", plan.tasks.size(), " tasks joined and agree");
   std::vector<std::string> env = base_environment();
   const std::string secret = options_.job_secret.empty() ? random_hex(32) : options_.job_secret;
+  secret_ = secret;
   // What every task gets (a remote one in its script; the secret then on stdin).
   std::vector<std::string> task_env = {"DTRAIN_JOB_ID=" + report_.job_id};
   // The tasks share this machine's cores: OpenMP threads that spin while waiting

@@ -80,6 +80,12 @@ struct LaunchOptions {
   // remote_task.h) instead of as local processes; the cluster is theirs.
   std::vector<HostSlots> hosts;
   RemoteShell remote;         // how to reach them (remote.dtrain "": this binary's path)
+  // --hostfile: how SIGUSR1 asks the chief for a hang report, since its process
+  // here is ssh (which a signal would end): through the job's store, with the
+  // job's cluster, id and secret. The app sets it (this library does not link the
+  // rendezvous); it runs on a thread of its own and reports its own failure.
+  std::function<void(const config::ClusterSpec& cluster, const std::string& job_id, const std::string& secret)>
+      ask_remote_chief_for_report;
   int port_base = 8888;       // --port-base: a host's k-th slot listens on port_base + k
   int stdout_fd = 1;  // where the tasks' prefixed stdout lines and the launcher's results go
   int stderr_fd = 2;  // where their stderr lines and the launcher's messages go

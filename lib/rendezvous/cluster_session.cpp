@@ -466,6 +466,19 @@ void ClusterSession::request_report(const std::string& reason, bool once_per_job
   stop_cv_.notify_all();
 }
 
+void ask_for_report(const config::ClusterSpec& cluster, const Credentials& credentials, const std::string& reason) {
+  const config::TaskId chief = cluster.chief();
+  const config::HostPort address = config::parse_host_port(cluster.address(chief), "the chief's address");
+  ClientOptions co;
+  co.credentials = credentials;
+  co.task = chief.str();
+  co.server_name = str("the chief (", chief.str(), " at ", cluster.address(chief), ")");
+  co.connect_timeout = 10.0;
+  StoreClient store(address.host, address.port, co);
+  const int64_t generation = store.add("report/generation", 1);
+  store.set(str("report/reason/", generation), reason);
+}
+
 void ClusterSession::set_report_source(std::function<std::string()> source) {
   std::lock_guard<std::mutex> lock(mutex_);
   report_source_ = std::move(source);

@@ -202,4 +202,11 @@ class ClusterSession {
   std::function<void(const std::string&)> on_failure_;  // guarded by mutex_
 };
 
+// Asks a running job's tasks for a hang report from outside the job (`dtrain
+// launch --hostfile` on SIGUSR1, whose chief is on another host): connects to
+// the chief's store with the chief's name and the job's credentials (as the
+// chief's own report thread does), counts a new report generation and says
+// `reason`; the chief prints the report. Throws what connecting throws.
+void ask_for_report(const config::ClusterSpec& cluster, const Credentials& credentials, const std::string& reason);
+
 }  // namespace dtrain::rendezvous

@@ -126,6 +126,14 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
   sigaction(SIGUSR1, &action, nullptr);
 }
 
+void ask_chief_for_report(const config::ClusterSpec& cluster, const std::string& job_id, const std::string& secret) {
+  try {
+    rendezvous::ask_for_report(cluster, {job_id, secret}, "asked for with SIGUSR1 (to dtrain launch)");
+  } catch (const std::exception& e) {
+    log::warn("launch: could not ask the chief for a hang report: ", e.what());
+  }
+}
+
 ClusterTask::~ClusterTask() {
   ClusterTask* self = this;
   g_reporting_task.compare_exchange_strong(self, nullptr);

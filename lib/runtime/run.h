@@ -48,6 +48,11 @@ struct ClusterBenchRequest {
   std::string parameters() const;
 };
 
+// Asks the running job `job_id` (its cluster and secret) for a hang report
+// through the chief's store, from outside the job: `dtrain launch --hostfile`
+// on SIGUSR1. Logs a warning when the chief cannot be reached; never throws.
+void ask_chief_for_report(const config::ClusterSpec& cluster, const std::string& job_id, const std::string& secret);
+
 // One task of `dtrain bench allreduce` (its cluster from TF_CONFIG, as the
 // launcher sets it): join, connect the training tasks with Gloo, time every size;
 // the chief prints an nccl-tests-style table (or one JSON object per size). Needs

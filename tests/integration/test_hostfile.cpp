@@ -4,6 +4,8 @@
 //  - A 2-host x 2-slot job trains to the same params_sha256 as `dtrain launch
 //    --workers 4` on one machine; the job secret never appears on any process's
 //    command line (it travels on ssh's standard input).
+//  - SIGUSR1 to the launcher gets a hang report from the chief on another host
+//    (through the job's store: the chief's process here is ssh) and the job goes on.
 //  - Killing the launcher (SIGKILL, no chance to clean up) or stopping it with
 //    SIGINT (Ctrl-C) leaves no task process behind on any host.
 // Needs root, iproute2 and openssh-server (scripts/install-deps.sh); without them
@@ -207,6 +209,14 @@ TEST_CASE("a killed or interrupted hostfile launcher leaves no task behind on an
     auto run = start_program(argv[0], std::vector<std::string>(argv.begin() + 1, argv.end()), launcher_env());
     REQUIRE(run->wait_for_err("tasks joined and agree", 60.0));
     REQUIRE(processes_with(job, kSecret, nullptr).size() == 4);
+    if (signal == SIGKILL) {
+      // First SIGUSR1: the chief is on another host (its process here is ssh),
+      // so the launcher asks through the job's store; the report comes and the job goes on.
+      run->send(SIGUSR1);
+      CHECK(run->wait_for_err("hang report (asked for with SIGUSR1 (to dtrain launch))", 30.0));
+      CHECK(processes_with(job, kSecret, nullptr).size() == 4);
+      CHECK_FALSE(run->ended());
+    }
     const auto sent = std::chrono::steady_clock::now();
     run->send(signal);
     run->finish(30.0, signal == SIGKILL ? SIGKILL : 0);
