@@ -102,7 +102,10 @@ void read_lines(std::vector<Worker*>& workers, size_t lines, launch::Clock::time
       auto [w, is_out] = owners[i];
       char buffer[65536];
       const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
-      if (n <= 0 && errno != EAGAIN) (is_out ? w->out : w->err).reset();
+      // End of file (0), or an error other than "nothing yet": this pipe is done
+      // (errno is looked at only when read failed: a stale EAGAIN must not keep
+      // a closed pipe in the poll set, where it would spin).
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) (is_out ? w->out : w->err).reset();
       if (n <= 0) continue;
       if (is_out) {
         w->out_text.append(buffer, static_cast<size_t>(n));
