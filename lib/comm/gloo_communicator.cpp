@@ -103,15 +103,6 @@ void lower_priority_of_new_threads(const std::set<long>& before) {
 
 using Millis = std::chrono::milliseconds;
 
-// What gloo_connect_stats() returns: every communicator of this process adds to it.
-std::mutex g_stats_mutex;
-GlooConnectStats g_stats;
-
-void count_connected(int pairs, double seconds) {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  g_stats.pairs += pairs;
-  g_stats.seconds += seconds;
-}
 
 // Gloo's tcp transport writes with writev(2), which raises SIGPIPE on a socket
 // whose peer is gone. Ignored, the write fails with EPIPE and Gloo throws.
@@ -402,7 +393,6 @@ class GlooCommunicator final : public Communicator {
     guarded("connecting", [&] { pairs_->connect_round(peers); });
     full_mesh_ = static_cast<int>(peers.size()) == options_.size - 1;
     context_ = pairs_->context();
-    count_connected(pairs_->pairs(), pairs_->seconds());
     log::debug(name_, ": connected to ", peers.size(), " of ", options_.size - 1, " peers through Gloo on ",
                options_.hostname, " in ", watch.seconds(), " s");
   }
@@ -411,7 +401,6 @@ class GlooCommunicator final : public Communicator {
   // a neighbour (gloo_pairs.h).
   void connect_pair(const std::string& what, int peer) {
     if (pairs_->connected(peer)) return;
-    const double before = pairs_->seconds();
     try {
       guarded(what, [&] { pairs_->connect_one(peer); });
     } catch (const TimeoutError& e) {
@@ -420,18 +409,14 @@ class GlooCommunicator final : public Communicator {
       set_broken(Broken{true, message});
       throw TimeoutError(message);
     }
-    count_connected(1, pairs_->seconds() - before);
   }
 
   // Gloo's all-to-all needs every pair: the first one connects the rest of the
   // mesh (every rank makes the same calls, so every rank does it at the same one).
   void connect_every_rank(const std::string& what) {
     if (full_mesh_) return;
-    const int before = pairs_->pairs();
-    const double seconds = pairs_->seconds();
     guarded(what, [&] { pairs_->connect_all(); });
     full_mesh_ = true;
-    count_connected(pairs_->pairs() - before, pairs_->seconds() - seconds);
   }
 
   uint32_t next_tag() { return tag_++; }
@@ -630,10 +615,7 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-GlooConnectStats gloo_connect_stats() {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  return g_stats;
-}
+GlooConnectStats gloo_connect_stats() { return {gloo_pairs_connected()}; }
 
 std::unique_ptr<Communicator> make_gloo_communicator(rendezvous::Store& store,
                                                      const GlooOptions& options) {

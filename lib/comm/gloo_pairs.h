@@ -86,7 +86,6 @@ class GlooPairs {
 
   bool connected(int peer) const;
   int pairs() const;                 // connected so far
-  double seconds() const;            // spent connecting, in all rounds
 
  private:
   // TimeoutError "<name>: rank(s) <ranks> <did_not> within ..." for the keys still absent.
@@ -98,7 +97,9 @@ class GlooPairs {
   mutable std::mutex mutex_;  // one connecting call at a time (send and recv may be on two threads)
   std::vector<bool> connected_;
   int rounds_ = 0;
-  double seconds_ = 0.0;
 };
+
+// Pairs that this process's GlooPairs connected so far (gloo_connect_stats()).
+int64_t gloo_pairs_connected();
 
 }  // namespace dtrain::comm

@@ -466,6 +466,16 @@ void ClusterSession::request_report(const std::string& reason, bool once_per_job
   stop_cv_.notify_all();
 }
 
+namespace {
+// A new report generation in the job's store, saying why: every task's next
+// heartbeat reply carries it (the server's own request_report does the same).
+int64_t count_report_generation(Store& store, const std::string& reason) {
+  const int64_t generation = store.add("report/generation", 1);
+  store.set(str("report/reason/", generation), reason);
+  return generation;
+}
+}  // namespace
+
 void ask_for_report(const config::ClusterSpec& cluster, const Credentials& credentials, const std::string& reason) {
   const config::TaskId chief = cluster.chief();
   const config::HostPort address = config::parse_host_port(cluster.address(chief), "the chief's address");
@@ -475,8 +485,7 @@ void ask_for_report(const config::ClusterSpec& cluster, const Credentials& crede
   co.server_name = str("the chief (", chief.str(), " at ", cluster.address(chief), ")");
   co.connect_timeout = 10.0;
   StoreClient store(address.host, address.port, co);
-  const int64_t generation = store.add("report/generation", 1);
-  store.set(str("report/reason/", generation), reason);
+  count_report_generation(store, reason);
 }
 
 void ClusterSession::set_report_source(std::function<std::string()> source) {
@@ -504,10 +513,7 @@ void ClusterSession::handle_reports(int64_t generation) {
   }
   if (once && reason && control_->add("report/fault_asked", 1) > 1) reason.reset();  // another task asked first
   if (report_signalled.exchange(false)) reason = str("asked for with SIGUSR1 (to ", cluster_.task.str(), ")");
-  if (reason) {
-    generation = control_->add("report/generation", 1);
-    control_->set(str("report/reason/", generation), *reason);
-  }
+  if (reason) generation = count_report_generation(*control_, *reason);
   if (generation <= reports_seen_) return;
   // Several tasks may ask at once (each that finds the tasks disagreeing on a
   // collective does): the chief collects one generation, perhaps not the newest

@@ -141,7 +141,7 @@ ClusterTask::~ClusterTask() {
 
 void ClusterTask::report_before_exit(const std::string& reason) {
   session_.request_report(reason, true);
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(2 * heartbeat_interval_ + 1.0, 10.0)));
+  std::this_thread::sleep_for(std::chrono::duration<double>(report_round_seconds()));
 }
 
 std::vector<std::string> ClusterTask::host_of_rank() const {
@@ -251,15 +251,15 @@ void ClusterTask::rethrow_collective_failure(const Error& error) {
   // A peer that died closes its Gloo connections at once; the chief's store sees
   // its control connection close just as fast and tells every heartbeat within
   // one interval. Wait that long (bounded) for the version that names the task.
-  const std::optional<std::string> failure = session_.wait_for_failure(2.0 * heartbeat_interval_ + 1.0);
+  // A CommError is the tasks disagreeing on a collective: every task is asked
+  // what it called first, and the same wait gives the chief time to print which
+  // one differs.
+  if (dynamic_cast<const CommError*>(&error))
+    session_.request_report(str("a collective failed on ", name_, ": ", error.what()), true);
+  const std::optional<std::string> failure = session_.wait_for_failure(report_round_seconds());
   if (!failure) {
     if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(error.what());
-    if (dynamic_cast<const CommError*>(&error)) {
-      // No task was lost: the tasks disagree on a collective. Every task says
-      // what it called, and the chief's report names the one that differs.
-      report_before_exit(str("a collective failed on ", name_, ": ", error.what()));
-      throw CommError(error.what());
-    }
+    if (dynamic_cast<const CommError*>(&error)) throw CommError(error.what());
     throw PeerLost(error.what());
   }
   const std::string seen = error.what();

@@ -75,10 +75,14 @@ class ClusterTask {
 
   // Before this process ends on a fault of its own (a library thread's
   // exception): asks every task for a hang report saying `reason`, and waits
-  // long enough for the chief to print it (two heartbeat intervals and a second).
+  // long enough for the chief to print it (report_round_seconds()).
   void report_before_exit(const std::string& reason);
 
  private:
+  // Two heartbeat intervals and a second: the time for every task to hear of a
+  // lost task, or to answer a report request and the chief to print it.
+  double report_round_seconds() const { return 2.0 * heartbeat_interval_ + 1.0; }
+
   std::string name_;
   std::string job_id_;
   double heartbeat_interval_;
