@@ -115,9 +115,10 @@ class PsConnection final : public rendezvous::AuthenticatedConnection {
     return true;
   }
 
-  void on_authenticated() override {
+  int64_t on_authenticated() override {
     set_task(hello().task);
     if (server_->is_worker(task())) server_->worker_joined(task());
+    return 0;
   }
 
   void on_ready() override { read_request(); }

@@ -81,22 +81,41 @@ bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, 
          constant_time_equal(m.fields[0], client_proof(c, hello.task, server_nonce, hello.client_nonce));
 }
 
-void client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
-                      const std::string& magic, const std::string& task, const std::string& role,
-                      const std::string& where) {
-  const std::string client_nonce = make_nonce();
-  const Message challenge = roundtrip({Op::kHello, 0, {magic, c.job_id, task, role, client_nonce}});
+ClientHandshake::ClientHandshake(const Credentials& c, const std::string& magic_, const std::string& task_,
+                                 const std::string& role_, const std::string& where_)
+    : credentials(c), magic(magic_), task(task_), role(role_), where(where_), client_nonce(make_nonce()) {}
+
+Message ClientHandshake::hello() const {
+  return {Op::kHello, 0, {magic, credentials.job_id, task, role, client_nonce}};
+}
+
+Message ClientHandshake::proof_for(const Message& challenge) const {
   if (challenge.op == Op::kError)
     throw ConfigError(str(where, " refused this task: ", reply_text(challenge, "(no reason given)")));
   if (challenge.op != Op::kChallenge || challenge.fields.size() != 2)
     throw ConfigError(str(where, " is not a dtrain server of this version (", magic, ")"));
-  if (!constant_time_equal(challenge.fields[1], server_proof(c, client_nonce, challenge.fields[0])))
+  if (!constant_time_equal(challenge.fields[1], server_proof(credentials, client_nonce, challenge.fields[0])))
     throw ConfigError(str(where, " does not know this job's secret: is another job using that address, "
                                  "or is DTRAIN_JOB_SECRET different there?"));
-  const Message welcome = roundtrip({Op::kProof, 0, {client_proof(c, task, challenge.fields[0], client_nonce)}});
-  if (welcome.op != Op::kWelcome)
-    throw ConfigError(str(where, " rejected this task's proof of the job secret: is DTRAIN_JOB_SECRET (or "
-                                 "runtime.secret_file) the same on every task?"));
+  return {Op::kProof, 0, {client_proof(credentials, task, challenge.fields[0], client_nonce)}};
+}
+
+ConfigError ClientHandshake::rejected_proof() const {
+  return ConfigError(str(where, " rejected this task's proof of the job secret: is DTRAIN_JOB_SECRET (or "
+                                "runtime.secret_file) the same on every task?"));
+}
+
+int64_t ClientHandshake::check_welcome(const Message& reply) const {
+  if (reply.op != Op::kWelcome) throw rejected_proof();
+  return reply.number;
+}
+
+int64_t client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
+                         const std::string& magic, const std::string& task, const std::string& role,
+                         const std::string& where) {
+  const ClientHandshake handshake(c, magic, task, role, where);
+  const Message challenge = roundtrip(handshake.hello());
+  return handshake.check_welcome(roundtrip(handshake.proof_for(challenge)));
 }
 
 }  // namespace dtrain::rendezvous

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "config/cluster_spec.h"
+#include "core/error.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -73,12 +74,32 @@ bool proof_accepted(const Message& m, const Credentials& c, const Hello& hello, 
 
 // The client's side of the handshake (the store's clients and a ps's): the hello
 // of protocol `magic` as `task` in `role`, the server's proof checked, this task's
-// proof, the welcome; `roundtrip` sends one frame and returns the reply.
+// proof, the welcome; `roundtrip` sends one frame and returns the reply. Returns
+// the welcome's number (the store's control connection: its incarnation).
 // ConfigErrors name `where` ("the chief (chief:0 at 10.0.0.1:2222)", "ps:1 at
 // ...") and say what to check: a server that refused (its reason), one that is
 // not of this protocol, one that does not know the secret, one that refused ours.
-void client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
-                      const std::string& magic, const std::string& task, const std::string& role,
-                      const std::string& where);
+int64_t client_handshake(const std::function<Message(const Message&)>& roundtrip, const Credentials& c,
+                         const std::string& magic, const std::string& task, const std::string& role,
+                         const std::string& where);
+
+// The same handshake in steps, so that a client can send its proof together with
+// its first requests (one round trip fewer): the hello, then (given the
+// challenge) the proof to send, then the check of the welcome.
+struct ClientHandshake {
+  ClientHandshake(const Credentials& c, const std::string& magic, const std::string& task, const std::string& role,
+                  const std::string& where);
+  Message hello() const;
+  // The proof that answers `challenge`; ConfigError when the server refused this
+  // task or does not know the secret.
+  Message proof_for(const Message& challenge) const;
+  // The welcome's number; ConfigError when `reply` is not a welcome (the server
+  // rejected the proof). A server that hung up instead: rejected_proof() too.
+  int64_t check_welcome(const Message& reply) const;
+  ConfigError rejected_proof() const;
+
+  Credentials credentials;
+  std::string magic, task, role, where, client_nonce;
+};
 
 }  // namespace dtrain::rendezvous

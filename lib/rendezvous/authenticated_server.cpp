@@ -192,8 +192,8 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
   }
   ready_ = true;
   handshake_timer_.cancel();
-  on_authenticated();
-  write_frame({Op::kWelcome, 0, {}}, &AuthenticatedConnection::on_ready);
+  const int64_t number = on_authenticated();
+  write_frame({Op::kWelcome, number, {}}, &AuthenticatedConnection::on_ready);
 }
 
 }  // namespace dtrain::rendezvous

@@ -103,8 +103,9 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   // The hello is of the server's protocol: the subclass checks the job, the task
   // and the role; false when it turned the connection away (reject(), or reply(..., true)).
   virtual bool accept_hello(const Hello& hello) = 0;
-  // The client proved it knows the secret: the subclass's bookkeeping, before the welcome.
-  virtual void on_authenticated() {}
+  // The client proved it knows the secret: the subclass's bookkeeping, before the
+  // welcome. Returns the welcome's number (the store: a control connection's incarnation).
+  virtual int64_t on_authenticated() { return 0; }
   // A client that said a hello the subclass accepted (its job, a task of the
   // cluster) then failed the secret's proof, or hung up after the challenge
   // (hangup_after_challenge_is_rejection): `why`. Runs after the rejection is

@@ -10,7 +10,7 @@
 // clock in every process of this machine).
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -74,9 +74,9 @@ class TaskSlice {
   std::vector<std::string> errors_;
   std::vector<int64_t> joined_;
   std::vector<std::thread> threads_;
-  std::mutex gate_mutex_;
-  std::condition_variable gate_;
-  bool open_ = false;
+  // The gate every thread waits at: one futex wake releases them all at once (a
+  // condition variable handed its mutex to one thread after another).
+  std::atomic<bool> open_{false};
   int64_t last_joined_ns_ = 0;
 };
 

@@ -91,21 +91,29 @@ ClusterSession::ClusterSession(SessionSpec spec)
   co.on_waiting = [](const std::string& message) { log::info("rendezvous: ", message); };
   const std::string host = is_chief() ? "127.0.0.1" : chief_address.host;
   client_options_ = co;
-  store_ = std::make_unique<StoreClient>(host, chief_address.port, co);
-  co.role = "control";
-  co.request_timeout = spec.heartbeat_timeout;
-  control_ = std::make_unique<StoreClient>(host, chief_address.port, co);
-  heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
+  // Two connections, made at the same time: the control connection on the
+  // heartbeat thread (its welcome says this task's incarnation), the store
+  // connection here, whose proof goes out with the join (one round trip fewer).
+  ClientOptions control = co;
+  control.role = "control";
+  control.request_timeout = spec.heartbeat_timeout;
+  control.cancelled = [this] { return stopping(); };
+  heartbeat_thread_ = std::thread([this, host, port = chief_address.port, control] {
+    heartbeat_loop(host, port, control);
+  });
   try {
+    ClientOptions store_options = co;
+    store_options.prove_with_first_request = true;
+    store_ = std::make_unique<StoreClient>(host, chief_address.port, store_options);
     join_and_agree();
+    wait_for_control();
   } catch (const Error& e) {
     // The destructor will not run: stop the heartbeats and tell the others why.
     stop_heartbeats();
-    if (!dynamic_cast<const PeerLost*>(&e)) fail(str(cluster_.task.str(), ": ", e.what()));
+    if (store_ && !dynamic_cast<const PeerLost*>(&e)) fail(str(cluster_.task.str(), ": ", e.what()));
     throw;
   }
   join_seconds_ = timer.seconds();
-  incarnation_ = std::stoll(store_->get("incarnation/" + cluster_.task.str()).value_or("1"));
   log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
             credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
 }
@@ -272,13 +280,13 @@ std::vector<std::string> ClusterSession::differences(const std::string& them, co
 void ClusterSession::join_and_agree() {
   const std::string me = cluster_.task.str();
   const std::string mine = description();
-  store_->set("join/" + me, encode_join({host_identity(), mine, publish_document_ ? agreement_document_ : ""}));
+  const std::string join_value = encode_join({host_identity(), mine, publish_document_ ? agreement_document_ : ""});
   std::vector<std::string> problems;
   if (is_chief()) {
+    store_->set("join/" + me, join_value);
     roster_ = make_roster(mine);
   } else {
-    wait_for_roster();
-    roster_ = store_->get("roster").value_or("");
+    roster_ = wait_for_roster(join_value);
   }
   const Roster roster = parse_roster(roster_, cluster_.spec.all_tasks().size());
   if (!is_chief() && roster.chief_description != mine) {
@@ -376,8 +384,11 @@ std::string ClusterSession::make_roster(const std::string& mine) {
   return roster;
 }
 
-void ClusterSession::wait_for_roster() {
-  while (!store_->wait({"roster"}, next_wait())) {
+std::string ClusterSession::wait_for_roster(const std::string& join_value) {
+  const std::string me = cluster_.task.str();
+  // The join value and the first wait in one round trip, then waits of their own.
+  auto roster = store_->set_then_wait_get("join/" + me, join_value, {"roster"}, next_wait());
+  while (!roster) {
     if (started_.seconds() >= rendezvous_timeout_)
       throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
                              some_of(missing_tasks(nullptr), 32),
@@ -385,7 +396,9 @@ void ClusterSession::wait_for_roster() {
     const auto waiting = store_->get("rendezvous/waiting");
     log::info("rendezvous: waiting for ", waiting.value_or("the chief to see every task join"));
     check_health();
+    roster = store_->wait_get({"roster"}, next_wait());
   }
+  return roster->front();
 }
 
 const std::map<std::string, std::string>& ClusterSession::hosts() const {
@@ -418,7 +431,23 @@ void ClusterSession::report_step(int64_t step) {
   stop_cv_.notify_all();
 }
 
-void ClusterSession::heartbeat_loop() {
+bool ClusterSession::stopping() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stop_;
+}
+
+// The control connection, then the heartbeats on it.
+void ClusterSession::heartbeat_loop(const std::string& host, int port, const ClientOptions& options) {
+  try {
+    auto control = std::make_unique<StoreClient>(host, port, options);
+    std::lock_guard<std::mutex> lock(mutex_);
+    control_ = std::move(control);
+  } catch (const Error&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    control_error_ = std::current_exception();
+  }
+  stop_cv_.notify_all();
+  if (control_error_) return;
   std::unique_lock<std::mutex> lock(mutex_);
   // The first heartbeat goes one interval after the control connection came up
   // (which the server counts as one): at 4,096 tasks joining at once, a beat
@@ -561,6 +590,19 @@ void ClusterSession::doctor_loop() {
     collected = generation;
     lock.lock();
   }
+}
+
+// Waits for the heartbeat thread's control connection (it is up, or failed, within
+// the rendezvous deadline: its connect has the same one), and takes its incarnation.
+void ClusterSession::wait_for_control() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool decided = stop_cv_.wait_for(lock, std::chrono::duration<double>(rendezvous_timeout_ + 30.0),
+                                         [this] { return control_ || control_error_; });
+  if (control_error_) std::rethrow_exception(control_error_);
+  if (!decided)
+    throw TimeoutError(str("rendezvous: the control connection to the chief did not come up within ",
+                           rendezvous_timeout_ + 30.0, " s"));
+  incarnation_ = control_->incarnation();
 }
 
 void ClusterSession::on_failure(std::function<void(const std::string&)> callback) {

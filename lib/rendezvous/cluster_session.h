@@ -16,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -153,9 +154,12 @@ class ClusterSession {
   double next_wait() const;
   std::vector<std::string> missing_tasks(std::vector<std::string>* joined);
   std::string make_roster(const std::string& mine);
-  void wait_for_roster();
+  // Sets this task's join value, waits for the chief's roster and returns it.
+  std::string wait_for_roster(const std::string& join_value);
   void read_roster() const;
-  void heartbeat_loop();
+  void heartbeat_loop(const std::string& host, int port, const ClientOptions& options);
+  void wait_for_control();
+  bool stopping();
   void stop_heartbeats();
   void handle_reports(int64_t generation);  // on the heartbeat thread, for each new generation
   void doctor_loop();                       // the chief's report collector
@@ -167,7 +171,8 @@ class ClusterSession {
   double rendezvous_timeout_ = 300.0;
   std::shared_ptr<StoreServer> server_;   // chief only
   std::unique_ptr<StoreClient> store_;    // requests
-  std::unique_ptr<StoreClient> control_;  // heartbeats (the heartbeat thread's)
+  std::unique_ptr<StoreClient> control_;  // heartbeats: set (guarded by mutex_) and used by the heartbeat thread
+  std::exception_ptr control_error_;      // guarded by mutex_: why control_ could not connect
   double join_seconds_ = 0.0;
   Stopwatch started_;  // when the session began joining
   bool finished_ = false;

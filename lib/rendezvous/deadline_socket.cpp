@@ -25,7 +25,8 @@ bool DeadlineSocket::run_until(const bool& done, Clock::duration timeout) {
 
 void DeadlineSocket::connect(const std::string& host, const std::string& port, double timeout_seconds,
                              const std::string& what, const std::string& hint,
-                             const std::function<void(const std::string&)>& on_waiting) {
+                             const std::function<void(const std::string&)>& on_waiting,
+                             const std::function<bool()>& cancelled) {
   tcp::resolver resolver(io);
   std::error_code ec;
   const auto endpoints = resolver.resolve(host, port, ec);
@@ -61,6 +62,7 @@ void DeadlineSocket::connect(const std::string& host, const std::string& port, d
     if (Clock::now() >= deadline)
       throw TimeoutError(str("could not reach ", what, " within ", timeout_seconds, " s (last error: ", last.message(),
                              "); ", hint));
+    if (cancelled && cancelled()) throw RuntimeError(str("stopped trying to reach ", what));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   socket.set_option(tcp::no_delay(true));

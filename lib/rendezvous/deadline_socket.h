@@ -25,9 +25,11 @@ class DeadlineSocket {
   // Connects to host:port, retrying a refused connection every 100 ms until
   // `timeout_seconds` pass, then TimeoutError: "could not reach <what> within T s
   // (last error: ...); <hint>". `on_waiting` is called about every 5 s while
-  // waiting. An unresolvable host is a ConfigError. Sets TCP_NODELAY.
+  // waiting. An unresolvable host is a ConfigError. Sets TCP_NODELAY. When
+  // `cancelled` says so between attempts, RuntimeError (the caller is stopping).
   void connect(const std::string& host, const std::string& port, double timeout_seconds, const std::string& what,
-               const std::string& hint, const std::function<void(const std::string&)>& on_waiting = {});
+               const std::string& hint, const std::function<void(const std::string&)>& on_waiting = {},
+               const std::function<bool()>& cancelled = {});
 };
 
 }  // namespace dtrain::rendezvous

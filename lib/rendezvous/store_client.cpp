@@ -33,70 +33,114 @@ struct StoreClient::Impl {
   asio::io_context& io = link.io;
   tcp::socket& socket = link.socket;
   std::string where;  // "the chief (chief:0 at 127.0.0.1:2222)"
+  // With options.prove_with_first_request: the handshake whose proof goes out
+  // with the first requests (and whose welcome comes back first).
+  std::optional<ClientHandshake> proof_pending;
+  std::optional<Message> proof;
+  int64_t welcome_number = 0;
 
   bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
 
   void connect(const std::string& host, int port) {
     link.connect(host, std::to_string(port), options.connect_timeout, where,
-                 "is that task running? raise runtime.rendezvous_timeout to wait longer", options.on_waiting);
-    handshake();
+                 "is that task running? raise runtime.rendezvous_timeout to wait longer", options.on_waiting,
+                 options.cancelled);
+    const ClientHandshake handshake(options.credentials, kProtocolMagic, options.task, options.role, where);
+    const Message challenge = roundtrip(handshake.hello(), seconds(options.request_timeout));
+    proof = handshake.proof_for(challenge);
+    if (options.prove_with_first_request) {
+      proof_pending = handshake;
+      return;
+    }
+    welcome_number = handshake.check_welcome(roundtrip(*proof, seconds(options.request_timeout)));
+    proof.reset();
   }
 
-  void handshake() {
-    client_handshake([this](const Message& m) { return roundtrip(m, seconds(options.request_timeout)); },
-                     options.credentials, kProtocolMagic, options.task, options.role, where);
+  TimeoutError no_answer(const Message& m, Clock::duration timeout) const {
+    return TimeoutError(str(where, " did not answer a '", op_name(m.op), "' request within ",
+                            std::chrono::duration<double>(timeout).count(), " s"));
+  }
+  PeerLost lost(const std::error_code& error) const {
+    return PeerLost(str("lost the connection to ", where, " (", error.message(), "): that task died or the network failed"));
   }
 
-  // Sends one message and reads the reply, within `timeout`.
-  Message roundtrip(const Message& m, Clock::duration timeout) {
-    const std::string out = encode_frame(m);
+  // Reads one reply frame before `deadline`: the reply, or the error that ended
+  // the read (asio::error::timed_out at the deadline).
+  std::error_code read_reply(Clock::time_point deadline, Message& reply) {
     unsigned char header[4];
     std::string body;
     std::error_code error;
     bool done = false, too_big = false;
-    asio::async_write(socket, asio::buffer(out), [&](const std::error_code& ec, size_t) {
+    asio::async_read(socket, asio::buffer(header), [&](const std::error_code& ec, size_t) {
       if (ec) {
         error = ec;
         done = true;
         return;
       }
-      asio::async_read(socket, asio::buffer(header), [&](const std::error_code& ec2, size_t) {
-        if (ec2) {
-          error = ec2;
-          done = true;
-          return;
-        }
-        const uint32_t length = decode_length(header);
-        if (length > kMaxFrameBytes) {
-          too_big = done = true;
-          return;
-        }
-        body.assign(length, '\0');
-        asio::async_read(socket, asio::buffer(body), [&](const std::error_code& ec3, size_t) {
-          error = ec3;
-          done = true;
-        });
+      const uint32_t length = decode_length(header);
+      if (length > kMaxFrameBytes) {
+        too_big = done = true;
+        return;
+      }
+      body.assign(length, '\0');
+      asio::async_read(socket, asio::buffer(body), [&](const std::error_code& ec2, size_t) {
+        error = ec2;
+        done = true;
       });
     });
-    if (!run_until(done, timeout))
-      throw TimeoutError(str(where, " did not answer a '", op_name(m.op), "' request within ",
-                             std::chrono::duration<double>(timeout).count(), " s"));
-    if (error)
-      throw PeerLost(str("lost the connection to ", where, " (", error.message(),
-                         "): that task died or the network failed"));
-    Message reply;
-    if (too_big || !decode_payload(body, reply)) throw PeerLost(str(where, " sent a malformed reply"));
-    return reply;
+    if (!run_until(done, deadline - Clock::now())) return asio::error::timed_out;
+    if (error) return error;
+    if (too_big || !decode_payload(body, reply)) return asio::error::invalid_argument;
+    return {};
   }
 
-  // A request whose kError reply means the job failed.
-  Message request(const Message& m, Clock::duration timeout) {
-    Message reply = roundtrip(m, timeout);
+  // Sends `requests` in one write and reads their replies, all within `timeout`.
+  // A pending proof goes first, and its welcome is checked.
+  std::vector<Message> exchange(const std::vector<Message>& requests, Clock::duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string out = proof_pending ? encode_frame(*proof) : std::string();
+    for (const auto& m : requests) out += encode_frame(m);
+    std::error_code error;
+    bool done = false;
+    asio::async_write(socket, asio::buffer(out), [&](const std::error_code& ec, size_t) {
+      error = ec;
+      done = true;
+    });
+    if (!run_until(done, timeout)) throw no_answer(requests.front(), timeout);
+    if (error) throw lost(error);
+    if (proof_pending) {
+      Message welcome;
+      const std::error_code e = read_reply(deadline, welcome);
+      if (e == asio::error::timed_out) throw no_answer(*proof, timeout);
+      // A server that rejects a proof hangs up: it said so in its log.
+      if (e) throw proof_pending->rejected_proof();
+      welcome_number = proof_pending->check_welcome(welcome);
+      proof_pending.reset();
+      proof.reset();
+    }
+    std::vector<Message> replies(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::error_code e = read_reply(deadline, replies[i]);
+      if (e == asio::error::timed_out) throw no_answer(requests[i], timeout);
+      if (e == asio::error::invalid_argument) throw PeerLost(str(where, " sent a malformed reply"));
+      if (e) throw lost(e);
+    }
+    return replies;
+  }
+
+  // Sends one message and reads the reply, within `timeout`.
+  Message roundtrip(const Message& m, Clock::duration timeout) { return exchange({m}, timeout).front(); }
+
+  // A reply whose kError means the job failed: throws.
+  static const Message& checked(const Message& reply) {
     if (reply.op == Op::kError && reply.number == kJobMisconfigured)
       throw ConfigError(reply_text(reply, "the tasks' configurations disagree"));
     if (reply.op == Op::kError) throw PeerLost(reply_text(reply, "the job failed"));
     return reply;
   }
+
+  // A request whose kError reply means the job failed.
+  Message request(const Message& m, Clock::duration timeout) { return checked(roundtrip(m, timeout)); }
 };
 
 std::string local_address_toward(const std::string& host, int port, const std::string& what) {
@@ -149,6 +193,39 @@ bool StoreClient::wait(const std::vector<std::string>& keys, double timeout_seco
   const Message r = impl_->request({Op::kWait, ms, keys}, seconds(timeout_seconds + impl_->options.request_timeout));
   return r.op == Op::kOk;
 }
+
+namespace {
+// The values in a wait_get's kOk reply (get_many when they did not fit in it).
+std::vector<std::string> waited_values(const Message& reply, const std::vector<std::string>& keys, Store& store) {
+  if (reply.fields.size() == keys.size()) return reply.fields;
+  std::vector<std::string> values;
+  for (auto& v : store.get_many(keys)) values.push_back(v.value_or(""));
+  return values;
+}
+}  // namespace
+
+std::optional<std::vector<std::string>> StoreClient::wait_get(const std::vector<std::string>& keys,
+                                                              double timeout_seconds) {
+  const auto ms = static_cast<int64_t>(timeout_seconds * 1000.0);
+  const Message r =
+      impl_->request({Op::kWaitGet, ms, keys}, seconds(timeout_seconds + impl_->options.request_timeout));
+  if (r.op != Op::kOk) return std::nullopt;
+  return waited_values(r, keys, *this);
+}
+
+std::optional<std::vector<std::string>> StoreClient::set_then_wait_get(const std::string& key, const std::string& value,
+                                                                       const std::vector<std::string>& keys,
+                                                                       double timeout_seconds) {
+  const auto ms = static_cast<int64_t>(timeout_seconds * 1000.0);
+  const auto replies = impl_->exchange({{Op::kSet, 0, {key, value}}, {Op::kWaitGet, ms, keys}},
+                                       seconds(timeout_seconds + 2 * impl_->options.request_timeout));
+  Impl::checked(replies[0]);
+  const Message& r = Impl::checked(replies[1]);
+  if (r.op != Op::kOk) return std::nullopt;
+  return waited_values(r, keys, *this);
+}
+
+int64_t StoreClient::incarnation() const { return impl_->welcome_number; }
 
 std::vector<std::optional<std::string>> StoreClient::get_many(const std::vector<std::string>& keys) {
   std::vector<std::optional<std::string>> values;

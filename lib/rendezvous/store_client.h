@@ -27,8 +27,15 @@ struct ClientOptions {
   std::string server_name;      // the server in messages, e.g. "the chief (chief:0 at host:2222)"
   double connect_timeout = 300.0;    // seconds to keep retrying a refused connection
   double request_timeout = 30.0;     // seconds for one request/reply (waits add their own)
+  // Send this task's proof of the secret together with its first requests
+  // instead of waiting for the welcome first: one round trip fewer to the first
+  // reply (the rendezvous' store connection). A rejected proof is then reported
+  // by that first call.
+  bool prove_with_first_request = false;
   // Called about every 5 s while the server cannot be reached yet.
   std::function<void(const std::string&)> on_waiting;
+  // Asked between connection attempts: true gives up (RuntimeError).
+  std::function<bool()> cancelled;
 };
 
 struct HeartbeatReply {
@@ -56,6 +63,17 @@ class StoreClient final : public Store {
   bool wait(const std::vector<std::string>& keys, double timeout_seconds) override;
   // As few requests as the frames allow (a 4,096-task roster: a handful).
   std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override;
+  // Waits up to `timeout_seconds` for every key and returns their values, in one
+  // request (nullopt when the wait timed out).
+  std::optional<std::vector<std::string>> wait_get(const std::vector<std::string>& keys, double timeout_seconds);
+  // Sets `key` and then does wait_get(keys): both requests in one write, one
+  // round trip (how a task joins: its join value, then the chief's roster).
+  std::optional<std::vector<std::string>> set_then_wait_get(const std::string& key, const std::string& value,
+                                                            const std::vector<std::string>& keys, double timeout_seconds);
+  // The number the server's welcome carried: for a control connection, this
+  // task's incarnation (1 the first time its control connection came up in this
+  // job, 2 after a restart, ...); 0 for a store connection.
+  int64_t incarnation() const;
   // Reports this task's step; the reply says whether the job failed.
   HeartbeatReply heartbeat(int64_t step);
   // This task finishes normally: its disconnect will not count as a loss.

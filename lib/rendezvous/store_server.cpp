@@ -82,6 +82,7 @@ struct ServerState {
     size_t missing = 0;
     std::shared_ptr<Connection> connection;
     Clock::time_point deadline;
+    bool with_values = false;  // a wait_get: the reply carries the keys' values
   };
   using WaiterList = std::list<Waiter>;
   WaiterList waiters;
@@ -109,8 +110,12 @@ struct ServerState {
   void put(const std::string& key, std::string value);
   // `key` was just created: answers the waits that lacked only it.
   void created(const std::string& key);
-  // Parks a wait for `keys` (answered at once when all exist).
-  void park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection, Clock::time_point deadline);
+  // Parks a wait for `keys` (answered at once when all exist); `with_values`: a wait_get.
+  void park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection, Clock::time_point deadline,
+            bool with_values);
+  // The reply to a wait whose keys all exist: kOk, with their values for a wait_get
+  // when they fit in one frame.
+  Message wait_done(const std::vector<std::string>& keys, bool with_values) const;
   // Takes a parked wait out of waiting_on (before it is answered otherwise).
   void unpark(WaiterList::iterator waiter);
   // Asks every task for a report of where it is (heartbeat replies carry the new
@@ -163,16 +168,19 @@ class Connection final : public AuthenticatedConnection {
     return true;
   }
 
-  void on_authenticated() override {
-    if (!is_control()) return;
+  // A control connection: the task is up; the welcome carries its incarnation
+  // (how many times its control connection came up in this job).
+  int64_t on_authenticated() override {
+    if (!is_control()) return 0;
     auto& t = server_->tasks[task()];
     t.seen = t.connected = true;
     t.done = false;
     t.last_heartbeat = Clock::now();
     // A client may have set the key to anything: count from 1 again then.
-    const std::string incarnation = server_->value_of("incarnation/" + task());
-    server_->put("incarnation/" + task(), std::to_string(counter_after_add(incarnation, 1).value_or(1)));
+    const int64_t incarnation = counter_after_add(server_->value_of("incarnation/" + task()), 1).value_or(1);
+    server_->put("incarnation/" + task(), std::to_string(incarnation));
     server_->put("status/" + task(), "up");
+    return incarnation;
   }
 
   // A task of this job with another secret: while that task has not joined, the
@@ -228,10 +236,11 @@ class Connection final : public AuthenticatedConnection {
         s.put(m.fields[0], std::to_string(*now));
         return reply({Op::kValue, *now, {}});
       }
-      case Op::kWait: {
+      case Op::kWait:
+      case Op::kWaitGet: {
         if (s.failure) return reply({Op::kError, s.failure_kind, {*s.failure}});
         const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
-        return s.park(m.fields, self_as<Connection>(), deadline);
+        return s.park(m.fields, self_as<Connection>(), deadline, m.op == Op::kWaitGet);
       }
       case Op::kHeartbeat: {
         if (!is_control()) return reject("sent a heartbeat on a store connection");
@@ -268,9 +277,17 @@ class Connection final : public AuthenticatedConnection {
   }
 
   void on_closed() override {
-    if (!ready() || !is_control()) return;
+    if (!ready()) return;
     auto& s = *server_;
     auto& t = s.tasks[task()];
+    if (!is_control()) {
+      // A task joins on its store connection while its control connection comes
+      // up: until that one has, the store connection is what says it is alive.
+      if (!t.seen && !t.done && s.kv.count("join/" + task()))
+        s.task_lost(task(), str("task ", s.describe(task()), " was lost while joining: its connection closed before "
+                                "its control connection came up (the process died or was killed)"));
+      return;
+    }
     t.connected = false;
     if (!t.done) {
       s.task_lost(task(), str("task ", s.describe(task()), " was lost ", step_text(t.last_step),
@@ -371,17 +388,29 @@ void ServerState::created(const std::string& key) {
   for (auto waiter : lacking) {
     // (a key listed twice in one wait is counted, and listed here, twice)
     if (--waiter->missing > 0) continue;
-    waiter->connection->reply({Op::kOk, 0, {}});
+    waiter->connection->reply(wait_done(waiter->keys, waiter->with_values));
     waiters.erase(waiter);
   }
 }
 
+Message ServerState::wait_done(const std::vector<std::string>& keys, bool with_values) const {
+  Message reply{Op::kOk, 0, {}};
+  if (!with_values) return reply;
+  size_t bytes = 64;
+  for (const auto& k : keys) {
+    reply.fields.push_back(value_of(k));
+    bytes += reply.fields.back().size() + 4;
+    if (bytes > kMaxFrameBytes) return {Op::kOk, 0, {}};
+  }
+  return reply;
+}
+
 void ServerState::park(std::vector<std::string> keys, const std::shared_ptr<Connection>& connection,
-                       Clock::time_point deadline) {
+                       Clock::time_point deadline, bool with_values) {
   size_t missing = 0;
   for (const auto& k : keys) missing += kv.count(k) ? 0 : 1;
-  if (missing == 0) return connection->reply({Op::kOk, 0, {}});
-  waiters.push_back({std::move(keys), missing, connection, deadline});
+  if (missing == 0) return connection->reply(wait_done(keys, with_values));
+  waiters.push_back({std::move(keys), missing, connection, deadline, with_values});
   const auto waiter = std::prev(waiters.end());
   for (const auto& k : waiter->keys)
     if (!kv.count(k)) waiting_on[k].push_back(waiter);

@@ -52,7 +52,7 @@ class Reader {
 };
 
 bool known_op(uint8_t op) {
-  return (op >= 1 && op <= 4) || (op >= 10 && op <= 18) || (op >= 30 && op <= 35);
+  return (op >= 1 && op <= 4) || (op >= 10 && op <= 19) || (op >= 30 && op <= 35);
 }
 
 }  // namespace
@@ -72,6 +72,7 @@ const char* op_name(Op op) {
     case Op::kFail: return "fail";
     case Op::kClock: return "clock";
     case Op::kGetMany: return "get_many";
+    case Op::kWaitGet: return "wait_get";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kNotFound: return "not-found";
@@ -127,6 +128,7 @@ std::string request_problem(const Message& m) {
     case Op::kAdd: return n == 1 ? "" : fields("expected a key");
     case Op::kFail: return n <= 1 ? "" : fields("expected a message");
     case Op::kWait:
+    case Op::kWaitGet:
     case Op::kGetMany:
     case Op::kHeartbeat:
     case Op::kDone:

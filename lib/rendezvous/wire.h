@@ -36,6 +36,8 @@ enum class Op : uint8_t {
   kClock = 17,      // the server's wall clock: a kValue reply, number = microseconds since the Unix epoch
   kGetMany = 18,    // {keys...}: a kValue reply, one field per key answered ("\x01" + value, or "" when
                     // absent), number = how many: the first keys, as many as fit in one frame
+  kWaitGet = 19,    // {keys...}, number = timeout in ms: a wait whose kOk reply carries the keys' values,
+                    // one field each, when they fit in one frame (no fields when they do not: get them)
   // replies (server -> client)
   kOk = 30,
   kValue = 31,      // {value} or number

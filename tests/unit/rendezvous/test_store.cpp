@@ -96,6 +96,125 @@ TEST_CASE("set, get, add and wait work across clients") {
   setter.join();
 }
 
+TEST_CASE("wait_get returns the keys' values once they exist, nullopt at its deadline") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  StoreClient b("127.0.0.1", server.port(), client_options("worker:1"));
+  a.set("x", "one");
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    a.set("late", std::string("two\0bytes", 9));
+  });
+  const auto values = b.wait_get({"x", "late"}, 5.0);
+  setter.join();
+  REQUIRE(values.has_value());
+  CHECK(*values == std::vector<std::string>{"one", std::string("two\0bytes", 9)});
+  CHECK_FALSE(b.wait_get({"never"}, 0.3).has_value());
+  // Values too large for one reply frame: wait_get reads them with get_many.
+  const std::string big(kMaxFrameBytes / 2, 'v');
+  a.set("big1", big);
+  a.set("big2", big);
+  const auto large = b.wait_get({"big1", "big2"}, 1.0);
+  REQUIRE(large.has_value());
+  CHECK(*large == std::vector<std::string>{big, big});
+}
+
+TEST_CASE("set_then_wait_get sends its proof, the set and the wait in one write, and each reply is checked") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  ClientOptions options = client_options("worker:0");
+  options.prove_with_first_request = true;
+  StoreClient joiner("127.0.0.1", server.port(), options);
+  StoreClient chief("127.0.0.1", server.port(), client_options("chief:0"));
+  std::thread roster([&] {
+    CHECK(chief.wait({"join/worker:0"}, 5.0));
+    chief.set("roster", "the roster");
+  });
+  const auto got = joiner.set_then_wait_get("join/worker:0", "me", {"roster"}, 5.0);
+  roster.join();
+  REQUIRE(got.has_value());
+  CHECK(got->front() == "the roster");
+  CHECK(chief.get("join/worker:0") == std::optional<std::string>("me"));
+  CHECK_FALSE(joiner.set_then_wait_get("k", "v", {"never"}, 0.3).has_value());
+  CHECK(joiner.get("k") == std::optional<std::string>("v"));
+}
+
+namespace {
+// Reads one frame from a raw socket.
+Message read_raw_frame(int fd) {
+  unsigned char header[4];
+  REQUIRE(::recv(fd, header, 4, MSG_WAITALL) == 4);
+  std::string body(decode_length(header), '\0');
+  REQUIRE(::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  Message m;
+  REQUIRE(decode_payload(body, m));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("a proof sent with the first request that the server rejects fails that request as a config error") {
+  // A server that knows the secret (its challenge proves it) and then hangs up
+  // on the client's proof, as the store does on a proof it rejects.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  socklen_t length = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  std::thread server([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    const Message hello = read_raw_frame(fd);
+    const std::string challenge =
+        encode_frame({Op::kChallenge, 0, {"server-nonce", server_proof(creds(), hello.fields.at(4), "server-nonce")}});
+    REQUIRE(::write(fd, challenge.data(), challenge.size()) == static_cast<ssize_t>(challenge.size()));
+    CHECK(read_raw_frame(fd).op == Op::kProof);
+    ::close(fd);
+  });
+  ClientOptions options = client_options("worker:0");
+  options.prove_with_first_request = true;
+  StoreClient client("127.0.0.1", ntohs(addr.sin_port), options);  // the challenge checks out
+  try {
+    client.set("k", "v");
+    FAIL("a set went through after the proof was rejected");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rejected this task's proof"));
+  }
+  server.join();
+  ::close(listener);
+}
+
+TEST_CASE("a control connection's welcome says its incarnation: 1, then 2 after it came up again") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient store("127.0.0.1", server.port(), client_options("worker:0"));
+  CHECK(store.incarnation() == 0);
+  {
+    StoreClient control("127.0.0.1", server.port(), client_options("worker:1", "control"));
+    CHECK(control.incarnation() == 1);
+    control.done();
+  }
+  StoreClient again("127.0.0.1", server.port(), client_options("worker:1", "control"));
+  CHECK(again.incarnation() == 2);
+  CHECK(store.get("incarnation/worker:1") == std::optional<std::string>("2"));
+}
+
+TEST_CASE("a task that joined but died before its control connection came up is reported lost") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  StoreClient waiter("127.0.0.1", server.port(), client_options("chief:0"));
+  {
+    StoreClient early("127.0.0.1", server.port(), client_options("worker:0"));
+    early.set("scratch", "1");
+  }  // a store connection that never joined: nothing is lost
+  StoreClient("127.0.0.1", server.port(), client_options("worker:1")).set("join/worker:1", "value");
+  try {
+    waiter.wait({"never"}, 10.0);
+    FAIL("wait survived a task lost while joining");
+  } catch (const PeerLost& e) {
+    CHECK_THAT(e.what(), Catch::Contains("worker:1") && Catch::Contains("while joining") &&
+                             !Catch::Contains("worker:0"));
+  }
+}
+
 TEST_CASE("a wait for a key nobody sets returns false at its deadline") {
   StoreServer server("127.0.0.1", 0, server_options());
   StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));

@@ -43,6 +43,10 @@ TEST_CASE("requests with the wrong fields for their op are malformed") {
   REQUIRE(decode_payload(encode_frame({Op::kGetMany, 0, {"a", "b"}}).substr(4), decoded));
   CHECK(decoded.op == Op::kGetMany);
   CHECK(op_name(Op::kGetMany) == std::string("get_many"));
+  CHECK(request_problem({Op::kWaitGet, 5, {"roster"}}).empty());
+  REQUIRE(decode_payload(encode_frame({Op::kWaitGet, 5, {"a"}}).substr(4), decoded));
+  CHECK(decoded.op == Op::kWaitGet);
+  CHECK(op_name(Op::kWaitGet) == std::string("wait_get"));
   CHECK(request_problem({Op::kSet, 0, {"k"}}) == "sent a malformed set (1 fields; expected a key and a value)");
   CHECK(request_problem({Op::kAdd, 0, {}}) == "sent a malformed add (0 fields; expected a key)");
   CHECK(request_problem({Op::kFail, 0, {"a", "b"}}) == "sent a malformed fail (2 fields; expected a message)");
