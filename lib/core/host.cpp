@@ -21,12 +21,16 @@ int usable_cores() {
 }
 
 std::string host_identity() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  std::string boot_id;
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::getline(in, boot_id);
-  return std::string(name) + "/" + boot_id;
+  // Read once per process: neither changes while it runs.
+  static const std::string identity = [] {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+    std::string boot_id;
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::getline(in, boot_id);
+    return std::string(name) + "/" + boot_id;
+  }();
+  return identity;
 }
 
 }  // namespace dtrain

@@ -91,20 +91,22 @@ ClusterSession::ClusterSession(SessionSpec spec)
   co.on_waiting = [](const std::string& message) { log::info("rendezvous: ", message); };
   const std::string host = is_chief() ? "127.0.0.1" : chief_address.host;
   client_options_ = co;
-  // Two connections, made at the same time: the control connection on the
-  // heartbeat thread (its welcome says this task's incarnation), the store
-  // connection here, whose proof goes out with the join (one round trip fewer).
+  // The store connection first (its proof goes out with the join: one round
+  // trip fewer), then the control connection on the heartbeat thread (its
+  // welcome says this task's incarnation) while this thread joins. (Both at
+  // once was faster at 8 tasks and slower at 4,096, where the barrier waits for
+  // CPU and twice the connections in flight cost more.)
   ClientOptions control = co;
   control.role = "control";
   control.request_timeout = spec.heartbeat_timeout;
   control.cancelled = [this] { return stopping(); };
-  heartbeat_thread_ = std::thread([this, host, port = chief_address.port, control] {
-    heartbeat_loop(host, port, control);
-  });
   try {
     ClientOptions store_options = co;
     store_options.prove_with_first_request = true;
     store_ = std::make_unique<StoreClient>(host, chief_address.port, store_options);
+    heartbeat_thread_ = std::thread([this, host, port = chief_address.port, control] {
+      heartbeat_loop(host, port, control);
+    });
     join_and_agree();
     wait_for_control();
   } catch (const Error& e) {
@@ -271,20 +273,23 @@ std::vector<std::string> ClusterSession::differences(const std::string& them, co
 
 // Joins and agrees, in O(1) requests per task and O(N) for the chief:
 //   every task   sets join/<task>: its machine, its description, its job document;
-//   the chief    waits for every join key, reads them all (a few get_many
-//                requests), and sets `roster`: the tasks' machines, its own
-//                description and, when descriptions differ, what differs;
-//   the others   wait for `roster` and read it (and the chief's join value,
-//                only when their description differs from the chief's).
-// (Before, every task read every other's keys: N^2 requests, 535,102 at 512 tasks.)
+//   the chief    in the same write, waits for every join key (wait_get: the reply
+//                carries the values when they fit in one frame, else a few
+//                get_many requests read them), and sets `roster`: the tasks'
+//                machines, its own description and, when descriptions differ,
+//                what differs;
+//   the others   in the same write, wait for `roster` and get it (and the chief's
+//                join value, only when their description differs from the chief's).
+// A task's first write also carries its proof of the job secret: two round trips
+// to the barrier after the hello. (Before, every task read every other's keys:
+// N^2 requests, 535,102 at 512 tasks.)
 void ClusterSession::join_and_agree() {
   const std::string me = cluster_.task.str();
   const std::string mine = description();
   const std::string join_value = encode_join({host_identity(), mine, publish_document_ ? agreement_document_ : ""});
   std::vector<std::string> problems;
   if (is_chief()) {
-    store_->set("join/" + me, join_value);
-    roster_ = make_roster(mine);
+    roster_ = make_roster(mine, join_value);
   } else {
     roster_ = wait_for_roster(join_value);
   }
@@ -329,10 +334,14 @@ std::vector<std::string> ClusterSession::missing_tasks(std::vector<std::string>*
   return missing;
 }
 
-std::string ClusterSession::make_roster(const std::string& mine) {
+std::string ClusterSession::make_roster(const std::string& mine, const std::string& join_value) {
   const auto tasks = cluster_.spec.all_tasks();
   const auto keys = keys_for("join/", tasks);
-  while (!store_->wait(keys, next_wait())) {
+  const std::string me = cluster_.task.str();
+  // Its own join value and the wait for every task's, in one round trip; the
+  // reply carries the values when they fit in one frame (else: get_many).
+  auto values = store_->set_then_wait_get("join/" + me, join_value, keys, next_wait());
+  while (!values) {
     std::vector<std::string> joined;
     const std::vector<std::string> missing = missing_tasks(&joined);
     if (started_.seconds() >= rendezvous_timeout_)
@@ -343,6 +352,7 @@ std::string ClusterSession::make_roster(const std::string& mine) {
     store_->set("rendezvous/waiting", waiting);
     log::info("rendezvous: waiting for ", waiting);
     check_health();
+    values = store_->wait_get(keys, next_wait());
   }
   // Every task's machine (as an index into a list of machines, in runs, so that
   // the roster stays small: 4,096 tasks on 512 machines of 8 are 512 runs), the
@@ -354,11 +364,9 @@ std::string ClusterSession::make_roster(const std::string& mine) {
     if (run_length > 0) runs += str(runs.empty() ? "" : " ", run_index, "*", run_length);
   };
   std::vector<std::string> problems;
-  const std::string me = cluster_.task.str();
-  const auto values = store_->get_many(keys);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const auto& t = tasks[i];
-    const std::string value = values[i].value_or("");
+    const std::string& value = (*values)[i];
     const JoinValue joined = decode_join(value);
     auto [it, added] = machine_index.emplace(joined.host, machine_index.size());
     if (added) machines += joined.host + "\n";

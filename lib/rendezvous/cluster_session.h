@@ -153,7 +153,7 @@ class ClusterSession {
                                        const std::string& mine) const;
   double next_wait() const;
   std::vector<std::string> missing_tasks(std::vector<std::string>* joined);
-  std::string make_roster(const std::string& mine);
+  std::string make_roster(const std::string& mine, const std::string& join_value);
   // Sets this task's join value, waits for the chief's roster and returns it.
   std::string wait_for_roster(const std::string& join_value);
   void read_roster() const;
