@@ -114,6 +114,9 @@ ClusterSession::ClusterSession(SessionSpec spec)
     stop_heartbeats();
     if (store_ && !dynamic_cast<const PeerLost*>(&e)) fail(str(cluster_.task.str(), ": ", e.what()));
     throw;
+  } catch (...) {
+    stop_heartbeats();  // a running thread left joinable would end the process
+    throw;
   }
   join_seconds_ = timer.seconds();
   log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
@@ -450,12 +453,12 @@ void ClusterSession::heartbeat_loop(const std::string& host, int port, const Cli
     auto control = std::make_unique<StoreClient>(host, port, options);
     std::lock_guard<std::mutex> lock(mutex_);
     control_ = std::move(control);
-  } catch (const Error&) {
+  } catch (...) {  // any exception: one escaping this thread would end the process
     std::lock_guard<std::mutex> lock(mutex_);
     control_error_ = std::current_exception();
   }
   stop_cv_.notify_all();
-  if (control_error_) return;
+  if (control_error_) return;  // (this thread's own write)
   std::unique_lock<std::mutex> lock(mutex_);
   // The first heartbeat goes one interval after the control connection came up
   // (which the server counts as one): at 4,096 tasks joining at once, a beat
