@@ -33,10 +33,13 @@ struct StoreClient::Impl {
   asio::io_context& io = link.io;
   tcp::socket& socket = link.socket;
   std::string where;  // "the chief (chief:0 at 127.0.0.1:2222)"
-  // With options.prove_with_first_request: the handshake whose proof goes out
-  // with the first requests (and whose welcome comes back first).
-  std::optional<ClientHandshake> proof_pending;
-  std::optional<Message> proof;
+  // With options.prove_with_first_request: the proof that goes out with the
+  // first requests, and its handshake (which checks the welcome that comes back first).
+  struct PendingProof {
+    ClientHandshake handshake;
+    Message proof;
+  };
+  std::optional<PendingProof> proof_pending;
   int64_t welcome_number = 0;
 
   bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
@@ -47,13 +50,12 @@ struct StoreClient::Impl {
                  options.cancelled);
     const ClientHandshake handshake(options.credentials, kProtocolMagic, options.task, options.role, where);
     const Message challenge = roundtrip(handshake.hello(), seconds(options.request_timeout));
-    proof = handshake.proof_for(challenge);
+    const Message proof = handshake.proof_for(challenge);
     if (options.prove_with_first_request) {
-      proof_pending = handshake;
+      proof_pending = PendingProof{handshake, proof};
       return;
     }
-    welcome_number = handshake.check_welcome(roundtrip(*proof, seconds(options.request_timeout)));
-    proof.reset();
+    welcome_number = handshake.check_welcome(roundtrip(proof, seconds(options.request_timeout)));
   }
 
   TimeoutError no_answer(const Message& m, Clock::duration timeout) const {
@@ -98,7 +100,7 @@ struct StoreClient::Impl {
   // A pending proof goes first, and its welcome is checked.
   std::vector<Message> exchange(const std::vector<Message>& requests, Clock::duration timeout) {
     const auto deadline = Clock::now() + timeout;
-    std::string out = proof_pending ? encode_frame(*proof) : std::string();
+    std::string out = proof_pending ? encode_frame(proof_pending->proof) : std::string();
     for (const auto& m : requests) out += encode_frame(m);
     std::error_code error;
     bool done = false;
@@ -111,12 +113,11 @@ struct StoreClient::Impl {
     if (proof_pending) {
       Message welcome;
       const std::error_code e = read_reply(deadline, welcome);
-      if (e == asio::error::timed_out) throw no_answer(*proof, timeout);
+      if (e == asio::error::timed_out) throw no_answer(proof_pending->proof, timeout);
       // A server that rejects a proof hangs up: it said so in its log.
-      if (e) throw proof_pending->rejected_proof();
-      welcome_number = proof_pending->check_welcome(welcome);
+      if (e) throw proof_pending->handshake.rejected_proof();
+      welcome_number = proof_pending->handshake.check_welcome(welcome);
       proof_pending.reset();
-      proof.reset();
     }
     std::vector<Message> replies(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
