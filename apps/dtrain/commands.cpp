@@ -130,6 +130,26 @@ std::function<bool()> stop_on_sigterm() {
   return [] { return g_stop_requested.load(); };
 }
 
+void parse_workers(const std::string& text, LaunchOptions& options) {
+  const size_t colon = text.find(':');
+  const auto whole = [&](const std::string& part) {
+    size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+    }
+    if (part.empty() || used != part.size() || value < 1)
+      throw ConfigError(str("expected a whole number >= 1, or M:N (elastic), got '", text, "'"));
+    return value;
+  };
+  options.workers = whole(colon == std::string::npos ? text : text.substr(colon + 1));
+  options.min_workers = colon == std::string::npos ? 0 : whole(text.substr(0, colon));
+  if (options.min_workers > options.workers)
+    throw ConfigError(str("in '", text, "' the minimum ", options.min_workers, " is above the ", options.workers,
+                          " workers to start"));
+}
+
 // How many training tasks (chief and workers) `launch` starts from --workers,
 // --chief or a hostfile's `hosts`; 0 when the cluster comes from the job file or TF_CONFIG.
 int training_tasks_requested(const LaunchOptions& options, const std::vector<launch::HostSlots>& hosts) {
@@ -172,10 +192,15 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   const std::vector<launch::HostSlots> hosts =
       options.hostfile.empty() ? std::vector<launch::HostSlots>{} : launch::read_hostfile(options.hostfile);
   const std::string strategy_override = strategy_for_launch(job, options, hosts);
-  if (!strategy_override.empty()) {
-    task_job.overrides.push_back(strategy_override);
-    job = load_job(task_job, {}, /*quiet=*/true);
+  if (!strategy_override.empty()) task_job.overrides.push_back(strategy_override);
+  if (options.min_workers > 0) {  // --workers M:N: elastic from M to N training tasks
+    task_job.overrides.push_back(str("strategy.elastic.min_workers=", options.min_workers));
+    task_job.overrides.push_back(str("strategy.elastic.max_workers=", options.workers + (options.chief ? 1 : 0)));
   }
+  if (task_job.overrides.size() != options.job.overrides.size()) job = load_job(task_job, {}, /*quiet=*/true);
+  if (job.strategy.elastic.on && options.workers > 0)  // refused here once, not by every task
+    strategy::check_elastic_batch(job.strategy.elastic, job.train.gradient_accumulation_steps,
+                                  training_tasks_requested(options, hosts), job.source);
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
   launch.tf_config = env.tf_config;
@@ -188,6 +213,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();
+  launch.workers_rejoin = job.takes_restarted_workers();
   launch.grace_period = options.grace_period;
   launch.all_task_lines = options.console == "all";
   if (!options.hostfile.empty()) {

@@ -63,6 +63,8 @@ struct LaunchOptions {
   JobOptions job;                       // --config, --set and --threads go to every task
   std::string summary;                  // --summary FILE: exit codes and every task's summary
   int workers = 0;                      // --workers N: a localhost cluster on free ports
+  int min_workers = 0;                  // --workers M:N: M (the job is elastic); 0: N alone
+  std::string workers_text;             // --workers as given
   int ps = 0;                           // --ps M
   bool chief = false;                   // --chief
   bool evaluator = false;               // --evaluator
@@ -78,6 +80,10 @@ struct LaunchOptions {
   std::string console = "lead";         // --console lead|all: which tasks' lines the terminal shows
   bool resume = false;                  // --resume: every task continues from the newest good checkpoint
 };
+
+// `--workers N` or `M:N` into `options` (workers N, min_workers M); ConfigError
+// for anything else, or M above N.
+void parse_workers(const std::string& text, LaunchOptions& options);
 
 int run_command(const RunOptions& options, const runtime::Environment& env);
 int launch_command(const LaunchOptions& options, const runtime::Environment& env);

@@ -60,10 +60,23 @@ int main(int argc, char** argv) {
   launch_cmd->footer(dtrain::app::launch_help_footer());
   launch_cmd->add_option("--summary", launch.summary,
                          "Write the tasks' exit codes and run summaries to FILE (JSON)");
-  launch_cmd->add_option("--workers", launch.workers,
-                         "Build a localhost cluster of N workers on free ports (instead of the "
-                         "config's or TF_CONFIG's cluster)")
-      ->check(whole_at_least(1));
+  launch_cmd
+      ->add_option("--workers", launch.workers_text,
+                   "Build a localhost cluster of N workers on free ports (instead of the "
+                   "config's or TF_CONFIG's cluster); M:N (torchrun's spelling) starts N and makes the job "
+                   "elastic: it goes on while at least M training tasks are left (strategy.elastic)")
+      ->check(
+          [](const std::string& text) {
+            dtrain::app::LaunchOptions parsed;
+            try {
+              dtrain::app::parse_workers(text, parsed);
+            } catch (const dtrain::ConfigError& e) {
+              return std::string(e.what());
+            }
+            return std::string();
+          },
+          "N or M:N")
+      ->each([&launch](const std::string& text) { dtrain::app::parse_workers(text, launch); });
   launch_cmd->add_option("--ps", launch.ps, "With --workers: M parameter-server tasks")
       ->check(whole_at_least(0));
   launch_cmd->add_flag("--chief", launch.chief, "With --workers: add a chief task");

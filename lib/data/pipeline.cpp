@@ -178,6 +178,7 @@ Batch Pipeline::Impl::assemble(int64_t b) {
   const int64_t width = dataset->label_width;
   batch.label_width = width;
   batch.labels.resize(static_cast<size_t>(n * width));
+  batch.samples.assign(shard_order.begin() + begin, shard_order.begin() + begin + n);
   const int64_t numel = dataset->sample_numel();
   float* out = batch.images.data();
   std::shared_lock lock(dataset_guard());

@@ -33,6 +33,7 @@ struct Batch {
   std::vector<int32_t> labels;  // N * label_width labels, sample by sample
   int64_t label_width = 1;      // labels per sample (a sequence's T next tokens)
   int64_t index = 0;            // batch number within the epoch
+  std::vector<int64_t> samples;  // the dataset's index of each sample (DTRAIN_SAMPLE_LOG's audit)
   // Samples in the batch.
   int64_t size() const { return static_cast<int64_t>(labels.size()) / label_width; }
   // Samples [begin, begin + count): their images (sharing storage) and labels.

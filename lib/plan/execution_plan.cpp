@@ -43,6 +43,22 @@ std::vector<std::string> training_hosts(const config::ClusterSpec& spec, const M
   return hosts;
 }
 
+// The hosts of the current members only (Machine::members; all without them).
+std::vector<std::string> member_hosts(const std::vector<std::string>& hosts, const Machine& machine) {
+  if (machine.members.empty()) return hosts;
+  std::vector<std::string> out;
+  for (int r : machine.members)
+    if (r >= 0 && static_cast<size_t>(r) < hosts.size()) out.push_back(hosts[static_cast<size_t>(r)]);
+  return out;
+}
+
+// This task's rank among the current members (its cluster rank without them; -1 when not one).
+int member_rank(int rank, const Machine& machine) {
+  if (machine.members.empty() || rank < 0) return rank;
+  const auto it = std::find(machine.members.begin(), machine.members.end(), rank);
+  return it == machine.members.end() ? -1 : static_cast<int>(it - machine.members.begin());
+}
+
 // Tasks of the job on this task's machine, by the addresses (before the tasks met).
 int tasks_on_host_by_address(const config::ClusterConfig& cluster) {
   const std::string mine = host_of(cluster.spec, cluster.task);
@@ -203,6 +219,7 @@ TasksGroup training_tasks_group(strategy::Communication communication, bool poin
   return group;
 }
 
+
 ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::ClusterConfig& cluster,
                                   const Machine& machine) {
   strategy::check_cluster_roles(job.strategy, cluster.spec, cluster.source);
@@ -221,8 +238,8 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   if (!cluster.single_process()) {
     p.task = cluster.task.str();
     p.cluster_source = cluster.source;
-    p.rank = cluster.spec.rank(cluster.task);
-    const std::vector<std::string> hosts = training_hosts(cluster.spec, machine);
+    p.rank = member_rank(cluster.spec.rank(cluster.task), machine);
+    const std::vector<std::string> hosts = member_hosts(training_hosts(cluster.spec, machine), machine);
     p.machines = std::max<int>(1, static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size()));
     p.tasks_on_host = p.met ? std::max(1, machine.host.tasks_on_host) : tasks_on_host_by_address(cluster);
   } else {
@@ -230,7 +247,10 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   }
   const bool in_group = p.role == Role::kTrain && p.strategy->cross_task == CrossTask::kAllReduce &&
                         !cluster.single_process();
-  if (in_group) p.training_tasks = cluster.spec.world_size();
+  if (in_group) p.training_tasks = machine.members.empty() ? cluster.spec.world_size() : static_cast<int>(machine.members.size());
+  if (job.strategy.elastic.on)
+    strategy::check_elastic_batch(job.strategy.elastic, job.train.gradient_accumulation_steps,
+                                  cluster.spec.world_size(), job.source);
   p.decisions.push_back({"role", role_name(p.role),
                          cluster.single_process() ? "one process, no cluster"
                                                   : str(p.task, " of the cluster from ", cluster.source, ", strategy ",

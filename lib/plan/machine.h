@@ -38,6 +38,10 @@ struct Machine {
   // at the rendezvous; empty before they met: the plan then reads the hosts of
   // the cluster's addresses.
   std::vector<std::string> host_of_rank;
+  // strategy.elastic: the ranks (as above) of the training tasks in the job's
+  // current membership, ascending; the plan's rank and training tasks count
+  // only these. Empty: every training task of the cluster.
+  std::vector<int> members;
 };
 
 // This machine as it is now: GPUs, cores, the NCCL build flag, and `host`. A job

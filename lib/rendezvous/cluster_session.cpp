@@ -473,6 +473,7 @@ void ClusterSession::heartbeat_loop(const std::string& host, int port, const Cli
       const HeartbeatReply reply = control_->heartbeat(step_.load());
       failure = reply.failure;
       chief_step_ = reply.chief_step;
+      membership_.store(reply.membership);
       if (!failure) handle_reports(reply.report_generation);
     } catch (const Error& e) {
       const config::TaskId chief = cluster_.spec.chief();

@@ -101,6 +101,10 @@ class ClusterSession {
   int64_t reported_step() const { return step_.load(); }
   // Throws PeerLost if another task was lost or the chief cannot be reached.
   void check_health();
+  // The membership's generation as the last heartbeat reply said: how many
+  // training tasks (chief, workers) the job survived losing so far (the
+  // store's membership/generation; an elastic job re-forms when it grows).
+  int64_t membership_generation() const { return membership_.load(); }
   // The job's failure as the heartbeats learn it (names the lost task, its address
   // and last step), waiting up to `seconds` for it; nullopt if none is known by
   // then. For a task that saw a peer vanish first through a collective.
@@ -186,6 +190,7 @@ class ClusterSession {
   mutable std::map<std::string, std::string> hosts_;  // from roster_, on the first hosts()
 
   std::atomic<int64_t> step_{-1};
+  std::atomic<int64_t> membership_{0};
   std::atomic<int64_t> last_sent_ms_{0};  // when the last heartbeat went out (steady clock)
   bool step_pending_ = false;             // guarded by mutex_: wake the heartbeat thread early
   int64_t chief_step_ = -1;  // the chief's last step, from heartbeat replies (heartbeat thread)

@@ -253,6 +253,7 @@ HeartbeatReply StoreClient::heartbeat(int64_t step) {
   if (r.op == Op::kStatus && r.number == 0) {
     if (!r.fields.empty()) reply.chief_step = std::strtoll(r.fields[0].c_str(), nullptr, 10);
     if (r.fields.size() > 1) reply.report_generation = std::strtoll(r.fields[1].c_str(), nullptr, 10);
+    if (r.fields.size() > 2) reply.membership = std::strtoll(r.fields[2].c_str(), nullptr, 10);
   } else {
     reply.failure = reply_text(r, "the job failed");
   }

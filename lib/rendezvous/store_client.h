@@ -42,6 +42,7 @@ struct HeartbeatReply {
   std::optional<std::string> failure;  // why the job failed, if it did
   int64_t chief_step = -1;             // the last step the chief reported
   int64_t report_generation = 0;       // reports asked for so far (a new one: publish this task's)
+  int64_t membership = 0;              // training tasks lost so far: the membership's generation
 };
 
 // This machine's address on the interface that reaches host:port (a UDP socket

@@ -256,9 +256,20 @@ class Connection final : public AuthenticatedConnection {
           s.update_all_done();
           return reply({Op::kStatus, 1, {*s.failure}});
         }
+        if (!t.connected && s.value_of("status/" + task()) == "lost")
+          // Declared lost (its heartbeats stopped: a cut network) and the job
+          // went on without it: it must not go on alone.
+          return reply({Op::kStatus, 1,
+                        {str("this task (", s.describe(task()), ") was declared lost ", step_text(t.last_step),
+                             " and the job went on without it; it stops here (started again, it rejoins)")}});
         auto chief = s.tasks.find(s.options.chief);
         const int64_t chief_step = chief == s.tasks.end() ? -1 : chief->second.last_step;
-        return reply({Op::kStatus, 0, {std::to_string(chief_step), std::to_string(s.report_generation())}});
+        // The third field: the membership's generation, the training tasks lost
+        // so far (an elastic job re-forms when it grows).
+        const std::string generation = s.value_of("membership/generation");
+        return reply({Op::kStatus, 0,
+                      {std::to_string(chief_step), std::to_string(s.report_generation()),
+                       generation.empty() ? "0" : generation}});
       }
       case Op::kDone:
         if (is_control()) {
@@ -363,6 +374,11 @@ void ServerState::task_lost(const std::string& task, const std::string& why) {
   const std::string count = std::to_string(counter_after_add(value_of("lost_count"), 1).value_or(1));
   put("lost_count", count);
   put("lost/" + count, task + "#" + value_of("incarnation/" + task));
+  // A training task (chief or worker; not an evaluator, not a ps task) changes
+  // who trains: the membership's next generation (an elastic job re-forms).
+  if (task.rfind("worker:", 0) == 0 || task.rfind("chief:", 0) == 0)
+    put("membership/generation",
+        std::to_string(counter_after_add(value_of("membership/generation"), 1).value_or(1)));
   log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
   update_all_done();
 }

@@ -3,6 +3,7 @@
 // failure names the lost task.
 #include <algorithm>
 #include <csignal>
+#include <exception>
 
 #include "comm/flight_recorder.h"
 #include "core/error.h"
@@ -10,10 +11,13 @@
 #include "core/strings.h"
 #include "core/trace.h"
 #include "kernels/device.h"
+#include "runtime/elastic.h"
 #include "runtime/env_registration.h"
 #include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
 #include "strategy/pipeline_links.h"
+#include "strategy/registry.h"
+#include "trainer/elastic_state.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -32,19 +36,21 @@ struct TaskConnections {
   std::unique_ptr<ps::PsGroup> ps;
 };
 
+// `prefix`: where the groups' keys go in the job's store ("comm/"; an elastic
+// job's later memberships "comm/g<generation>/").
 void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan, const config::ClusterConfig& cluster,
                      const rendezvous::SessionSpec& spec, ClusterTask& task, TaskConnections& c,
-                     trainer::RunOptions& run) {
+                     trainer::RunOptions& run, const std::string& prefix = "comm/") {
   rendezvous::ClusterSession& session = task.session();
   const double timeout = job.runtime.heartbeat_timeout + 20.0;
   if (plan.needs_tasks_group()) {
-    c.workers = task.connect_training_tasks("comm/workers/", timeout, plan.tasks);
+    c.workers = task.connect_training_tasks(prefix + "workers/", timeout, plan.tasks);
     run.workers = c.workers.get();
   }
   if (plan.gradients == plan::Gradients::kNccl) {
     // NCCL's group lives on the plan's GPU: made ready first.
     const Device device = kernels::select_device(plan.device().str());
-    c.gradients = task.connect_nccl("comm/nccl/workers/", timeout, device);
+    c.gradients = task.connect_nccl(prefix + "nccl/workers/", timeout, device);
     run.gradients = c.gradients.get();
   }
   if (plan.activations == plan::Activations::kNccl && plan.split) {
@@ -76,6 +82,72 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
     run.ps.worker_index =
         static_cast<int>(std::find(trainers.begin(), trainers.end(), task.name()) - trainers.begin());
     run.ps.workers = trainers;
+  }
+}
+
+// A failure that a lost member causes in a collective (or a newer membership
+// seen after a step): an elastic job re-forms on it.
+bool member_loss_may_explain(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLost&) {
+    return true;
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (const CommError&) {
+    return true;
+  } catch (const IoError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// strategy.elastic: trains one membership after another. Each is planned again
+// for its members (the plan's rank and training tasks count only them),
+// connected under its own keys, and trained by run_training from the state
+// the members agreed on (elastic.h); the first is the whole cluster.
+void train_elastic(const job::JobConfig& job, plan::Machine machine, const rendezvous::SessionSpec& spec,
+                   ClusterTask& task, trainer::RunOptions run) {
+  rendezvous::ClusterSession& session = task.session();
+  trainer::ElasticState elastic;
+  run.elastic = &elastic;
+  Membership membership = first_membership(task);
+  const std::function<void(int64_t)> on_step = run.on_step;
+  run.on_step = [&](int64_t step) {
+    on_step(step);
+    if (session.membership_generation() > membership.generation)
+      throw PeerLost(str("the job's membership changed after step ", step, " (a training task was lost)"));
+  };
+  const double agree_seconds = job.runtime.heartbeat_timeout + 4.0 * job.runtime.heartbeat_interval + 5.0;
+  for (;;) {
+    task.set_members(membership.ranks, membership.generation);
+    machine.members = membership.ranks;
+    const plan::ExecutionPlan plan = plan::make_execution_plan(job, session.cluster(), machine);
+    job::JobConfig generation_job = job;  // batch "global": the accumulation steps for this many tasks
+    generation_job.train.gradient_accumulation_steps =
+        strategy::elastic_accumulation(job.train.gradient_accumulation_steps, session.world_size(),
+                                       static_cast<int>(membership.ranks.size()));
+    if (!elastic.changes.empty()) elastic.changes.back().accumulation_steps = generation_job.train.gradient_accumulation_steps;
+    std::exception_ptr failure;
+    try {
+      TaskConnections connections;
+      connect_planned(generation_job, plan, session.cluster(), spec, task, connections, run,
+                      membership.generation == 0 ? "comm/" : str("comm/g", membership.generation, "/"));
+      const trainer::RunSummary summary = trainer::run_training(generation_job, plan, run);
+      if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
+      return;
+    } catch (const Error&) {
+      // (the connections are closed by now: members still inside a collective
+      // with this task see it fail and come here too)
+      failure = std::current_exception();
+      if (!elastic.below_minimum.empty() || !member_loss_may_explain(failure)) throw;
+    }
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& cause) {
+      membership = agree_on_membership(task, elastic, membership, cause, job.strategy.elastic.min_workers, agree_seconds);
+    }
   }
 }
 
@@ -125,7 +197,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     spec.cluster = registration.cluster;
     spec.server = registration.server;
   }
-  spec.expendable = expendable_tasks(cluster.spec, first.parameter_server());
+  spec.expendable = expendable_tasks(cluster.spec, job.survives_lost_workers());
   if (first.role == plan::Role::kServeVariables)
     return run_ps_task(job, cluster, env, spec, kill_step, run.summary_path);
   ClusterTask task(spec);
@@ -147,12 +219,14 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     run.before_batch = [fault](int64_t step) { before_batch_if_injected(fault, step); };
   if (plan.role == plan::Role::kEvaluate) return run_evaluator_task(job, plan, run, task);
   run.final_checkpoint = cluster.spec.count("evaluator") > 0;
+  if (!env.sample_log_dir.empty()) run.sample_log = str(env.sample_log_dir, "/", cluster.task.type, "-", cluster.task.index, ".samples");
   run_session(task, [&] {
     if (plan.role == plan::Role::kWait) {
       log::info(task.name(), " has no work under strategy ", plan.strategy->name,
                 "; waiting for the training tasks to finish");
       return;
     }
+    if (job.strategy.elastic.on) return train_elastic(job, machine, spec, task, run);
     TaskConnections connections;
     connect_planned(job, plan, session.cluster(), spec, task, connections, run);
     // Injected (bytes_per_pack=N): another bucket size than the job's, after the tasks agreed on it.

@@ -152,6 +152,17 @@ std::vector<std::string> ClusterTask::host_of_rank() const {
   return hosts;
 }
 
+int ClusterTask::member_rank() const {
+  const int rank = session_.rank();
+  if (members_.empty()) return rank;
+  const auto it = std::find(members_.begin(), members_.end(), rank);
+  return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
+}
+
+int ClusterTask::member_count() const {
+  return members_.empty() ? session_.world_size() : static_cast<int>(members_.size());
+}
+
 std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const std::string& prefix,
                                                                         double timeout_seconds,
                                                                         plan::TasksGroup group, bool full_mesh) {
@@ -159,8 +170,8 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   // Gloo connects through the job's rendezvous store; its TCP device listens on
   // this task's host (the one the others know it by).
   comm::GlooOptions gloo;
-  gloo.rank = session_.rank();
-  gloo.size = session_.world_size();
+  gloo.rank = member_rank();
+  gloo.size = member_count();
   gloo.prefix = prefix;
   gloo.hostname = config::parse_host_port(cluster.spec.address(cluster.task), "this task's address").host;
   gloo.timeout_seconds = timeout_seconds;
@@ -170,8 +181,14 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   if (group != plan::TasksGroup::kHierarchical)
     return comm::make_recorded(comm::make_gloo_communicator(session_.store(), gloo), "workers");
 
-  // Which machine each training rank is on, as each task said at the rendezvous.
-  const comm::HostLayout layout = comm::HostLayout::from_keys(host_of_rank());
+  // Which machine each member is on, as each task said at the rendezvous.
+  std::vector<std::string> hosts = host_of_rank();
+  if (!members_.empty()) {
+    std::vector<std::string> of_members;
+    for (int r : members_) of_members.push_back(hosts.at(static_cast<size_t>(r)));
+    hosts = std::move(of_members);
+  }
+  const comm::HostLayout layout = comm::HostLayout::from_keys(hosts);
   const int host = layout.host_of[static_cast<size_t>(gloo.rank)];
   comm::ShmOptions shm;
   shm.rank = layout.local_rank_of[static_cast<size_t>(gloo.rank)];
@@ -181,7 +198,7 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   shm.timeout_seconds = timeout_seconds;
   // A member killed mid-collective leaves no mark in the segment: the heartbeats
   // tell the waits (PeerLost, as Gloo's broken connection would).
-  shm.peer_lost = [this] { return session_.wait_for_failure(0.0); };
+  shm.peer_lost = [this] { return peer_lost_now(); };
   std::unique_ptr<comm::Communicator> local = comm::make_shm_communicator(session_.store(), shm);
   std::unique_ptr<comm::Communicator> leaders;
   if (shm.rank == 0) {  // this machine's leader: one Gloo rank per machine
@@ -204,7 +221,8 @@ namespace {
 // An NCCL group of `size` tasks under `prefix`, this one `rank`, on `device`.
 std::unique_ptr<comm::NcclCommunicator> join_nccl(rendezvous::ClusterSession& session, const std::string& prefix,
                                                   double timeout_seconds, const Device& device, int rank, int size,
-                                                  const std::string& name) {
+                                                  const std::string& name,
+                                                  std::function<std::optional<std::string>()> peer_lost) {
   comm::NcclOptions options;
   options.rank = rank;
   options.size = size;
@@ -212,7 +230,7 @@ std::unique_ptr<comm::NcclCommunicator> join_nccl(rendezvous::ClusterSession& se
   options.prefix = prefix;
   options.timeout_seconds = timeout_seconds;
   // The heartbeats' view, asked without waiting at every poll of every wait.
-  options.peer_lost = [&session] { return session.wait_for_failure(0.0); };
+  options.peer_lost = peer_lost;
   options.compute_stream = kernels::compute_stream(device);
   options.name = name;
   return std::make_unique<comm::NcclCommunicator>(session.store(), options);
@@ -223,13 +241,13 @@ std::unique_ptr<comm::NcclCommunicator> join_nccl(rendezvous::ClusterSession& se
 
 std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl(const std::string& prefix, double timeout_seconds,
                                                               const Device& device) {
-  if (session_.world_size() < 2) return nullptr;
+  if (member_count() < 2) return nullptr;
 #if DTRAIN_HAVE_NCCL
-  auto nccl = join_nccl(session_, prefix, timeout_seconds, device, session_.rank(), session_.world_size(),
-                        "the training tasks' NCCL group");
-  if (session_.rank() == 0)
+  auto nccl = join_nccl(session_, prefix, timeout_seconds, device, member_rank(), member_count(),
+                        "the training tasks' NCCL group", [this] { return peer_lost_now(); });
+  if (member_rank() == 0)
     log::info("comm: gradients all-reduced by NCCL (", comm::nccl_version(), ") on the GPUs of ",
-              session_.world_size(), " tasks; other collectives over Gloo");
+              member_count(), " tasks; other collectives over Gloo");
   return nccl;
 #else
   (void)prefix, (void)timeout_seconds, (void)device;
@@ -240,11 +258,22 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl(const std::string&
 std::unique_ptr<comm::Communicator> ClusterTask::connect_nccl_pair(const std::string& prefix, double timeout_seconds,
                                                                    const Device& device, int rank) {
 #if DTRAIN_HAVE_NCCL
-  return join_nccl(session_, prefix, timeout_seconds, device, rank, 2, str("the NCCL pair ", prefix));
+  return join_nccl(session_, prefix, timeout_seconds, device, rank, 2, str("the NCCL pair ", prefix),
+                   [this] { return peer_lost_now(); });
 #else
   (void)prefix, (void)timeout_seconds, (void)device, (void)rank;
   throw ConfigError("strategy.communication: NCCL is not in this build of dtrain");
 #endif
+}
+
+std::optional<std::string> ClusterTask::peer_lost_now() {
+  if (std::optional<std::string> failure = session_.wait_for_failure(0.0)) return failure;
+  // An elastic job's member was lost: the group's waits give up so that the
+  // members can re-form (a killed member leaves no mark in shared memory).
+  if (session_.membership_generation() > membership_seen_)
+    return str("the job's membership changed (a training task was lost; generation ",
+               session_.membership_generation(), ")");
+  return std::nullopt;
 }
 
 void ClusterTask::rethrow_collective_failure(const Error& error) {

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "job/job_config.h"
@@ -55,6 +57,19 @@ class ClusterTask {
   // said at the rendezvous: the execution plan's input once the tasks met.
   std::vector<std::string> host_of_rank() const;
 
+  // strategy.elastic: the training tasks the communicators connect from now on,
+  // by cluster rank (ascending; this task among them). Until set: all of them.
+  // `generation`: the membership generation they are (ClusterSession::
+  // membership_generation); a later one makes the groups' waits give up.
+  void set_members(std::vector<int> ranks, int64_t generation) {
+    members_ = std::move(ranks);
+    membership_seen_ = generation;
+  }
+  const std::vector<int>& members() const { return members_; }
+  // This task's rank among the members, and how many they are.
+  int member_rank() const;
+  int member_count() const;
+
   // The training tasks' NCCL group for the gradients of a GPU job (one GPU per
   // task: `device`), keyed under `prefix`, whose waits give up on a lost peer as
   // soon as the heartbeats know of it and otherwise after `timeout_seconds`;
@@ -87,6 +102,11 @@ class ClusterTask {
   std::string job_id_;
   double heartbeat_interval_;
   rendezvous::ClusterSession session_;
+  std::vector<int> members_;  // empty: every training task
+  int64_t membership_seen_ = 0;
+  // What a group's wait asks between polls: the job's failure, or (elastic) a
+  // newer membership than the groups were made for; nullopt: wait on.
+  std::optional<std::string> peer_lost_now();
 };
 
 }  // namespace dtrain::runtime

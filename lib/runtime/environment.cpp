@@ -42,6 +42,7 @@ Environment Environment::from_process() {
   env.job_id = variable("DTRAIN_JOB_ID");
   env.listen_fd = variable("DTRAIN_LISTEN_FD");
   env.inject = variable("DTRAIN_INJECT");
+  env.sample_log_dir = variable("DTRAIN_SAMPLE_LOG");
   env.progress_columns = std::max(0, leading_number("DTRAIN_PROGRESS_COLUMNS"));
   env.host.omp_num_threads = std::max(0, leading_number("OMP_NUM_THREADS"));
   env.host.local_rank = leading_number("LOCAL_RANK");

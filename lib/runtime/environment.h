@@ -30,6 +30,10 @@ struct Environment {
   std::string job_id;
   std::string listen_fd;  // DTRAIN_LISTEN_FD as set ("" = unset); read it with listen_socket()
   std::string inject;
+  // DTRAIN_SAMPLE_LOG: a directory where each training task writes the dataset
+  // index of every sample it trained on, step by step (<task>.samples): the
+  // audit that an elastic job's epochs see each sample once.
+  std::string sample_log_dir;
   int progress_columns = 0;  // DTRAIN_PROGRESS_COLUMNS: `dtrain launch` shows this task's progress in that width
   trainer::HostSettings host;  // OMP_NUM_THREADS, LOCAL_RANK, DTRAIN_ALLOW_TF32
 

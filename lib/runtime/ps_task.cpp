@@ -14,10 +14,10 @@
 
 namespace dtrain::runtime {
 
-std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool parameter_server) {
+std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool workers) {
   std::set<std::string> out;
   for (const config::TaskId& t : cluster.all_tasks())
-    if (t.type == "evaluator" || (parameter_server && t.type == "worker" && !(t == cluster.chief())))
+    if (t.type == "evaluator" || (workers && t.type == "worker" && !(t == cluster.chief())))
       out.insert(t.str());
   return out;
 }

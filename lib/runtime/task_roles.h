@@ -33,9 +33,10 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
                     const plan::ExecutionPlan& first, const Environment& env, trainer::RunOptions run,
                     int64_t kill_step);
 
-// ps_task.cpp: the tasks whose loss the job survives (an evaluator always; under
-// parameter_server every training worker but the coordinator: TF's promise).
-std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool parameter_server);
+// ps_task.cpp: the tasks whose loss the job survives (an evaluator always;
+// `workers`: every training worker but the chief, as under parameter_server
+// (TF's promise) and strategy.elastic).
+std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool workers);
 // A parameter_server job's placement of the model's variables over its ps tasks.
 ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec& cluster);
 // The training workers of a parameter_server job: every worker but the coordinator.

@@ -1,7 +1,10 @@
 // The table of strategies (registry.h): one line each.
 #include "strategy/registry.h"
 
+#include <algorithm>
+
 #include "comm/nccl_support.h"
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "strategy/data_parallel.h"
@@ -99,7 +102,13 @@ const std::vector<config::KeyDoc>& strategy_keys() {
       {"schedule", "pipeline: `1f1b` (default: one forward, one backward) or `gpipe` (all forwards, then all "
                    "backwards)"},
       {"data_parallel", "pipeline: copies of the pipeline (1); tasks = stages x data_parallel, the tasks holding "
-                        "the same stage all-reduce its gradients"}};
+                        "the same stage all-reduce its gradients"},
+      {"elastic", "multi_worker_mirrored: `{\"min_workers\": M, \"max_workers\": N, \"batch\": \"global\"}`: a lost "
+                  "worker is survived without a restart: the others agree on who is left, connect again and go on "
+                  "from the last step they completed, in memory; below M training tasks (chief and workers) the job "
+                  "saves a checkpoint and stops (exit 4). `batch` `global` keeps the global batch: the remaining "
+                  "tasks take more accumulation steps (train.gradient_accumulation_steps x tasks / remaining tasks "
+                  "must be whole for every size from M up). The chief cannot be lost (it holds the job's store)"}};
   return keys;
 }
 
@@ -138,6 +147,30 @@ ps::PartitionerSpec read_partitioner(const config::Value& value) {
   }
   r.finish();
   return p;
+}
+
+ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry, const StrategySpec& strategy) {
+  config::Section r(value, "strategy.elastic");
+  r.expect_keys({"min_workers", "max_workers", "batch"});
+  ElasticSpec e;
+  e.on = true;
+  if (entry.name != "multi_worker_mirrored")
+    value.fail(str("only multi_worker_mirrored is elastic; '", entry.name, "' is not",
+                   entry.name == "parameter_server"
+                       ? " (parameter_server survives a lost worker by itself: its work units go to the others)"
+                   : entry.name == "pipeline"
+                       ? " (its stages would have to be cut again over the survivors, which is not built)"
+                       : ""));
+  if (strategy.shard_optimizer_state)
+    value.fail("does not go with shard_optimizer_state: a lost task's slice of the optimizer state would have to "
+               "come from the last checkpoint, which is not built; set shard_optimizer_state to false");
+  e.min_workers = r.get_int("min_workers", 1, 1);
+  e.max_workers = r.get_int("max_workers", 0, 1);
+  if (e.max_workers > 0 && e.max_workers < e.min_workers)
+    r.fail("max_workers", str("is ", e.max_workers, ", below min_workers ", e.min_workers));
+  e.batch = r.get_choice("batch", "global", {"global"}, "elastic batch rule");
+  r.finish();
+  return e;
 }
 
 }  // namespace
@@ -219,6 +252,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
                           ? PipelineSchedule::kGpipe
                           : PipelineSchedule::k1F1B;
   strategy.data_parallel = r.get_int("data_parallel", strategy.data_parallel, 1);
+  if (const auto elastic = r.find("elastic")) strategy.elastic = read_elastic(*elastic, entry, strategy);
   r.finish();
   return strategy;
 }
@@ -227,6 +261,7 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
   if (cluster.empty()) return;
   const StrategyEntry& entry = entry_of(strategy);
   const int training = cluster.world_size();
+  if (strategy.elastic.on) check_elastic_cluster(strategy.elastic, training, source);
   const int ps = cluster.count("ps");
   const std::string where = str(strategy.path, ".type '", entry.name, "': ");
   if (entry.cross_task == CrossTask::kNothing && training > 1)
@@ -247,6 +282,40 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
                             ") has no worker besides the coordinator (the chief, or worker:0 without one) to "
                             "compute; add a worker"));
   }
+}
+
+void check_elastic_cluster(const ElasticSpec& elastic, int training_tasks, const std::string& source) {
+  if (training_tasks < elastic.min_workers)
+    throw ConfigError(str("strategy.elastic.min_workers: ", elastic.min_workers, " training tasks, but the cluster (",
+                          source, ") has ", training_tasks, " (chief and workers); lower min_workers or add workers"));
+  if (elastic.max_workers > 0 && training_tasks > elastic.max_workers)
+    throw ConfigError(str("strategy.elastic.max_workers: ", elastic.max_workers, " training tasks, but the cluster (",
+                          source, ") has ", training_tasks, "; raise max_workers or run fewer workers"));
+}
+
+void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int start_tasks,
+                         const std::string& source) {
+  const auto splits = [&](int64_t steps) {
+    for (int64_t n = std::max<int64_t>(1, elastic.min_workers); n < start_tasks; ++n)
+      if (steps * start_tasks % n != 0) return n;
+    return int64_t{0};
+  };
+  const int64_t tasks = splits(accumulation);
+  if (tasks == 0) return;
+  int64_t fits = accumulation;
+  while (splits(fits) != 0) fits += accumulation;
+  throw ConfigError(str(source, ": strategy.elastic.batch 'global' keeps the global batch of ", start_tasks,
+                        " tasks x ", accumulation, " accumulation step(s) (x train.batch_size_per_replica), which ",
+                        tasks, " tasks cannot split evenly; set train.gradient_accumulation_steps to ", fits,
+                        " (every task count from min_workers ", elastic.min_workers, " to ", start_tasks,
+                        " then takes a whole number of steps)"));
+}
+
+int64_t elastic_accumulation(int64_t accumulation, int start_tasks, int tasks) {
+  const int64_t micro_batches = accumulation * start_tasks;  // per-replica batches in one update
+  DT_CHECK(tasks >= 1 && micro_batches % tasks == 0, "elastic: ", micro_batches, " micro-batches over ", tasks,
+           " tasks (check_elastic_batch let it through)");
+  return micro_batches / tasks;
 }
 
 Communication communication_by_name(const std::string& name) {

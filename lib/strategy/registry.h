@@ -54,6 +54,17 @@ const std::vector<config::KeyDoc>& strategy_keys();
 // models), ps tasks need parameter_server (else they would idle). ConfigError
 // saying what to change otherwise. `source` names where the cluster came from.
 void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec& cluster, const std::string& source);
+// strategy.elastic against a cluster of `training_tasks` (chief and workers):
+// ConfigError when the count is outside [min_workers, max_workers].
+void check_elastic_cluster(const ElasticSpec& elastic, int training_tasks, const std::string& source);
+// strategy.elastic batch "global": ConfigError unless the global batch of
+// `start_tasks` tasks taking `accumulation` steps splits evenly over every task
+// count from min_workers up (naming the first that does not, and the smallest
+// accumulation that would do).
+void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int start_tasks,
+                         const std::string& source);
+// The accumulation steps that keep that global batch with `tasks` tasks.
+int64_t elastic_accumulation(int64_t accumulation, int start_tasks, int tasks);
 
 // Every strategy, in the README's order.
 const std::vector<StrategyEntry>& strategies();

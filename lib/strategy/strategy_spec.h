@@ -32,6 +32,19 @@ enum class AllreduceDType { kFloat32, kBfloat16 };
 // all backwards (M micro-batches' activations held on every stage).
 enum class PipelineSchedule { k1F1B, kGpipe };
 
+// strategy.elastic (multi_worker_mirrored): the training tasks may change while
+// the job runs. A lost worker is survived: the others agree on who is left,
+// connect again and go on from the last step they completed, in memory.
+struct ElasticSpec {
+  bool on = false;
+  int64_t min_workers = 1;  // training tasks (chief and workers) below which the job checkpoints and stops
+  int64_t max_workers = 0;  // at most (0: the cluster's training tasks)
+  // "global" (the only rule built): the global batch stays the one the job
+  // started with; as tasks leave, each takes more accumulation steps (Keras'
+  // expectation: the same updates with fewer replicas).
+  std::string batch = "global";
+};
+
 struct StrategySpec {
   std::string path = "strategy";
   const StrategyEntry* type = nullptr;  // nullptr until read: one_device
@@ -59,6 +72,7 @@ struct StrategySpec {
   int64_t micro_batches = 4;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int64_t data_parallel = 1;
+  ElasticSpec elastic;
 };
 
 // The registry entry of `spec` (one_device when the section was absent).

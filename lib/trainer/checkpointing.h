@@ -32,6 +32,9 @@ struct ResumePoint {
   int64_t step_in_epoch = 0;
   bool resumed = false;
   std::string callbacks_json;  // the Keras callbacks' state saved with it ("" = none)
+  // strategy.elastic: the epoch's loss and accuracy sums so far (a re-formed
+  // group's epoch record covers the whole epoch); checkpoints do not keep them.
+  nn::LossStats epoch_stats = {};
 };
 
 class Checkpointer {

@@ -66,6 +66,21 @@ void MetricsLog::step(int64_t epoch, int64_t step, double loss, double accuracy,
   train.flush();
 }
 
+namespace {
+nlohmann::json membership_json(const MembershipChange& c) {
+  return {{"generation", c.generation},       {"unix_time", c.unix_time},
+          {"left", c.left},                   {"step", c.step},
+          {"training_tasks", c.training_tasks}, {"accumulation_steps", c.accumulation_steps},
+          {"reform_seconds", c.reform_seconds}};
+}
+}  // namespace
+
+void MetricsLog::membership(const MembershipChange& change) {
+  nlohmann::json j = membership_json(change);
+  j["kind"] = "membership";
+  write_line(j.dump());
+}
+
 void MetricsLog::epoch(const EpochReport& r, int64_t global_step) {
   nlohmann::json j{{"kind", "epoch"}, {"epoch", r.epoch}, {"step", global_step}, {"steps", r.steps},
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"seconds", r.seconds},
@@ -201,6 +216,10 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
                           {"metrics", s.step_ms->metrics}, {"other", s.step_ms->other}};
   }
   if (!s.strategy_report.empty()) j[strategy] = nlohmann::json::parse(s.strategy_report);
+  if (!s.membership_changes.empty()) {
+    j["membership_changes"] = nlohmann::json::array();
+    for (const MembershipChange& c : s.membership_changes) j["membership_changes"].push_back(membership_json(c));
+  }
   if (s.work_units)
     j["work_units"] = {{"total", s.work_units->total},
                        {"completed", s.work_units->completed},

@@ -33,6 +33,8 @@ class MetricsLog {
   void step(int64_t epoch, int64_t step, double loss, double accuracy, double learning_rate,
             double samples_per_sec);
   void epoch(const EpochReport& report, int64_t global_step);
+  // strategy.elastic: a change of the training tasks ({"kind": "membership"}).
+  void membership(const MembershipChange& change);
   // An evaluator's record of one checkpoint.
   void evaluation(int64_t step, double loss, double accuracy);
 

@@ -2,12 +2,14 @@
 #include "trainer/strategy_steps.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "trainer/elastic_state.h"
 
 namespace dtrain::trainer {
 
@@ -31,6 +33,9 @@ void StrategySteps::start_epoch(int64_t epoch, int64_t first_step) {
   train_.start_epoch(epoch);
   have_upcoming_ = false;
   step_in_epoch_ = 0;
+  epoch_stats_ = {};
+  // An elastic job's re-formed group continues the epoch's figures.
+  if (options_.elastic && first_step > 0) epoch_stats_ = options_.elastic->point().epoch_stats;
   if (first_step > 0) {
     // Resuming mid-epoch: the epoch's order is a function of (seed, epoch), so
     // skipping the batches already trained on continues exactly where it stopped.
@@ -71,6 +76,11 @@ bool StrategySteps::advance(Advance& out) {
                            "); lower optimizer.learning_rate or check the data"));
   ++step_in_epoch_;
   ++global_step_;
+  epoch_stats_.add(stats);
+  if (!options_.sample_log.empty()) log_samples();
+  if (options_.elastic)  // before anything that may throw for another task's loss
+    options_.elastic->capture(strategy_, {global_step_, epoch_, step_in_epoch_, true,
+                                          options_.elastic->point().callbacks_json, epoch_stats_});
   if (options_.on_step) options_.on_step(global_step_);
   checkpointer_.after_step(global_step_, epoch_, step_in_epoch_, global_batch_);
   if (strategy_.stop_agreed()) {
@@ -83,6 +93,17 @@ bool StrategySteps::advance(Advance& out) {
   out.steps_in_epoch = step_in_epoch_;
   out.stats = stats;
   return true;
+}
+
+void StrategySteps::log_samples() {
+  std::string line = str(epoch_, " ", global_step_);
+  for (const data::Batch& b : micro_batches_)
+    for (int64_t s : b.samples) line += str(" ", s);
+  line += "\n";
+  std::FILE* f = std::fopen(options_.sample_log.c_str(), "a");
+  if (!f) throw IoError(str("DTRAIN_SAMPLE_LOG: cannot append to ", options_.sample_log));
+  std::fwrite(line.data(), 1, line.size(), f);
+  std::fclose(f);
 }
 
 double StrategySteps::epoch_comm_wait_share() {

@@ -29,6 +29,8 @@ class StrategySteps final : public StepSource {
   // The next step's micro-batches into `micro_batches_` (and the one after it into
   // `upcoming_` where the strategy reads ahead).
   void read_batches();
+  // The step's samples to RunOptions::sample_log.
+  void log_samples();
 
   const job::JobConfig& job_;
   strategy::Strategy& strategy_;
@@ -42,6 +44,7 @@ class StrategySteps final : public StepSource {
   bool have_upcoming_ = false;  // read one step ahead for a GPU, which copies it while computing
   strategy::StepTimings timings_before_;  // at the epoch's start
   int64_t trained_steps_ = 0;
+  nn::LossStats epoch_stats_;  // the epoch's so far (an elastic job's snapshot keeps them)
   double data_seconds_ = 0.0;
 };
 

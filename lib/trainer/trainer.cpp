@@ -7,11 +7,14 @@
 
 #include <cstdio>
 
+#include "core/check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "trainer/callback_runner.h"
 #include "trainer/checkpointing.h"
+#include "trainer/elastic_state.h"
 #include "trainer/job_setup.h"
 #include "trainer/ps_training.h"
 #include "trainer/records.h"
@@ -42,6 +45,10 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   // pipeline copy's (every stage of a copy reads the same records).
   const int worker_rank = s.data_shard().index;
   const int num_workers = s.data_shard().count;
+  if (options.elastic && shard_policy(job, num_workers) == data::ShardPolicy::kFile)
+    throw ConfigError("data.shard_policy: strategy.elastic deals the rest of an epoch's samples out again over the "
+                      "tasks that are left, which sharding by file cannot (each task reads only its own files); set "
+                      "data.shard_policy to \"data\"");
   std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
               static_cast<long long>(model.count_params(false)), s.name().c_str(), describe_device(device).c_str(),
               summary.threads, model.summary().c_str());
@@ -65,6 +72,14 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
                           " accumulation step(s) is more than the ", t.train->samples_per_epoch(),
                           " training samples this task sees per epoch; use a smaller batch"));
   t.global_batch = job.train.batch_size_per_replica * s.num_replicas_in_sync() * accumulation;
+  if (options.elastic) {
+    // The epoch's steps are those of the whole data at the global batch, the
+    // same at every size (batch "global"): a re-formed group continues the
+    // epoch's count. Every task's shard holds at least its part of them.
+    const int64_t steps = train_data->count / t.global_batch;
+    DT_CHECK(steps <= t.train->batches_per_epoch() / accumulation, "elastic: a shard is short of the epoch's steps");
+    t.steps_per_epoch = job.train.steps_per_epoch > 0 ? std::min(steps, job.train.steps_per_epoch) : steps;
+  }
   return t;
 }
 
@@ -107,6 +122,34 @@ void report_strategy_steps(const job::JobConfig& job, strategy::Strategy& s, con
   }
 }
 
+// Where an elastic job's generation starts: the first from the checkpoint as
+// any job, a later one from the snapshot of the member the runtime chose
+// (taken by every member over the new group). Below min_workers the generation
+// only saves that state and stops.
+ResumePoint elastic_start(ElasticState& elastic, strategy::Strategy& s, Checkpointer& checkpointer,
+                          const RunOptions& options, const StrategyTraining& t) {
+  ResumePoint start;
+  if (elastic.source_rank >= 0 && options.workers) {
+    start = elastic.restore(s, *options.workers, elastic.source_rank, elastic.source_point);
+    log::info("elastic: ", options.workers->size(), " training task(s) go on from step ", start.global_step,
+              " (the state of group rank ", elastic.source_rank, ", taken by broadcast)");
+  } else {
+    start = checkpointer.resume(t.global_batch, t.steps_per_epoch);
+  }
+  if (start.step_in_epoch >= t.steps_per_epoch) {  // the loss came during an epoch's end: the next epoch
+    start.step_in_epoch = 0;
+    start.epoch += 1;
+  }
+  elastic.capture(s, start);
+  if (!elastic.below_minimum.empty()) {
+    const std::string saved = checkpointer.save_now(start.global_step, start.epoch, start.step_in_epoch, t.global_batch);
+    throw PeerLost(str(elastic.below_minimum, saved.empty()
+                                                   ? std::string("; no checkpoint saved (set checkpoint.dir or output.dir)")
+                                                   : str("; checkpoint ", saved, " saved: resume with --resume")));
+  }
+  return start;
+}
+
 }  // namespace
 
 RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& task_plan, const RunOptions& options) {
@@ -128,7 +171,8 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   strategy::Strategy& s = *t.strategy;
   summary.label_width = t.train->dataset().label_width;
   Checkpointer checkpointer(job, s, options.workers, options.final_checkpoint);
-  const ResumePoint start = checkpointer.resume(t.global_batch, t.steps_per_epoch);
+  const ResumePoint start = options.elastic ? elastic_start(*options.elastic, s, checkpointer, options, t)
+                                            : checkpointer.resume(t.global_batch, t.steps_per_epoch);
   CallbackRunner callbacks(job, s, options.workers);
   callbacks.resume(start.callbacks_json);
   MetricsLog metrics(options.write_metrics ? job.output.dir : std::string(), /*append=*/start.resumed,
@@ -137,11 +181,12 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   // The loop.
   StrategySteps steps(job, s, *t.train, checkpointer, options, t.steps_per_epoch, t.global_batch, start.global_step);
   const LoopContext context{job,           s, checkpointer, callbacks, metrics, t.test.get(), t.steps_per_epoch,
-                            t.global_batch, summary.label_width};
+                            t.global_batch, summary.label_width, options.elastic};
   const LoopResult loop = run_epochs(context, steps, start);
 
   // The report.
   report_strategy_steps(job, s, steps, loop, summary);
+  if (options.elastic) summary.membership_changes = options.elastic->changes;
   report_run(job, options, s, loop, wall.seconds(), "", summary);
   return summary;
 }

@@ -23,6 +23,8 @@ class StageLinks;
 
 namespace dtrain::trainer {
 
+class ElasticState;  // elastic_state.h
+
 // What the process environment says about where to compute (plan/machine.h).
 using HostSettings = plan::HostSettings;
 
@@ -60,6 +62,24 @@ struct RunOptions {
     int num_workers = 1;
     std::vector<std::string> workers;    // the training workers' task names, by worker_index
   } ps;
+  // strategy.elastic: the state this task keeps across re-formations of its
+  // group (owned by the runtime, which re-runs run_training for each membership).
+  ElasticState* elastic = nullptr;
+  // Appends "epoch step index index ..." per completed step: the dataset index
+  // of every sample this task trained on ("" = none; DTRAIN_SAMPLE_LOG).
+  std::string sample_log;
+};
+
+// One change of an elastic job's training tasks, as the chief's summary and
+// metrics.jsonl record it.
+struct MembershipChange {
+  int64_t generation = 0;          // the membership's generation after it (1 after the first loss)
+  double unix_time = 0.0;          // when the members agreed on it
+  std::vector<std::string> left;   // tasks that were lost ("worker:2")
+  int64_t step = 0;                // the step training went on from
+  int training_tasks = 0;          // after it
+  int64_t accumulation_steps = 1;  // per update after it (batch "global" raises them)
+  double reform_seconds = -1.0;    // from the loss seen to the first step done at the new size
 };
 
 // What the coordinator of a parameter_server job counts.
@@ -120,6 +140,8 @@ struct RunSummary {
   std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first
   // The memory estimate this task was checked against runtime.memory_limit with.
   std::optional<strategy::MemoryEstimate> memory;
+  // strategy.elastic: every change of the training tasks, oldest first.
+  std::vector<MembershipChange> membership_changes;
 };
 
 // Trains and evaluates the job as `plan` says (plan/execution_plan.h), printing

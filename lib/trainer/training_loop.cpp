@@ -3,7 +3,10 @@
 
 #include <algorithm>
 
+#include "core/log.h"
+#include "core/strings.h"
 #include "core/timer.h"
+#include "trainer/elastic_state.h"
 #include "trainer/job_setup.h"
 #include "trainer/progress.h"
 
@@ -18,6 +21,22 @@ double learning_rate(strategy::Strategy& strategy, int64_t steps_done) {
   return strategy.optimizer().learning_rate(scale ? std::max<int64_t>(0, scale->applied_before(step)) : step);
 }
 
+// After a step: the first one done since the group re-formed completes the
+// newest membership change (the time it took) and every task logs it; the
+// chief's metrics.jsonl records what it has not yet.
+void record_membership(const LoopContext& c) {
+  ElasticState& elastic = *c.elastic;
+  if (elastic.reforming && !elastic.changes.empty()) {
+    MembershipChange& change = elastic.changes.back();
+    change.reform_seconds = elastic.reforming->seconds();
+    elastic.reforming.reset();
+    log::info("elastic: training again at ", change.training_tasks, " task(s) (", change.accumulation_steps,
+              " accumulation step(s) each), ", format_seconds(change.reform_seconds), " after the loss was seen");
+  }
+  for (; elastic.recorded < elastic.changes.size() && !elastic.reforming; ++elastic.recorded)
+    c.metrics.membership(elastic.changes[elastic.recorded]);
+}
+
 }  // namespace
 
 LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoint& start) {
@@ -30,9 +49,12 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time, window_time;
     nn::LossStats epoch_stats, window_stats;
+    // An elastic job's re-formed group continues the epoch's figures.
+    if (c.elastic && epoch == start.epoch && start.step_in_epoch > 0) epoch_stats = start.epoch_stats;
     source.start_epoch(epoch, epoch == start.epoch ? start.step_in_epoch : 0);
     Advance a;
     while (source.advance(a)) {
+      if (c.elastic) record_membership(c);
       epoch_stats.add(a.stats);
       window_stats.add(a.stats);
       const int64_t before = r.global_step;
@@ -82,6 +104,8 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
       c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, last, decision.save);
     progress.epoch_done(report);
     c.metrics.epoch(report, r.global_step);
+    if (c.elastic)  // the epoch's end is done: a loss from here on redoes none of it
+      c.elastic->capture(c.strategy, {r.global_step, epoch + 1, 0, true, c.callbacks.state_json()});
     r.train_loss = report.loss;
     r.train_accuracy = report.accuracy;
     if (decision.stop) r.stopped_epoch = epoch + 1;

@@ -64,6 +64,9 @@ struct LoopContext {
   int64_t steps_per_epoch = 0;
   int64_t global_batch = 0;  // samples of one update across the job
   int64_t label_width = 1;  // labels per training sample (a sequence's T: per-token figures reported)
+  // strategy.elastic: the snapshot taken after each epoch's end, and the
+  // membership changes recorded once the first step at the new size is done.
+  ElasticState* elastic = nullptr;
 };
 
 // What the loop measured, for the report.

@@ -201,6 +201,57 @@ TEST_CASE("plan: made again once the tasks met, only what changed differs") {
   CHECK(plan::changed_parts(after, after).empty());
 }
 
+TEST_CASE("plan: an elastic job's membership: rank and training tasks among the members, and its refusals") {
+  const job::JobConfig job = test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"min_workers": 2})");
+  // 4 workers on two machines; worker:1 was lost: worker:3 is rank 2 of 3.
+  const config::ClusterConfig cluster = test::plan_cluster(4, 2, {"worker", 3});
+  plan::Machine machine = test::plan_machine(2);
+  machine.host_of_rank = {"a", "b", "a", "b"};
+  job::JobConfig two = job;  // 4 x 2 accumulation steps split over 2, 3 and 4 tasks? not 3
+  two.train.gradient_accumulation_steps = 3;
+  const plan::ExecutionPlan all = plan::make_execution_plan(two, cluster, machine);
+  CHECK(all.rank == 3);
+  CHECK(all.training_tasks == 4);
+  CHECK(all.machines == 2);
+  machine.members = {0, 2, 3};
+  const plan::ExecutionPlan after = plan::make_execution_plan(two, cluster, machine);
+  CHECK(after.rank == 2);
+  CHECK(after.training_tasks == 3);
+  CHECK(plan::changed_parts(all, after) == std::vector<std::string>{"training tasks"});
+  // Only "a" is left: one machine, shared memory alone.
+  machine.members = {0, 2};
+  const plan::ExecutionPlan one_machine = plan::make_execution_plan(two, test::plan_cluster(4, 2, {"worker", 2}), machine);
+  CHECK(one_machine.rank == 1);
+  CHECK(one_machine.machines == 1);
+  CHECK(one_machine.tasks == TasksGroup::kHierarchical);
+
+  // accumulation 1: 4 micro-batches cannot be split over 3 tasks.
+  CHECK_THROWS_WITH(plan::make_execution_plan(job, cluster, test::plan_machine(2)),
+                    Contains("strategy.elastic.batch 'global'") && Contains("3 tasks cannot split evenly") &&
+                        Contains("set train.gradient_accumulation_steps to 3"));
+  // The cluster outside [min_workers, max_workers].
+  CHECK_THROWS_WITH(plan::make_execution_plan(
+                        test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"min_workers": 3})"),
+                        test::plan_cluster(2, 1, {"worker", 0}), test::plan_machine(2)),
+                    Contains("strategy.elastic.min_workers: 3 training tasks, but the cluster"));
+  CHECK_THROWS_WITH(plan::make_execution_plan(
+                        test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"max_workers": 1})"),
+                        test::plan_cluster(2, 1, {"worker", 0}), test::plan_machine(2)),
+                    Contains("strategy.elastic.max_workers: 1 training tasks"));
+  // Strategies and settings it does not go with, when the job is read.
+  CHECK_THROWS_WITH(test::plan_job(R"("type": "parameter_server", "elastic": {})"),
+                    Contains("only multi_worker_mirrored is elastic") && Contains("parameter_server survives"));
+  CHECK_THROWS_WITH(test::plan_job(R"("type": "pipeline", "stages": ["dense_1"], "elastic": {})"),
+                    Contains("only multi_worker_mirrored is elastic") && Contains("cut again"));
+  CHECK_THROWS_WITH(
+      test::plan_job(R"("type": "multi_worker_mirrored", "shard_optimizer_state": true, "elastic": {})"),
+      Contains("does not go with shard_optimizer_state"));
+  CHECK_THROWS_WITH(test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"batch": "per_replica"})"),
+                    Contains("batch"));
+  CHECK_THROWS_WITH(test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"min_workers": 3, "max_workers": 2})"),
+                    Contains("below min_workers 3"));
+}
+
 TEST_CASE("plan: a pipeline's auto split is replaced by the measured one") {
   const job::JobConfig job = test::plan_job(R"("type": "pipeline", "stages": "auto")");
   const plan::ExecutionPlan p = plan::make_execution_plan(job, test::plan_cluster(2, 1, {"worker", 1}),
