@@ -213,7 +213,6 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   launch.cluster = {options.workers, options.ps, options.chief, options.evaluator};
   launch.injections = options.injections;
   launch.workers_expendable = job.survives_lost_workers();
-  launch.workers_rejoin = job.takes_restarted_workers();
   launch.grace_period = options.grace_period;
   launch.all_task_lines = options.console == "all";
   if (!options.hostfile.empty()) {

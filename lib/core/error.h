@@ -51,6 +51,14 @@ class PeerLost : public Error {
   ExitCode exit_code() const override { return ExitCode::kPeerLost; }
 };
 
+// An elastic job's training tasks changed (one came back) at a step's end: the
+// runtime connects the members again (runtime/elastic.h); it reaches main()
+// only from a job that is not elastic, which never throws it.
+class MembershipChanged : public PeerLost {
+ public:
+  explicit MembershipChanged(const std::string& message) : PeerLost(message) {}
+};
+
 // A blocking operation reached its deadline (joining, a barrier, a store request).
 class TimeoutError : public Error {
  public:

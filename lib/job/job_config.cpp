@@ -61,11 +61,7 @@ JobConfig load_job_config(const std::string& file, const std::vector<std::string
 }
 
 bool JobConfig::survives_lost_workers() const {
-  return takes_restarted_workers() || strategy.elastic.on;
-}
-
-bool JobConfig::takes_restarted_workers() const {
-  return strategy::entry_of(strategy).cross_task == strategy::CrossTask::kParameterServer;
+  return strategy::entry_of(strategy).cross_task == strategy::CrossTask::kParameterServer || strategy.elastic.on;
 }
 
 }  // namespace dtrain::job

@@ -52,12 +52,10 @@ struct JobConfig {
   config::FileCluster file_cluster() const { return {source, cluster, task}; }
   // What the strategy is built from (views into this job).
   strategy::StrategyJob strategy_job() const { return {strategy, model, loss, optimizer, train}; }
-  // Whether the job survives the loss of a worker (parameter_server, as TF
-  // promises; strategy.elastic, whose others re-form without it).
+  // Whether the job survives the loss of a worker, and a lost worker started
+  // again alone rejoins it (parameter_server, as TF promises; strategy.elastic,
+  // whose others re-form without it, and again with it).
   bool survives_lost_workers() const;
-  // Whether a lost worker started again alone rejoins the running job
-  // (parameter_server; an elastic job cannot take a newcomer yet).
-  bool takes_restarted_workers() const;
 };
 
 // Reads, overrides and checks a job file. Throws ConfigError (with the file's line

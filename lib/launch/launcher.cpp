@@ -602,7 +602,7 @@ LaunchReport launch_with_restarts(const LaunchOptions& options, int max_restarts
   const Clock::time_point start = Clock::now();
   SignalPipe signals;
   LaunchOptions attempt = options;
-  if (options.workers_expendable && options.workers_rejoin) attempt.worker_restarts = max_restarts;
+  if (options.workers_expendable) attempt.worker_restarts = max_restarts;
   std::vector<AttemptReport> attempts;
   for (int restart = 0;; ++restart) {
     LaunchReport report = Launcher(attempt, signals, restart).run();

@@ -71,9 +71,6 @@ struct LaunchOptions {
   // With workers_expendable: how many times a lost worker is started again alone
   // (it rejoins the running job); launch_with_restarts sets it to --max-restarts.
   int worker_restarts = 0;
-  // With workers_expendable: false when a restarted worker cannot rejoin (an
-  // elastic job, for now): launch_with_restarts then restarts none alone.
-  bool workers_rejoin = true;
   // What each task runs: `program` with the arguments task_args gives for it.
   // Tests use a stand-in program; `dtrain launch` passes `run --config ...`,
   // `dtrain bench allreduce` its own command.

@@ -305,6 +305,12 @@ void ClusterSession::join_and_agree() {
   }
   if (problems.empty() && !roster.disagreement.empty()) problems.push_back(roster.disagreement);
   if (problems.empty()) return;
+  // The chief's roster holds no disagreement, but this task differs from it:
+  // it joins a running job (the others compared long ago). Its error is its own.
+  if (roster.disagreement.empty())
+    throw ConfigError(str("the tasks of this job disagree: ", dtrain::join(problems, "; "),
+                          ". A task that joins a running job must run its job file and dtrain version (only `task` "
+                          "and runtime.threads may differ)"));
   // Every task sees a difference. Wait (briefly) until each has read the roster
   // before failing the job, so each reports the mismatch itself instead of seeing
   // the chief fail the job, or vanish, under it (exit code 4, not 2).
@@ -435,6 +441,15 @@ int64_t now_ms() {
 void ClusterSession::report_step(int64_t step) {
   step_.store(step);
   if (now_ms() - last_sent_ms_.load() < 100) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_pending_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
+void ClusterSession::beat_soon() {
+  if (now_ms() - last_sent_ms_.load() < 50) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     step_pending_ = true;

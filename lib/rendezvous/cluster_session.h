@@ -97,13 +97,18 @@ class ClusterSession {
   // heartbeat_interval, and sooner (at most every 100 ms) while steps advance, so
   // the step named when a task is lost is at most ~100 ms old.
   void report_step(int64_t step);
+  // Sends a heartbeat now unless one went out in the last 50 ms (its reply
+  // brings the membership generation and any failure sooner): for a wait
+  // that cannot tell a lost peer from a slow one.
+  void beat_soon();
   // The step last given to report_step() (-1 before the first).
   int64_t reported_step() const { return step_.load(); }
   // Throws PeerLost if another task was lost or the chief cannot be reached.
   void check_health();
   // The membership's generation as the last heartbeat reply said: how many
-  // training tasks (chief, workers) the job survived losing so far (the
-  // store's membership/generation; an elastic job re-forms when it grows).
+  // times the job's training tasks changed (one was lost, or came up again
+  // after it was), the store's membership/generation; an elastic job re-forms
+  // when it grows.
   int64_t membership_generation() const { return membership_.load(); }
   // The job's failure as the heartbeats learn it (names the lost task, its address
   // and last step), waiting up to `seconds` for it; nullopt if none is known by

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <thread>
 
@@ -44,6 +45,11 @@ struct TaskState {
   Clock::time_point last_heartbeat;
 };
 
+// Whether `task` trains (chief or worker; not an evaluator, not a ps task).
+bool is_training_task(const std::string& task) {
+  return task.rfind("worker:", 0) == 0 || task.rfind("chief:", 0) == 0;
+}
+
 // "after step 37", or "before reporting any step" (heartbeats carry the step, so
 // it can lag the task's true progress by up to one heartbeat interval).
 std::string step_text(int64_t step) {
@@ -62,7 +68,10 @@ struct ServerState {
     rules.max_frame_bytes = kMaxFrameBytes;
     rules.log_prefix = "rendezvous";
     rules.hangup_after_challenge_is_rejection = true;
-    for (const auto& t : options.tasks) tasks[t.name].address = t.address;
+    for (const auto& t : options.tasks) {
+      tasks[t.name].address = t.address;
+      if (is_training_task(t.name)) members.insert(t.name);
+    }
   }
 
   // First, so it goes last: ~StoreServer stops its I/O thread before anything goes.
@@ -106,6 +115,11 @@ struct ServerState {
   void fail_job(const std::string& why, int64_t kind = kJobFailed);
   // A task is gone (`why`): the job fails, unless the task is expendable.
   void task_lost(const std::string& task, const std::string& why);
+  // `members` changed (a training task was lost, or asked to train again):
+  // the membership's next generation, membership/generation, and who trains in
+  // it, membership/<generation> ("chief:0,worker:1,...").
+  void membership_changed();
+  std::set<std::string> members;  // the training tasks that train now
   // Sets `key` (a new key wakes the waits that need it).
   void put(const std::string& key, std::string value);
   // `key` was just created: answers the waits that lacked only it.
@@ -204,6 +218,12 @@ class Connection final : public AuthenticatedConnection {
     switch (m.op) {
       case Op::kSet:
         s.put(m.fields[0], m.fields[1]);
+        // A training task that came back asks to train again (an elastic job's
+        // joiner, once it agreed on the job): the next membership has it.
+        if (m.fields[0] == kRejoinKeyPrefix + task() && is_training_task(task()) && !s.members.count(task())) {
+          s.members.insert(task());
+          s.membership_changed();
+        }
         return reply({Op::kOk, 0, {}});
       case Op::kGet: {
         auto it = s.kv.find(m.fields[0]);
@@ -374,13 +394,17 @@ void ServerState::task_lost(const std::string& task, const std::string& why) {
   const std::string count = std::to_string(counter_after_add(value_of("lost_count"), 1).value_or(1));
   put("lost_count", count);
   put("lost/" + count, task + "#" + value_of("incarnation/" + task));
-  // A training task (chief or worker; not an evaluator, not a ps task) changes
-  // who trains: the membership's next generation (an elastic job re-forms).
-  if (task.rfind("worker:", 0) == 0 || task.rfind("chief:", 0) == 0)
-    put("membership/generation",
-        std::to_string(counter_after_add(value_of("membership/generation"), 1).value_or(1)));
+  if (members.erase(task)) membership_changed();
   log::warn("rendezvous: ", why, "; the job goes on without it (started again, it rejoins)");
   update_all_done();
+}
+
+void ServerState::membership_changed() {
+  const int64_t generation = counter_after_add(value_of("membership/generation"), 1).value_or(1);
+  std::vector<std::string> listed;
+  for (const std::string& name : members) listed.push_back(name + "#" + value_of("incarnation/" + name));
+  put(str("membership/", generation), join(listed, ","));
+  put("membership/generation", std::to_string(generation));  // last: who reads it finds the list
 }
 
 void ServerState::request_report(const std::string& reason) {

@@ -44,6 +44,15 @@ struct ServerOptions {
   double stall_timeout = 0.0;
 };
 
+// The membership of the training tasks (chief and workers): the server keeps
+// who trains now. A training task's loss (an expendable one) takes it out; a
+// training task that set kRejoinKeyPrefix + its name (an elastic job's task
+// that came back and agreed on the job) puts it back. Each change counts
+// membership/generation up (heartbeat replies carry it) after writing
+// membership/<generation>, the members joined by commas, each as
+// name#incarnation ("worker:2#2": its second start).
+inline constexpr const char* kRejoinKeyPrefix = "membership/rejoin/";
+
 struct ServerState;  // the server's state, owned by its I/O thread (store_server.cpp)
 
 class StoreServer {

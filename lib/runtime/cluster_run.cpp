@@ -113,13 +113,19 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
   trainer::ElasticState elastic;
   run.elastic = &elastic;
   Membership membership = first_membership(task);
-  const std::function<void(int64_t)> on_step = run.on_step;
-  run.on_step = [&](int64_t step) {
-    on_step(step);
-    if (session.membership_generation() > membership.generation)
-      throw PeerLost(str("the job's membership changed after step ", step, " (a training task was lost)"));
-  };
+  // Between steps (after a due checkpoint): a newer membership (a task came
+  // back) ends this one; the heartbeats bring the generation.
+  elastic.membership_changed = [&] { return session.membership_generation() > membership.generation; };
   const double agree_seconds = job.runtime.heartbeat_timeout + 4.0 * job.runtime.heartbeat_interval + 5.0;
+  if (joins_running_job(task)) {
+    log::info("elastic: ", task.name(), " joins the running job; it takes the members' state at their next step's end");
+    session.store().set(rendezvous::kRejoinKeyPrefix + task.name(), std::to_string(session.incarnation()));
+    Membership others{-1, {}};  // (for the change's record: every other training task was there)
+    for (int r = 0; r < session.world_size(); ++r)
+      if (r != session.rank()) others.ranks.push_back(r);
+    membership = agree_on_membership(task, elastic, others, PeerLost("joining"), job.strategy.elastic.min_workers,
+                                     agree_seconds);
+  }
   for (;;) {
     task.set_members(membership.ranks, membership.generation);
     machine.members = membership.ranks;

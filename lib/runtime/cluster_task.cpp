@@ -270,6 +270,8 @@ std::optional<std::string> ClusterTask::peer_lost_now() {
   if (std::optional<std::string> failure = session_.wait_for_failure(0.0)) return failure;
   // An elastic job's member was lost: the group's waits give up so that the
   // members can re-form (a killed member leaves no mark in shared memory).
+  if (members_.empty()) return std::nullopt;
+  session_.beat_soon();
   if (session_.membership_generation() > membership_seen_)
     return str("the job's membership changed (a training task was lost; generation ",
                session_.membership_generation(), ")");

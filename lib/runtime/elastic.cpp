@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
+#include <map>
 #include <thread>
 
 #include "core/log.h"
@@ -22,48 +22,68 @@ std::vector<std::string> names_by_rank(const config::ClusterSpec& spec) {
   return names;
 }
 
-int64_t number_or_zero(const std::optional<std::string>& text) {
-  return text && !text->empty() ? std::stoll(*text) : 0;
-}
-
-// The store's membership generation and the training tasks lost by then (read
-// in two requests: the generation with the count of lost tasks in one, so the
-// names read next cover at least that generation's).
-struct Losses {
+// The store's newest membership: its generation and the training tasks in it
+// (membership/<generation>, which the store writes before the generation).
+struct Listed {
   int64_t generation = 0;
-  std::set<std::string> lost;  // task names
+  std::map<std::string, std::string> members;  // task name -> name#incarnation; generation 0: every training task
 };
 
-Losses read_losses(rendezvous::Store& store) {
-  const auto counts = store.get_many({"membership/generation", "lost_count"});
-  Losses out;
-  out.generation = number_or_zero(counts[0]);
-  const int64_t lost = number_or_zero(counts[1]);
-  std::vector<std::string> keys;
-  for (int64_t i = 1; i <= lost; ++i) keys.push_back(str("lost/", i));
-  for (const auto& value : store.get_many(keys))
-    if (value) out.lost.insert(value->substr(0, value->find('#')));  // "worker:2#1"
+Listed read_membership(rendezvous::Store& store, const std::vector<std::string>& names) {
+  Listed out;
+  const std::optional<std::string> generation = store.get("membership/generation");
+  out.generation = generation && !generation->empty() ? std::stoll(*generation) : 0;
+  if (out.generation == 0) {
+    for (const std::string& name : names) out.members[name] = name + "#1";
+    return out;
+  }
+  const std::string list = store.get(str("membership/", out.generation)).value_or("");
+  for (size_t begin = 0; begin < list.size();) {
+    const size_t comma = std::min(list.find(',', begin), list.size());
+    if (comma > begin) {
+      const std::string id = list.substr(begin, comma - begin);
+      out.members[id.substr(0, id.find('#'))] = id;
+    }
+    begin = comma + 1;
+  }
   return out;
 }
 
 // Waits (polling the store, bounded by `seconds`) until the generation is past `before`.
-std::optional<Losses> wait_for_loss(ClusterTask& task, int64_t before, double seconds) {
+std::optional<Listed> wait_for_change(ClusterTask& task, const std::vector<std::string>& names, int64_t before,
+                                      double seconds) {
   const Stopwatch waited;
   for (;;) {
     if (task.session().wait_for_failure(0.0)) return std::nullopt;  // the job's failure, not a member's loss
-    Losses losses = read_losses(task.session().store());
-    if (losses.generation > before) return losses;
+    Listed listed = read_membership(task.session().store(), names);
+    if (listed.generation > before) return listed;
     if (waited.seconds() > seconds) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+// "worker:2 left the job", "worker:2 joined the job", or both.
+std::string describe_change(const trainer::MembershipChange& change) {
+  std::vector<std::string> parts;
+  if (!change.left.empty()) parts.push_back(join(change.left, ", ") + " left the job");
+  if (!change.joined.empty()) parts.push_back(join(change.joined, ", ") + " joined the job");
+  return parts.empty() ? std::string("the members connect again") : join(parts, "; ");
 }
 
 }  // namespace
 
 Membership first_membership(ClusterTask& task) {
   Membership m;
-  for (int r = 0; r < task.session().world_size(); ++r) m.ranks.push_back(r);
+  const std::vector<std::string> names = names_by_rank(task.session().cluster().spec);
+  for (int r = 0; r < task.session().world_size(); ++r) {
+    m.ranks.push_back(r);
+    m.ids.push_back(names[static_cast<size_t>(r)] + "#1");
+  }
   return m;
+}
+
+bool joins_running_job(ClusterTask& task) {
+  return read_membership(task.session().store(), names_by_rank(task.session().cluster().spec)).generation > 0;
 }
 
 Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic, const Membership& before,
@@ -75,14 +95,17 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
   const std::string me = session.task().str();
   // A killed task's connections close at once and the store counts it then; a
   // cut-off one is counted after runtime.heartbeat_timeout.
-  std::optional<Losses> losses = wait_for_loss(task, before.generation, timeout_seconds);
-  if (!losses) task.rethrow_collective_failure(cause);
+  std::optional<Listed> listed = wait_for_change(task, names, before.generation, timeout_seconds);
+  if (!listed) task.rethrow_collective_failure(cause);
   const Stopwatch agreeing;
   for (;;) {
-    Membership now{losses->generation, {}};
+    Membership now{listed->generation, {}, {}};
     for (size_t r = 0; r < names.size(); ++r)
-      if (!losses->lost.count(names[r])) now.ranks.push_back(static_cast<int>(r));
-    if (losses->lost.count(me))
+      if (const auto it = listed->members.find(names[r]); it != listed->members.end()) {
+        now.ranks.push_back(static_cast<int>(r));
+        now.ids.push_back(it->second);
+      }
+    if (!listed->members.count(me))
       throw PeerLost(str("this task (", me, ") was declared lost by the chief's store and the job went on without it"));
     const std::string prefix = str("elastic/g", now.generation, "/");
     store.set(prefix + me, elastic.point_json());
@@ -92,13 +115,12 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
     while (!all_posted && agreeing.seconds() < timeout_seconds) {
       all_posted = store.wait(keys, 0.25);
       if (all_posted) break;
-      Losses newer = read_losses(store);
-      if (newer.generation != now.generation) break;  // another loss meanwhile: the next generation
+      if (read_membership(store, names).generation != now.generation) break;  // another change meanwhile
     }
     if (!all_posted) {
-      Losses newer = read_losses(store);
+      Listed newer = read_membership(store, names);
       if (newer.generation != now.generation) {
-        losses = std::move(newer);
+        listed = std::move(newer);
         continue;
       }
       throw TimeoutError(str("elastic: the training tasks did not all post their position for membership ",
@@ -118,13 +140,25 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
     trainer::MembershipChange change;
     change.generation = now.generation;
     change.unix_time = static_cast<double>(trace::now_us()) / 1e6;
-    for (int r : before.ranks)
-      if (!std::count(now.ranks.begin(), now.ranks.end(), r)) change.left.push_back(names[static_cast<size_t>(r)]);
+    // (by name#incarnation where both are known: a task that left and came back
+    // before the members agreed both left and joined)
+    const auto absent = [&](const Membership& from, size_t i, const Membership& in) {
+      const int r = from.ranks[i];
+      const auto at = std::find(in.ranks.begin(), in.ranks.end(), r);
+      if (at == in.ranks.end()) return true;
+      const std::string& id = i < from.ids.size() ? from.ids[i] : std::string();
+      const size_t j = static_cast<size_t>(at - in.ranks.begin());
+      return !id.empty() && j < in.ids.size() && !in.ids[j].empty() && in.ids[j] != id;
+    };
+    for (size_t i = 0; i < before.ranks.size(); ++i)
+      if (absent(before, i, now)) change.left.push_back(names[static_cast<size_t>(before.ranks[i])]);
+    for (size_t i = 0; i < now.ranks.size(); ++i)
+      if (absent(now, i, before)) change.joined.push_back(names[static_cast<size_t>(now.ranks[i])]);
     change.step = best;
     change.training_tasks = static_cast<int>(now.ranks.size());
     elastic.changes.push_back(change);
-    log::warn("elastic: ", join(change.left, ", "), " left the job; ", now.ranks.size(),
-              " training task(s) go on from step ", best, " (membership ", now.generation, ")");
+    log::warn("elastic: ", describe_change(change), "; ", now.ranks.size(), " training task(s) go on from step ", best,
+              " (membership ", now.generation, ")");
     elastic.below_minimum.clear();
     if (static_cast<int64_t>(now.ranks.size()) < min_workers)
       elastic.below_minimum = str("elastic: ", now.ranks.size(), " training task(s) are left, fewer than "

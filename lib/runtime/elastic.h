@@ -29,10 +29,18 @@ namespace dtrain::runtime {
 struct Membership {
   int64_t generation = 0;
   std::vector<int> ranks;  // ascending; rank 0 (the chief) is always among them
+  // Each member as name#incarnation ("worker:2#2"), by rank: a task that left
+  // and came back between two agreements is told apart ("" where unknown).
+  std::vector<std::string> ids;
 };
 
 // Every training task of the cluster: generation 0.
 Membership first_membership(ClusterTask& task);
+// Whether this task joins a job that is training already (the membership
+// changed before it got here: it was started again after it was lost). It then
+// takes the members' state at their next step's end (agree_on_membership with
+// no state of its own), instead of starting with them.
+bool joins_running_job(ClusterTask& task);
 
 // After `cause` (a collective's failure, or a newer generation seen at a step's
 // end) ended the generation `before`: the next membership the survivors agree

@@ -44,7 +44,8 @@ void ElasticState::capture(strategy::Strategy& s, const ResumePoint& point) {
 }
 
 std::string ElasticState::point_json() const {
-  nlohmann::json j = {{"global_step", point_.global_step},
+  // (-1 steps without a snapshot: a task that joins is never the source)
+  nlohmann::json j = {{"global_step", captured_ ? point_.global_step : -1},
                       {"epoch", point_.epoch},
                       {"step_in_epoch", point_.step_in_epoch}};
   j["callbacks"] = point_.callbacks_json;

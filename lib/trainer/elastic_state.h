@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +57,11 @@ class ElasticState {
   // Non-empty: fewer than min_workers are left; the generation only saves a
   // checkpoint and stops with this reason.
   std::string below_minimum;
+  // Asked after each step's end (its checkpoint saved): true when a newer
+  // membership is known (a task came back), which ends this generation.
+  std::function<bool()> membership_changed;
+  // The training and test data, loaded once and used by every generation.
+  std::shared_ptr<data::Dataset> train_data, test_data;
 
  private:
   struct Entry {

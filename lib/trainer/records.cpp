@@ -69,9 +69,9 @@ void MetricsLog::step(int64_t epoch, int64_t step, double loss, double accuracy,
 namespace {
 nlohmann::json membership_json(const MembershipChange& c) {
   return {{"generation", c.generation},       {"unix_time", c.unix_time},
-          {"left", c.left},                   {"step", c.step},
+          {"left", c.left},                   {"joined", c.joined}, {"step", c.step},
           {"training_tasks", c.training_tasks}, {"accumulation_steps", c.accumulation_steps},
-          {"reform_seconds", c.reform_seconds}};
+          {"reform_seconds", c.reform_seconds}, {"resumed_unix_time", c.resumed_unix_time}};
 }
 }  // namespace
 

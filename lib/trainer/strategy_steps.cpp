@@ -83,6 +83,8 @@ bool StrategySteps::advance(Advance& out) {
                                           options_.elastic->point().callbacks_json, epoch_stats_});
   if (options_.on_step) options_.on_step(global_step_);
   checkpointer_.after_step(global_step_, epoch_, step_in_epoch_, global_batch_);
+  if (options_.elastic && options_.elastic->membership_changed && options_.elastic->membership_changed())
+    throw MembershipChanged(str("the job's training tasks changed after step ", global_step_));
   if (strategy_.stop_agreed()) {
     const std::string saved = checkpointer_.save_now(global_step_, epoch_, step_in_epoch_, global_batch_);
     throw Preempted(str("stopped by SIGTERM after step ", global_step_,

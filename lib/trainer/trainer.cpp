@@ -54,9 +54,12 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
               summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
-  auto train_data = load_checked(task_source(job, worker_rank, num_workers), s.model_shapes());
-  std::shared_ptr<data::Dataset> test_data;
-  if (job.data.has_test) test_data = load_checked(job.data.test, s.model_shapes());
+  // (an elastic job's later generations use the data its first one loaded)
+  std::shared_ptr<data::Dataset> train_data = options.elastic ? options.elastic->train_data : nullptr;
+  std::shared_ptr<data::Dataset> test_data = options.elastic ? options.elastic->test_data : nullptr;
+  if (!train_data) train_data = load_checked(task_source(job, worker_rank, num_workers), s.model_shapes());
+  if (job.data.has_test && !test_data) test_data = load_checked(job.data.test, s.model_shapes());
+  if (options.elastic) options.elastic->train_data = train_data, options.elastic->test_data = test_data;
   t.train = std::make_unique<data::Pipeline>(
       train_data, train_pipeline_options(job, s, worker_rank, num_workers, plan.prefetch));
   if (test_data) t.test = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job, plan.prefetch));

@@ -76,10 +76,12 @@ struct MembershipChange {
   int64_t generation = 0;          // the membership's generation after it (1 after the first loss)
   double unix_time = 0.0;          // when the members agreed on it
   std::vector<std::string> left;   // tasks that were lost ("worker:2")
+  std::vector<std::string> joined;  // tasks that came (back) in
   int64_t step = 0;                // the step training went on from
   int training_tasks = 0;          // after it
   int64_t accumulation_steps = 1;  // per update after it (batch "global" raises them)
   double reform_seconds = -1.0;    // from the loss seen to the first step done at the new size
+  double resumed_unix_time = 0.0;  // when that step was done
 };
 
 // What the coordinator of a parameter_server job counts.

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "trainer/elastic_state.h"
 #include "trainer/job_setup.h"
 #include "trainer/progress.h"
@@ -29,6 +30,7 @@ void record_membership(const LoopContext& c) {
   if (elastic.reforming && !elastic.changes.empty()) {
     MembershipChange& change = elastic.changes.back();
     change.reform_seconds = elastic.reforming->seconds();
+    change.resumed_unix_time = static_cast<double>(trace::now_us()) / 1e6;
     elastic.reforming.reset();
     log::info("elastic: training again at ", change.training_tasks, " task(s) (", change.accumulation_steps,
               " accumulation step(s) each), ", format_seconds(change.reform_seconds), " after the loss was seen");

@@ -5,7 +5,9 @@
 // (wrong, missing, from a file), a task that never comes, kill -9 of a worker and of
 // the chief (the survivor exits 4 within the bound, naming the lost task), a hung task
 // (SIGSTOP: found by the heartbeat timeout), a parameter_server worker started
-// again by hand rejoining the running job, the TF_CONFIG checks of `dtrain
+// again by hand rejoining the running job, an elastic job's worker killed and
+// started again (another config refused, naming the key; the job's own config
+// rejoins at a step's end), the TF_CONFIG checks of `dtrain
 // validate`, junk sent to the chief's port, and PyTorch's env:// convention
 // (ranks register their addresses; a rank that never comes). Every child runs under a deadline
 // (start_dtrain.h) and is killed when its test ends.
@@ -403,6 +405,46 @@ TEST_CASE("cluster: a parameter_server worker killed and started again by hand r
   const size_t at = r1.out.find("this worker trained ");
   REQUIRE(at != std::string::npos);
   CHECK(std::stoll(r1.out.substr(at + 20)) > 0);
+}
+
+TEST_CASE("cluster: an elastic job's worker killed and started again rejoins, and with another config is refused",
+          "[cluster][kill][elastic]") {
+  const LocalCluster cluster({{"worker", 3}});
+  // 2 steps an epoch (3 tasks x 32 x 2 accumulation steps of 512 samples): a few seconds of them.
+  const std::vector<std::string> sets = {"strategy.elastic.min_workers=2", "train.gradient_accumulation_steps=2",
+                                         "train.epochs=3000"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  auto worker2 = start_task(cluster, "worker", 2, sets);
+  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief->err());
+  worker2->send(SIGKILL);
+  worker2->finish(5.0, SIGKILL);
+  if (!chief->wait_for_err("worker:2 left the job", 15.0)) FAIL("the chief did not see worker:2 go\n" << chief->err());
+
+  // Another config: refused when it meets the others, naming the key; the job goes on.
+  std::vector<std::string> other_sets = sets;
+  other_sets.push_back("optimizer.learning_rate=0.5");
+  const RunOutput other = start_task(cluster, "worker", 2, other_sets)->finish(kDeadline);
+  check_failed(other, 2, {"the tasks of this job disagree", "optimizer.learning_rate is 0.1 on worker:0 and 0.5 on worker:2"});
+  CHECK(other.seconds < 4.0);  // at once: it does not wait for the others to compare
+  CHECK_FALSE(chief->ended());
+
+  // The job's own config: it joins at the next step's end and trains to the end with the others.
+  auto again = start_task(cluster, "worker", 2, sets);
+  if (!chief->wait_for_err("worker:2 joined the job", 30.0))
+    FAIL("worker:2 did not rejoin\n" << chief->err() << "\n--- worker:2 ---\n" << again->err());
+  const RunOutput r0 = chief->finish(60.0);
+  const RunOutput r1 = worker1->finish(kDeadline);
+  const RunOutput r2 = again->finish(kDeadline);
+  INFO(describe(r0) << "\n" << describe(r2));
+  CHECK(r0.exit_code == 0);
+  CHECK(r1.exit_code == 0);
+  CHECK(r2.exit_code == 0);
+  CHECK_THAT(r2.err, Contains("joins the running job"));
+  CHECK_THAT(r0.out, Contains("Done: 6000 steps"));
+  REQUIRE(params_sha256(r0.out).size() == 64);
+  CHECK(params_sha256(r2.out) == params_sha256(r0.out));
+  CHECK(params_sha256(r1.out) == params_sha256(r0.out));
 }
 
 TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heartbeat_timeout", "[cluster][kill]") {

@@ -144,6 +144,37 @@ TEST_CASE("elastic: a killed worker is survived without a restart, every sample 
   CHECK(chief["test_accuracy"].get<double>() == Approx(want).margin(0.03));
 }
 
+TEST_CASE("elastic: launch --max-restarts starts only the killed worker again, and it rejoins the running job",
+          "[integration][elastic]") {
+  TempDir straight, restarted;
+  const RunOutput a = launch(straight, elastic_job(straight), "2:4", {});
+  REQUIRE(a.exit_code == 0);
+  const RunOutput r =
+      launch(restarted, elastic_job(restarted), "2:4", {"--inject", "kill:worker:2@step=30", "--max-restarts", "1"});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("starting it again alone (restart 1 of 1): it rejoins the running job"));
+  CHECK_THAT(r.err, Catch::Contains("worker:2 joined the job"));
+  CHECK_THAT(r.err, !Catch::Contains("restarting the job"));
+  const json s = read_json_file(restarted.file("launch.json"));
+  CHECK(s["restarts"] == 0);
+  const json& changes = s["tasks"]["worker:0"]["membership_changes"];
+  REQUIRE(changes.size() >= 1);
+  bool left = false, joined = false;
+  for (const json& c : changes) {
+    left = left || c["left"] == json::array({"worker:2"});
+    joined = joined || c["joined"] == json::array({"worker:2"});
+  }
+  CHECK(left);
+  CHECK(joined);
+  CHECK(changes.back()["training_tasks"] == 4);
+  CHECK(changes.back()["accumulation_steps"] == 3);
+  CHECK(s["tasks"]["worker:0"]["steps"] == 84);
+  CHECK(s["tasks"]["worker:2"]["steps"] == 84);  // the one started again ends with the others
+  survivors_hash(s, 4);
+  check_same_samples(restarted, straight);
+}
+
 TEST_CASE("elastic: two workers killed at the same step are survived", "[integration][elastic]") {
   TempDir straight, killed;
   const RunOutput a = launch(straight, elastic_job(straight), "2:4", {});
