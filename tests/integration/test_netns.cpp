@@ -14,7 +14,12 @@
 //     sch_netem): the job still ends with exit 0 and the same parameters, and a
 //     step takes at least the added one-way delay longer;
 //   - job fencing: a host that comes back after its job failed cannot bring the
-//     failed job back (see the test case for what exactly that means).
+//     failed job back (see the test case for what exactly that means);
+//   - the same cut under strategy.elastic: the cut-off task stops (exit 4: it
+//     cannot reach the chief), the other two agree on going on without it once
+//     their collective with it gives up (its deadline, heartbeat_timeout + 20 s:
+//     Gloo's waits cannot be cut short from outside), and finish the job (exit 0, the same
+//     parameters on both, the change in the chief's summary).
 // Every child runs under a deadline (start_dtrain.h); the namespaces are removed
 // when each test case ends, also when it fails.
 #include <unistd.h>
@@ -288,6 +293,51 @@ TEST_CASE("netns: a host cut off mid-training ends every task, within heartbeat_
       CHECK_THAT(r.err, Contains("no heartbeat for 3 s"));
     }
   }
+}
+
+TEST_CASE("netns: elastic: a host cut off mid-training stops, the others go on without it and finish", "[netns]") {
+  const NetnsHosts hosts(kHosts);
+  if (!usable(hosts)) return;
+  TempDir dir;
+  // 10 steps an epoch (3 tasks x 16 x 2 accumulation steps of 960 samples), enough
+  // epochs to be training when the cut comes; min_workers 2: two go on.
+  json job = endless_job();
+  job["train"]["epochs"] = 300;
+  job["train"]["gradient_accumulation_steps"] = 2;
+  job["strategy"]["elastic"] = {{"min_workers", 2}};
+  const std::string config = write_job(dir, job);
+  const std::vector<std::unique_ptr<Child>> tasks = start_job(hosts, config, &dir);
+  wait_until_training(tasks, 30.0);
+  constexpr int kVictim = 2;
+  const auto cut_at = Clock::now();
+  std::string error;
+  REQUIRE(hosts.cut(kVictim, &error));
+  // The survivors' collective with the cut-off task gives up after heartbeat_timeout + 20 s.
+  wait_all(tasks, 120.0);
+  std::ostringstream timeline;
+  for (int i = 0; i < kHosts; ++i)
+    if (tasks[static_cast<size_t>(i)]->ended())
+      timeline << "worker:" << i << " exited " << seconds_between(cut_at, tasks[static_cast<size_t>(i)]->end_time())
+               << " s after the cut\n";
+  WARN(timeline.str());
+  const RunOutput cut_off = tasks[kVictim]->finish(1.0);
+  INFO(describe(cut_off));
+  CHECK(cut_off.exit_code == 4);
+  CHECK_THAT(cut_off.err, Contains("the chief worker:0 at " + worker_address(hosts, 0)) && Contains("was lost"));
+  CHECK(seconds_between(cut_at, tasks[kVictim]->end_time()) <= kExitBound);
+  std::vector<json> summaries;
+  for (int i = 0; i < kVictim; ++i) {
+    const RunOutput r = tasks[static_cast<size_t>(i)]->finish(1.0);
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.err, Contains("elastic: worker:2 left the job; 2 training task(s) go on"));
+    summaries.push_back(read_json_file(dir.file("summary" + std::to_string(i) + ".json")));
+  }
+  CHECK(hash_of(summaries[0]) == hash_of(summaries[1]));
+  CHECK(summaries[0]["steps"] == 3000);
+  REQUIRE(summaries[0]["membership_changes"].size() == 1);
+  CHECK(summaries[0]["membership_changes"][0]["left"] == json::array({"worker:2"}));
+  CHECK(summaries[0]["membership_changes"][0]["accumulation_steps"] == 3);
 }
 
 TEST_CASE("netns: under netem delay and loss the job ends with the same parameters, each step slower by the delay",
