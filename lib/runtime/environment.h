@@ -30,8 +30,9 @@ struct Environment {
   std::string job_id;
   std::string listen_fd;  // DTRAIN_LISTEN_FD as set ("" = unset); read it with listen_socket()
   std::string inject;
-  // DTRAIN_SAMPLE_LOG: a directory where each training task writes the dataset
-  // index of every sample it trained on, step by step (<task>.samples): the
+  // DTRAIN_SAMPLE_LOG: a directory where each training task writes, step by
+  // step, when the step was done and the dataset index of every sample it
+  // trained on (<type>-<index>.samples: "epoch step unix_us index ..."): the
   // audit that an elastic job's epochs see each sample once.
   std::string sample_log_dir;
   int progress_columns = 0;  // DTRAIN_PROGRESS_COLUMNS: `dtrain launch` shows this task's progress in that width

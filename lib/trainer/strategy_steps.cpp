@@ -98,7 +98,7 @@ bool StrategySteps::advance(Advance& out) {
 }
 
 void StrategySteps::log_samples() {
-  std::string line = str(epoch_, " ", global_step_);
+  std::string line = str(epoch_, " ", global_step_, " ", trace::now_us());
   for (const data::Batch& b : micro_batches_)
     for (int64_t s : b.samples) line += str(" ", s);
   line += "\n";

@@ -65,8 +65,9 @@ struct RunOptions {
   // strategy.elastic: the state this task keeps across re-formations of its
   // group (owned by the runtime, which re-runs run_training for each membership).
   ElasticState* elastic = nullptr;
-  // Appends "epoch step index index ..." per completed step: the dataset index
-  // of every sample this task trained on ("" = none; DTRAIN_SAMPLE_LOG).
+  // Appends "epoch step microseconds index index ..." per completed step (the
+  // Unix time in microseconds when it was done, then the dataset index of every
+  // sample this task trained on in it); "" = none (DTRAIN_SAMPLE_LOG).
   std::string sample_log;
 };
 

@@ -55,8 +55,8 @@ std::map<int64_t, std::map<int64_t, int>> samples_by_epoch(const TempDir& dir) {
     std::string line;
     while (std::getline(in, line)) {
       std::istringstream words(line);
-      int64_t epoch = 0, step = 0, sample = 0;
-      words >> epoch >> step;
+      int64_t epoch = 0, step = 0, micros = 0, sample = 0;
+      words >> epoch >> step >> micros;
       while (words >> sample) ++out[epoch][sample];
     }
   }
