@@ -86,7 +86,8 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
 }
 
 // A failure that a lost member causes in a collective (or a newer membership
-// seen after a step): an elastic job re-forms on it.
+// seen after a step): an elastic job re-forms on it. (A data file's IoError or
+// a ConfigError is the job's own.)
 bool member_loss_may_explain(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -95,8 +96,6 @@ bool member_loss_may_explain(const std::exception_ptr& e) {
   } catch (const TimeoutError&) {
     return true;
   } catch (const CommError&) {
-    return true;
-  } catch (const IoError&) {
     return true;
   } catch (...) {
     return false;
