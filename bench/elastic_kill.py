@@ -212,6 +212,15 @@ def run_torchrun(args, out):
         for a in agents:
             if a.poll() is None:
                 os.killpg(a.pid, signal.SIGKILL)
+        # Workers its agent left behind (an agent that gave up does not stop them).
+        for pid, _, argv in processes():
+            if any("torch_elastic_worker.py" in a for a in argv):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if b"ELASTIC_BENCH_OUT=" + out.encode() + b"\0" in f.read() + b"\0":
+                            os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         for f in logs:
             f.close()
     all_steps = steps(0)
