@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <condition_variable>
 #include <list>
 #include <map>
@@ -220,7 +221,10 @@ class Connection final : public AuthenticatedConnection {
         s.put(m.fields[0], m.fields[1]);
         // A training task that came back asks to train again (an elastic job's
         // joiner, once it agreed on the job): the next membership has it.
-        if (m.fields[0] == kRejoinKeyPrefix + task() && is_training_task(task()) && !s.members.count(task())) {
+        // (the prefix compared in place: every set of the job passes here)
+        if (m.fields[0].compare(0, std::strlen(kRejoinKeyPrefix), kRejoinKeyPrefix) == 0 &&
+            m.fields[0].compare(std::strlen(kRejoinKeyPrefix), std::string::npos, task()) == 0 &&
+            is_training_task(task()) && !s.members.count(task())) {
           s.members.insert(task());
           s.membership_changed();
         }

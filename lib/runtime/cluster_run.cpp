@@ -3,7 +3,6 @@
 // failure names the lost task.
 #include <algorithm>
 #include <csignal>
-#include <exception>
 
 #include "comm/flight_recorder.h"
 #include "core/error.h"
@@ -88,18 +87,9 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
 // A failure that a lost member causes in a collective (or a newer membership
 // seen after a step): an elastic job re-forms on it. (A data file's IoError or
 // a ConfigError is the job's own.)
-bool member_loss_may_explain(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const PeerLost&) {
-    return true;
-  } catch (const TimeoutError&) {
-    return true;
-  } catch (const CommError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
+bool member_loss_may_explain(const Error& e) {
+  return dynamic_cast<const PeerLost*>(&e) || dynamic_cast<const TimeoutError*>(&e) ||
+         dynamic_cast<const CommError*>(&e);
 }
 
 // strategy.elastic: trains one membership after another. Each is planned again
@@ -134,7 +124,6 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
         strategy::elastic_accumulation(job.train.gradient_accumulation_steps, session.world_size(),
                                        static_cast<int>(membership.ranks.size()));
     if (!elastic.changes.empty()) elastic.changes.back().accumulation_steps = generation_job.train.gradient_accumulation_steps;
-    std::exception_ptr failure;
     try {
       TaskConnections connections;
       connect_planned(generation_job, plan, session.cluster(), spec, task, connections, run,
@@ -142,15 +131,10 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
       const trainer::RunSummary summary = trainer::run_training(generation_job, plan, run);
       if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
       return;
-    } catch (const Error&) {
+    } catch (const Error& cause) {
       // (the connections are closed by now: members still inside a collective
       // with this task see it fail and come here too)
-      failure = std::current_exception();
-      if (!elastic.below_minimum.empty() || !member_loss_may_explain(failure)) throw;
-    }
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& cause) {
+      if (!elastic.below_minimum.empty() || !member_loss_may_explain(cause)) throw;
       membership = agree_on_membership(task, elastic, membership, cause, job.strategy.elastic.min_workers, agree_seconds);
     }
   }

@@ -175,6 +175,15 @@ std::unique_ptr<Child> start_task(const LocalCluster& cluster, const std::string
   return start_dtrain(job_args("run", sets), task_env(cluster.tf_config(type, index), extra_env));
 }
 
+// Once the chief is training (its 100th epoch line), kills `victim` (SIGKILL)
+// and waits until the chief's stderr holds `seen` (the loss noticed).
+void kill_once_training(Child& chief, Child& victim, const std::string& seen) {
+  if (!chief.wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief.err());
+  victim.send(SIGKILL);
+  victim.finish(5.0, SIGKILL);
+  if (!chief.wait_for_err(seen, 15.0)) FAIL("the chief did not see the task go (" << seen << ")\n" << chief.err());
+}
+
 // Checks a task's failure: its exit code, an error line (in a cluster it has the
 // task's prefix, "[worker:1] dtrain: error: ...") and the words it must hold.
 void check_failed(const RunOutput& r, int exit_code, const std::vector<std::string>& needles) {
@@ -385,10 +394,7 @@ TEST_CASE("cluster: a parameter_server worker killed and started again by hand r
   auto chief = start_task(cluster, "chief", 0, sets);
   auto worker0 = start_task(cluster, "worker", 0, sets);
   auto worker1 = start_task(cluster, "worker", 1, sets);
-  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief->err());
-  worker1->send(SIGKILL);
-  worker1->finish(5.0, SIGKILL);
-  if (!chief->wait_for_err("worker:1", 15.0)) FAIL("the chief did not see worker:1 go\n" << chief->err());
+  kill_once_training(*chief, *worker1, "worker:1");
   auto again = start_task(cluster, "worker", 1, sets);  // the same task, as a user or a cluster manager would
   const RunOutput rc = chief->finish(60.0);
   const RunOutput r1 = again->finish(30.0);
@@ -416,10 +422,7 @@ TEST_CASE("cluster: an elastic job's worker killed and started again rejoins, an
   auto chief = start_task(cluster, "worker", 0, sets);
   auto worker1 = start_task(cluster, "worker", 1, sets);
   auto worker2 = start_task(cluster, "worker", 2, sets);
-  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief->err());
-  worker2->send(SIGKILL);
-  worker2->finish(5.0, SIGKILL);
-  if (!chief->wait_for_err("worker:2 left the job", 15.0)) FAIL("the chief did not see worker:2 go\n" << chief->err());
+  kill_once_training(*chief, *worker2, "worker:2 left the job");
 
   // Another config: refused when it meets the others, naming the key; the job goes on.
   std::vector<std::string> other_sets = sets;
