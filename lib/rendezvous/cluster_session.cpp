@@ -29,6 +29,13 @@ std::vector<std::string> keys_for(const std::string& prefix, const std::vector<c
   return keys;
 }
 
+// "worker:3 at h:1, worker:9 at h:2, ... and 41 more": a list that stays readable at 4,096 tasks.
+std::string some_of(const std::vector<std::string>& names, size_t shown = 8) {
+  if (names.size() <= shown) return dtrain::join(names, ", ");
+  const std::vector<std::string> first(names.begin(), names.begin() + static_cast<long>(shown));
+  return str(dtrain::join(first, ", "), " and ", names.size() - shown, " more");
+}
+
 // "config_sha256=...;dtrain_version=...;world_size=..." as a map.
 std::map<std::string, std::string> parse_fields(const std::string& text) {
   std::map<std::string, std::string> out;
@@ -62,7 +69,9 @@ ClusterSession::ClusterSession(SessionSpec spec)
       agreement_document_(spec.agreement_document),
       // (a document too large for one store frame is left out: the hashes still differ)
       publish_document_(!spec.agreement_document.empty() && spec.agreement_document.size() <= kMaxFrameBytes / 2),
-      cluster_digest_(spec.cluster_digest.empty() ? cluster_digest(cluster_.spec) : spec.cluster_digest) {
+      cluster_digest_(spec.cluster_digest.empty() ? cluster_digest(cluster_.spec) : spec.cluster_digest),
+      min_training_tasks_(spec.min_training_tasks),
+      settle_seconds_(spec.settle_seconds) {
   Stopwatch& timer = started_;
   const config::TaskId chief = cluster_.spec.chief();
   const config::HostPort chief_address = config::parse_host_port(cluster_.spec.address(chief), "the chief's address");
@@ -119,8 +128,14 @@ ClusterSession::ClusterSession(SessionSpec spec)
     throw;
   }
   join_seconds_ = timer.seconds();
-  log::info("rendezvous: all ", cluster_.spec.all_tasks().size(), " tasks joined and agree (job ",
-            credentials_.job_id, ", ", format_seconds(join_seconds_), ")");
+  const size_t tasks = cluster_.spec.all_tasks().size();
+  if (absent_at_start_.empty())
+    log::info("rendezvous: all ", tasks, " tasks joined and agree (job ", credentials_.job_id, ", ",
+              format_seconds(join_seconds_), ")");
+  else
+    log::info("rendezvous: ", tasks - absent_at_start_.size(), " of ", tasks, " tasks joined and agree (job ",
+              credentials_.job_id, ", ", format_seconds(join_seconds_), "); the job starts without ",
+              some_of(absent_at_start_), " (strategy.elastic: they join the running job when they come)");
 }
 
 int ClusterSession::tasks_on_this_host() const {
@@ -165,13 +180,6 @@ std::string ClusterSession::describe(const config::TaskId& task) const {
 }
 
 namespace {
-
-// "worker:3 at h:1, worker:9 at h:2, ... and 41 more": a list that stays readable at 4,096 tasks.
-std::string some_of(const std::vector<std::string>& names, size_t shown = 8) {
-  if (names.size() <= shown) return dtrain::join(names, ", ");
-  const std::vector<std::string> first(names.begin(), names.begin() + static_cast<long>(shown));
-  return str(dtrain::join(first, ", "), " and ", names.size() - shown, " more");
-}
 
 // " (the keys that differ: train.epochs is 2 on worker:1 and 1 on worker:0, ...)"
 std::string document_differences(const std::string& theirs, const std::string& mine, const std::string& them,
@@ -332,9 +340,9 @@ double ClusterSession::next_wait() const {
   return std::clamp(rendezvous_timeout_ - started_.seconds(), 0.0, 5.0);
 }
 
-std::vector<std::string> ClusterSession::missing_tasks(std::vector<std::string>* joined) {
+std::vector<std::string> ClusterSession::missing_tasks(const std::vector<std::optional<std::string>>& values,
+                                                       std::vector<std::string>* joined) const {
   const auto tasks = cluster_.spec.all_tasks();
-  const auto values = store_->get_many(keys_for("join/", tasks));
   std::vector<std::string> missing;
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (!values[i]) missing.push_back(describe(tasks[i]));
@@ -343,26 +351,69 @@ std::vector<std::string> ClusterSession::missing_tasks(std::vector<std::string>*
   return missing;
 }
 
-std::string ClusterSession::make_roster(const std::string& mine, const std::string& join_value) {
+bool ClusterSession::may_start_without(const std::vector<std::optional<std::string>>& values) const {
+  if (min_training_tasks_ <= 0) return false;
   const auto tasks = cluster_.spec.all_tasks();
-  const auto keys = keys_for("join/", tasks);
-  const std::string me = cluster_.task.str();
+  int training = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const bool trains = cluster_.spec.rank(tasks[i]) >= 0;
+    if (!values[i] && !trains) return false;  // only training tasks may be missing
+    if (values[i] && trains) ++training;
+  }
+  return training >= min_training_tasks_;
+}
+
+std::vector<std::string> ClusterSession::wait_for_joins(const std::vector<std::string>& keys,
+                                                        const std::string& join_value) {
+  const auto tasks = cluster_.spec.all_tasks();
+  // An elastic job's chief looks often (it counts who is there); others wait
+  // for all, saying every 5 s who is missing.
+  const bool elastic = min_training_tasks_ > 0;
+  const auto wait = [&] { return elastic ? std::min(next_wait(), 0.25) : next_wait(); };
   // Its own join value and the wait for every task's, in one round trip; the
   // reply carries the values when they fit in one frame (else: get_many).
-  auto values = store_->set_then_wait_get("join/" + me, join_value, keys, next_wait());
+  auto values = store_->set_then_wait_get("join/" + cluster_.task.str(), join_value, keys, wait());
+  std::optional<Stopwatch> enough;  // since min_training_tasks had joined
+  std::optional<Stopwatch> said;    // since the last "waiting for" line
   while (!values) {
+    const std::vector<std::optional<std::string>> found = store_->get_many(keys);
+    if (may_start_without(found)) {
+      if (!enough) {
+        enough.emplace();
+        log::info("rendezvous: ", min_training_tasks_, " training tasks joined (strategy.elastic.min_workers); ",
+                  "the job starts in ", settle_seconds_, " s (strategy.elastic.settle_seconds) unless all come first");
+      }
+      if (enough->seconds() >= settle_seconds_) {
+        std::vector<std::string> out;
+        for (size_t i = 0; i < tasks.size(); ++i) {
+          out.push_back(found[i].value_or(""));
+          if (!found[i]) absent_at_start_.push_back(tasks[i].str());
+        }
+        return out;
+      }
+    }
     std::vector<std::string> joined;
-    const std::vector<std::string> missing = missing_tasks(&joined);
+    const std::vector<std::string> missing = missing_tasks(found, &joined);
     if (started_.seconds() >= rendezvous_timeout_)
       throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
                              dtrain::join(missing, ", "), "; start them (same job file) or raise runtime.rendezvous_timeout"));
-    const std::string waiting = str(some_of(missing), " (", joined.size(), " of ", tasks.size(), " joined: ",
-                                    some_of(joined), ")");
-    store_->set("rendezvous/waiting", waiting);
-    log::info("rendezvous: waiting for ", waiting);
+    if (!said || said->seconds() >= 5.0) {
+      const std::string waiting = str(some_of(missing), " (", joined.size(), " of ", tasks.size(), " joined: ",
+                                      some_of(joined), ")");
+      store_->set("rendezvous/waiting", waiting);
+      log::info("rendezvous: waiting for ", waiting);
+      said.emplace();
+    }
     check_health();
-    values = store_->wait_get(keys, next_wait());
+    values = store_->wait_get(keys, enough ? std::min(wait(), std::max(0.0, settle_seconds_ - enough->seconds())) : wait());
   }
+  return *values;
+}
+
+std::string ClusterSession::make_roster(const std::string& mine, const std::string& join_value) {
+  const auto tasks = cluster_.spec.all_tasks();
+  const std::string me = cluster_.task.str();
+  const std::vector<std::string> values = wait_for_joins(keys_for("join/", tasks), join_value);
   // Every task's machine (as an index into a list of machines, in runs, so that
   // the roster stays small: 4,096 tasks on 512 machines of 8 are 512 runs), the
   // chief's own description, and every description that differs from it.
@@ -375,8 +426,8 @@ std::string ClusterSession::make_roster(const std::string& mine, const std::stri
   std::vector<std::string> problems;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const auto& t = tasks[i];
-    const std::string& value = (*values)[i];
-    const JoinValue joined = decode_join(value);
+    const std::string& value = values[i];
+    const JoinValue joined = decode_join(value);  // (an absent task's: "", on machine "" until it joins)
     auto [it, added] = machine_index.emplace(joined.host, machine_index.size());
     if (added) machines += joined.host + "\n";
     if (run_length == 0 || it->second != run_index) {
@@ -385,7 +436,7 @@ std::string ClusterSession::make_roster(const std::string& mine, const std::stri
       run_length = 0;
     }
     ++run_length;
-    if (t.str() != me && joined.description != mine)
+    if (t.str() != me && !value.empty() && joined.description != mine)
       for (auto& p : differences(t.str(), value, mine)) problems.push_back(std::move(p));
   }
   end_run();
@@ -397,6 +448,9 @@ std::string ClusterSession::make_roster(const std::string& mine, const std::stri
     problems.push_back(str("and ", more, " more difference(s)"));
   }
   if (!problems.empty()) roster += "\ndisagree:" + dtrain::join(problems, "; ");
+  // The first membership without the absent (before the roster: who reads the
+  // roster finds it).
+  if (!absent_at_start_.empty()) server_->start_membership(absent_at_start_);
   store_->set("roster", roster);
   return roster;
 }
@@ -408,7 +462,7 @@ std::string ClusterSession::wait_for_roster(const std::string& join_value) {
   while (!roster) {
     if (started_.seconds() >= rendezvous_timeout_)
       throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
-                             some_of(missing_tasks(nullptr), 32),
+                             some_of(missing_tasks(store_->get_many(keys_for("join/", cluster_.spec.all_tasks())), nullptr), 32),
                              "; start them (same job file) or raise runtime.rendezvous_timeout"));
     const auto waiting = store_->get("rendezvous/waiting");
     log::info("rendezvous: waiting for ", waiting.value_or("the chief to see every task join"));
@@ -420,7 +474,20 @@ std::string ClusterSession::wait_for_roster(const std::string& join_value) {
 
 const std::map<std::string, std::string>& ClusterSession::hosts() const {
   if (hosts_.empty()) read_roster();
+  learn_unknown_hosts();
   return hosts_;
+}
+
+void ClusterSession::learn_unknown_hosts() const {
+  std::vector<std::string> unknown;
+  for (const auto& [task, host] : hosts_)
+    if (host.empty()) unknown.push_back(task);
+  if (unknown.empty()) return;
+  std::vector<std::string> keys;
+  for (const auto& task : unknown) keys.push_back("join/" + task);
+  const auto values = store_->get_many(keys);
+  for (size_t i = 0; i < unknown.size(); ++i)
+    if (values[i]) hosts_[unknown[i]] = decode_join(*values[i]).host;
 }
 
 void ClusterSession::read_roster() const {
@@ -677,7 +744,9 @@ void ClusterSession::finish() {
   // (the chief fails pending waits), and heartbeats detect a lost chief.
   Stopwatch waited;
   const auto through = [&](const config::TaskId& t) {
-    return store_->get("finish/" + t.str()) || store_->get("status/" + t.str()).value_or("") == "lost";
+    if (store_->get("finish/" + t.str())) return true;
+    const std::string status = store_->get("status/" + t.str()).value_or("");
+    return status == "lost" || status == "absent";  // (absent: an elastic job started without it, and it never came)
   };
   while (true) {
     if (store_->wait({"finish/all"}, expendable.empty() ? 5.0 : 0.2) &&

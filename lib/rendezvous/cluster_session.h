@@ -63,6 +63,14 @@ struct SessionSpec {
   // computes it). `dtrain bench rendezvous` computes it once for the thousand
   // tasks a process of it simulates; a real task computes it once anyway.
   std::string cluster_digest;
+  // strategy.elastic: the job may start without some training tasks (chief and
+  // workers; never the chief, never another kind). Once `min_training_tasks`
+  // joined, the chief waits `settle_seconds` more for the rest, then starts
+  // with those that came: the store's first membership (membership/0) lists
+  // them, the roster gives the others no machine yet, and they join the
+  // running job when they come. 0: every task must join.
+  int min_training_tasks = 0;
+  double settle_seconds = 0.0;
 };
 
 // The short digest of a cluster (every task and address) that tasks compare.
@@ -85,6 +93,9 @@ class ClusterSession {
   int world_size() const { return cluster_.spec.world_size(); }
   int rank() const { return cluster_.spec.rank(cluster_.task); }
   double join_seconds() const { return join_seconds_; }
+  // The training tasks that had not joined when the job started (elastic: the
+  // chief started without them after its settle time); known on the chief only.
+  const std::vector<std::string>& absent_at_start() const { return absent_at_start_; }
   // How far the chief's wall clock is ahead of this machine's, in microseconds
   // and within how much (StoreClient::clock_offset; 0 on the chief). A few round
   // trips to the chief.
@@ -150,7 +161,9 @@ class ClusterSession {
   // Which machine each task runs on (core/host.h's host_identity(), as each task
   // reported it when it joined), by task name ("worker:1").
   // (Read from the chief's roster on the first call: O(N), which a task of a
-  // large job pays only if it needs it.)
+  // large job pays only if it needs it.) A task that was absent when the job
+  // started (SessionSpec::min_training_tasks) has "" until it joins; each call
+  // asks the store for those (one request, only while some are unknown).
   const std::map<std::string, std::string>& hosts() const;
   // How many of the job's tasks run on this task's machine, itself included.
   int tasks_on_this_host() const;
@@ -161,11 +174,21 @@ class ClusterSession {
   std::vector<std::string> differences(const std::string& them, const std::string& their_value,
                                        const std::string& mine) const;
   double next_wait() const;
-  std::vector<std::string> missing_tasks(std::vector<std::string>* joined);
+  // The tasks whose join value is missing from `values` (get_many of every
+  // task's join key), described; `joined` gets the others' names.
+  std::vector<std::string> missing_tasks(const std::vector<std::optional<std::string>>& values,
+                                         std::vector<std::string>* joined) const;
   std::string make_roster(const std::string& mine, const std::string& join_value);
+  // The chief's wait for every task's join value; an elastic job's chief may
+  // start without some training tasks (SessionSpec::min_training_tasks): their
+  // values are "" and absent_at_start_ names them.
+  std::vector<std::string> wait_for_joins(const std::vector<std::string>& keys, const std::string& join_value);
+  // Whether the job may start without the tasks whose values are missing.
+  bool may_start_without(const std::vector<std::optional<std::string>>& values) const;
   // Sets this task's join value, waits for the chief's roster and returns it.
   std::string wait_for_roster(const std::string& join_value);
   void read_roster() const;
+  void learn_unknown_hosts() const;
   void heartbeat_loop(const std::string& host, int port, const ClientOptions& options);
   void wait_for_control();
   bool stopping();
@@ -191,6 +214,9 @@ class ClusterSession {
   bool publish_document_ = false;
   std::string cluster_digest_;
   int64_t incarnation_ = 1;
+  int min_training_tasks_ = 0;
+  double settle_seconds_ = 0.0;
+  std::vector<std::string> absent_at_start_;
   std::string roster_;  // the chief's roster (make_roster)
   mutable std::map<std::string, std::string> hosts_;  // from roster_, on the first hosts()
 

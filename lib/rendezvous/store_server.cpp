@@ -16,6 +16,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <future>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -42,6 +43,7 @@ struct TaskState {
   bool connected = false;  // its control connection is up
   bool done = false;       // said it is finishing normally
   bool informed = false;   // a reply told it that the job failed
+  bool absent = false;     // an elastic job started without it (StoreServer::start_membership)
   int64_t last_step = -1;
   Clock::time_point last_heartbeat;
 };
@@ -472,10 +474,11 @@ void ServerState::unpark(WaiterList::iterator waiter) {
 
 void ServerState::update_all_done() {
   // A task is through when it said done, or came and went, or (once the job
-  // failed) was told so or never came.
+  // failed) was told so or never came, or the job started without it and it
+  // never came.
   bool all = true;
   for (const auto& [name, t] : tasks)
-    all = all && (t.done || (t.seen && !t.connected) || (failure && (t.informed || !t.seen)));
+    all = all && (t.done || (t.seen && !t.connected) || (failure && (t.informed || !t.seen)) || (t.absent && !t.seen));
   std::lock_guard<std::mutex> lock(done_mutex);
   all_done = all;
   done_cv.notify_all();
@@ -542,6 +545,26 @@ double StoreServer::cpu_seconds() const { return impl_->server.thread_cpu_second
 
 void StoreServer::set_task_address(const std::string& task, const std::string& address) {
   asio::post(impl_->server.io(), [impl = impl_, task, address] { impl->tasks[task].address = address; });
+}
+
+void StoreServer::start_membership(const std::vector<std::string>& absent) {
+  std::promise<void> done;
+  asio::post(impl_->server.io(), [impl = impl_, absent, &done] {
+    ServerState& s = *impl;
+    for (const std::string& name : absent) {
+      s.members.erase(name);
+      TaskState& t = s.tasks[name];
+      if (t.seen) continue;  // (it connected meanwhile: it joins as a returning task does)
+      t.absent = true;
+      s.put("status/" + name, "absent");
+    }
+    std::vector<std::string> listed;
+    for (const std::string& name : s.members) listed.push_back(name + "#1");
+    s.put("membership/0", join(listed, ","));
+    s.update_all_done();
+    done.set_value();
+  });
+  done.get_future().wait();
 }
 
 bool StoreServer::wait_all_done(double timeout_seconds) {

@@ -76,6 +76,12 @@ class StoreServer {
   // Sets the address a task is named with in messages (an env:// task's, once it
   // registered it).
   void set_task_address(const std::string& task, const std::string& address);
+  // An elastic job that starts without some training tasks (`absent`, none of
+  // them the chief): the first membership is the others. Writes membership/0
+  // (the members as name#1) and status/<task> "absent" for each absent task
+  // that never connected; the final barrier does not wait for those. Each
+  // joins later as a returning task does (kRejoinKeyPrefix). Returns once done.
+  void start_membership(const std::vector<std::string>& absent);
   // Blocks until every task has said it is done or has disconnected (or, once the
   // job failed, has been told so), or until `timeout_seconds` pass. Returns true
   // if all were through.

@@ -109,15 +109,13 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
   if (joins_running_job(task)) {
     log::info("elastic: ", task.name(), " joins the running job; it takes the members' state at their next step's end");
     session.store().set(rendezvous::kRejoinKeyPrefix + task.name(), std::to_string(session.incarnation()));
-    Membership others{-1, {}};  // (for the change's record: every other training task was there)
-    for (int r = 0; r < session.world_size(); ++r)
-      if (r != session.rank()) others.ranks.push_back(r);
-    membership = agree_on_membership(task, elastic, others, PeerLost("joining"), job.strategy.elastic.min_workers,
-                                     agree_seconds);
+    membership = agree_on_membership(task, elastic, running_membership(task), PeerLost("joining"),
+                                     job.strategy.elastic.min_workers, agree_seconds);
   }
   for (;;) {
     task.set_members(membership.ranks, membership.generation);
     machine.members = membership.ranks;
+    machine.host_of_rank = task.host_of_rank();  // (a task that joined since: its machine is known now)
     const plan::ExecutionPlan plan = plan::make_execution_plan(job, session.cluster(), machine);
     job::JobConfig generation_job = job;  // batch "global": the accumulation steps for this many tasks
     generation_job.train.gradient_accumulation_steps =

@@ -49,6 +49,10 @@ rendezvous::SessionSpec session_spec(const job::JobConfig& job, const config::Cl
   spec.heartbeat_timeout = job.runtime.heartbeat_timeout;
   spec.stall_timeout = job.runtime.stall_timeout;
   spec.listen_fd = env.listen_socket();
+  if (job.strategy.elastic.on) {
+    spec.min_training_tasks = static_cast<int>(job.strategy.elastic.min_workers);
+    spec.settle_seconds = job.strategy.elastic.settle_seconds;
+  }
   return spec;
 }
 
@@ -147,8 +151,9 @@ void ClusterTask::report_before_exit(const std::string& reason) {
 std::vector<std::string> ClusterTask::host_of_rank() const {
   const config::ClusterConfig& cluster = session_.cluster();
   std::vector<std::string> hosts(static_cast<size_t>(session_.world_size()));
+  const std::map<std::string, std::string>& known = session_.hosts();  // (one store request while some are unknown)
   for (const config::TaskId& t : cluster.spec.all_tasks())
-    if (const int r = cluster.spec.rank(t); r >= 0) hosts[static_cast<size_t>(r)] = session_.hosts().at(t.str());
+    if (const int r = cluster.spec.rank(t); r >= 0) hosts[static_cast<size_t>(r)] = known.at(t.str());
   return hosts;
 }
 

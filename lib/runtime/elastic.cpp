@@ -29,24 +29,48 @@ struct Listed {
   std::map<std::string, std::string> members;  // task name -> name#incarnation; generation 0: every training task
 };
 
-Listed read_membership(rendezvous::Store& store, const std::vector<std::string>& names) {
-  Listed out;
-  const std::optional<std::string> generation = store.get("membership/generation");
-  out.generation = generation && !generation->empty() ? std::stoll(*generation) : 0;
-  if (out.generation == 0) {
-    for (const std::string& name : names) out.members[name] = name + "#1";
-    return out;
-  }
-  const std::string list = store.get(str("membership/", out.generation)).value_or("");
+// "chief:0#1,worker:1#1" (membership/<generation>) into `out`.
+void parse_members(const std::string& list, std::map<std::string, std::string>& out) {
   for (size_t begin = 0; begin < list.size();) {
     const size_t comma = std::min(list.find(',', begin), list.size());
     if (comma > begin) {
       const std::string id = list.substr(begin, comma - begin);
-      out.members[id.substr(0, id.find('#'))] = id;
+      out[id.substr(0, id.find('#'))] = id;
     }
     begin = comma + 1;
   }
+}
+
+// Generation 0's members: membership/0 when the job started without some
+// training tasks (the chief's settle time ran out), else every training task.
+Listed first_listed(rendezvous::Store& store, const std::vector<std::string>& names) {
+  Listed out;
+  if (const std::optional<std::string> first = store.get("membership/0"))
+    parse_members(*first, out.members);
+  else
+    for (const std::string& name : names) out.members[name] = name + "#1";
   return out;
+}
+
+Listed read_membership(rendezvous::Store& store, const std::vector<std::string>& names) {
+  const std::optional<std::string> generation = store.get("membership/generation");
+  const int64_t g = generation && !generation->empty() ? std::stoll(*generation) : 0;
+  if (g == 0) return first_listed(store, names);
+  Listed out;
+  out.generation = g;
+  parse_members(store.get(str("membership/", g)).value_or(""), out.members);
+  return out;
+}
+
+// A listing as a Membership (ranks ascending), leaving out `except`.
+Membership as_membership(const Listed& listed, const std::vector<std::string>& names, const std::string& except = "") {
+  Membership m{listed.generation, {}, {}};
+  for (size_t r = 0; r < names.size(); ++r)
+    if (const auto it = listed.members.find(names[r]); it != listed.members.end() && names[r] != except) {
+      m.ranks.push_back(static_cast<int>(r));
+      m.ids.push_back(it->second);
+    }
+  return m;
 }
 
 // Waits (polling the store, bounded by `seconds`) until the generation is past `before`.
@@ -73,17 +97,20 @@ std::string describe_change(const trainer::MembershipChange& change) {
 }  // namespace
 
 Membership first_membership(ClusterTask& task) {
-  Membership m;
   const std::vector<std::string> names = names_by_rank(task.session().cluster().spec);
-  for (int r = 0; r < task.session().world_size(); ++r) {
-    m.ranks.push_back(r);
-    m.ids.push_back(names[static_cast<size_t>(r)] + "#1");
-  }
-  return m;
+  return as_membership(first_listed(task.session().store(), names), names);
 }
 
 bool joins_running_job(ClusterTask& task) {
-  return read_membership(task.session().store(), names_by_rank(task.session().cluster().spec)).generation > 0;
+  const Listed now = read_membership(task.session().store(), names_by_rank(task.session().cluster().spec));
+  return now.generation > 0 || !now.members.count(task.name());
+}
+
+Membership running_membership(ClusterTask& task) {
+  const std::vector<std::string> names = names_by_rank(task.session().cluster().spec);
+  Membership m = as_membership(read_membership(task.session().store(), names), names, task.name());
+  m.generation = -1;  // (not a generation this task trained in: any newer one is a change)
+  return m;
 }
 
 Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic, const Membership& before,
@@ -99,12 +126,7 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
   if (!listed) task.rethrow_collective_failure(cause);
   const Stopwatch agreeing;
   for (;;) {
-    Membership now{listed->generation, {}, {}};
-    for (size_t r = 0; r < names.size(); ++r)
-      if (const auto it = listed->members.find(names[r]); it != listed->members.end()) {
-        now.ranks.push_back(static_cast<int>(r));
-        now.ids.push_back(it->second);
-      }
+    const Membership now = as_membership(*listed, names);
     if (!listed->members.count(me))
       throw PeerLost(str("this task (", me, ") was declared lost by the chief's store and the job went on without it"));
     const std::string prefix = str("elastic/g", now.generation, "/");

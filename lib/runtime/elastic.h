@@ -34,13 +34,18 @@ struct Membership {
   std::vector<std::string> ids;
 };
 
-// Every training task of the cluster: generation 0.
+// Generation 0: every training task of the cluster, or those the job started
+// with (the store's membership/0, when the chief's settle time ran out first).
 Membership first_membership(ClusterTask& task);
 // Whether this task joins a job that is training already (the membership
-// changed before it got here: it was started again after it was lost). It then
+// changed before it got here: it was started again after it was lost; or the
+// job started without it). It then
 // takes the members' state at their next step's end (agree_on_membership with
 // no state of its own), instead of starting with them.
 bool joins_running_job(ClusterTask& task);
+// The running job's members (the store's newest membership) but this task,
+// as generation -1: the `before` of a joiner's agree_on_membership.
+Membership running_membership(ClusterTask& task);
 
 // After `cause` (a collective's failure, or a newer generation seen at a step's
 // end) ended the generation `before`: the next membership the survivors agree

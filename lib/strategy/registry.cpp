@@ -103,10 +103,12 @@ const std::vector<config::KeyDoc>& strategy_keys() {
                    "backwards)"},
       {"data_parallel", "pipeline: copies of the pipeline (1); tasks = stages x data_parallel, the tasks holding "
                         "the same stage all-reduce its gradients"},
-      {"elastic", "multi_worker_mirrored: `{\"min_workers\": M, \"max_workers\": N, \"batch\": \"global\"}`: a lost "
-                  "worker is survived without a restart: the others agree on who is left, connect again and go on "
-                  "from the last step they completed, in memory; below M training tasks (chief and workers) the job "
-                  "saves a checkpoint and stops (exit 4). `batch` `global` keeps the global batch: the remaining "
+      {"elastic", "multi_worker_mirrored: `{\"min_workers\": M, \"max_workers\": N, \"settle_seconds\": 30, "
+                  "\"batch\": \"global\"}`: a lost worker is survived without a restart: the others agree on who is "
+                  "left, connect again and go on from the last step they completed, in memory; a task that comes (back) "
+                  "joins at a step's end; below M training tasks (chief and workers) the job saves a checkpoint and "
+                  "stops (exit 4). The job starts when every task joined, or once M did and `settle_seconds` passed "
+                  "(torchrun's last call): the others join when they come. `batch` `global` keeps the global batch: the remaining "
                   "tasks take more accumulation steps (train.gradient_accumulation_steps x tasks / remaining tasks "
                   "must be whole for every size from M up). The chief cannot be lost (it holds the job's store)"}};
   return keys;
@@ -151,7 +153,7 @@ ps::PartitionerSpec read_partitioner(const config::Value& value) {
 
 ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry, const StrategySpec& strategy) {
   config::Section r(value, "strategy.elastic");
-  r.expect_keys({"min_workers", "max_workers", "batch"});
+  r.expect_keys({"min_workers", "max_workers", "settle_seconds", "batch"});
   ElasticSpec e;
   e.on = true;
   if (entry.name != "multi_worker_mirrored")
@@ -168,6 +170,7 @@ ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry,
   e.max_workers = r.get_int("max_workers", 0, 1);
   if (e.max_workers > 0 && e.max_workers < e.min_workers)
     r.fail("max_workers", str("is ", e.max_workers, ", below min_workers ", e.min_workers));
+  e.settle_seconds = r.get_double("settle_seconds", 30.0, config::kNonNegative);
   e.batch = r.get_choice("batch", "global", {"global"}, "elastic batch rule");
   r.finish();
   return e;

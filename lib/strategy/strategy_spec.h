@@ -39,6 +39,10 @@ struct ElasticSpec {
   bool on = false;
   int64_t min_workers = 1;  // training tasks (chief and workers) below which the job checkpoints and stops
   int64_t max_workers = 0;  // at most (0: the cluster's training tasks)
+  // The job starts once min_workers training tasks joined and this many
+  // seconds passed with some still missing (torchrun's last call, 30 s): the
+  // rest join the running job when they come. 0 with all present at once: no wait.
+  double settle_seconds = 30.0;
   // "global" (the only rule built): the global batch stays the one the job
   // started with; as tasks leave, each takes more accumulation steps (Keras'
   // expectation: the same updates with fewer replicas).

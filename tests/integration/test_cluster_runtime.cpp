@@ -450,6 +450,37 @@ TEST_CASE("cluster: an elastic job's worker killed and started again rejoins, an
   CHECK(params_sha256(r1.out) == params_sha256(r0.out));
 }
 
+TEST_CASE("cluster: an elastic job starts without the workers that have not come after its settle time, and they "
+          "join when they come",
+          "[cluster][elastic]") {
+  const LocalCluster cluster({{"worker", 4}});
+  // 1 step an epoch (4 tasks x 32 x 3 accumulation steps of 512 samples; 6 at 2 tasks, 4 at 3).
+  const std::vector<std::string> sets = {"strategy.elastic.min_workers=2", "strategy.elastic.settle_seconds=1",
+                                         "train.gradient_accumulation_steps=3", "train.epochs=1500"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto worker1 = start_task(cluster, "worker", 1, sets);
+  // worker:2 comes later, worker:3 never.
+  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
+  CHECK_THAT(chief->err(), Contains("2 of 4 tasks joined and agree") && Contains("the job starts without worker:2") &&
+                               Contains("worker:3"));
+  auto worker2 = start_task(cluster, "worker", 2, sets);
+  if (!chief->wait_for_err("worker:2 joined the job", 30.0))
+    FAIL("worker:2 did not join\n" << chief->err() << "\n--- worker:2 ---\n" << worker2->err());
+  const RunOutput r0 = chief->finish(60.0);
+  const RunOutput r1 = worker1->finish(kDeadline);
+  const RunOutput r2 = worker2->finish(kDeadline);
+  INFO(describe(r0) << "\n" << describe(r2));
+  CHECK(r0.exit_code == 0);  // the final barrier does not wait for worker:3
+  CHECK(r1.exit_code == 0);
+  CHECK(r2.exit_code == 0);
+  CHECK_THAT(r2.err, Contains("joins the running job"));
+  CHECK_THAT(r0.err, Contains("3 training task(s) go on"));
+  CHECK_THAT(r0.out, Contains("Done: 1500 steps"));
+  REQUIRE(params_sha256(r0.out).size() == 64);
+  CHECK(params_sha256(r1.out) == params_sha256(r0.out));
+  CHECK(params_sha256(r2.out) == params_sha256(r0.out));
+}
+
 TEST_CASE("cluster: a hung worker (SIGSTOP) is declared lost after runtime.heartbeat_timeout", "[cluster][kill]") {
   const LocalCluster cluster({{"worker", 2}});
   const std::vector<std::string> sets = {"train.epochs=100000", "runtime.heartbeat_timeout=2"};
