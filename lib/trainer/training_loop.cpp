@@ -33,7 +33,7 @@ void record_membership(const LoopContext& c) {
     change.resumed_unix_time = static_cast<double>(trace::now_us()) / 1e6;
     elastic.reforming.reset();
     log::info("elastic: training again at ", change.training_tasks, " task(s) (", change.accumulation_steps,
-              " accumulation step(s) each), ", format_seconds(change.reform_seconds), " after the loss was seen");
+              " accumulation step(s) each), ", format_seconds(change.reform_seconds), " after the change was seen");
   }
   for (; elastic.recorded < elastic.changes.size() && !elastic.reforming; ++elastic.recorded)
     c.metrics.membership(elastic.changes[elastic.recorded]);
