@@ -7,7 +7,9 @@
 // (SIGSTOP: found by the heartbeat timeout), a parameter_server worker started
 // again by hand rejoining the running job, an elastic job's worker killed and
 // started again (another config refused, naming the key; the job's own config
-// rejoins at a step's end), the TF_CONFIG checks of `dtrain
+// rejoins at a step's end), an elastic job that starts with 2 of its 4 workers
+// after its settle time (a third joins later, the fourth never comes), the
+// TF_CONFIG checks of `dtrain
 // validate`, junk sent to the chief's port, and PyTorch's env:// convention
 // (ranks register their addresses; a rank that never comes). Every child runs under a deadline
 // (start_dtrain.h) and is killed when its test ends.
