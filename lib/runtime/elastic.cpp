@@ -148,14 +148,16 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
       throw TimeoutError(str("elastic: the training tasks did not all post their position for membership ",
                              now.generation, " within ", timeout_seconds, " s"));
     }
-    // The furthest member (most steps done; of those the lowest rank) is the source.
+    // The furthest member (most steps done, then the epoch's end done too; of
+    // those the lowest rank) is the source.
     const std::vector<std::optional<std::string>> points = store.get_many(keys);
     size_t source = 0;
-    int64_t best = -1;
+    std::pair<int64_t, int64_t> furthest{-1, -1};
     for (size_t i = 0; i < points.size(); ++i) {
-      const int64_t step = trainer::ElasticState::step_of(points[i].value_or("{\"global_step\": -1}"));
-      if (step > best) best = step, source = i;
+      const auto progress = trainer::ElasticState::progress_of(points[i].value_or("{\"global_step\": -1}"));
+      if (progress > furthest) furthest = progress, source = i;
     }
+    const int64_t best = furthest.first;
     elastic.generation = now.generation;
     elastic.source_rank = static_cast<int>(source);
     elastic.source_point = *points[source];

@@ -10,8 +10,8 @@
 //      job's, as before.
 //   2. The members of generation g are the training tasks not named in lost/*.
 //      Each posts elastic/g<g>/<task>: its snapshot's position and layout.
-//   3. Once every member's is there, the furthest member (the most steps done;
-//      of those the lowest rank) is the source everyone takes the state of. A
+//   3. Once every member's is there, the furthest member (the most steps done,
+//      then the epoch's end done too; of those the lowest rank) is the source everyone takes the state of. A
 //      further loss meanwhile moves everyone to the next generation.
 // The chief (rank 0) holds the store and is never lost: its loss fails the job.
 #pragma once

@@ -61,8 +61,9 @@ std::string ElasticState::point_json() const {
   return j.dump();
 }
 
-int64_t ElasticState::step_of(const std::string& point_json) {
-  return nlohmann::json::parse(point_json).at("global_step").get<int64_t>();
+std::pair<int64_t, int64_t> ElasticState::progress_of(const std::string& point_json) {
+  const nlohmann::json j = nlohmann::json::parse(point_json);
+  return {j.at("global_step").get<int64_t>(), j.value("epoch", int64_t{0})};
 }
 
 ResumePoint ElasticState::restore(strategy::Strategy& s, comm::Communicator& workers, int source,

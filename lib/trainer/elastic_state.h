@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -37,8 +38,9 @@ class ElasticState {
   // The snapshot's position and layout as a JSON object's text: what a member
   // posts when the members agree (the furthest one's is the one all take).
   std::string point_json() const;
-  // The step of a point_json() text.
-  static int64_t step_of(const std::string& point_json);
+  // How far a point_json() text is: (steps done, epochs done). Of two members
+  // after the same step, one that also finished that epoch's end is further.
+  static std::pair<int64_t, int64_t> progress_of(const std::string& point_json);
 
   // Every member of `workers` takes the snapshot of rank `source`, whose
   // point_json() is `source_point`: its tensors arrive by broadcast (a member

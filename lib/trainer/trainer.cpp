@@ -139,10 +139,9 @@ ResumePoint elastic_start(ElasticState& elastic, strategy::Strategy& s, Checkpoi
   } else {
     start = checkpointer.resume(t.global_batch, t.steps_per_epoch);
   }
-  if (start.step_in_epoch >= t.steps_per_epoch) {  // the loss came during an epoch's end: the next epoch
-    start.step_in_epoch = 0;
-    start.epoch += 1;
-  }
+  // (A loss that came during an epoch's end leaves the snapshot of the epoch's
+  // last step: run_epochs then does that epoch's end again at the new size,
+  // its evaluation, callbacks and checkpoint included.)
   elastic.capture(s, start);
   if (!elastic.below_minimum.empty()) {
     const std::string saved = checkpointer.save_now(start.global_step, start.epoch, start.step_in_epoch, t.global_batch);

@@ -3,7 +3,7 @@
 // in-memory state, the epoch's samples each seen once: DTRAIN_SAMPLE_LOG's
 // audit against the uninterrupted run's); two killed at once; a kill while the
 // chief saves a checkpoint, and that a checkpoint taken after the change
-// resumes exactly; fewer than min_workers left: a checkpoint, then exit 4.
+// resumes exactly; a loss during an epoch's end (that end done again, once); fewer than min_workers left: a checkpoint, then exit 4.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -226,6 +226,31 @@ TEST_CASE("elastic: a kill while the chief saves a checkpoint, and a checkpoint 
   REQUIRE(b.exit_code == 0);
   CHECK_THAT(b.err, Catch::Contains("resumed from") && Catch::Contains("ckpt-00000060"));
   CHECK(survivors_hash(read_json_file(resumed.file("launch.json")), 3) == continued);
+}
+
+TEST_CASE("elastic: a worker lost during an epoch's end: the group does that epoch's end again, once",
+          "[integration][elastic]") {
+  TempDir killed;
+  json job = elastic_job(killed);
+  job["checkpoint"] = {{"dir", killed.file("ckpt")}, {"every_epochs", 1}, {"keep", 10}};
+  // worker:3 dies as step 42, the first epoch's last, ends: the others find it
+  // in the epoch's end (the checkpoint's parameter check).
+  const RunOutput r = launch(killed, job, "2:4", {"--inject", "kill:worker:3@step=42"});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("3 training task(s) go on from step 42"));
+  survivors_hash(read_json_file(killed.file("launch.json")), 3);
+  // Each epoch's end was done once: one record each, with its evaluation, and its checkpoint.
+  std::map<int64_t, int> epochs;
+  for (const json& record : read_json_lines(killed.file("out/metrics.jsonl")))
+    if (record["kind"] == "epoch") {
+      ++epochs[record["epoch"].get<int64_t>()];
+      CHECK(record["steps"] == 42);
+      CHECK(record.contains("val_loss"));
+    }
+  CHECK(epochs == std::map<int64_t, int>{{1, 1}, {2, 1}});
+  CHECK(std::filesystem::exists(killed.file("ckpt/ckpt-00000042")));
+  CHECK(std::filesystem::exists(killed.file("ckpt/ckpt-00000084")));
 }
 
 TEST_CASE("elastic: fewer than min_workers left saves a checkpoint and stops with exit 4", "[integration][elastic]") {

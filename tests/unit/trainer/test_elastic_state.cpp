@@ -48,7 +48,7 @@ TEST_CASE("elastic state: a snapshot is of its step, and restore gives every mem
   REQUIRE(ahead->model().params_sha256() != want_hash);
 
   const std::string source_point = ahead_state.point_json();
-  CHECK(trainer::ElasticState::step_of(source_point) == 3);
+  CHECK(trainer::ElasticState::progress_of(source_point).first == 3);
   auto group = comm::make_local_group(3);
   std::vector<trainer::ResumePoint> points(3);
   strategy::Strategy* strategies[] = {ahead.get(), behind.get(), fresh.get()};
