@@ -52,13 +52,6 @@ std::vector<std::string> member_hosts(const std::vector<std::string>& hosts, con
   return out;
 }
 
-// This task's rank among the current members (its cluster rank without them; -1 when not one).
-int member_rank(int rank, const Machine& machine) {
-  if (machine.members.empty() || rank < 0) return rank;
-  const auto it = std::find(machine.members.begin(), machine.members.end(), rank);
-  return it == machine.members.end() ? -1 : static_cast<int>(it - machine.members.begin());
-}
-
 // Tasks of the job on this task's machine, by the addresses (before the tasks met).
 int tasks_on_host_by_address(const config::ClusterConfig& cluster) {
   const std::string mine = host_of(cluster.spec, cluster.task);
@@ -238,7 +231,7 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   if (!cluster.single_process()) {
     p.task = cluster.task.str();
     p.cluster_source = cluster.source;
-    p.rank = member_rank(cluster.spec.rank(cluster.task), machine);
+    p.rank = rank_among(cluster.spec.rank(cluster.task), machine.members);
     const std::vector<std::string> hosts = member_hosts(training_hosts(cluster.spec, machine), machine);
     p.machines = std::max<int>(1, static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size()));
     p.tasks_on_host = p.met ? std::max(1, machine.host.tasks_on_host) : tasks_on_host_by_address(cluster);

@@ -44,6 +44,10 @@ struct Machine {
   std::vector<int> members;
 };
 
+// A training rank's rank among `members` (Machine::members, ascending): its
+// cluster rank when `members` is empty, -1 when it is not one of them.
+int rank_among(int rank, const std::vector<int>& members);
+
 // This machine as it is now: GPUs, cores, the NCCL build flag, and `host`. A job
 // whose "device" is "cpu" needs no GPU listing (`gpus` false): none is looked for,
 // so the CUDA runtime is not loaded for it (gpus stays 0).

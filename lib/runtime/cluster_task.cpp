@@ -22,6 +22,7 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "kernels/device.h"
+#include "plan/machine.h"
 #include "rendezvous/auth.h"
 #include "runtime/hang_report.h"
 
@@ -157,12 +158,7 @@ std::vector<std::string> ClusterTask::host_of_rank() const {
   return hosts;
 }
 
-int ClusterTask::member_rank() const {
-  const int rank = session_.rank();
-  if (members_.empty()) return rank;
-  const auto it = std::find(members_.begin(), members_.end(), rank);
-  return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
-}
+int ClusterTask::member_rank() const { return plan::rank_among(session_.rank(), members_); }
 
 int ClusterTask::member_count() const {
   return members_.empty() ? session_.world_size() : static_cast<int>(members_.size());
