@@ -3,6 +3,9 @@
 // relu/sigmoid/tanh are fused into the matmul; softmax and gelu run after it
 // (gelu keeps its input, the matmul's output, for its backward pass).
 // Its registry entry (layer_registry.h: keys, reader, builder) closes the file.
+#include <algorithm>
+
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
@@ -26,6 +29,36 @@ Dense::Dense(const std::string& name, const Shape& input, int64_t units, Activat
   const int64_t in = input.back();
   kernel_ = {name + "/kernel", Tensor({in, units}), Tensor({in, units})};
   if (use_bias_) bias_ = {name + "/bias", Tensor({units}), Tensor({units})};
+}
+
+void Dense::split(const DenseSplit& split) {
+  const int64_t in = input_shape().back(), units = output_shape().back();
+  const int64_t parts = split.parts;
+  DT_CHECK(!split_ && parts >= 1 && split.index >= 0 && split.index < parts && split.all_reduce, "a Dense split");
+  DT_CHECK(kernel_.value.device().is_cpu(), "a Dense layer is split before it is placed");
+  const Tensor whole = kernel_.value;
+  if (split.kind == DenseSplit::Kind::kColumn) {
+    DT_CHECK(units % parts == 0, name(), ": ", units, " units over ", parts, " parts");
+    const int64_t part = units / parts, first = split.index * part;
+    Tensor kernel({in, part});
+    for (int64_t i = 0; i < in; ++i)
+      std::copy_n(whole.data() + i * units + first, part, kernel.data() + i * part);
+    kernel_ = {kernel_.name, kernel, Tensor({in, part})};
+    if (use_bias_) {
+      Tensor bias({part});
+      std::copy_n(bias_.value.data() + first, part, bias.data());
+      bias_ = {bias_.name, bias, Tensor({part})};
+    }
+    set_shapes(input_shape(), with_last(output_shape(), part));
+  } else {
+    DT_CHECK(in % parts == 0, name(), ": ", in, " input features over ", parts, " parts");
+    const int64_t part = in / parts;
+    Tensor kernel({part, units});
+    std::copy_n(whole.data() + split.index * part * units, part * units, kernel.data());
+    kernel_ = {kernel_.name, kernel, Tensor({part, units})};
+    set_shapes(with_last(input_shape(), part), output_shape());
+  }
+  split_ = split;
 }
 
 std::vector<Param*> Dense::params() {
@@ -61,9 +94,29 @@ void Dense::initialize(Rng& rng) {
 // x as matmul rows: (N, in), or (N * T, in) for a sequence.
 Tensor Dense::rows(const Tensor& t, int64_t features) { return t.reshaped({t.numel() / features, features}); }
 
+Tensor Dense::row_split_forward(const Tensor& x) {
+  const int64_t n = x.dim(0), in = input_shape().back(), units = output_shape().back();
+  // z = the whole layer's x . kernel + bias: each part's product (the bias on
+  // part 0 only), summed over the group; then the activation.
+  Tensor& z = reuse(z_, n, output_shape());
+  Tensor z_rows = rows(z, units);
+  kernels::dense_forward(rows(x, in), kernel_.value, use_bias_ && split_->index == 0 ? &bias_.value : nullptr,
+                         Activation::kLinear, z_rows);
+  split_->all_reduce(z);
+  if (act_ == Activation::kLinear) return z;
+  Tensor& y = reuse(y_, n, output_shape());
+  kernels::activation_forward(act_, z, y);
+  return y;
+}
+
 Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
   const int64_t n = x.dim(0), in = input_shape().back(), units = output_shape().back();
   x_ = x;
+  if (split_ && split_->kind == DenseSplit::Kind::kRow) {
+    Tensor y = row_split_forward(x);
+    y_ = y;  // (the activation's backward reads it)
+    return y;
+  }
   Tensor& y = reuse(y_, n, output_shape());
   Tensor y_rows = rows(y, units);
   const Tensor* bias = use_bias_ ? &bias_.value : nullptr;
@@ -95,6 +148,8 @@ Tensor Dense::backward(const Tensor& dy, bool need_dx) {
   Tensor& dx = reuse(dx_, n, input_shape());
   Tensor dx_rows = rows(dx, in);
   kernels::dense_backward_data(rows(dpre, units), compute_weights(kernel_, kernel_copy_), dx_rows);
+  // A column part's dx is its share of the whole layer's: summed over the group.
+  if (split_ && split_->kind == DenseSplit::Kind::kColumn) split_->all_reduce(dx);
   return dx;
 }
 

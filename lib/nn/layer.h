@@ -139,6 +139,11 @@ class Layer {
   // The gradient before an activation whose output was y: dy itself for linear,
   // else act'(.) * dy written into `slot`.
   Tensor before_activation(kernels::Activation act, const Tensor& y, const Tensor& dy, Tensor& slot) const;
+  // A layer whose params were cut to a part of the whole layer's (Dense::split).
+  void set_shapes(Shape input_shape, Shape output_shape) {
+    input_shape_ = std::move(input_shape);
+    output_shape_ = std::move(output_shape);
+  }
 
  private:
   std::string name_, type_;

@@ -4,7 +4,9 @@
 // constructors assume valid shapes.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -60,9 +62,32 @@ struct ResidualOptions : LayerOptions {
 
 // y = act(x . kernel + bias) over the last axis; kernel (in, units). The
 // input is (in) or a sequence (T, in).
+// Megatron-LM's split of a Dense layer over the `parts` tasks of a tensor-parallel
+// group (strategy/tensor_parallel.h decides which layers split how; nn never
+// talks to the other tasks itself: `all_reduce` sums a tensor in place over the
+// group). kColumn keeps the output columns [index x units/parts, ...) of the
+// kernel and the bias; its output is that slice, and its backward sums dx over
+// the group (each task's dx is a partial sum). kRow keeps the input rows
+// [index x in/parts, ...) of the kernel and takes the matching slice of its
+// input; its forward sums the partial products over the group, then adds the
+// bias (kept whole, added on index 0 before the sum) and applies the
+// activation. A column-split layer followed by a row-split one (Megatron's MLP
+// pairing) needs one all-reduce forward and one backward.
+struct DenseSplit {
+  enum class Kind { kColumn, kRow };
+  Kind kind = Kind::kColumn;
+  int parts = 1;
+  int index = 0;
+  std::function<void(Tensor&)> all_reduce;
+};
+
 class Dense : public Layer {
  public:
   Dense(const std::string& name, const Shape& input, int64_t units, Activation act, bool use_bias);
+  // Cuts the (initialised, not yet placed) params to this task's part: the
+  // values are the whole layer's, so a split model starts where the whole one does.
+  void split(const DenseSplit& split);
+  const std::optional<DenseSplit>& split_of() const { return split_; }
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
@@ -76,8 +101,10 @@ class Dense : public Layer {
 
  private:
   static Tensor rows(const Tensor& t, int64_t features);
+  Tensor row_split_forward(const Tensor& x);  // kRow: the partial product summed, then bias and activation
   Activation act_;
   bool use_bias_;
+  std::optional<DenseSplit> split_;
   Param kernel_, bias_;
   Tensor kernel_copy_;  // the kernel in the compute dtype (mixed precision)
   Tensor x_, y_, z_, dpre_, dx_;  // z_: the matmul's output before gelu

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "plan/plan_parts.h"
+#include "strategy/tensor_parallel.h"
 
 namespace dtrain::plan {
 namespace {
@@ -107,7 +108,11 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
     g = Gradients::kCentralCopy;
     d.why = str(entry.name, " with ", n, " replica", n == 1 ? "" : "s");
   } else if (p.needs_tasks_group()) {
-    if (job.strategy.shard_optimizer_state) {
+    if (job.strategy.tensor_parallel > 1) {
+      g = Gradients::kNone;
+      d.why = "strategy.tensor_parallel: each task's gradients are of its own part of the split layers, or the same "
+              "on every task for the others; the split layers' all-reduces run inside them";
+    } else if (job.strategy.shard_optimizer_state) {
       g = Gradients::kShardedOptimizer;
       d.why = "strategy.shard_optimizer_state";
     } else if (n > 1) {
@@ -273,6 +278,14 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     p.split = strategy::pipeline_split(job.strategy, nn::describe_layers(job.model), p.training_tasks);
     p.measure_split = job.strategy.stages_auto;
     p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
+  }
+  if (job.strategy.tensor_parallel > 1) {
+    // (the strategy applies the same pure function of the model: tensor_parallel.h)
+    const std::vector<strategy::SplitLayer> split =
+        strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel));
+    p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
+                           str(job.strategy.tensor_parallel, " tasks hold one copy of the model (strategy.tensor_parallel;"
+                               " Megatron's pairing of consecutive Dense layers)")});
   }
   p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank),
                          p.split && p.training_tasks >= 2 ? &*p.split : nullptr);

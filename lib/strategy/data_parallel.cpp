@@ -17,6 +17,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "strategy/registry.h"
+#include "strategy/tensor_parallel.h"
 #include "strategy/zero_shard.h"
 
 namespace dtrain::strategy {
@@ -53,6 +54,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
   // ZeRO-1: no full optimizer state anywhere (ZeroShard creates the slots of this task's slice).
   const bool zero = job.strategy.shard_optimizer_state && workers_;
+  const bool tensor_parallel = job.strategy.tensor_parallel > 1 && workers_;
+  if (tensor_parallel) {
+    check_tensor_parallel(job, workers_->size());
+    if (n > 1 || !devices[0].is_cpu())
+      throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU, one replica per task, so far; set "
+                                               "\"device\": \"cpu\""));
+  }
   if (zero) ZeroShard::check_supported(job, n);
   if (loss_scaling_on(job, context)) {
     DT_CHECK(!central_, "make_strategy refuses loss scaling with central_storage");
@@ -62,7 +70,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (n > 1 && !central_) local = make_local_group(devices, context.local_nccl);
   // Whether the workers' all-reduce takes the gradients where they lie (the
   // same answer on every task: it asks them all for a shared area at once).
-  const bool shared_gradients = workers_ && n == 1 && !zero && !context.gradients && devices[0].is_cpu() &&
+  const bool shared_gradients = workers_ && n == 1 && !zero && !tensor_parallel && !context.gradients && devices[0].is_cpu() &&
                                 job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
@@ -70,6 +78,12 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     r.device = devices[static_cast<size_t>(i)];
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
+    if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
+      tp_ = std::make_unique<TensorParallel>(job.model, *r.model, *workers_);
+      if (workers_->rank() == 0)
+        log::info("tensor_parallel: ", workers_->size(), " tasks hold one copy of the model: ",
+                  describe_tensor_split(job.model, tp_->plan()));
+    }
     r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
     // Params, grads and optimizer slots in one allocation on the device; the
     // grads of a task's single host replica in the workers' shared area where
@@ -111,7 +125,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
                                                      i == 0 ? comm::borrow(*workers_) : nullptr);
     }
   }
-  if (workers_) {
+  if (workers_ && !tp_) {
     // The chief's parameters are the starting point of every worker.
     for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
   }
@@ -125,7 +139,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
   for (Replica& r : replicas_)
     if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r);
-        !zero_ && group && group->size() > 1) {
+        !zero_ && !tp_ && group && group->size() > 1) {
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
                                                     job.strategy.allreduce_dtype);
       if (loss_scale_) r.reducer->track_non_finite();
@@ -168,7 +182,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
 DataParallelStrategy::~DataParallelStrategy() = default;
 
 int DataParallelStrategy::num_replicas_in_sync() const {
-  return local_replicas() * (workers_ ? workers_->size() : 1);
+  return local_replicas() * (workers_ && !tp_ ? workers_->size() : 1);
 }
 
 std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_local_group(
@@ -209,7 +223,9 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   Stopwatch compute;
   if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
-  const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * (workers_ ? workers_->rank() : 0));
+  // (tensor_parallel: one replica over the tasks, every task's whole layers draw the same)
+  const uint64_t replica_id =
+      static_cast<uint64_t>(index + local_replicas() * (workers_ && !tp_ ? workers_->rank() : 0));
   nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
   const int64_t k = static_cast<int64_t>(micro_batches.size());
   r.rows.resize(static_cast<size_t>(k));
@@ -342,7 +358,11 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   }
   Stopwatch metrics;
   stop_agreed_ = stop_requested_;
-  if (workers_) {
+  if (tp_) {  // every task computed the same loss: only the stop flag travels
+    float stop = stop_requested_ ? 1.0f : 0.0f;
+    workers_->all_reduce(&stop, 1, comm::ReduceOp::kSum);
+    stop_agreed_ = stop > 0.0f;
+  } else if (workers_) {
     // Report the loss and accuracy of the global batch, as TF does; the stop
     // flag goes with them, so every task learns that one of them was asked to
     // stop. They came with the gradients, or take an all-reduce of their own.
@@ -385,6 +405,13 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
     load_named(central_->model().params(), model, "model");
     load_named(central_->optimizer().state(), optimizer, "optimizer state");
   }
+  if (tp_) {  // this task's parts of the whole tensors
+    Replica& r = replicas_[0];
+    tp_->load(r.model->params(), model, "model");
+    r.optimizer->create_state(r.trainable);
+    tp_->load(r.optimizer->state(), optimizer, "optimizer state");
+    return;
+  }
   for (Replica& r : replicas_) {
     load_named(r.model->params(), model, "model");
     if (zero_) {  // this task's slice of each whole slot: resumes onto any number of tasks
@@ -396,7 +423,12 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
   }
 }
 
+std::string DataParallelStrategy::params_sha256() {
+  return tp_ ? tp_->whole_sha256(replicas_[0].model->params()) : model().params_sha256();
+}
+
 std::vector<StatePiece> DataParallelStrategy::state_pieces() {
+  if (tp_) return tp_->pieces(replicas_[0].model->params(), replicas_[0].optimizer->state());
   std::vector<StatePiece> out;
   if (!zero_) return out;
   // Every task holds the same parameters: the chief writes them whole.
@@ -421,7 +453,7 @@ void DataParallelStrategy::sync_state() {
     Tensor& mine = states[0][j]->value;
     for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value.to(mine.device()), mine);
     if (n > 1) kernels::divide(mine, static_cast<float>(n));
-    if (workers_) workers_->all_reduce(mine, comm::ReduceOp::kMean);
+    if (workers_ && !tp_) workers_->all_reduce(mine, comm::ReduceOp::kMean);  // (tensor_parallel: the same everywhere)
     for (size_t i = 1; i < n; ++i) states[i][j]->value.copy_from(mine);
   }
 }

@@ -11,6 +11,12 @@
 // 1/N of the optimizer slots, and the values are all-gathered (ZeroShard). Its
 // checkpoints are sharded (state_pieces()).
 //
+// multi_worker_mirrored with strategy.tensor_parallel (one replica per task):
+// the tasks hold one copy of the model between them (TensorParallel splits its
+// Dense pairs; their collectives run inside the layers). No gradient exchange:
+// every task's whole layers see the same values. The stats are each task's own
+// (all the same); only the stop flag is all-reduced.
+//
 // central_storage is the same replicas with another way to combine them: one
 // central copy of the variables (CentralCopy) that every replica reads before a
 // step, its gradients averaged into it and one optimizer update there.
@@ -48,6 +54,7 @@ enum class Combine {
 };
 
 class ZeroShard;
+class TensorParallel;
 
 class DataParallelStrategy : public Strategy {
  public:
@@ -73,12 +80,16 @@ class DataParallelStrategy : public Strategy {
   optim::Optimizer& optimizer() override { return central_ ? central_->optimizer() : *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }
   optim::DynamicLossScale* loss_scale() override { return loss_scale_.get(); }
+  // (tensor_parallel: every task reads the same batches, its one copy's)
   DataShard data_shard() const override {
-    return workers_ ? DataShard{workers_->rank(), workers_->size()} : DataShard{};
+    return workers_ && !tp_ ? DataShard{workers_->rank(), workers_->size()} : DataShard{};
   }
-  // ZeRO-1: the model whole from the chief, each task's slices of the optimizer slots.
-  bool sharded_state() const override { return zero_ != nullptr; }
+  // ZeRO-1: the model whole from the chief, each task's slices of the optimizer
+  // slots. tensor_parallel: each task's parts of the split layers (whole tensors).
+  bool sharded_state() const override { return zero_ != nullptr || tp_ != nullptr; }
   std::vector<StatePiece> state_pieces() override;
+  // tensor_parallel: the whole model's (collective).
+  std::string params_sha256() override;
   int optimizer_state_shards() const override { return zero_ ? workers_->size() : 1; }
 
  private:
@@ -143,6 +154,7 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // train.precision mixed_float16 only
   size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
   std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
+  std::unique_ptr<TensorParallel> tp_;  // strategy.tensor_parallel
 };
 
 }  // namespace dtrain::strategy

@@ -94,6 +94,12 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "multi_worker_mirrored: `true` shards the optimizer state (ZeRO stage 1): gradients are reduce-scattered, "
        "each task updates its 1/N slice of the parameters with its slice of the optimizer slots, and the "
        "parameters are all-gathered (false)"},
+      {"tensor_parallel",
+       "multi_worker_mirrored: T tasks hold one copy of the model between them (Megatron's tensor parallelism): "
+       "each pair of consecutive Dense layers splits, the first by output columns, the second by input rows (one "
+       "all-reduce forward, one backward); other layers are whole on every task, and every task reads the same "
+       "batches. T must equal the training tasks (data x tensor grids are not built yet); float32, one replica "
+       "per task, no norm clipping (1: off)"},
       {"stages", "pipeline: the layer names where each stage after the first begins (`[\"conv2d_1\", \"dense\"]`: "
                  "three stages), or `\"auto\"`: balanced by per-layer time measured on warm-up steps; one stage per "
                  "training task of each pipeline copy, in task order"},
@@ -163,6 +169,9 @@ ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry,
                    : entry.name == "pipeline"
                        ? " (its stages would have to be cut again over the survivors, which is not built)"
                        : ""));
+  if (strategy.tensor_parallel > 1)
+    value.fail("does not go with tensor_parallel: a lost task's part of the layers would be gone; set "
+               "tensor_parallel to 1");
   if (strategy.shard_optimizer_state)
     value.fail("does not go with shard_optimizer_state: a lost task's slice of the optimizer state would have to "
                "come from the last checkpoint, which is not built; set shard_optimizer_state to false");
@@ -234,6 +243,12 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("shard_optimizer_state", str("only multi_worker_mirrored shards its optimizer state; '", entry.name,
                                         "' does not (a pipeline's stages already hold only their own layers' state)"));
   strategy.shard_optimizer_state = r.get_bool("shard_optimizer_state", false);
+  if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored")
+    r.fail("tensor_parallel", str("only multi_worker_mirrored splits its layers over tasks; '", entry.name, "' does not"));
+  strategy.tensor_parallel = r.get_int("tensor_parallel", 1, 1);
+  if (strategy.tensor_parallel > 1 && strategy.shard_optimizer_state)
+    r.fail("tensor_parallel", "does not go with shard_optimizer_state yet (ZeRO over a tensor-parallel model is not "
+                              "built); set shard_optimizer_state to false");
   const bool pipeline = entry.name == "pipeline";
   for (const char* key : {"stages", "micro_batches", "schedule", "data_parallel"})
     if (!pipeline && r.has(key)) r.fail(key, str("only pipeline takes '", key, "'; '", entry.name, "' does not"));

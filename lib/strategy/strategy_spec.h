@@ -67,6 +67,9 @@ struct StrategySpec {
   // multi_worker_mirrored: ZeRO stage 1 (strategy.shard_optimizer_state): each task
   // keeps and updates only its 1/N slice of the optimizer state.
   bool shard_optimizer_state = false;
+  // multi_worker_mirrored: the tasks that hold one copy of the model between
+  // them (tensor parallelism, tensor_parallel.h); 1: none.
+  int64_t tensor_parallel = 1;
   // pipeline: the layer names where each stage after the first begins (empty with
   // stages_auto: balanced by measured per-layer time), the micro-batches a
   // replica's batch is cut into, their schedule, and the copies of the pipeline

@@ -67,6 +67,17 @@ nlohmann::json small_mlp_job(int64_t train_take, int64_t test_take) {
   return shrink(shipped_config("fashion_mnist_mlp.json"), train_take, test_take);
 }
 
+nlohmann::json stepwise_mlp_job(const TempDir& dir, int64_t batch_size_per_replica, int epochs) {
+  nlohmann::json job = small_mlp_job(4096, 256);
+  job["train"]["batch_size_per_replica"] = batch_size_per_replica;
+  job["train"]["steps_per_epoch"] = 10;
+  job["train"]["epochs"] = epochs;
+  job["train"]["log_every_steps"] = 1;
+  job["output"] = {{"dir", dir.file("out")}};
+  job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_epochs", 1}};
+  return job;
+}
+
 nlohmann::json small_cnn_job(int64_t train_take, int64_t test_take) {
   return shrink(shipped_config("fashion_mnist_cnn.json"), train_take, test_take);
 }

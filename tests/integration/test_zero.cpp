@@ -19,14 +19,8 @@ namespace {
 
 // The shipped MLP (Adam) on 4096 samples at a global batch of 128, a loss record every step.
 json zero_job(const TempDir& dir, int workers, bool shard, int epochs = 1) {
-  json job = small_mlp_job(4096, 256);
+  json job = stepwise_mlp_job(dir, 128 / workers, epochs);
   job["strategy"] = {{"type", "multi_worker_mirrored"}, {"shard_optimizer_state", shard}};
-  job["train"]["batch_size_per_replica"] = 128 / workers;
-  job["train"]["steps_per_epoch"] = 10;
-  job["train"]["epochs"] = epochs;
-  job["train"]["log_every_steps"] = 1;
-  job["output"] = {{"dir", dir.file("out")}};
-  job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_epochs", 1}};
   return job;
 }
 

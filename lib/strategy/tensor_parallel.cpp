@@ -1,0 +1,163 @@
+// Implementation of tensor_parallel.h.
+#include "strategy/tensor_parallel.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/strings.h"
+
+namespace dtrain::strategy {
+
+std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts) {
+  std::vector<SplitLayer> plan;
+  if (parts < 2) return plan;
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(spec);
+  for (size_t i = 0; i + 1 < layers.size(); ++i) {
+    if (layers[i].type != "Dense" || layers[i + 1].type != "Dense") continue;
+    if (layers[i].output_shape.back() % parts != 0) continue;
+    plan.push_back({i, layers[i].name, nn::DenseSplit::Kind::kColumn});
+    plan.push_back({i + 1, layers[i + 1].name, nn::DenseSplit::Kind::kRow});
+    ++i;  // (the second is taken: a layer is in one pair at most)
+  }
+  return plan;
+}
+
+std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan) {
+  std::vector<std::string> pairs, whole;
+  for (size_t i = 0; i + 1 < plan.size(); i += 2)
+    pairs.push_back(str(plan[i].name, " (columns) + ", plan[i + 1].name, " (rows)"));
+  for (const nn::LayerInfo& layer : nn::describe_layers(spec))
+    if (layer.params > 0 && std::none_of(plan.begin(), plan.end(), [&](const SplitLayer& s) { return s.name == layer.name; }))
+      whole.push_back(layer.name);
+  return str(join(pairs, ", "), whole.empty() ? "" : str("; whole on every task: ", join(whole, ", ")));
+}
+
+void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
+  const int64_t t = job.strategy.tensor_parallel;
+  const std::string where = str(job.strategy.path, ".tensor_parallel: ");
+  if (t != training_tasks)
+    throw ConfigError(str(where, t, " tasks hold one copy of the model, but the cluster has ", training_tasks,
+                          " training tasks; data x tensor grids are not built yet: set tensor_parallel to ",
+                          training_tasks));
+  if (job.strategy.replicas > 1)
+    throw ConfigError(str(where, "takes one replica per task; remove strategy.replicas"));
+  if (job.train.precision != config::Precision::kFloat32)
+    throw ConfigError(str(where, "computes in float32 only so far; set train.precision to \"float32\""));
+  if (job.optimizer.clipnorm > 0.0 || job.optimizer.global_clipnorm > 0.0)
+    throw ConfigError(str(where, "norm clipping would need each split gradient's norm over the tasks, which is not "
+                                 "built; use clipvalue, or remove optimizer.clipnorm and optimizer.global_clipnorm"));
+  if (tensor_split_plan(job.model, static_cast<int>(t)).empty())
+    throw ConfigError(str(where, "the model has no two consecutive Dense layers whose first has a multiple of ", t,
+                          " units: nothing to split (Megatron's pairing); MultiHeadAttention and Embedding do not "
+                          "split yet"));
+}
+
+TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group)
+    : group_(group), plan_(tensor_split_plan(spec, group.size())) {
+  comm::Communicator* g = &group_;
+  for (const SplitLayer& s : plan_) {
+    auto* dense = dynamic_cast<nn::Dense*>(model.layers().at(s.layer).get());
+    DT_CHECK(dense && dense->name() == s.name, "tensor_parallel: layer ", s.layer, " is not the planned Dense ", s.name);
+    std::vector<nn::Param*> before = dense->params();
+    for (nn::Param* p : before) {
+      const bool kernel = p->value.shape().size() == 2;
+      // A row split keeps the whole bias (added once, before the sum).
+      if (s.kind == nn::DenseSplit::Kind::kRow && !kernel) continue;
+      cuts_[p->name] = {s.kind, kernel, p->value.shape()};
+    }
+    dense->split({s.kind, group_.size(), group_.rank(), [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); }});
+  }
+}
+
+const TensorParallel::Cut* TensorParallel::cut_of(const std::string& name) const {
+  for (std::string n = name;;) {
+    if (const auto it = cuts_.find(n); it != cuts_.end()) return &it->second;
+    const size_t slash = n.rfind('/');
+    if (slash == std::string::npos) return nullptr;
+    n.resize(slash);
+  }
+}
+
+void TensorParallel::load(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup,
+                          const char* what) const {
+  const int64_t parts = group_.size(), index = group_.rank();
+  for (nn::Param* p : into) {
+    const Cut* cut = cut_of(p->name);
+    const Tensor* t = lookup(p->name);
+    if (!t) throw ConfigError(str("the checkpoint's ", what, " has no tensor '", p->name, "': it was written for another model or optimizer"));
+    const Shape whole = cut ? cut->whole : p->value.shape();
+    if (t->shape() != whole)
+      throw ConfigError(str("the checkpoint's ", what, " tensor '", p->name, "' has shape ", shape_str(t->shape()),
+                            " but the model needs ", shape_str(whole)));
+    if (!cut) {
+      p->value.copy_from(*t);
+      continue;
+    }
+    const Tensor host = t->to_host();
+    Tensor part(p->value.shape());
+    const int64_t n = part.numel();
+    if (cut->kind == nn::DenseSplit::Kind::kRow || !cut->kernel) {  // a contiguous part
+      std::copy_n(host.data() + index * n, n, part.data());
+    } else {  // columns: a slice of every row
+      const int64_t rows = whole[0], cols = whole[1], mine = cols / parts;
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy_n(host.data() + i * cols + index * mine, mine, part.data() + i * mine);
+    }
+    p->value.copy_from(part);
+  }
+}
+
+Tensor TensorParallel::gather(const Tensor& part, const Cut& cut) {
+  const Tensor host = part.to_host();
+  const int64_t n = host.numel(), parts = group_.size();
+  Tensor all({parts * n});
+  group_.all_gather(host.data(), static_cast<size_t>(n), all.data());
+  if (cut.kind == nn::DenseSplit::Kind::kRow || !cut.kernel) return all.reshaped(cut.whole);
+  Tensor whole(cut.whole);
+  const int64_t rows = cut.whole[0], cols = cut.whole[1], mine = cols / parts;
+  for (int64_t r = 0; r < parts; ++r)
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(all.data() + r * n + i * mine, mine, whole.data() + i * cols + r * mine);
+  return whole;
+}
+
+std::vector<StatePiece> TensorParallel::pieces(const std::vector<nn::Param*>& model,
+                                               const std::vector<nn::Param*>& slots) {
+  kept_.clear();
+  kept_.reserve(model.size() + slots.size());
+  std::vector<StatePiece> out;
+  const bool chief = group_.rank() == 0;
+  const auto add = [&](const nn::Param* p, bool optimizer) {
+    const Cut* cut = cut_of(p->name);
+    if (cut && (cut->kind == nn::DenseSplit::Kind::kRow || !cut->kernel)) {
+      // Contiguous: this task writes its own part, at its offset in the whole.
+      out.push_back({p->name, cut->whole, group_.rank() * p->value.numel(), &p->value, optimizer});
+    } else if (cut) {
+      kept_.push_back(gather(p->value, *cut));  // every task takes part; the chief writes it
+      if (chief) out.push_back({p->name, cut->whole, 0, &kept_.back(), optimizer});
+    } else if (chief) {
+      out.push_back({p->name, p->value.shape(), 0, &p->value, optimizer});
+    }
+  };
+  for (const nn::Param* p : model) add(p, false);
+  for (const nn::Param* p : slots) add(p, true);
+  return out;
+}
+
+std::string TensorParallel::whole_sha256(const std::vector<nn::Param*>& model) {
+  // As nn::Sequential::hash_input feeds it, with each split param whole.
+  Sha256 h;
+  for (const nn::Param* p : model) {
+    const Cut* cut = cut_of(p->name);
+    const Tensor whole = cut ? gather(p->value, *cut) : p->value.to_host();
+    h.update(p->name.data(), p->name.size());
+    const std::string shape = shape_str(whole.shape());
+    h.update(shape.data(), shape.size());
+    h.update(whole.data(), whole.bytes());
+  }
+  return h.hex_digest();
+}
+
+}  // namespace dtrain::strategy

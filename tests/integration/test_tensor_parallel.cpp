@@ -1,0 +1,74 @@
+// strategy.tensor_parallel end to end under `dtrain launch`: the shipped MLP
+// (Flatten, Dense 256 relu, Dense 128 relu, Dense 10) split over 2 and 4 tasks
+// (dense by columns, dense_1 by rows) follows one_device step by step, every
+// task ends with the same whole-model hash, and each holds its part of the
+// optimizer state; its checkpoints resume under one_device and at another
+// tensor_parallel with the identical params_sha256, and a killed-and-resumed
+// run ends exactly where the uninterrupted one does.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "integration/job_files.h"
+#include "integration/run_dtrain.h"
+
+using namespace dtrain::integration;
+using nlohmann::json;
+
+namespace {
+
+// The shipped MLP (Adam) on 4096 samples at a global batch of 128, 10 steps an
+// epoch, a loss record every step, a checkpoint every epoch.
+json mlp_job(const TempDir& dir, int tensor_parallel, int epochs = 1) {
+  json job = stepwise_mlp_job(dir, 128, epochs);
+  job["strategy"] = tensor_parallel > 1 ? json{{"type", "multi_worker_mirrored"}, {"tensor_parallel", tensor_parallel}}
+                                        : json{{"type", "one_device"}};
+  return job;
+}
+
+// Adam's m and v of the MLP, each task's part: dense's kernel and bias and
+// dense_1's kernel split `t` ways, dense_1's bias and dense_2 whole.
+int64_t optimizer_bytes(int t) {
+  return 2 * 4 * ((784 * 256 + 256 + 256 * 128) / t + 128 + 128 * 10 + 10);
+}
+
+}  // namespace
+
+TEST_CASE("tensor_parallel on 2 and 4 tasks follows one_device and holds its part of the state",
+          "[integration]") {
+  TempDir whole;
+  launch_job(whole, mlp_job(whole, 1), 1);
+  const std::vector<double> want = step_losses(whole, 10);
+  for (const int t : {2, 4}) {
+    INFO(t << " tasks");
+    TempDir split;
+    const json s = launch_job(split, mlp_job(split, t), t);
+    require_close(step_losses(split, 10), want, 1e-4, "tensor_parallel vs one_device");
+    for (const auto& [task, summary] : s["tasks"].items()) {
+      INFO(task);
+      CHECK(summary["optimizer_state_bytes"] == optimizer_bytes(t));
+      CHECK(summary["global_batch_size"] == 128);
+    }
+  }
+}
+
+TEST_CASE("tensor_parallel checkpoints resume under one_device and another split with the same parameters, "
+          "and a resumed run ends where the uninterrupted one does",
+          "[integration]") {
+  TempDir first;
+  const std::string saved = common_params_hash(launch_job(first, mlp_job(first, 2), 2));
+  for (const int t : {1, 4}) {
+    INFO("resumed at tensor_parallel " << t);
+    TempDir again;
+    std::filesystem::copy(first.file("ckpt"), again.file("ckpt"), std::filesystem::copy_options::recursive);
+    json job = mlp_job(again, t);  // its one epoch is done: the report is of the checkpoint's parameters
+    job["checkpoint"]["resume"] = "auto";
+    CHECK(common_params_hash(launch_job(again, job, t)) == saved);
+  }
+  // 2 epochs straight, against 1 then resumed for the second (the optimizer's slots too).
+  TempDir straight, resumed;
+  const std::string end = common_params_hash(launch_job(straight, mlp_job(straight, 2, 2), 2));
+  std::filesystem::copy(first.file("ckpt"), resumed.file("ckpt"), std::filesystem::copy_options::recursive);
+  json job = mlp_job(resumed, 2, 2);
+  job["checkpoint"]["resume"] = "auto";
+  CHECK(common_params_hash(launch_job(resumed, job, 2)) == end);
+}

@@ -1,0 +1,217 @@
+// strategy.tensor_parallel on threads of this process, its tasks meeting over
+// Gloo through an InMemoryStore: Megatron's pairing splits consecutive Dense
+// layers (columns, then rows); 2 and 4 tasks follow one_device's per-step loss
+// (with gradient accumulation and a dropout layer between the pairs too), end
+// with its parameters within float tolerance, and agree on the whole model's
+// hash; the checkpoint pieces put together are the whole tensors; whole
+// tensors loaded into the parts hash as the whole model that holds them; and
+// what it does not do yet is refused with the reason.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "job/job_config.h"
+#include "rendezvous/store.h"
+#include "strategy/registry.h"
+#include "strategy/tensor_parallel.h"
+#include "support/gloo_rank.h"
+#include "support/rank_threads.h"
+#include "support/tiny_dense_job.h"
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// 6 inputs; dense 8 tanh, dense_1 8 relu, a dropout, dense_2 8 gelu, dense_3 3.
+job::JobConfig mlp_job(const std::string& strategy, int64_t accumulation = 1, const std::string& extra = "") {
+  return job::parse_job_config(R"({
+    "strategy": )" + strategy + R"(,
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
+                                             {"type": "Dense", "units": 8, "activation": "relu"},
+                                             {"type": "Dropout", "rate": 0.25},
+                                             {"type": "Dense", "units": 8, "activation": "gelu"},
+                                             {"type": "Dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 8, "seed": 7, "gradient_accumulation_steps": )" +
+                                   std::to_string(accumulation) + extra + R"(}})",
+                               "job.json");
+}
+
+constexpr int kSteps = 20;
+
+struct Run {
+  std::vector<double> losses;
+  std::string hash;
+  std::map<std::string, std::vector<float>> whole;  // every model tensor, whole, by name
+};
+
+std::vector<data::Batch> batches_of(int64_t step, int64_t k) {
+  std::vector<data::Batch> out;
+  for (int64_t i = 0; i < k; ++i) out.push_back(test::tiny_dense_batch(step, i * 8 / k, 8 / k));
+  return out;
+}
+
+Run one_device(int64_t k) {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})", k);
+  auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
+  Run run;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    nn::LossStats stats;
+    s->train_step(batches_of(step, k), step, stats);
+    run.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
+  }
+  run.hash = s->params_sha256();
+  for (const nn::Param* p : s->model().params())
+    run.whole[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+  return run;
+}
+
+// `tasks` tasks of tensor_parallel `tasks`, each fed the same batches. The
+// model tensors put together from every task's checkpoint pieces go into
+// runs[0].whole.
+std::vector<Run> tensor_parallel(int tasks, int64_t k) {
+  rendezvous::InMemoryStore store;
+  std::vector<Run> runs(static_cast<size_t>(tasks));
+  std::vector<std::vector<std::pair<strategy::StatePiece, std::vector<float>>>> pieces(static_cast<size_t>(tasks));
+  test::check_all_ok(test::run_on_threads(tasks, [&](int rank) -> std::string {
+    auto workers = test::gloo_rank(store, rank, tasks);
+    const job::JobConfig job =
+        mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", tasks, "}"), k);
+    auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
+    CHECK(s->num_replicas_in_sync() == 1);
+    CHECK(s->data_shard().count == 1);
+    Run& run = runs[static_cast<size_t>(rank)];
+    for (int64_t step = 0; step < kSteps; ++step) {
+      nn::LossStats stats;
+      s->train_step(batches_of(step, k), step, stats);
+      run.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    run.hash = s->params_sha256();
+    REQUIRE(s->sharded_state());
+    for (const strategy::StatePiece& piece : s->state_pieces())
+      if (!piece.optimizer)
+        pieces[static_cast<size_t>(rank)].push_back(
+            {piece, std::vector<float>(piece.value->data(), piece.value->data() + piece.value->numel())});
+    return "";
+  }));
+  for (const auto& of_task : pieces)
+    for (const auto& [piece, values] : of_task) {
+      std::vector<float>& whole = runs[0].whole[piece.name];
+      whole.resize(static_cast<size_t>(shape_numel(piece.whole_shape)));
+      std::copy(values.begin(), values.end(), whole.begin() + piece.offset);
+    }
+  return runs;
+}
+
+void check_close(const Run& got, const Run& want) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    INFO("step " << i << ": " << got.losses[i] << " vs " << want.losses[i]);
+    CHECK(std::abs(got.losses[i] - want.losses[i]) <= 1e-4 * std::abs(want.losses[i]));
+  }
+  REQUIRE(got.whole.size() == want.whole.size());
+  for (const auto& [name, values] : want.whole) {
+    INFO(name);
+    REQUIRE(got.whole.count(name) == 1);
+    const std::vector<float>& mine = got.whole.at(name);
+    REQUIRE(mine.size() == values.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::abs(double(mine[i]) - values[i]) / std::max(1e-3, std::abs(double(values[i]))));
+    CHECK(worst <= 1e-4);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows") {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})");
+  const std::vector<strategy::SplitLayer> plan = strategy::tensor_split_plan(job.model, 2);
+  REQUIRE(plan.size() == 4);
+  CHECK(plan[0].name == "dense");
+  CHECK(plan[0].kind == nn::DenseSplit::Kind::kColumn);
+  CHECK(plan[1].name == "dense_1");
+  CHECK(plan[1].kind == nn::DenseSplit::Kind::kRow);
+  CHECK(plan[2].name == "dense_2");  // (the dropout between the pairs is whole)
+  CHECK(plan[3].name == "dense_3");
+  CHECK(strategy::describe_tensor_split(job.model, plan) ==
+        "dense (columns) + dense_1 (rows), dense_2 (columns) + dense_3 (rows)");
+  // 8 units do not split 3 ways: nothing pairs.
+  CHECK(strategy::tensor_split_plan(job.model, 3).empty());
+}
+
+TEST_CASE("tensor_parallel: 2 and 4 tasks follow one_device step by step and end at its parameters") {
+  const int64_t k = GENERATE(1, 2);
+  const int tasks = GENERATE(2, 4);
+  INFO(tasks << " tasks, " << k << " accumulation step(s)");
+  const Run whole = one_device(k);
+  const std::vector<Run> runs = tensor_parallel(tasks, k);
+  check_close(runs[0], whole);
+  for (const Run& r : runs) {
+    CHECK(r.losses == runs[0].losses);  // every task computed the same loss
+    CHECK(r.hash == runs[0].hash);      // and holds the same whole layers
+  }
+}
+
+TEST_CASE("tensor_parallel: whole tensors loaded into the parts hash as the whole model") {
+  const job::JobConfig one = mlp_job(R"({"type": "one_device"})");
+  auto source = strategy::make_strategy(one.strategy_job(), {nullptr, 1});
+  nn::LossStats stats;
+  source->train_step(batches_of(0, 1), 0, stats);  // the optimizer's slots exist, the values moved
+  const auto find = [](const std::vector<nn::Param*>& params) {
+    return [params](const std::string& name) -> const Tensor* {
+      for (const nn::Param* p : params)
+        if (p->name == name) return &p->value;
+      return nullptr;
+    };
+  };
+  rendezvous::InMemoryStore store;
+  std::vector<std::string> hashes(2);
+  test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    auto workers = test::gloo_rank(store, rank, 2);
+    const job::JobConfig job = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2})");
+    auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
+    s->load_state(find(source->model().params()), find(source->optimizer().state()));
+    hashes[static_cast<size_t>(rank)] = s->params_sha256();
+    return "";
+  }));
+  CHECK(hashes[0] == source->params_sha256());
+  CHECK(hashes[1] == source->params_sha256());
+}
+
+TEST_CASE("tensor_parallel: what it does not do yet is refused with the reason") {
+  const auto parse_error = [](const std::string& strategy) {
+    try {
+      mlp_job(strategy);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK_THAT(parse_error(R"({"type": "pipeline", "tensor_parallel": 2})"), Contains("only multi_worker_mirrored"));
+  CHECK_THAT(parse_error(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2, "shard_optimizer_state": true})"),
+             Contains("shard_optimizer_state"));
+  CHECK_THAT(parse_error(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2, "elastic": {"min_workers": 1}})"),
+             Contains("tensor_parallel"));
+  const auto check_error = [](const job::JobConfig& job, int tasks) {
+    try {
+      strategy::check_tensor_parallel(job.strategy_job(), tasks);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string mwm = R"({"type": "multi_worker_mirrored", "tensor_parallel": 2})";
+  CHECK(check_error(mlp_job(mwm), 2) == "(no error)");
+  CHECK_THAT(check_error(mlp_job(mwm), 4), Contains("set tensor_parallel to 4"));
+  CHECK_THAT(check_error(mlp_job(mwm, 1, R"(, "precision": "mixed_bfloat16")"), 2), Contains("float32"));
+  CHECK_THAT(check_error(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 3})"), 3),
+             Contains("nothing to split"));
+}
