@@ -86,12 +86,45 @@ LayerBuffers MultiHeadAttention::buffers(int64_t rows, DType, bool need_dx) cons
           qkv + o + (need_dx ? 2 * input_bytes(rows, DType::kF32) : 0)};
 }
 
-void MultiHeadAttention::project(const Tensor& x_rows, Projection& p, Tensor& out) {
+void MultiHeadAttention::project(const Tensor& x_rows, Projection& p, Tensor& out, bool with_bias) {
   const Tensor kernel = matrix(p.kernel.value, x_rows.dim(1));
   const int64_t cols = kernel.dim(1);
-  const Tensor bias = use_bias_ ? p.bias.value.reshaped({cols}) : Tensor();
+  const bool bias_on = use_bias_ && with_bias;
+  const Tensor bias = bias_on ? p.bias.value.reshaped({cols}) : Tensor();
   Tensor out_rows = as_rows(out, cols);
-  kernels::dense_forward(x_rows, kernel, use_bias_ ? &bias : nullptr, Activation::kLinear, out_rows);
+  kernels::dense_forward(x_rows, kernel, bias_on ? &bias : nullptr, Activation::kLinear, out_rows);
+}
+
+void MultiHeadAttention::split(int parts, int index, std::function<void(Tensor&)> all_reduce) {
+  DT_CHECK(!all_reduce_ && parts >= 1 && index >= 0 && index < parts && heads_ % parts == 0 && all_reduce,
+           name(), ": ", heads_, " heads over ", parts, " parts");
+  DT_CHECK(dropout_ == 0.0f, name(), ": attention dropout is not split");
+  DT_CHECK(query_.kernel.value.device().is_cpu(), "a MultiHeadAttention layer is split before it is placed");
+  const int64_t mine = heads_ / parts, first = index * mine;
+  // (d, heads, dim) -> (d, mine, dim): a slice of every row; (heads, dim) -> (mine, dim): contiguous.
+  auto cut_heads = [&](Projection& p, int64_t dim) {
+    const Tensor whole = p.kernel.value;
+    const int64_t d = whole.dim(0), row = heads_ * dim, part = mine * dim;
+    Tensor kernel({d, mine, dim});
+    for (int64_t i = 0; i < d; ++i) std::copy_n(whole.data() + i * row + first * dim, part, kernel.data() + i * part);
+    p.kernel = {p.kernel.name, kernel, Tensor({d, mine, dim})};
+    if (!use_bias_) return;
+    Tensor bias({mine, dim});
+    std::copy_n(p.bias.value.data() + first * dim, part, bias.data());
+    p.bias = {p.bias.name, bias, Tensor({mine, dim})};
+  };
+  cut_heads(query_, key_dim_);
+  cut_heads(key_, key_dim_);
+  cut_heads(value_, value_dim_);
+  // (heads, value_dim, out) -> (mine, value_dim, out): contiguous rows; the bias stays whole.
+  const int64_t out = output_shape()[1], part = mine * value_dim_ * out;
+  Tensor kernel({mine, value_dim_, out});
+  std::copy_n(output_.kernel.value.data() + first * value_dim_ * out, part, kernel.data());
+  output_.kernel = {output_.kernel.name, kernel, Tensor({mine, value_dim_, out})};
+  heads_ = mine;
+  attention_.heads = mine;
+  output_bias_here_ = index == 0;
+  all_reduce_ = std::move(all_reduce);
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const StepContext& ctx) {
@@ -106,7 +139,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const StepContext& ctx) {
   attention_.seed = hash_u64(ctx.seed, 0x6174746eull /* "attn" */, dropout_stream_, static_cast<uint64_t>(ctx.step));
   kernels::attention_forward(q_, k_, v_, attention_, o, reuse(lse_, n, {heads_, t}));
   Tensor& y = reuse(y_, n, output_shape());
-  project(as_rows(o, heads_ * value_dim_), output_, y);
+  project(as_rows(o, heads_ * value_dim_), output_, y, output_bias_here_);
+  if (all_reduce_) all_reduce_(y);  // split by heads: the parts' outputs summed
   return y;
 }
 
@@ -140,6 +174,7 @@ Tensor MultiHeadAttention::backward(const Tensor& dy, bool need_dx) {
   kernels::axpy(1.0f, part, dx);
   kernels::dense_backward_data(as_rows(dv, hv), matrix(value_.kernel.value, d), part_rows);
   kernels::axpy(1.0f, part, dx);
+  if (all_reduce_) all_reduce_(dx);  // split by heads: each part's dx is a partial sum
   return dx;
 }
 
@@ -152,7 +187,7 @@ void MultiHeadAttention::start_decoding(int64_t batch, int64_t positions) {
 }
 
 Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
-  DT_CHECK(device().is_cpu(), "generation runs on the CPU");
+  DT_CHECK(device().is_cpu() && !all_reduce_, "generation runs on the CPU, on a whole model");
   const int64_t n = x.dim(0), positions = key_cache_.dim(1), hk = heads_ * key_dim_, hv = heads_ * value_dim_;
   DT_CHECK(position < positions && n == key_cache_.dim(0), "decode position ", position, " of ", positions);
   Tensor q({n, hk}), k({n, hk}), v({n, hv});

@@ -6,6 +6,7 @@
 // and Activation work on sequences too (over the last axis).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,12 +148,20 @@ class MultiHeadAttention : public Layer {
   // position attends to them and adds its own. Causal attention only.
   void start_decoding(int64_t batch, int64_t positions) override;
   Tensor decode(const Tensor& x, int64_t position) override;
+  // Megatron's split by heads over `parts` tasks (strategy/tensor_parallel.h):
+  // this task keeps heads [index x heads/parts, ...) of the query, key and value
+  // projections (their kernels' and biases' slices) and the matching rows of the
+  // output projection; its output is the group's sum of the parts' (`all_reduce`,
+  // the output bias added on index 0 before it), and its dx is summed the same
+  // way. Before the layer is placed; attention dropout is not split (refused).
+  void split(int parts, int index, std::function<void(Tensor&)> all_reduce);
+  bool is_split() const { return static_cast<bool>(all_reduce_); }
 
  private:
   struct Projection {  // a kernel (in, heads, dim) and bias (heads, dim) as matmul operands
     Param kernel, bias;
   };
-  void project(const Tensor& x_rows, Projection& p, Tensor& out);
+  void project(const Tensor& x_rows, Projection& p, Tensor& out, bool with_bias = true);
   int64_t heads_, key_dim_, value_dim_;
   bool use_bias_;
   float dropout_;
@@ -162,6 +171,8 @@ class MultiHeadAttention : public Layer {
   Tensor x_, q_, k_, v_, o_, lse_, y_;
   Tensor key_cache_, value_cache_;  // (batch, positions, heads, dim) while decoding
   Tensor do_, dq_, dk_, dv_, dx_, dx_part_;
+  std::function<void(Tensor&)> all_reduce_;  // split(): the group's sum
+  bool output_bias_here_ = true;             // split(): on index 0 only
 };
 
 // keras_hub's TransformerDecoder without cross-attention: a causal

@@ -285,7 +285,7 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
         strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel));
     p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
                            str(job.strategy.tensor_parallel, " tasks hold one copy of the model (strategy.tensor_parallel;"
-                               " Megatron's pairing of consecutive Dense layers)")});
+                               " Megatron's split: Dense pairs by columns then rows, attention by heads)")});
   }
   p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank),
                          p.split && p.training_tasks >= 2 ? &*p.split : nullptr);

@@ -10,28 +10,57 @@
 
 namespace dtrain::strategy {
 
+namespace {
+
+const char* cut_name(TensorCut cut) {
+  return cut == TensorCut::kColumns ? "columns" : cut == TensorCut::kRows ? "rows" : "heads";
+}
+
+// Every layer of `layer`'s tree (itself, then its children's), by name.
+void collect(nn::Layer& layer, std::map<std::string, nn::Layer*>& out) {
+  out[layer.name()] = &layer;
+  for (nn::Layer* child : layer.children()) collect(*child, out);
+}
+
+}  // namespace
+
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts) {
   std::vector<SplitLayer> plan;
   if (parts < 2) return plan;
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(spec);
-  for (size_t i = 0; i + 1 < layers.size(); ++i) {
-    if (layers[i].type != "Dense" || layers[i + 1].type != "Dense") continue;
-    if (layers[i].output_shape.back() % parts != 0) continue;
-    plan.push_back({i, layers[i].name, nn::DenseSplit::Kind::kColumn});
-    plan.push_back({i + 1, layers[i + 1].name, nn::DenseSplit::Kind::kRow});
-    ++i;  // (the second is taken: a layer is in one pair at most)
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const nn::LayerSpec& ls = spec.layers[i];
+    const std::string& type = layers[i].type;
+    const std::string& name = layers[i].name;
+    if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" &&
+        layers[i].output_shape.back() % parts == 0) {
+      plan.push_back({name, TensorCut::kColumns});
+      plan.push_back({layers[i + 1].name, TensorCut::kRows});
+      ++i;  // (the second is taken: a layer is in one pair at most)
+    } else if (type == "MultiHeadAttention") {
+      const auto& o = ls.options_as<nn::MultiHeadAttentionOptions>();
+      if (o.num_heads % parts == 0 && o.dropout == 0.0) plan.push_back({name, TensorCut::kHeads});
+    } else if (type == "TransformerDecoder") {
+      const auto& o = ls.options_as<nn::TransformerDecoderOptions>();
+      if (o.num_heads % parts == 0 && o.dropout == 0.0) plan.push_back({name + "/self_attention", TensorCut::kHeads});
+      if (o.intermediate_dim % parts == 0) {
+        plan.push_back({name + "/feedforward_intermediate_dense", TensorCut::kColumns});
+        plan.push_back({name + "/feedforward_output_dense", TensorCut::kRows});
+      }
+    }
   }
   return plan;
 }
 
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan) {
-  std::vector<std::string> pairs, whole;
-  for (size_t i = 0; i + 1 < plan.size(); i += 2)
-    pairs.push_back(str(plan[i].name, " (columns) + ", plan[i + 1].name, " (rows)"));
+  std::vector<std::string> split, whole;
+  for (const SplitLayer& s : plan) split.push_back(str(s.name, " (", cut_name(s.cut), ")"));
   for (const nn::LayerInfo& layer : nn::describe_layers(spec))
-    if (layer.params > 0 && std::none_of(plan.begin(), plan.end(), [&](const SplitLayer& s) { return s.name == layer.name; }))
+    if (layer.params > 0 && std::none_of(plan.begin(), plan.end(), [&](const SplitLayer& s) {
+          return s.name == layer.name || s.name.rfind(layer.name + "/", 0) == 0;
+        }))
       whole.push_back(layer.name);
-  return str(join(pairs, ", "), whole.empty() ? "" : str("; whole on every task: ", join(whole, ", ")));
+  return str(join(split, ", "), whole.empty() ? "" : str("; whole on every task: ", join(whole, ", ")));
 }
 
 void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
@@ -56,18 +85,36 @@ void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
 
 TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group)
     : group_(group), plan_(tensor_split_plan(spec, group.size())) {
+  std::map<std::string, nn::Layer*> layers;
+  for (const auto& layer : model.layers()) collect(*layer, layers);
   comm::Communicator* g = &group_;
+  const auto all_reduce = [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); };
   for (const SplitLayer& s : plan_) {
-    auto* dense = dynamic_cast<nn::Dense*>(model.layers().at(s.layer).get());
-    DT_CHECK(dense && dense->name() == s.name, "tensor_parallel: layer ", s.layer, " is not the planned Dense ", s.name);
-    std::vector<nn::Param*> before = dense->params();
-    for (nn::Param* p : before) {
-      const bool kernel = p->value.shape().size() == 2;
-      // A row split keeps the whole bias (added once, before the sum).
-      if (s.kind == nn::DenseSplit::Kind::kRow && !kernel) continue;
-      cuts_[p->name] = {s.kind, kernel, p->value.shape()};
+    const auto found = layers.find(s.name);
+    DT_CHECK(found != layers.end(), "tensor_parallel: the model has no layer ", s.name);
+    nn::Layer& layer = *found->second;
+    // What each param's part is: a Dense column part's kernel is a slice of
+    // every row, its bias contiguous; a row part's kernel contiguous, its bias
+    // whole. By heads: the query/key/value kernels (d, heads, dim) a slice of
+    // every row, their biases contiguous, the output kernel contiguous, its bias whole.
+    for (nn::Param* p : layer.params()) {
+      const bool kernel = p->name.size() >= 7 && p->name.compare(p->name.size() - 7, 7, "/kernel") == 0;
+      const bool output = p->name.find("/attention_output/") != std::string::npos;
+      if (s.cut == TensorCut::kRows && !kernel) continue;
+      if (s.cut == TensorCut::kHeads && output && !kernel) continue;
+      const bool slice_of_rows = kernel && (s.cut == TensorCut::kColumns || (s.cut == TensorCut::kHeads && !output));
+      cuts_[p->name] = {!slice_of_rows, p->value.shape()};
     }
-    dense->split({s.kind, group_.size(), group_.rank(), [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); }});
+    if (s.cut == TensorCut::kHeads) {
+      auto* attention = dynamic_cast<nn::MultiHeadAttention*>(&layer);
+      DT_CHECK(attention, "tensor_parallel: ", s.name, " is not a MultiHeadAttention layer");
+      attention->split(group_.size(), group_.rank(), all_reduce);
+    } else {
+      auto* dense = dynamic_cast<nn::Dense*>(&layer);
+      DT_CHECK(dense, "tensor_parallel: ", s.name, " is not a Dense layer");
+      dense->split({s.cut == TensorCut::kColumns ? nn::DenseSplit::Kind::kColumn : nn::DenseSplit::Kind::kRow,
+                    group_.size(), group_.rank(), all_reduce});
+    }
   }
 }
 
@@ -98,10 +145,10 @@ void TensorParallel::load(const std::vector<nn::Param*>& into, const Strategy::T
     const Tensor host = t->to_host();
     Tensor part(p->value.shape());
     const int64_t n = part.numel();
-    if (cut->kind == nn::DenseSplit::Kind::kRow || !cut->kernel) {  // a contiguous part
+    if (cut->contiguous) {
       std::copy_n(host.data() + index * n, n, part.data());
-    } else {  // columns: a slice of every row
-      const int64_t rows = whole[0], cols = whole[1], mine = cols / parts;
+    } else {  // a slice of every row
+      const int64_t rows = whole[0], cols = shape_numel(whole) / rows, mine = cols / parts;
       for (int64_t i = 0; i < rows; ++i)
         std::copy_n(host.data() + i * cols + index * mine, mine, part.data() + i * mine);
     }
@@ -114,9 +161,9 @@ Tensor TensorParallel::gather(const Tensor& part, const Cut& cut) {
   const int64_t n = host.numel(), parts = group_.size();
   Tensor all({parts * n});
   group_.all_gather(host.data(), static_cast<size_t>(n), all.data());
-  if (cut.kind == nn::DenseSplit::Kind::kRow || !cut.kernel) return all.reshaped(cut.whole);
+  if (cut.contiguous) return all.reshaped(cut.whole);
   Tensor whole(cut.whole);
-  const int64_t rows = cut.whole[0], cols = cut.whole[1], mine = cols / parts;
+  const int64_t rows = cut.whole[0], cols = shape_numel(cut.whole) / rows, mine = cols / parts;
   for (int64_t r = 0; r < parts; ++r)
     for (int64_t i = 0; i < rows; ++i)
       std::copy_n(all.data() + r * n + i * mine, mine, whole.data() + i * cols + r * mine);
@@ -131,7 +178,7 @@ std::vector<StatePiece> TensorParallel::pieces(const std::vector<nn::Param*>& mo
   const bool chief = group_.rank() == 0;
   const auto add = [&](const nn::Param* p, bool optimizer) {
     const Cut* cut = cut_of(p->name);
-    if (cut && (cut->kind == nn::DenseSplit::Kind::kRow || !cut->kernel)) {
+    if (cut && cut->contiguous) {
       // Contiguous: this task writes its own part, at its offset in the whole.
       out.push_back({p->name, cut->whole, group_.rank() * p->value.numel(), &p->value, optimizer});
     } else if (cut) {

@@ -3,18 +3,21 @@
 // them. Each pair of consecutive Dense layers splits as Megatron pairs them: the
 // first by output columns, the second by input rows (nn::DenseSplit), so the
 // pair needs one all-reduce forward (the second's partial products) and one
-// backward (the first's input gradient). Every other layer is whole on every
-// task and computes the same values there (their inputs are the same), so its
-// gradients need no exchange. Every task reads the same batches.
+// backward (the first's input gradient); a MultiHeadAttention splits by heads
+// (its query/key/value projections by columns, its output projection by rows:
+// the same two all-reduces); a TransformerDecoder block splits both of its
+// parts. Every other layer is whole on every task and computes the same values
+// there (their inputs are the same), so its gradients need no exchange. Every
+// task reads the same batches.
 //
 // Which layers split is tensor_split_plan()'s pure decision from the model
 // spec: what `dtrain validate` prints and what each task applies. Checkpoints
 // hold whole tensors (resumable under any other layout): a row part is one
 // contiguous piece of the whole kernel, which its task writes; a column part is
 // not (a slice of every row), so the tasks gather it and the chief writes it.
-// This first step splits Dense pairs only: MultiHeadAttention by heads, the
-// embedding and output projection by vocabulary, and data x tensor grids are
-// not built yet (tensor_parallel must equal the training tasks).
+// Not built yet: the embedding and output projection split by vocabulary,
+// attention dropout split with the heads (such a layer stays whole), and data x
+// tensor grids (tensor_parallel must equal the training tasks).
 #pragma once
 
 #include <map>
@@ -23,21 +26,31 @@
 
 #include "comm/communicator.h"
 #include "nn/layers.h"
+#include "nn/sequence_layers.h"
 #include "nn/sequential.h"
 #include "strategy/strategy.h"
 
 namespace dtrain::strategy {
 
-// One split layer: its index in the model's layers and how it splits.
+// How a layer splits: a Dense by output columns or input rows (nn::DenseSplit),
+// a MultiHeadAttention by heads.
+enum class TensorCut { kColumns, kRows, kHeads };
+
+// One split layer: its name ("dense_1", "transformer_decoder/self_attention"
+// inside a block) and how it splits.
 struct SplitLayer {
-  size_t layer = 0;
-  std::string name;  // the layer's name ("dense_1")
-  nn::DenseSplit::Kind kind = nn::DenseSplit::Kind::kColumn;
+  std::string name;
+  TensorCut cut = TensorCut::kColumns;
 };
 
-// The Dense pairs of `spec` that split over `parts` tasks: a Dense directly
-// followed by another Dense, the first's units a multiple of `parts`, neither
-// already in a pair. Empty when none does.
+// The layers of `spec` that split over `parts` tasks, in model order:
+//   - a Dense directly followed by another Dense (the first's units a multiple
+//     of `parts`, neither already in a pair): columns, then rows;
+//   - a MultiHeadAttention with a multiple of `parts` heads and no attention
+//     dropout: by heads;
+//   - inside a TransformerDecoder, its self-attention as above and its
+//     feed-forward pair when intermediate_dim is a multiple of `parts`.
+// Empty when nothing does.
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts);
 // "dense (columns) + dense_1 (rows); dense_2 whole", for logs and `validate`.
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan);
@@ -62,9 +75,10 @@ class TensorParallel {
   std::string whole_sha256(const std::vector<nn::Param*>& model);
 
  private:
+  // A param's part: contiguous (`index` x its size into the whole, row-major),
+  // or a slice of every row (the whole viewed as (whole[0], the rest)).
   struct Cut {
-    nn::DenseSplit::Kind kind;
-    bool kernel = true;  // the kernel, else the bias (of a column split)
+    bool contiguous = true;
     Shape whole;
   };
   // The cut of a param or of one of its optimizer slots ("dense/kernel/m"); nullptr: whole.

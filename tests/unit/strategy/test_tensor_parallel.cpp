@@ -136,13 +136,13 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
   const std::vector<strategy::SplitLayer> plan = strategy::tensor_split_plan(job.model, 2);
   REQUIRE(plan.size() == 4);
   CHECK(plan[0].name == "dense");
-  CHECK(plan[0].kind == nn::DenseSplit::Kind::kColumn);
+  CHECK(plan[0].cut == strategy::TensorCut::kColumns);
   CHECK(plan[1].name == "dense_1");
-  CHECK(plan[1].kind == nn::DenseSplit::Kind::kRow);
+  CHECK(plan[1].cut == strategy::TensorCut::kRows);
   CHECK(plan[2].name == "dense_2");  // (the dropout between the pairs is whole)
   CHECK(plan[3].name == "dense_3");
   CHECK(strategy::describe_tensor_split(job.model, plan) ==
-        "dense (columns) + dense_1 (rows), dense_2 (columns) + dense_3 (rows)");
+        "dense (columns), dense_1 (rows), dense_2 (columns), dense_3 (rows)");
   // 8 units do not split 3 ways: nothing pairs.
   CHECK(strategy::tensor_split_plan(job.model, 3).empty());
 }
