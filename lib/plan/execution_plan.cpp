@@ -83,8 +83,15 @@ std::string shared_gpu(const Machine& machine, const ExecutionPlan& p) {
 TasksGroup plan_tasks_group(const job::JobConfig& job, const ExecutionPlan& p, Decision& d) {
   d.what = "training tasks";
   std::string why;
-  const TasksGroup group = training_tasks_group(job.strategy.communication, p.strategy->point_to_point,
-                                                p.training_tasks, p.machines, &why);
+  TasksGroup group = training_tasks_group(job.strategy.communication, p.strategy->point_to_point,
+                                          p.training_tasks, p.machines, &why);
+  if (job.strategy.tensor_parallel > 1 && p.training_tasks > job.strategy.tensor_parallel &&
+      group == TasksGroup::kHierarchical) {
+    // (shared memory's group cannot be split into the copies' and the parts' groups)
+    group = TasksGroup::kGloo;
+    why = str("strategy.tensor_parallel ", job.strategy.tensor_parallel, " over ", p.training_tasks,
+              " training tasks: the copies' and the parts' groups are Gloo sub-groups, whatever communication says");
+  }
   d.choice = tasks_group_name(group);
   d.why = str(why, p.met || group == TasksGroup::kGlooRing ? "" : " (machines by the addresses; the rendezvous confirms)");
   return group;
@@ -108,7 +115,11 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
     g = Gradients::kCentralCopy;
     d.why = str(entry.name, " with ", n, " replica", n == 1 ? "" : "s");
   } else if (p.needs_tasks_group()) {
-    if (job.strategy.tensor_parallel > 1) {
+    if (job.strategy.tensor_parallel > 1 && p.training_tasks > job.strategy.tensor_parallel) {
+      g = Gradients::kTasks;
+      d.why = str("strategy.tensor_parallel ", job.strategy.tensor_parallel, ": each part's gradients all-reduced over "
+                  "the ", p.training_tasks / job.strategy.tensor_parallel, " tasks holding it, one in each copy");
+    } else if (job.strategy.tensor_parallel > 1) {
       g = Gradients::kNone;
       d.why = "strategy.tensor_parallel: each task's gradients are of its own part of the split layers, or the same "
               "on every task for the others; the split layers' all-reduces run inside them";
@@ -284,8 +295,9 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     const std::vector<strategy::SplitLayer> split =
         strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel));
     p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
-                           str(job.strategy.tensor_parallel, " tasks hold one copy of the model (strategy.tensor_parallel;"
-                               " Megatron's split: Dense pairs by columns then rows, attention by heads)")});
+                           str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel)),
+                               " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, "
+                               "attention by heads)")});
   }
   p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank),
                          p.split && p.training_tasks >= 2 ? &*p.split : nullptr);

@@ -57,6 +57,14 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   const bool tensor_parallel = job.strategy.tensor_parallel > 1 && workers_;
   if (tensor_parallel) {
     check_tensor_parallel(job, workers_->size());
+    // A grid of copies x tensor_parallel: task r holds part r % T of copy r / T.
+    const int t = static_cast<int>(job.strategy.tensor_parallel), copy = workers_->rank() / t;
+    if (workers_->size() == t) {
+      tensor_group_ = comm::borrow(*workers_);  // (one copy: no split, and any group will do)
+    } else {
+      tensor_group_ = workers_->split(copy, workers_->rank() % t);
+      copies_group_ = workers_->split(workers_->rank() % t, copy);
+    }
     if (n > 1 || !devices[0].is_cpu())
       throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU, one replica per task, so far; set "
                                                "\"device\": \"cpu\""));
@@ -79,9 +87,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
-      tp_ = std::make_unique<TensorParallel>(job.model, *r.model, *workers_);
+      tp_ = std::make_unique<TensorParallel>(job.model, *r.model, *tensor_group_);
       if (workers_->rank() == 0)
-        log::info("tensor_parallel: ", workers_->size(), " tasks hold one copy of the model: ",
+        log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
                   describe_tensor_split(job.model, tp_->plan()));
     }
     r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
@@ -138,8 +146,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   // mirrored replicas on several GPUs, through their local NCCL group.
   const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
   for (Replica& r : replicas_)
-    if (comm::Communicator* group = device_gradients ? context.gradients : group_of(r);
-        !zero_ && !tp_ && group && group->size() > 1) {
+    if (comm::Communicator* group = device_gradients ? context.gradients : tp_ ? copies_group_.get() : group_of(r);
+        !zero_ && group && group->size() > 1) {
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
                                                     job.strategy.allreduce_dtype);
       if (loss_scale_) r.reducer->track_non_finite();
@@ -148,7 +156,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   // bucket: no collective of their own on the step's critical path. Not when the
   // buckets travel as bfloat16, which would round the sums and counts.
   // Under ZeRO they take a small all-reduce of their own, before the reduce-scatter.
-  metrics_ride_along_ = zero_ || (workers_ && replicas_.size() == 1 && replicas_[0].reducer &&
+  // (tensor_parallel: the stop flag must reach every task, not only the copies' group)
+  metrics_ride_along_ = zero_ || (workers_ && !tp_ && replicas_.size() == 1 && replicas_[0].reducer &&
                                   job.strategy.allreduce_dtype == AllreduceDType::kFloat32);
   // Loss scaling: each replica's count of non-finite gradient values rides along
   // too (after the metrics), so all replicas agree on skipping a step.
@@ -182,7 +191,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
 DataParallelStrategy::~DataParallelStrategy() = default;
 
 int DataParallelStrategy::num_replicas_in_sync() const {
-  return local_replicas() * (workers_ && !tp_ ? workers_->size() : 1);
+  if (tp_) return workers_->size() / tensor_group_->size();  // the copies
+  return local_replicas() * (workers_ ? workers_->size() : 1);
 }
 
 std::vector<std::unique_ptr<comm::Communicator>> DataParallelStrategy::make_local_group(
@@ -223,9 +233,9 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   Stopwatch compute;
   if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
-  // (tensor_parallel: one replica over the tasks, every task's whole layers draw the same)
-  const uint64_t replica_id =
-      static_cast<uint64_t>(index + local_replicas() * (workers_ && !tp_ ? workers_->rank() : 0));
+  // (tensor_parallel: a copy's tasks are one replica, their whole layers draw the same)
+  const int replica_of_task = !workers_ ? 0 : tp_ ? workers_->rank() / tensor_group_->size() : workers_->rank();
+  const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * replica_of_task);
   nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
   const int64_t k = static_cast<int64_t>(micro_batches.size());
   r.rows.resize(static_cast<size_t>(k));
@@ -358,7 +368,16 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
   }
   Stopwatch metrics;
   stop_agreed_ = stop_requested_;
-  if (tp_) {  // every task computed the same loss: only the stop flag travels
+  if (tp_) {
+    // A copy's tasks computed the same loss: the copies' sums (the global
+    // batch's), and the stop flag from every task.
+    if (copies_group_) {
+      float s[3] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
+                    static_cast<float>(local.count)};
+      copies_group_->all_reduce(s, 3, comm::ReduceOp::kSum);
+      const auto samples = static_cast<int64_t>(s[2] + 0.5f);
+      local = {s[0], static_cast<int64_t>(s[1] + 0.5f), samples, samples * micro_batches[0].label_width};
+    }
     float stop = stop_requested_ ? 1.0f : 0.0f;
     workers_->all_reduce(&stop, 1, comm::ReduceOp::kSum);
     stop_agreed_ = stop > 0.0f;
@@ -428,7 +447,10 @@ std::string DataParallelStrategy::params_sha256() {
 }
 
 std::vector<StatePiece> DataParallelStrategy::state_pieces() {
-  if (tp_) return tp_->pieces(replicas_[0].model->params(), replicas_[0].optimizer->state());
+  if (tp_) {  // the first copy's tasks write the parts (every copy holds the same)
+    if (workers_->rank() >= tensor_group_->size()) return {};
+    return tp_->pieces(replicas_[0].model->params(), replicas_[0].optimizer->state());
+  }
   std::vector<StatePiece> out;
   if (!zero_) return out;
   // Every task holds the same parameters: the chief writes them whole.
@@ -453,7 +475,8 @@ void DataParallelStrategy::sync_state() {
     Tensor& mine = states[0][j]->value;
     for (size_t i = 1; i < n; ++i) kernels::axpy(1.0f, states[i][j]->value.to(mine.device()), mine);
     if (n > 1) kernels::divide(mine, static_cast<float>(n));
-    if (workers_ && !tp_) workers_->all_reduce(mine, comm::ReduceOp::kMean);  // (tensor_parallel: the same everywhere)
+    // (tensor_parallel: the same in a copy's tasks; averaged over the copies)
+    if (comm::Communicator* over = tp_ ? copies_group_.get() : workers_) over->all_reduce(mine, comm::ReduceOp::kMean);
     for (size_t i = 1; i < n; ++i) states[i][j]->value.copy_from(mine);
   }
 }

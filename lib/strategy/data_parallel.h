@@ -11,11 +11,13 @@
 // 1/N of the optimizer slots, and the values are all-gathered (ZeroShard). Its
 // checkpoints are sharded (state_pieces()).
 //
-// multi_worker_mirrored with strategy.tensor_parallel (one replica per task):
-// the tasks hold one copy of the model between them (TensorParallel splits its
-// Dense pairs; their collectives run inside the layers). No gradient exchange:
-// every task's whole layers see the same values. The stats are each task's own
-// (all the same); only the stop flag is all-reduced.
+// multi_worker_mirrored with strategy.tensor_parallel T (one replica per task):
+// each T consecutive tasks hold one copy of the model between them
+// (TensorParallel splits its layers; their collectives run inside the layers
+// over the copy's group); the N / T copies are data parallel: each reads its
+// shard, and the tasks holding the same part in every copy all-reduce its
+// gradients (the bucketed reducer over that group). The stats are summed over
+// the copies, the stop flag over every task.
 //
 // central_storage is the same replicas with another way to combine them: one
 // central copy of the variables (CentralCopy) that every replica reads before a
@@ -80,9 +82,10 @@ class DataParallelStrategy : public Strategy {
   optim::Optimizer& optimizer() override { return central_ ? central_->optimizer() : *replicas_[0].optimizer; }
   StepTimings timings() const override { return timings_; }
   optim::DynamicLossScale* loss_scale() override { return loss_scale_.get(); }
-  // (tensor_parallel: every task reads the same batches, its one copy's)
+  // (tensor_parallel: a copy's tasks read the same batches, the copy's shard)
   DataShard data_shard() const override {
-    return workers_ && !tp_ ? DataShard{workers_->rank(), workers_->size()} : DataShard{};
+    if (tp_) return {workers_->rank() / tensor_group_->size(), workers_->size() / tensor_group_->size()};
+    return workers_ ? DataShard{workers_->rank(), workers_->size()} : DataShard{};
   }
   // ZeRO-1: the model whole from the chief, each task's slices of the optimizer
   // slots. tensor_parallel: each task's parts of the split layers (whole tensors).
@@ -155,6 +158,9 @@ class DataParallelStrategy : public Strategy {
   size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
   std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
   std::unique_ptr<TensorParallel> tp_;  // strategy.tensor_parallel
+  // tensor_parallel: this task's copy's tasks (rank: its part), and the tasks
+  // holding its part in the other copies (nullptr with one copy).
+  std::unique_ptr<comm::Communicator> tensor_group_, copies_group_;
 };
 
 }  // namespace dtrain::strategy

@@ -95,11 +95,12 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "each task updates its 1/N slice of the parameters with its slice of the optimizer slots, and the "
        "parameters are all-gathered (false)"},
       {"tensor_parallel",
-       "multi_worker_mirrored: T tasks hold one copy of the model between them (Megatron's tensor parallelism): "
-       "each pair of consecutive Dense layers splits, the first by output columns, the second by input rows (one "
-       "all-reduce forward, one backward); other layers are whole on every task, and every task reads the same "
-       "batches. T must equal the training tasks (data x tensor grids are not built yet); float32, one replica "
-       "per task, no norm clipping (1: off)"},
+       "multi_worker_mirrored: each T consecutive tasks hold one copy of the model between them (Megatron's "
+       "tensor parallelism): each pair of consecutive Dense layers splits, the first by output columns, the second "
+       "by input rows, and MultiHeadAttention (in TransformerDecoder too) by heads (one all-reduce forward, one "
+       "backward); other layers are whole on every task; a copy's tasks read the same batches, and the N / T "
+       "copies are data parallel. T must divide the training tasks; float32 on the CPU, one replica per task, no "
+       "norm clipping (1: off)"},
       {"stages", "pipeline: the layer names where each stage after the first begins (`[\"conv2d_1\", \"dense\"]`: "
                  "three stages), or `\"auto\"`: balanced by per-layer time measured on warm-up steps; one stage per "
                  "training task of each pipeline copy, in task order"},

@@ -63,13 +63,18 @@ std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<S
   return str(join(split, ", "), whole.empty() ? "" : str("; whole on every task: ", join(whole, ", ")));
 }
 
+std::string grid_text(int training_tasks, int tensor_parallel) {
+  const int copies = training_tasks / std::max(1, tensor_parallel);
+  return str(copies, " data x ", tensor_parallel, " tensor: ", copies, copies == 1 ? " copy" : " copies",
+             " of the model, each held by ", tensor_parallel, " tasks");
+}
+
 void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
   const int64_t t = job.strategy.tensor_parallel;
   const std::string where = str(job.strategy.path, ".tensor_parallel: ");
-  if (t != training_tasks)
-    throw ConfigError(str(where, t, " tasks hold one copy of the model, but the cluster has ", training_tasks,
-                          " training tasks; data x tensor grids are not built yet: set tensor_parallel to ",
-                          training_tasks));
+  if (training_tasks % t != 0)
+    throw ConfigError(str(where, t, " tasks hold each copy of the model, which does not divide the cluster's ",
+                          training_tasks, " training tasks into copies; use a divisor of ", training_tasks));
   if (job.strategy.replicas > 1)
     throw ConfigError(str(where, "takes one replica per task; remove strategy.replicas"));
   if (job.train.precision != config::Precision::kFloat32)

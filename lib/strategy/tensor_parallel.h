@@ -1,6 +1,6 @@
 // Tensor parallelism (strategy.tensor_parallel: T, Megatron-LM's split) under
-// multi_worker_mirrored: the T training tasks hold one copy of the model between
-// them. Each pair of consecutive Dense layers splits as Megatron pairs them: the
+// multi_worker_mirrored: each T consecutive training tasks hold one copy of the
+// model between them, and the copies are data parallel (DataParallelStrategy). Each pair of consecutive Dense layers splits as Megatron pairs them: the
 // first by output columns, the second by input rows (nn::DenseSplit), so the
 // pair needs one all-reduce forward (the second's partial products) and one
 // backward (the first's input gradient); a MultiHeadAttention splits by heads
@@ -16,8 +16,8 @@
 // contiguous piece of the whole kernel, which its task writes; a column part is
 // not (a slice of every row), so the tasks gather it and the chief writes it.
 // Not built yet: the embedding and output projection split by vocabulary,
-// attention dropout split with the heads (such a layer stays whole), and data x
-// tensor grids (tensor_parallel must equal the training tasks).
+// attention dropout split with the heads (such a layer stays whole), pipeline x
+// tensor grids.
 #pragma once
 
 #include <map>
@@ -54,6 +54,8 @@ struct SplitLayer {
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts);
 // "dense (columns) + dense_1 (rows); dense_2 whole", for logs and `validate`.
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan);
+// "2 data x 2 tensor: 2 copies of the model, each held by 2 tasks".
+std::string grid_text(int training_tasks, int tensor_parallel);
 // ConfigError (with a fix) for what tensor_parallel does not do yet, and for a
 // model with no layer pair to split.
 void check_tensor_parallel(const StrategyJob& job, int training_tasks);

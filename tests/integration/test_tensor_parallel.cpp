@@ -1,6 +1,7 @@
 // strategy.tensor_parallel end to end under `dtrain launch`: the shipped MLP
 // (Flatten, Dense 256 relu, Dense 128 relu, Dense 10) split over 2 and 4 tasks
-// (dense by columns, dense_1 by rows) follows one_device step by step, every
+// (dense by columns, dense_1 by rows), and 2 data-parallel copies of 2, follows
+// one_device step by step, every
 // task ends with the same whole-model hash, and each holds its part of the
 // optimizer state; its checkpoints resume under one_device and at another
 // tensor_parallel with the identical params_sha256, and a killed-and-resumed
@@ -16,10 +17,11 @@ using nlohmann::json;
 
 namespace {
 
-// The shipped MLP (Adam) on 4096 samples at a global batch of 128, 10 steps an
-// epoch, a loss record every step, a checkpoint every epoch.
-json mlp_job(const TempDir& dir, int tensor_parallel, int epochs = 1) {
-  json job = stepwise_mlp_job(dir, 128, epochs);
+// The shipped MLP (Adam) on 4096 samples at a global batch of 128 over the
+// copies (`copies` x tensor_parallel tasks), 10 steps an epoch, a loss record
+// every step, a checkpoint every epoch.
+json mlp_job(const TempDir& dir, int tensor_parallel, int epochs = 1, int copies = 1) {
+  json job = stepwise_mlp_job(dir, 128 / copies, epochs);
   job["strategy"] = tensor_parallel > 1 ? json{{"type", "multi_worker_mirrored"}, {"tensor_parallel", tensor_parallel}}
                                         : json{{"type", "one_device"}};
   return job;
@@ -33,15 +35,15 @@ int64_t optimizer_bytes(int t) {
 
 }  // namespace
 
-TEST_CASE("tensor_parallel on 2 and 4 tasks follows one_device and holds its part of the state",
+TEST_CASE("tensor_parallel on 2 and 4 tasks, and 2 copies of 2, follows one_device and holds its part of the state",
           "[integration]") {
   TempDir whole;
   launch_job(whole, mlp_job(whole, 1), 1);
   const std::vector<double> want = step_losses(whole, 10);
-  for (const int t : {2, 4}) {
-    INFO(t << " tasks");
+  for (const auto& [t, copies] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+    INFO(copies << " copies of tensor_parallel " << t);
     TempDir split;
-    const json s = launch_job(split, mlp_job(split, t), t);
+    const json s = launch_job(split, mlp_job(split, t, 1, copies), t * copies);
     require_close(step_losses(split, 10), want, 1e-4, "tensor_parallel vs one_device");
     for (const auto& [task, summary] : s["tasks"].items()) {
       INFO(task);
@@ -64,6 +66,14 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
     job["checkpoint"]["resume"] = "auto";
     CHECK(common_params_hash(launch_job(again, job, t)) == saved);
   }
+  // 2 copies of 2 write their checkpoint (the first copy's tasks the parts) and resume it.
+  TempDir grid, grid_again;
+  const std::string grid_saved = common_params_hash(launch_job(grid, mlp_job(grid, 2, 1, 2), 4));
+  std::filesystem::copy(grid.file("ckpt"), grid_again.file("ckpt"), std::filesystem::copy_options::recursive);
+  json resume = mlp_job(grid_again, 1);
+  resume["checkpoint"]["resume"] = "auto";
+  CHECK(common_params_hash(launch_job(grid_again, resume, 1)) == grid_saved);
+
   // 2 epochs straight, against 1 then resumed for the second (the optimizer's slots too).
   TempDir straight, resumed;
   const std::string end = common_params_hash(launch_job(straight, mlp_job(straight, 2, 2), 2));

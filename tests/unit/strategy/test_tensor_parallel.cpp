@@ -1,6 +1,7 @@
 // strategy.tensor_parallel on threads of this process, its tasks meeting over
 // Gloo through an InMemoryStore: Megatron's pairing splits consecutive Dense
-// layers (columns, then rows); 2 and 4 tasks follow one_device's per-step loss
+// layers (columns, then rows); 2 and 4 tasks, and 2 data-parallel copies of 2,
+// follow one_device's per-step loss
 // (with gradient accumulation and a dropout layer between the pairs too), end
 // with its parameters within float tolerance, and agree on the whole model's
 // hash; the checkpoint pieces put together are the whole tensors; whole
@@ -28,12 +29,15 @@ using Catch::Matchers::Contains;
 namespace {
 
 // 6 inputs; dense 8 tanh, dense_1 8 relu, a dropout, dense_2 8 gelu, dense_3 3.
-job::JobConfig mlp_job(const std::string& strategy, int64_t accumulation = 1, const std::string& extra = "") {
+// (Data-parallel copies draw other dropout masks than one_device for their rows:
+// a dropout `rate` of 0 for them.)
+job::JobConfig mlp_job(const std::string& strategy, int64_t accumulation = 1, const std::string& extra = "",
+                       double rate = 0.25) {
   return job::parse_job_config(R"({
     "strategy": )" + strategy + R"(,
     "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
                                              {"type": "Dense", "units": 8, "activation": "relu"},
-                                             {"type": "Dropout", "rate": 0.25},
+                                             {"type": "Dropout", "rate": )" + std::to_string(rate) + R"(},
                                              {"type": "Dense", "units": 8, "activation": "gelu"},
                                              {"type": "Dense", "units": 3}]},
     "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
@@ -52,14 +56,17 @@ struct Run {
   std::map<std::string, std::vector<float>> whole;  // every model tensor, whole, by name
 };
 
-std::vector<data::Batch> batches_of(int64_t step, int64_t k) {
+// Step `step`'s 8 rows for copy `copy` of `copies` (its 8 / copies of them), in
+// `k` micro-batches.
+std::vector<data::Batch> batches_of(int64_t step, int64_t k, int copy = 0, int copies = 1) {
   std::vector<data::Batch> out;
-  for (int64_t i = 0; i < k; ++i) out.push_back(test::tiny_dense_batch(step, i * 8 / k, 8 / k));
+  const int64_t rows = 8 / copies;
+  for (int64_t i = 0; i < k; ++i) out.push_back(test::tiny_dense_batch(step, copy * rows + i * rows / k, rows / k));
   return out;
 }
 
-Run one_device(int64_t k) {
-  const job::JobConfig job = mlp_job(R"({"type": "one_device"})", k);
+Run one_device(int64_t k, double rate) {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})", k, "", rate);
   auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
   Run run;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -73,24 +80,26 @@ Run one_device(int64_t k) {
   return run;
 }
 
-// `tasks` tasks of tensor_parallel `tasks`, each fed the same batches. The
-// model tensors put together from every task's checkpoint pieces go into
-// runs[0].whole.
-std::vector<Run> tensor_parallel(int tasks, int64_t k) {
+// `tasks` tasks of tensor_parallel `t` (tasks / t copies), each copy's tasks fed
+// the same batches. The model tensors put together from every task's checkpoint
+// pieces go into runs[0].whole.
+std::vector<Run> tensor_parallel(int tasks, int t, int64_t k) {
   rendezvous::InMemoryStore store;
   std::vector<Run> runs(static_cast<size_t>(tasks));
   std::vector<std::vector<std::pair<strategy::StatePiece, std::vector<float>>>> pieces(static_cast<size_t>(tasks));
   test::check_all_ok(test::run_on_threads(tasks, [&](int rank) -> std::string {
     auto workers = test::gloo_rank(store, rank, tasks);
-    const job::JobConfig job =
-        mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", tasks, "}"), k);
+    const int copies = tasks / t, copy = rank / t;
+    const job::JobConfig job = mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", t, "}"), k, "",
+                                       copies > 1 ? 0.0 : 0.25);
     auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
-    CHECK(s->num_replicas_in_sync() == 1);
-    CHECK(s->data_shard().count == 1);
+    CHECK(s->num_replicas_in_sync() == copies);
+    CHECK(s->data_shard().count == copies);
+    CHECK(s->data_shard().index == copy);
     Run& run = runs[static_cast<size_t>(rank)];
     for (int64_t step = 0; step < kSteps; ++step) {
       nn::LossStats stats;
-      s->train_step(batches_of(step, k), step, stats);
+      s->train_step(batches_of(step, k, copy, copies), step, stats);
       run.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
     }
     run.hash = s->params_sha256();
@@ -147,16 +156,17 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
   CHECK(strategy::tensor_split_plan(job.model, 3).empty());
 }
 
-TEST_CASE("tensor_parallel: 2 and 4 tasks follow one_device step by step and end at its parameters") {
+TEST_CASE("tensor_parallel: 2 and 4 tasks, and 2 copies of 2, follow one_device step by step and end at its "
+          "parameters") {
   const int64_t k = GENERATE(1, 2);
-  const int tasks = GENERATE(2, 4);
-  INFO(tasks << " tasks, " << k << " accumulation step(s)");
-  const Run whole = one_device(k);
-  const std::vector<Run> runs = tensor_parallel(tasks, k);
+  const auto [tasks, t] = GENERATE(std::pair{2, 2}, std::pair{4, 4}, std::pair{4, 2});
+  INFO(tasks << " tasks, tensor_parallel " << t << ", " << k << " accumulation step(s)");
+  const Run whole = one_device(k, tasks > t ? 0.0 : 0.25);
+  const std::vector<Run> runs = tensor_parallel(tasks, t, k);
   check_close(runs[0], whole);
   for (const Run& r : runs) {
-    CHECK(r.losses == runs[0].losses);  // every task computed the same loss
-    CHECK(r.hash == runs[0].hash);      // and holds the same whole layers
+    CHECK(r.losses == runs[0].losses);  // every task has the global batch's loss
+    CHECK(r.hash == runs[0].hash);      // and (its copy) the same whole model
   }
 }
 
@@ -210,7 +220,8 @@ TEST_CASE("tensor_parallel: what it does not do yet is refused with the reason")
   };
   const std::string mwm = R"({"type": "multi_worker_mirrored", "tensor_parallel": 2})";
   CHECK(check_error(mlp_job(mwm), 2) == "(no error)");
-  CHECK_THAT(check_error(mlp_job(mwm), 4), Contains("set tensor_parallel to 4"));
+  CHECK(check_error(mlp_job(mwm), 4) == "(no error)");  // 2 copies of 2
+  CHECK_THAT(check_error(mlp_job(mwm), 3), Contains("use a divisor of 3"));
   CHECK_THAT(check_error(mlp_job(mwm, 1, R"(, "precision": "mixed_bfloat16")"), 2), Contains("float32"));
   CHECK_THAT(check_error(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 3})"), 3),
              Contains("nothing to split"));
