@@ -31,6 +31,7 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
   q.central_copy = entry.central_copy;
   q.slots_on_ps = entry.cross_task == strategy::CrossTask::kParameterServer;
   if (job.strategy.shard_optimizer_state) q.optimizer_shards = std::max(1, training_tasks);
+  q.tensor_parallel = job.strategy.tensor_parallel;
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.
     const int64_t m = std::max<int64_t>(1, job.strategy.micro_batches);

@@ -40,6 +40,7 @@
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "optim/optimizer.h"
+#include "strategy/tensor_parallel.h"
 #include "tensor/arena.h"
 
 namespace dtrain::strategy {
@@ -131,13 +132,15 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   DType h_dtype = DType::kF32;  // the dtype of the activation flowing into the next layer
   Shape shape(spec.input_shape.begin(), spec.input_shape.end());
   std::map<std::string, int> name_counts;
+  const std::vector<SplitLayer> tensor_split = tensor_split_plan(spec, static_cast<int>(q.tensor_parallel));
   for (int64_t i = 0; i < last; ++i) {
     const nn::LayerSpec& ls = spec.layers[static_cast<size_t>(i)];
     const std::string name = ls.name.empty() ? nn::auto_layer_name(ls.type_name(), name_counts) : ls.name;
     // Built one at a time (names and shapes depend on the layers before), and dropped.
     const std::unique_ptr<nn::Layer> layer = nn::make_layer(ls, shape, name, static_cast<uint64_t>(i), name_counts);
     const Shape input = shape;
-    shape = layer->output_shape();
+    shape = layer->output_shape();  // (the whole layer's: what the next one is built for)
+    if (!tensor_split.empty()) split_layers({layer.get()}, tensor_split, static_cast<int>(q.tensor_parallel), 0, [](Tensor&) {});
     if (i < first) continue;
     if (i == first) forward += n * shape_numel(input) * kF32Bytes;  // the input batch
     if (i == first) held = q.held_inputs * n * shape_numel(input) * kF32Bytes;

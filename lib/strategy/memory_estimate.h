@@ -37,6 +37,9 @@ struct MemoryQuery {
   // forwards are run again before their backwards), float32, batch_rows rows each.
   int64_t held_inputs = 0;
   int64_t optimizer_shards = 1;    // ZeRO-1: slots split over this many tasks (each holds a padded 1/N slice)
+  // strategy.tensor_parallel: the layers its plan splits hold their part 1/T
+  // (parameters, gradients, slots and the activations of the split width).
+  int64_t tensor_parallel = 1;
   int64_t gradient_accumulation_steps = 1;  // K > 1: one float32 accumulation buffer per trainable parameter
   int64_t local_replicas = 1;      // replicas in this process, each with its own params, grads, slots, activations
   // central_storage: one more copy of the parameters, gradients and optimizer

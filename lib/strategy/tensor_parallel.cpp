@@ -88,21 +88,43 @@ void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
                           "split yet"));
 }
 
+size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<SplitLayer>& plan, int parts, int index,
+                    const std::function<void(Tensor&)>& all_reduce) {
+  std::map<std::string, nn::Layer*> by_name;
+  for (nn::Layer* layer : layers) collect(*layer, by_name);
+  size_t split = 0;
+  for (const SplitLayer& s : plan) {
+    const auto found = by_name.find(s.name);
+    if (found == by_name.end()) continue;
+    if (s.cut == TensorCut::kHeads) {
+      auto* attention = dynamic_cast<nn::MultiHeadAttention*>(found->second);
+      DT_CHECK(attention, "tensor_parallel: ", s.name, " is not a MultiHeadAttention layer");
+      attention->split(parts, index, all_reduce);
+    } else {
+      auto* dense = dynamic_cast<nn::Dense*>(found->second);
+      DT_CHECK(dense, "tensor_parallel: ", s.name, " is not a Dense layer");
+      dense->split({s.cut == TensorCut::kColumns ? nn::DenseSplit::Kind::kColumn : nn::DenseSplit::Kind::kRow, parts,
+                    index, all_reduce});
+    }
+    ++split;
+  }
+  return split;
+}
+
 TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group)
     : group_(group), plan_(tensor_split_plan(spec, group.size())) {
+  std::vector<nn::Layer*> top;
+  for (const auto& layer : model.layers()) top.push_back(layer.get());
   std::map<std::string, nn::Layer*> layers;
-  for (const auto& layer : model.layers()) collect(*layer, layers);
-  comm::Communicator* g = &group_;
-  const auto all_reduce = [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); };
+  for (nn::Layer* layer : top) collect(*layer, layers);
+  // What each param's part is: a Dense column part's kernel is a slice of every
+  // row, its bias contiguous; a row part's kernel contiguous, its bias whole. By
+  // heads: the query/key/value kernels (d, heads, dim) a slice of every row,
+  // their biases contiguous, the output kernel contiguous, its bias whole.
   for (const SplitLayer& s : plan_) {
     const auto found = layers.find(s.name);
     DT_CHECK(found != layers.end(), "tensor_parallel: the model has no layer ", s.name);
-    nn::Layer& layer = *found->second;
-    // What each param's part is: a Dense column part's kernel is a slice of
-    // every row, its bias contiguous; a row part's kernel contiguous, its bias
-    // whole. By heads: the query/key/value kernels (d, heads, dim) a slice of
-    // every row, their biases contiguous, the output kernel contiguous, its bias whole.
-    for (nn::Param* p : layer.params()) {
+    for (nn::Param* p : found->second->params()) {
       const bool kernel = p->name.size() >= 7 && p->name.compare(p->name.size() - 7, 7, "/kernel") == 0;
       const bool output = p->name.find("/attention_output/") != std::string::npos;
       if (s.cut == TensorCut::kRows && !kernel) continue;
@@ -110,17 +132,10 @@ TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model,
       const bool slice_of_rows = kernel && (s.cut == TensorCut::kColumns || (s.cut == TensorCut::kHeads && !output));
       cuts_[p->name] = {!slice_of_rows, p->value.shape()};
     }
-    if (s.cut == TensorCut::kHeads) {
-      auto* attention = dynamic_cast<nn::MultiHeadAttention*>(&layer);
-      DT_CHECK(attention, "tensor_parallel: ", s.name, " is not a MultiHeadAttention layer");
-      attention->split(group_.size(), group_.rank(), all_reduce);
-    } else {
-      auto* dense = dynamic_cast<nn::Dense*>(&layer);
-      DT_CHECK(dense, "tensor_parallel: ", s.name, " is not a Dense layer");
-      dense->split({s.cut == TensorCut::kColumns ? nn::DenseSplit::Kind::kColumn : nn::DenseSplit::Kind::kRow,
-                    group_.size(), group_.rank(), all_reduce});
-    }
   }
+  comm::Communicator* g = &group_;
+  split_layers(top, plan_, group_.size(), group_.rank(),
+               [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); });
 }
 
 const TensorParallel::Cut* TensorParallel::cut_of(const std::string& name) const {

@@ -20,6 +20,7 @@
 // tensor grids.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,6 +55,14 @@ struct SplitLayer {
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts);
 // "dense (columns) + dense_1 (rows); dense_2 whole", for logs and `validate`.
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan);
+// Splits the layers of `plan` found in the trees of `layers` (each layer and its
+// children) as part `index` of `parts` (nn::Dense::split,
+// nn::MultiHeadAttention::split, with `all_reduce`); returns how many it split.
+// TensorParallel does it to the model; the memory estimate to each layer it
+// builds, as part 0 (its all-reduce is never called there).
+size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<SplitLayer>& plan, int parts, int index,
+                    const std::function<void(Tensor&)>& all_reduce);
+
 // "2 data x 2 tensor: 2 copies of the model, each held by 2 tasks".
 std::string grid_text(int training_tasks, int tensor_parallel);
 // ConfigError (with a fix) for what tensor_parallel does not do yet, and for a

@@ -17,6 +17,7 @@
 #include "core/strings.h"
 #include "job/job_config.h"
 #include "rendezvous/store.h"
+#include "strategy/memory_estimate.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
 #include "support/gloo_rank.h"
@@ -225,4 +226,33 @@ TEST_CASE("tensor_parallel: what it does not do yet is refused with the reason")
   CHECK_THAT(check_error(mlp_job(mwm, 1, R"(, "precision": "mixed_bfloat16")"), 2), Contains("float32"));
   CHECK_THAT(check_error(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 3})"), 3),
              Contains("nothing to split"));
+}
+
+TEST_CASE("tensor_parallel: the memory estimate counts each task's part of the split layers") {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})");
+  strategy::MemoryQuery q;
+  q.model = job.model;
+  q.optimizer = job.optimizer;
+  q.batch_rows = 8;
+  const strategy::MemoryEstimate whole = strategy::estimate_memory(q);
+  // dense 6x8+8 and dense_2 8x8+8 by columns, dense_1 8x8 and dense_3 8x3 by rows (their biases whole).
+  CHECK(whole.param_count == 6 * 8 + 8 + 8 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3);
+  q.tensor_parallel = 2;
+  const strategy::MemoryEstimate split = strategy::estimate_memory(q);
+  const int64_t part = (6 * 8 + 8 + 8 * 8 + 8 * 8 + 8 + 8 * 3) / 2 + 8 + 3;
+  CHECK(split.param_count == part);
+  CHECK(split.optimizer_slots == 2 * 4 * part);  // Adam's m and v
+  CHECK(split.activations < whole.activations);  // the split layers' outputs are half as wide
+  // What a task of the split model holds, counted from its params.
+  rendezvous::InMemoryStore store;
+  std::vector<int64_t> held(2);
+  test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    auto workers = test::gloo_rank(store, rank, 2);
+    const job::JobConfig tp = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2})");
+    auto s = strategy::make_strategy(tp.strategy_job(), {workers.get(), 1});
+    for (const nn::Param* p : s->model().params()) held[static_cast<size_t>(rank)] += p->value.numel();
+    return "";
+  }));
+  CHECK(held[0] == part);
+  CHECK(held[1] == part);
 }
