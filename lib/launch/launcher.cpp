@@ -176,6 +176,7 @@ class Launcher {
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
+  bool first_failure_lost_peer() const;  // the first failed task ended with exit 4
   void start_again(Task& t);
   void on_signal(int signal);
   void stop_all(int signal);
@@ -280,7 +281,17 @@ void Launcher::check_exits() {
     t->report.status = t->process->status();
     t->report.exit_seconds = since(start_);
     t->report.ended_utc = utc_now();
-    if (t->report.status.ok() || !report_.first_failure.empty()) continue;
+    if (t->report.status.ok()) continue;
+    if (!report_.first_failure.empty()) {
+      // A task that ended with "peer lost" (exit 4) ended because another did:
+      // one that fails by itself after it (before being stopped) is the cause.
+      // (The chief's sockets close before its process has exited, e.g. under
+      // AddressSanitizer's exit checks, and its workers may end first.)
+      if (first_failure_lost_peer() && !t->report.stopped && t->report.status.code > 0 &&
+          t->report.status.code != static_cast<int>(ExitCode::kPeerLost))
+        report_.first_failure = t->name;
+      continue;
+    }
     const config::TaskId& id = t->report.task;
     if (phase_ == Phase::kRunning && !t->report.stopped &&
         (id.type == "evaluator" || (options_.workers_expendable && id.type == "worker" && t->name != chief_))) {
@@ -306,6 +317,12 @@ void Launcher::check_exits() {
                format_seconds(t->report.exit_seconds), "; the others have ",
                format_seconds(options_.grace_period), " to stop by themselves"));
   }
+}
+
+bool Launcher::first_failure_lost_peer() const {
+  for (const auto& t : tasks_)
+    if (t->name == report_.first_failure) return t->report.status.code == static_cast<int>(ExitCode::kPeerLost);
+  return false;
 }
 
 void Launcher::start_again(Task& t) {

@@ -230,6 +230,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   kernels::use_device(r.device);  // this thread issues the replica's ops on its GPU
   r.stats = {};
   r.comm_wait = 0.0;
+  const double tp_seconds_before = tp_ ? tp_->comm_seconds() : 0.0;
   Stopwatch compute;
   if (central_) central_->read_into(*r.model);
   // Different replicas draw different dropout masks.
@@ -281,6 +282,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
     if (zero_) r.comm_wait = zero_->reduce_gradients();
   }
+  if (tp_) r.comm_wait += tp_->comm_seconds() - tp_seconds_before;  // the split layers' all-reduces
   r.compute = compute.seconds() - r.comm_wait;
   const trace::Span update_span("update", "compute");
   Stopwatch update;

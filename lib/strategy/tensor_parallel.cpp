@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"
+#include "core/timer.h"
 
 namespace dtrain::strategy {
 
@@ -133,9 +134,11 @@ TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model,
       cuts_[p->name] = {!slice_of_rows, p->value.shape()};
     }
   }
-  comm::Communicator* g = &group_;
-  split_layers(top, plan_, group_.size(), group_.rank(),
-               [g](Tensor& t) { g->all_reduce(t, comm::ReduceOp::kSum); });
+  split_layers(top, plan_, group_.size(), group_.rank(), [this](Tensor& t) {
+    const Stopwatch waited;
+    group_.all_reduce(t, comm::ReduceOp::kSum);
+    comm_seconds_ += waited.seconds();
+  });
 }
 
 const TensorParallel::Cut* TensorParallel::cut_of(const std::string& name) const {

@@ -75,6 +75,9 @@ class TensorParallel {
   // task's part: its rank). Before the model is placed.
   TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group);
   const std::vector<SplitLayer>& plan() const { return plan_; }
+  // Seconds spent in the split layers' all-reduces so far (the step's
+  // communication share counts them).
+  double comm_seconds() const { return comm_seconds_; }
 
   // Copies the whole tensors `lookup` finds into `into` (this task's parts of
   // the split ones); ConfigError as load_named().
@@ -101,6 +104,7 @@ class TensorParallel {
   std::vector<SplitLayer> plan_;
   std::map<std::string, Cut> cuts_;  // by param name
   std::vector<Tensor> kept_;         // pieces()'s gathered tensors, alive until the next call
+  double comm_seconds_ = 0.0;
 };
 
 }  // namespace dtrain::strategy
