@@ -3,9 +3,10 @@
 // (dense by columns, dense_1 by rows), and 2 data-parallel copies of 2, follows
 // one_device step by step, every
 // task ends with the same whole-model hash, and each holds its part of the
-// optimizer state; its checkpoints resume under one_device and at another
-// tensor_parallel with the identical params_sha256, and a killed-and-resumed
-// run ends exactly where the uninterrupted one does.
+// optimizer state; its checkpoints resume under one_device, at another
+// tensor_parallel, as a pipeline and under ZeRO-1 with the identical
+// params_sha256 and export whole, and a resumed run ends exactly where the
+// uninterrupted one does.
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -66,13 +67,30 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
     job["checkpoint"]["resume"] = "auto";
     CHECK(common_params_hash(launch_job(again, job, t)) == saved);
   }
-  // 2 copies of 2 write their checkpoint (the first copy's tasks the parts) and resume it.
-  TempDir grid, grid_again;
+  // 2 copies of 2 write their checkpoint (the first copy's tasks the parts); it
+  // resumes under one_device, a pipeline of 2 stages and ZeRO-1 on 3 tasks with
+  // the same parameters, and exports whole.
+  TempDir grid;
   const std::string grid_saved = common_params_hash(launch_job(grid, mlp_job(grid, 2, 1, 2), 4));
-  std::filesystem::copy(grid.file("ckpt"), grid_again.file("ckpt"), std::filesystem::copy_options::recursive);
-  json resume = mlp_job(grid_again, 1);
-  resume["checkpoint"]["resume"] = "auto";
-  CHECK(common_params_hash(launch_job(grid_again, resume, 1)) == grid_saved);
+  const std::vector<std::pair<json, int>> layouts = {
+      {{{"type", "one_device"}}, 1},
+      {{{"type", "pipeline"}, {"stages", {"dense_1"}}}, 2},
+      {{{"type", "multi_worker_mirrored"}, {"shard_optimizer_state", true}}, 3}};
+  for (const auto& [strategy, tasks] : layouts) {
+    INFO("resumed under " << strategy.dump());
+    TempDir again;
+    std::filesystem::copy(grid.file("ckpt"), again.file("ckpt"), std::filesystem::copy_options::recursive);
+    json resume = mlp_job(again, 1);
+    resume["strategy"] = strategy;
+    resume["train"]["batch_size_per_replica"] = 128 / (strategy["type"] == "multi_worker_mirrored" ? 1 : tasks);
+    resume["checkpoint"]["resume"] = "auto";
+    CHECK(common_params_hash(launch_job(again, resume, tasks)) == grid_saved);
+  }
+  const std::string exported = grid.file("model.safetensors");
+  const RunOutput e = run_dtrain({"ckpt", "export", grid.file("ckpt"), "--to", exported}, {60.0, ""});
+  INFO(describe(e));
+  CHECK(e.exit_code == 0);
+  CHECK(std::filesystem::file_size(exported) > 4u * (784 * 256 + 256 * 128 + 128 * 10));
 
   // 2 epochs straight, against 1 then resumed for the second (the optimizer's slots too).
   TempDir straight, resumed;
