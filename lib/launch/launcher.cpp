@@ -284,10 +284,11 @@ void Launcher::check_exits() {
     if (t->report.status.ok()) continue;
     if (!report_.first_failure.empty()) {
       // A task that ended with "peer lost" (exit 4) ended because another did:
-      // one that fails by itself after it (before being stopped) is the cause.
+      // one that fails by itself after it (another exit code, or a signal the
+      // launcher did not send) is the cause.
       // (The chief's sockets close before its process has exited, e.g. under
       // AddressSanitizer's exit checks, and its workers may end first.)
-      if (first_failure_lost_peer() && !t->report.stopped && t->report.status.code > 0 &&
+      if (first_failure_lost_peer() && !t->report.stopped &&
           t->report.status.code != static_cast<int>(ExitCode::kPeerLost))
         report_.first_failure = t->name;
       continue;
