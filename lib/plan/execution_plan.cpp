@@ -291,6 +291,11 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
   }
   if (job.strategy.tensor_parallel > 1) {
+    // What it cannot do yet is refused here, before any task starts (validate, launch).
+    if (in_group && p.training_tasks > 1) strategy::check_tensor_parallel(job.strategy_job(), p.training_tasks);
+    if (in_group && !p.device().is_cpu())
+      throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
+                            p.device().str(), "; set \"device\": \"cpu\""));
     // (the strategy applies the same pure function of the model: tensor_parallel.h)
     const std::vector<strategy::SplitLayer> split =
         strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel));

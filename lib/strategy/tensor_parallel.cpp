@@ -33,8 +33,10 @@ std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts) 
     const nn::LayerSpec& ls = spec.layers[i];
     const std::string& type = layers[i].type;
     const std::string& name = layers[i].name;
+    // (a softmax needs every column: such a layer does not split by columns)
     if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" &&
-        layers[i].output_shape.back() % parts == 0) {
+        layers[i].output_shape.back() % parts == 0 &&
+        ls.options_as<nn::DenseOptions>().activation != nn::Activation::kSoftmax) {
       plan.push_back({name, TensorCut::kColumns});
       plan.push_back({layers[i + 1].name, TensorCut::kRows});
       ++i;  // (the second is taken: a layer is in one pair at most)

@@ -46,7 +46,8 @@ struct SplitLayer {
 
 // The layers of `spec` that split over `parts` tasks, in model order:
 //   - a Dense directly followed by another Dense (the first's units a multiple
-//     of `parts`, neither already in a pair): columns, then rows;
+//     of `parts` and its activation not softmax, neither already in a pair):
+//     columns, then rows;
 //   - a MultiHeadAttention with a multiple of `parts` heads and no attention
 //     dropout: by heads;
 //   - inside a TransformerDecoder, its self-attention as above and its

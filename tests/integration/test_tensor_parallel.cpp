@@ -100,3 +100,22 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
   job["checkpoint"]["resume"] = "auto";
   CHECK(common_params_hash(launch_job(resumed, job, 2)) == end);
 }
+
+TEST_CASE("tensor_parallel that does not divide the tasks, or with norm clipping, is exit 2 before training",
+          "[integration]") {
+  TempDir dir;
+  json job = mlp_job(dir, 2);
+  const RunOutput three = run_dtrain({"launch", "--workers", "3", "--config", write_job(dir, job, "three.json"),
+                                      "--threads", "1"},
+                                     {60.0, ""});
+  CHECK(three.exit_code == 2);
+  CHECK_THAT(three.err, Catch::Contains("strategy.tensor_parallel: 2 tasks hold each copy of the model") &&
+                            Catch::Contains("use a divisor of 3"));
+  CHECK_THAT(three.err, !Catch::Contains("Epoch 1/"));
+  job["optimizer"]["clipnorm"] = 1.0;
+  const RunOutput clip = run_dtrain({"launch", "--workers", "2", "--config", write_job(dir, job, "clip.json"),
+                                     "--threads", "1"},
+                                    {60.0, ""});
+  CHECK(clip.exit_code == 2);
+  CHECK_THAT(clip.err, Catch::Contains("norm clipping"));
+}

@@ -155,6 +155,16 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
         "dense (columns), dense_1 (rows), dense_2 (columns), dense_3 (rows)");
   // 8 units do not split 3 ways: nothing pairs.
   CHECK(strategy::tensor_split_plan(job.model, 3).empty());
+  // A softmax needs every column: dense 8 softmax -> dense 3 does not pair.
+  const job::JobConfig softmax = job::parse_job_config(R"({
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "softmax"},
+                                             {"type": "Dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": {"type": "adam"},
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 8}})",
+                                                       "job.json");
+  CHECK(strategy::tensor_split_plan(softmax.model, 2).empty());
 }
 
 TEST_CASE("tensor_parallel: 2 and 4 tasks, and 2 copies of 2, follow one_device step by step and end at its "
