@@ -85,8 +85,10 @@ TEST_CASE("96 tasks join, agree and finish in O(1) store requests each, and know
   CHECK(machine_of_last == std::vector<std::string>(96, host_identity()));
   // Join: a set and a wait and a get each (the chief: a get_many); finish: a set,
   // an add, a wait, and done. Every task reading every other's keys was 96^2 = 9,216.
+  // (A slow start, as under ThreadSanitizer, adds a few: each 5 s the chief and
+  // any task still waiting ask again and say who is missing. 390 was seen there.)
   INFO("requests by the time the chief passed the barrier: " << requests_at_finish);
-  CHECK(requests_at_finish <= 4 * 96);
+  CHECK(requests_at_finish <= 5 * 96);
   CHECK(job.server->requests_served() <= 9 * 96);
 }
 
