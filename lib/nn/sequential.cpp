@@ -151,7 +151,9 @@ Tensor Sequential::forward(const Tensor& x, const StepContext& ctx) {
     for (auto& layer : layers_) layer->refresh_compute_weights();
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = in_dtype(h, layers_[i]->compute_dtype(), cast_forward_[i]);
+    if (hooks_.before_forward) hooks_.before_forward(i);
     h = layers_[i]->run_forward(h, ctx);
+    if (hooks_.after_forward) hooks_.after_forward(i);
   }
   // The loss is computed in float32 (Keras' mixed precision casts the outputs).
   return in_dtype(h, DType::kF32, cast_forward_.back());
@@ -184,7 +186,9 @@ Tensor Sequential::backward(const Tensor& doutput, const std::function<void(size
       continue;
     }
     g = in_dtype(g, layers_[i]->compute_dtype(), cast_backward_[i]);
+    if (hooks_.before_backward) hooks_.before_backward(i);
     g = layers_[i]->run_backward(g, /*need_dx=*/input_grad || i > first_with_params);
+    if (hooks_.after_backward) hooks_.after_backward(i);
     if (on_layer_done) on_layer_done(i);
   }
   if (!input_grad) return Tensor();

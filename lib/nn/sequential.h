@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/model_spec.h"
@@ -21,6 +22,13 @@ struct LayerInfo {
   int64_t trainable_params = 0;  // elements of its trainable params
 };
 std::vector<LayerInfo> describe_layers(const ModelSpec& spec);
+
+// Calls around each top-level layer's forward and backward, in training and in
+// evaluation: a fully sharded strategy gathers a layer's parameters before it
+// runs and frees them after (strategy/fully_sharded.h). Any of them may be empty.
+struct LayerHooks {
+  std::function<void(size_t layer)> before_forward, after_forward, before_backward, after_backward;
+};
 
 class Sequential {
  public:
@@ -85,6 +93,10 @@ class Sequential {
   std::vector<Param*> trainable_params() const;
   int64_t count_params(bool trainable_only) const;
 
+  // Hooks around every forward and backward from now on (LayerHooks{}: none).
+  // after_backward(i) runs before backward()'s on_layer_done(i).
+  void set_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+
   // SHA-256 over every param's name, shape and float32 bytes, in params() order.
   std::string params_sha256() const;
   // The bytes params_sha256() hashes, handed to `feed` piece by piece (a pipeline
@@ -109,6 +121,7 @@ class Sequential {
   std::unique_ptr<TensorArena> arena_;
   std::unique_ptr<TensorArena> gradient_arena_;  // place()'s gradient_memory, when given
   DType compute_dtype_ = DType::kF32;
+  LayerHooks hooks_;
   // Activations and gradients converted between layers of different dtypes: slot i
   // is layer i's input (and its output's gradient); the last, the model's output.
   std::vector<Tensor> cast_forward_, cast_backward_;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "plan/plan_parts.h"
+#include "strategy/fully_sharded.h"
 #include "strategy/tensor_parallel.h"
 
 namespace dtrain::plan {
@@ -126,6 +127,12 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
     } else if (job.strategy.shard_optimizer_state) {
       g = Gradients::kShardedOptimizer;
       d.why = "strategy.shard_optimizer_state";
+    } else if (job.strategy.shard == strategy::ShardMode::kGradients) {
+      g = Gradients::kShardedGradients;
+      d.why = "strategy.shard \"gradients\"";
+    } else if (job.strategy.shard == strategy::ShardMode::kParameters) {
+      g = Gradients::kShardedParameters;
+      d.why = str("strategy.shard \"parameters\"", job.strategy.prefetch ? ", the next layer's gather prefetched" : "");
     } else if (n > 1) {
       g = Gradients::kReplicasThenTasks;
       d.why = str(n, " replicas in each task");
@@ -303,6 +310,11 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
                            str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel)),
                                " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, "
                                "attention by heads)")});
+  }
+  if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
+    // What ZeRO-2/3 cannot do yet is refused before any task starts (validate, launch).
+    if (in_group)
+      strategy::FullShard::check_supported(job.strategy_job(), static_cast<int>(job.strategy.replicas), p.device());
   }
   p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank),
                          p.split && p.training_tasks >= 2 ? &*p.split : nullptr);

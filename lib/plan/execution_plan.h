@@ -58,6 +58,8 @@ enum class Gradients {
   kReplicasThenTasks,  // the replicas in the process first, then replica 0 over the tasks' group
   kNccl,               // all-reduced on the GPU, in an NCCL group of the training tasks
   kShardedOptimizer,   // reduce-scattered over the tasks' group, parameters all-gathered (ZeRO-1)
+  kShardedGradients,   // reduce-scattered layer by layer as backward goes, parameters all-gathered (ZeRO-2)
+  kShardedParameters,  // reduce-scattered layer by layer; each layer's parameters gathered before it runs (ZeRO-3)
   kStageCopies,        // a pipeline stage's, all-reduced with the same stage of the other copies
   kStageAlone,         // a pipeline stage's, applied as they are (one copy of the pipeline)
   kParameterServers,   // pushed to the ps tasks, which apply them

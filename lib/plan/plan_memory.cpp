@@ -3,8 +3,10 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/strings.h"
 #include "strategy/registry.h"
+#include "strategy/tensor_parallel.h"
 
 namespace dtrain::plan {
 namespace {
@@ -31,6 +33,11 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
   q.central_copy = entry.central_copy;
   q.slots_on_ps = entry.cross_task == strategy::CrossTask::kParameterServer;
   if (job.strategy.shard_optimizer_state) q.optimizer_shards = std::max(1, training_tasks);
+  if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
+    q.full_shard = strategy::shard_mode_name(job.strategy.shard);
+    q.full_shards = q.optimizer_shards = std::max(1, training_tasks);
+    q.prefetch = job.strategy.prefetch;
+  }
   q.tensor_parallel = job.strategy.tensor_parallel;
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.
@@ -52,10 +59,50 @@ strategy::MemoryQuery pipeline_stage_memory_query(const job::JobConfig& job, siz
   return q;
 }
 
+std::string ways_that_fit(const job::JobConfig& job, int training_tasks) {
+  if (training_tasks < 2 || job.runtime.memory_limit <= 0) return "";
+  std::vector<std::string> fit, too_big;
+  const auto consider = [&](const std::string& what, const job::JobConfig& changed) {
+    strategy::MemoryQuery q = memory_query(changed, training_tasks);
+    const int64_t bytes = strategy::estimate_memory(q).total;
+    (bytes <= job.runtime.memory_limit ? fit : too_big)
+        .push_back(str(what, " (", format_bytes(static_cast<double>(bytes)), ")"));
+  };
+  job::JobConfig j = job;
+  j.strategy.type = &strategy::find_strategy("multi_worker_mirrored");
+  j.strategy.replicas = 1;
+  j.strategy.stages.clear();
+  j.strategy.stages_auto = false;
+  j.strategy.tensor_parallel = 1;
+  for (strategy::ShardMode mode :
+       {strategy::ShardMode::kParameters, strategy::ShardMode::kGradients, strategy::ShardMode::kOptimizerState}) {
+    job::JobConfig m = j;
+    m.strategy.shard = mode;
+    m.strategy.shard_optimizer_state = mode == strategy::ShardMode::kOptimizerState;
+    consider(str("strategy.shard \"", strategy::shard_mode_name(mode), "\""), m);
+  }
+  for (int t = 2; t <= training_tasks; ++t) {
+    if (training_tasks % t != 0 || strategy::tensor_split_plan(job.model, t).empty()) continue;
+    job::JobConfig m = j;
+    m.strategy.tensor_parallel = t;
+    try {
+      strategy::check_tensor_parallel(m.strategy_job(), training_tasks);
+    } catch (const ConfigError&) {
+      continue;  // (not for this job: mixed precision, norm clipping)
+    }
+    consider(str("strategy.tensor_parallel ", t), m);
+  }
+  std::string out = str("with ", training_tasks, " training tasks under multi_worker_mirrored");
+  if (fit.empty()) return str(out, " none fits either: ", join(too_big, ", "));
+  out += str(", these fit: ", join(fit, ", "));
+  if (!too_big.empty()) out += str("; these do not: ", join(too_big, ", "));
+  return out;
+}
+
 TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, const strategy::StageSplit* split) {
   const strategy::MemoryQuery query = memory_query(job, training_tasks);
-  if (!cuts_stages(job)) return {strategy::estimate_memory(query), "", true};
-  if (!split) return {strategy::estimate_memory(query), "", false};  // no cluster to cut the model over yet
+  if (!cuts_stages(job)) return {strategy::estimate_memory(query), "", true, training_tasks};
+  if (!split) return {strategy::estimate_memory(query), "", false, training_tasks};  // no cluster to cut the model over yet
   // This task's stage: its layers, one micro-batch's activations (the layers keep
   // one forward pass; the stage's other micro-batches in flight keep only their
   // inputs, for the forward run again before their backward).
@@ -72,7 +119,7 @@ TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, 
   return {strategy::estimate_memory(stage),
           str("Pipeline stage ", place.stage, " of ", stages, ": layers ", layers[first].name, "..",
               layers[end - 1].name),
-          true};
+          true, training_tasks};
 }
 
 }  // namespace dtrain::plan

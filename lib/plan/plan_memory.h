@@ -37,7 +37,16 @@ struct TaskMemory {
   strategy::MemoryEstimate estimate;
   std::string heading;
   bool checked = true;
+  int training_tasks = 1;
 };
+
+// For a task that does not fit runtime.memory_limit: each way multi_worker_mirrored
+// splits the model over `training_tasks` (shard "optimizer_state", "gradients",
+// "parameters"; tensor_parallel at each T that divides them and splits a layer),
+// with its estimate, those that fit first: "with 4 training tasks under
+// multi_worker_mirrored, these fit: shard \"parameters\" (61.3 MiB), ...". "" with
+// fewer than 2 tasks.
+std::string ways_that_fit(const job::JobConfig& job, int training_tasks);
 
 // The memory of training task `rank` of `training_tasks`: memory_query's, or
 // for a pipeline job (split given) the stage it holds: its layers, one

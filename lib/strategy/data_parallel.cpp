@@ -16,6 +16,7 @@
 #include "core/trace.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "strategy/fully_sharded.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
 #include "strategy/zero_shard.h"
@@ -54,6 +55,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
   // ZeRO-1: no full optimizer state anywhere (ZeroShard creates the slots of this task's slice).
   const bool zero = job.strategy.shard_optimizer_state && workers_;
+  // ZeRO-2/3: FullShard keeps this task's chunks of the gradients (and values) and their slots.
+  const bool full = workers_ && (job.strategy.shard == ShardMode::kGradients ||
+                                 job.strategy.shard == ShardMode::kParameters);
   const bool tensor_parallel = job.strategy.tensor_parallel > 1 && workers_;
   if (tensor_parallel) {
     check_tensor_parallel(job, workers_->size());
@@ -70,15 +74,19 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
                                                "\"device\": \"cpu\""));
   }
   if (zero) ZeroShard::check_supported(job, n);
+  if (full) FullShard::check_supported(job, n, devices[0]);
   if (loss_scaling_on(job, context)) {
     DT_CHECK(!central_, "make_strategy refuses loss scaling with central_storage");
+    if (full)
+      throw ConfigError(str(job.strategy.path, ".shard: \"", shard_mode_name(job.strategy.shard),
+                            "\" does not scale the loss (it trains in float32); use shard \"optimizer_state\""));
     loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   }
   std::vector<std::unique_ptr<comm::Communicator>> local;
   if (n > 1 && !central_) local = make_local_group(devices, context.local_nccl);
   // Whether the workers' all-reduce takes the gradients where they lie (the
   // same answer on every task: it asks them all for a shared area at once).
-  const bool shared_gradients = workers_ && n == 1 && !zero && !tensor_parallel && !context.gradients && devices[0].is_cpu() &&
+  const bool shared_gradients = workers_ && n == 1 && !zero && !full && !tensor_parallel && !context.gradients && devices[0].is_cpu() &&
                                 job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
@@ -92,7 +100,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
         log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
                   describe_tensor_split(job.model, tp_->plan()));
     }
-    r.optimizer = optim::make_optimizer(zero ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
+    r.optimizer = optim::make_optimizer(zero || full ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
     // Params, grads and optimizer slots in one allocation on the device; the
     // grads of a task's single host replica in the workers' shared area where
     // they have one (tasks sharing a machine: shared memory), where the
@@ -106,16 +114,16 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
           log::info("comm: gradients in shared memory, all-reduced where they lie (", floats * 4, " bytes a task)");
       }
     }
-    r.model->place(r.device, zero ? 0 : r.optimizer->slots_per_param(), gradient_memory);
+    r.model->place(r.device, zero || full ? 0 : r.optimizer->slots_per_param(), gradient_memory);
     r.trainable = r.model->trainable_params();
-    if (!zero) r.optimizer->create_state(r.trainable, r.model->arena());
+    if (!zero && !full) r.optimizer->create_state(r.trainable, r.model->arena());
     for (const auto& layer : r.model->layers()) {
       std::vector<nn::Param*> ps;
       for (nn::Param* p : layer->params())
         if (p->trainable()) ps.push_back(p);
       r.layer_params.push_back(ps);
     }
-    if (accumulation_ > 1)
+    if (accumulation_ > 1 && !full)  // (ZeRO-2/3 sum the micro-batches in their shard)
       for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), r.device);
     if (!local.empty()) r.local = std::move(local[i]);
   }
@@ -139,6 +147,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   }
   if (zero)
     zero_ = std::make_unique<ZeroShard>(replicas_[0].trainable, *workers_, job.optimizer, *replicas_[0].optimizer);
+  if (full)
+    full_ = std::make_unique<FullShard>(*replicas_[0].model, *workers_, job.optimizer, *replicas_[0].optimizer,
+                                        job.strategy.shard, job.strategy.prefetch);
   // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
   // no reducer, so no hand-off to a communication thread every step.
   // On GPUs with NCCL (context.gradients) a task's single replica reduces its
@@ -147,7 +158,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
   for (Replica& r : replicas_)
     if (comm::Communicator* group = device_gradients ? context.gradients : tp_ ? copies_group_.get() : group_of(r);
-        !zero_ && group && group->size() > 1) {
+        !zero_ && !full_ && group && group->size() > 1) {
       r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
                                                     job.strategy.allreduce_dtype);
       if (loss_scale_) r.reducer->track_non_finite();
@@ -263,14 +274,15 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     if (!last) {
       const trace::Span backward_span("backward", "compute");
       r.model->backward(r.grad_output);
-      for (size_t j = 0; j < r.trainable.size(); ++j) kernels::axpy(1.0f, r.trainable[j]->grad, r.accumulated[j]);
+      if (!full_)  // (ZeRO-2/3: the layers' hooks reduce-scatter each micro-batch's gradients into the shard)
+        for (size_t j = 0; j < r.trainable.size(); ++j) kernels::axpy(1.0f, r.trainable[j]->grad, r.accumulated[j]);
       continue;
     }
     if (r.reducer) r.reducer->begin_step();
     trace::Span backward_span("backward", "compute");
     r.model->backward(r.grad_output, [&](size_t layer) {
       for (nn::Param* p : r.layer_params[layer]) {
-        if (k > 1) {
+        if (k > 1 && !full_) {
           const size_t j = std::find(r.trainable.begin(), r.trainable.end(), p) - r.trainable.begin();
           kernels::axpy(1.0f, r.accumulated[j], p->grad);
           r.accumulated[j].zero();
@@ -281,6 +293,7 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     backward_span.end();
     if (r.reducer) r.comm_wait = r.reducer->finish_step();
     if (zero_) r.comm_wait = zero_->reduce_gradients();
+    if (full_) r.comm_wait = full_->finish_backward();
   }
   if (tp_) r.comm_wait += tp_->comm_seconds() - tp_seconds_before;  // the split layers' all-reduces
   r.compute = compute.seconds() - r.comm_wait;
@@ -289,9 +302,12 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   r.finite = !loss_scale_ || gradients_finite(r);
   if (!central_ && r.finite) {
     if (zero_) zero_->clip_norms();  // each param's norm over every task's slice of it
-    r.optimizer->apply(zero_ ? zero_->pieces() : r.trainable, loss_scale_ ? loss_scale_->applied_before(step) : step);
+    if (full_) full_->clip_norms();
+    r.optimizer->apply(zero_ ? zero_->pieces() : full_ ? full_->pieces() : r.trainable,
+                       loss_scale_ ? loss_scale_->applied_before(step) : step);
   }
   r.update = update.seconds();
+  if (full_) r.comm_wait += full_->after_update();  // ZeRO-2: every task's new values to every task
   // ZeRO: every task's updated slice to every task (a skipped step changed nothing anywhere).
   if (zero_ && r.finite) r.comm_wait += zero_->gather_values();
 }
@@ -426,6 +442,12 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
     load_named(central_->model().params(), model, "model");
     load_named(central_->optimizer().state(), optimizer, "optimizer state");
   }
+  if (full_) {  // this task's chunks of the trainable tensors; the rest whole
+    Replica& r = replicas_[0];
+    load_named(state_params(*r.model), model, "model");
+    full_->load(model, optimizer, *r.optimizer);
+    return;
+  }
   if (tp_) {  // this task's parts of the whole tensors
     Replica& r = replicas_[0];
     tp_->load(r.model->params(), model, "model");
@@ -445,6 +467,11 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
 }
 
 std::string DataParallelStrategy::params_sha256() {
+  if (full_) {
+    std::string hash;
+    full_->with_whole_model([&] { hash = replicas_[0].model->params_sha256(); });
+    return hash;
+  }
   return tp_ ? tp_->whole_sha256(replicas_[0].model->params()) : model().params_sha256();
 }
 
@@ -454,12 +481,23 @@ std::vector<StatePiece> DataParallelStrategy::state_pieces() {
     return tp_->pieces(replicas_[0].model->params(), replicas_[0].optimizer->state());
   }
   std::vector<StatePiece> out;
+  if (full_) {  // the chief writes the non-trainable state whole; every task its chunks
+    if (workers_->rank() == 0)
+      for (nn::Param* p : state_params(*replicas_[0].model)) out.push_back({p->name, p->value.shape(), 0, &p->value, false});
+    for (StatePiece& piece : full_->state_pieces(*replicas_[0].optimizer)) out.push_back(std::move(piece));
+    return out;
+  }
   if (!zero_) return out;
   // Every task holds the same parameters: the chief writes them whole.
   if (workers_->rank() == 0)
     for (nn::Param* p : replicas_[0].model->params()) out.push_back({p->name, p->value.shape(), 0, &p->value, false});
   for (StatePiece& piece : zero_->slot_pieces(*replicas_[0].optimizer)) out.push_back(std::move(piece));
   return out;
+}
+
+void DataParallelStrategy::with_whole_model(const std::function<void(nn::Sequential& model)>& use) {
+  if (!full_) return use(model());
+  full_->with_whole_model([&] { use(*replicas_[0].model); });
 }
 
 void DataParallelStrategy::sync_state() {

@@ -11,6 +11,12 @@
 // 1/N of the optimizer slots, and the values are all-gathered (ZeroShard). Its
 // checkpoints are sharded (state_pieces()).
 //
+// multi_worker_mirrored with strategy.shard "gradients" or "parameters" (ZeRO
+// stages 2 and 3, one replica per task): no bucketed all-reduce; FullShard's
+// hooks on the model reduce-scatter each layer's gradients as backward produces
+// them (and, stage 3, gather each layer's parameters just before it runs), each
+// task updates its 1/N chunks, and stage 2 all-gathers the values after.
+//
 // multi_worker_mirrored with strategy.tensor_parallel T (one replica per task):
 // each T consecutive tasks hold one copy of the model between them
 // (TensorParallel splits its layers; their collectives run inside the layers
@@ -56,6 +62,7 @@ enum class Combine {
 };
 
 class ZeroShard;
+class FullShard;
 class TensorParallel;
 
 class DataParallelStrategy : public Strategy {
@@ -89,11 +96,14 @@ class DataParallelStrategy : public Strategy {
   }
   // ZeRO-1: the model whole from the chief, each task's slices of the optimizer
   // slots. tensor_parallel: each task's parts of the split layers (whole tensors).
-  bool sharded_state() const override { return zero_ != nullptr || tp_ != nullptr; }
+  // ZeRO-2/3: each task's chunks of every trainable tensor and its slots.
+  bool sharded_state() const override { return zero_ != nullptr || tp_ != nullptr || full_ != nullptr; }
   std::vector<StatePiece> state_pieces() override;
-  // tensor_parallel: the whole model's (collective).
+  // tensor_parallel, ZeRO-2/3: the whole model's (collective).
   std::string params_sha256() override;
-  int optimizer_state_shards() const override { return zero_ ? workers_->size() : 1; }
+  // ZeRO-3: every layer gathered for `use`, freed after (collective).
+  void with_whole_model(const std::function<void(nn::Sequential& model)>& use) override;
+  int optimizer_state_shards() const override { return zero_ || full_ ? workers_->size() : 1; }
 
  private:
   struct Replica {
@@ -157,6 +167,7 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // train.precision mixed_float16 only
   size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
   std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
+  std::unique_ptr<FullShard> full_;  // strategy.shard "gradients" / "parameters"
   std::unique_ptr<TensorParallel> tp_;  // strategy.tensor_parallel
   // tensor_parallel: this task's copy's tasks (rank: its part), and the tasks
   // holding its part in the other copies (nullptr with one copy).

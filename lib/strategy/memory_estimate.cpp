@@ -7,6 +7,14 @@
 // - optimizer slots: slots_per_param() float32 tensors per trainable Param (Adam's
 //   m and v), or with optimizer_shards N a slice of shard_elements(T, N) elements
 //   per slot (ZeRO-1);
+// - ZeRO-2/3 (full_shard, over N tasks; strategy/fully_sharded.h): each top-level
+//   layer with trainable params is a unit of U floats (its tensors padded as in
+//   the arena), each task's chunk of it ceil(U / N). Gradients: the chunks, plus
+//   3 of the largest unit (the one backward writes, the one being reduce-scattered
+//   and the collectives' buffer); no accumulation buffer. ZeRO-2's parameters are
+//   whole plus the chunks' copy; ZeRO-3's are the chunks plus the largest unit 3
+//   times with prefetch (the layer running, the next one gathering, the last layer
+//   kept from its forward to its backward), 2 without, and the state whole;
 // - accumulation: with K > 1 micro-batches per update, one float32 buffer per
 //   trainable Param (the strategies' `accumulated`);
 // - weight copies: under mixed precision, Dense and Conv2D keep their kernel in the
@@ -128,6 +136,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   // One replica's figures; the forward ones for one batch.
   int64_t param_bytes = 0, trainable_elements = 0, copies = 0, forward = 0, backward = 0;
   int64_t held = 0;            // a pipeline stage's held micro-batch inputs
+  int64_t largest_unit = 0, shard_floats = 0;  // ZeRO-2/3: the largest layer's trainable floats, the task's chunks
+  const int64_t full = q.full_shard.empty() ? 1 : q.full_shards;
   bool params_below = false;   // a layer of the range before this one has params
   DType h_dtype = DType::kF32;  // the dtype of the activation flowing into the next layer
   Shape shape(spec.input_shape.begin(), spec.input_shape.end());
@@ -149,13 +159,17 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     LayerMemory row;
     row.name = layer->name();
     row.type = layer->type();
+    int64_t unit = 0;  // its trainable floats, padded as in the arena
     for (const nn::Param* p : layer->params()) {
       row.param_bytes += p->value.numel() * kF32Bytes;
       if (p->trainable()) {
         row.trainable_bytes += p->value.numel() * kF32Bytes;
         trainable_elements += p->value.numel();
+        unit += TensorArena::padded(p->value.numel());
       }
     }
+    largest_unit = std::max(largest_unit, unit);
+    shard_floats += (unit + full - 1) / full;
     const int64_t layer_copies = layer->weight_copy_bytes(dtype);
     const bool need_dx = q.needs_input_gradient || params_below;
     const nn::LayerBuffers b = layer->buffers(n, dtype, need_dx);
@@ -165,6 +179,10 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     const int64_t slot_share = row.trainable_bytes * e.slots_per_param / q.optimizer_shards;
     row.state_bytes = row.trainable_bytes + slot_share + layer_copies +
                       (q.gradient_accumulation_steps > 1 ? row.trainable_bytes : 0);
+    if (full > 1) {  // its chunk of the gradients (and values), its slots' share
+      row.state_bytes = row.trainable_bytes / full + slot_share;
+      if (q.full_shard == "parameters") row.param_bytes -= row.trainable_bytes - row.trainable_bytes / full;
+    }
 
     // Sequential converts the activation into the layer's dtype (kept: the layer
     // may keep its input), and converts the gradient coming down into it.
@@ -202,6 +220,15 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     e.gradients += trainable_bytes;
     e.optimizer_slots += e.slots_per_param * trainable_elements * kF32Bytes;
   }
+  if (!q.full_shard.empty()) {
+    DT_CHECK(r == 1 && !q.central_copy, "ZeRO-2/3 hold one replica");
+    e.gradients = (shard_floats + 3 * largest_unit) * kF32Bytes;
+    e.accumulation = 0;
+    e.parameters = q.full_shard == "parameters"
+                       ? param_bytes - trainable_bytes + (shard_floats + (q.prefetch ? 3 : 2) * largest_unit) * kF32Bytes
+                       : param_bytes + shard_floats * kF32Bytes;
+  }
+  e.full_shard = q.full_shard;
   e.param_count = param_bytes / kF32Bytes;
   e.total = e.parameters + e.gradients + e.optimizer_slots + e.accumulation + e.weight_copies + e.activations +
             e.backward_buffers;
@@ -215,7 +242,8 @@ std::string describe(const MemoryEstimate& e) {
     how.push_back(str(e.optimizer_name, " on the ps tasks (its slots are theirs)"));
   else
     how.push_back(str(e.optimizer_name, " with ", e.slots_per_param, " slot(s) per parameter",
-                      e.optimizer_shards > 1 ? str(" sharded over ", e.optimizer_shards, " tasks") : std::string()));
+                      e.optimizer_shards > 1 ? str(" sharded over ", e.optimizer_shards, " tasks") : std::string(),
+                      e.full_shard.empty() ? std::string() : str(" with the ", e.full_shard, " (strategy.shard)")));
   how.push_back(str("batches of ", e.batch_rows, " rows",
                     e.batches_in_flight > 1 ? str(" (", e.batches_in_flight, " in flight)") : std::string()));
   if (e.local_replicas > 1) how.push_back(str(e.local_replicas, " replicas"));
@@ -237,7 +265,8 @@ std::string memory_limit_problem(const MemoryEstimate& e) {
   if (activations_first) fixes.push_back("use a smaller batch (train.batch_size_per_replica)");
   fixes.push_back("shard the model with strategy.type \"pipeline\"");
   if (e.optimizer_shards <= 1 && e.optimizer_slots > 0)
-    fixes.push_back("the optimizer state with strategy.shard_optimizer_state: true (multi_worker_mirrored)");
+    fixes.push_back("the optimizer state with strategy.shard (\"optimizer_state\", \"gradients\" or "
+                    "\"parameters\": multi_worker_mirrored)");
   if (e.local_replicas > 1) fixes.push_back("use fewer strategy.replicas in one process");
   if (!activations_first) fixes.push_back("use a smaller batch");
   std::string fix = fixes.front();

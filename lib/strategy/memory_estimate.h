@@ -37,6 +37,12 @@ struct MemoryQuery {
   // forwards are run again before their backwards), float32, batch_rows rows each.
   int64_t held_inputs = 0;
   int64_t optimizer_shards = 1;    // ZeRO-1: slots split over this many tasks (each holds a padded 1/N slice)
+  // strategy.shard "gradients" (ZeRO-2) / "parameters" (ZeRO-3) over this many
+  // tasks (fully_sharded.h): 1/N of the gradients (and parameters), the slots of
+  // that 1/N, and the layers whole only while in flight. The mode's name, "" for none.
+  std::string full_shard;
+  int64_t full_shards = 1;
+  bool prefetch = true;             // ZeRO-3: one more layer gathered while one computes
   // strategy.tensor_parallel: the layers its plan splits hold their part 1/T
   // (parameters, gradients, slots and the activations of the split width).
   int64_t tensor_parallel = 1;
@@ -83,6 +89,7 @@ struct MemoryEstimate {
   int64_t batches_in_flight = 1;
   int64_t local_replicas = 1;
   int64_t optimizer_shards = 1;
+  std::string full_shard;        // "gradients" / "parameters" (ZeRO-2/3 over optimizer_shards tasks), else ""
   bool central_copy = false;
   int64_t limit_bytes = 0;      // from the query (0 = none)
   std::vector<LayerMemory> layers;  // the task's layers, in model order

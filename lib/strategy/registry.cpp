@@ -94,6 +94,14 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "multi_worker_mirrored: `true` shards the optimizer state (ZeRO stage 1): gradients are reduce-scattered, "
        "each task updates its 1/N slice of the parameters with its slice of the optimizer slots, and the "
        "parameters are all-gathered (false)"},
+      {"shard",
+       "multi_worker_mirrored: what each of the N tasks keeps only 1/N of: `\"none\"` (default), "
+       "`\"optimizer_state\"` (ZeRO stage 1, the same as shard_optimizer_state), `\"gradients\"` (ZeRO-2: the "
+       "gradients are reduce-scattered layer by layer as backward produces them, each task keeping its slice) or "
+       "`\"parameters\"` (ZeRO-3, PyTorch FSDP: each layer's parameters are all-gathered just before its forward and "
+       "backward and freed after). gradients and parameters: float32 on the CPU, one replica per task"},
+      {"prefetch", "multi_worker_mirrored with shard \"parameters\": the next layer's all-gather starts while this "
+                   "one computes (FSDP's forward and backward prefetch; true)"},
       {"tensor_parallel",
        "multi_worker_mirrored: each T consecutive tasks hold one copy of the model between them (Megatron's "
        "tensor parallelism): each pair of consecutive Dense layers splits, the first by output columns, the second "
@@ -130,6 +138,16 @@ std::vector<std::string> available_strategy_names() {
 
 const StrategyEntry& entry_of(const StrategySpec& spec) { return spec.type ? *spec.type : strategies().front(); }
 
+const char* shard_mode_name(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::kNone: return "none";
+    case ShardMode::kOptimizerState: return "optimizer_state";
+    case ShardMode::kGradients: return "gradients";
+    case ShardMode::kParameters: return "parameters";
+  }
+  return "none";
+}
+
 namespace {
 
 ps::PartitionerSpec read_partitioner(const config::Value& value) {
@@ -158,6 +176,25 @@ ps::PartitionerSpec read_partitioner(const config::Value& value) {
   return p;
 }
 
+// strategy.shard and strategy.prefetch (after shard_optimizer_state, which is
+// the same as shard "optimizer_state").
+void read_shard(config::Section& r, const StrategyEntry& entry, StrategySpec& strategy) {
+  for (const char* key : {"shard", "prefetch"})
+    if (r.has(key) && entry.name != "multi_worker_mirrored")
+      r.fail(key, str("only multi_worker_mirrored shards its state over tasks; '", entry.name, "' does not"));
+  const std::string shard = r.get_choice("shard", strategy.shard_optimizer_state ? "optimizer_state" : "none",
+                                         {"none", "optimizer_state", "gradients", "parameters"}, "shard mode");
+  for (ShardMode m : {ShardMode::kNone, ShardMode::kOptimizerState, ShardMode::kGradients, ShardMode::kParameters})
+    if (shard == shard_mode_name(m)) strategy.shard = m;
+  if (strategy.shard_optimizer_state && strategy.shard != ShardMode::kOptimizerState)
+    r.fail("shard", str("is \"", shard, "\" and shard_optimizer_state is true (the same as shard "
+                        "\"optimizer_state\"); keep one of them"));
+  strategy.shard_optimizer_state = strategy.shard == ShardMode::kOptimizerState;
+  strategy.prefetch = r.get_bool("prefetch", true);
+  if (r.has("prefetch") && strategy.shard != ShardMode::kParameters)
+    r.fail("prefetch", "applies only to \"shard\": \"parameters\" (the all-gathers it starts early)");
+}
+
 ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry, const StrategySpec& strategy) {
   config::Section r(value, "strategy.elastic");
   r.expect_keys({"min_workers", "max_workers", "settle_seconds", "batch"});
@@ -173,9 +210,10 @@ ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry,
   if (strategy.tensor_parallel > 1)
     value.fail("does not go with tensor_parallel: a lost task's part of the layers would be gone; set "
                "tensor_parallel to 1");
-  if (strategy.shard_optimizer_state)
-    value.fail("does not go with shard_optimizer_state: a lost task's slice of the optimizer state would have to "
-               "come from the last checkpoint, which is not built; set shard_optimizer_state to false");
+  if (strategy.shard != ShardMode::kNone)
+    value.fail(str("does not go with shard \"", shard_mode_name(strategy.shard), "\": a lost task's slice of the "
+                   "state would have to come from the last checkpoint, which is not built; drop `shard` and "
+                   "shard_optimizer_state"));
   e.min_workers = r.get_int("min_workers", 1, 1);
   e.max_workers = r.get_int("max_workers", 0, 1);
   if (e.max_workers > 0 && e.max_workers < e.min_workers)
@@ -244,12 +282,14 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("shard_optimizer_state", str("only multi_worker_mirrored shards its optimizer state; '", entry.name,
                                         "' does not (a pipeline's stages already hold only their own layers' state)"));
   strategy.shard_optimizer_state = r.get_bool("shard_optimizer_state", false);
+  read_shard(r, entry, strategy);
   if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored")
     r.fail("tensor_parallel", str("only multi_worker_mirrored splits its layers over tasks; '", entry.name, "' does not"));
   strategy.tensor_parallel = r.get_int("tensor_parallel", 1, 1);
-  if (strategy.tensor_parallel > 1 && strategy.shard_optimizer_state)
-    r.fail("tensor_parallel", "does not go with shard_optimizer_state yet (ZeRO over a tensor-parallel model is not "
-                              "built); set shard_optimizer_state to false");
+  if (strategy.tensor_parallel > 1 && strategy.shard != ShardMode::kNone)
+    r.fail("tensor_parallel", str("does not go with shard \"", shard_mode_name(strategy.shard),
+                                  "\" yet (ZeRO over a tensor-parallel model is not built); drop `shard` and "
+                                  "shard_optimizer_state"));
   const bool pipeline = entry.name == "pipeline";
   for (const char* key : {"stages", "micro_batches", "schedule", "data_parallel"})
     if (!pipeline && r.has(key)) r.fail(key, str("only pipeline takes '", key, "'; '", entry.name, "' does not"));

@@ -179,6 +179,10 @@ class Strategy {
   // computes it for one model holding them all: the same on every task. Collective
   // for strategies with sharded parameters (every training task calls it).
   virtual std::string params_sha256() { return model().params_sha256(); }
+  // Runs `use` while model() holds the whole model's values: ZeRO-3 gathers them
+  // first and frees them after (collective there: every task calls it). Else
+  // model() is as it is.
+  virtual void with_whole_model(const std::function<void(nn::Sequential& model)>& use) { use(model()); }
   // The shard of the training data this task reads (`workers` rank and size for
   // data parallelism; a pipeline's copy for its stages). Default: the whole data.
   virtual DataShard data_shard() const { return {}; }

@@ -49,6 +49,16 @@ struct ElasticSpec {
   std::string batch = "global";
 };
 
+// strategy.shard: what the tasks of multi_worker_mirrored split among them.
+enum class ShardMode {
+  kNone,            // every task holds everything (plain data parallelism)
+  kOptimizerState,  // ZeRO-1: the optimizer slots (shard_optimizer_state)
+  kGradients,       // ZeRO-2: the slots and the gradients
+  kParameters,      // ZeRO-3 / FSDP: the slots, the gradients and the parameters
+};
+// "none", "optimizer_state", "gradients", "parameters".
+const char* shard_mode_name(ShardMode mode);
+
 struct StrategySpec {
   std::string path = "strategy";
   const StrategyEntry* type = nullptr;  // nullptr until read: one_device
@@ -64,9 +74,16 @@ struct StrategySpec {
   int64_t max_staleness = 0;                     // stale: at most this many steps ahead of the slowest
   ps::PartitionerSpec partitioner;               // strategy.variable_partitioner
   int64_t steps_per_unit = 20;                   // strategy.steps_per_work_unit
-  // multi_worker_mirrored: ZeRO stage 1 (strategy.shard_optimizer_state): each task
-  // keeps and updates only its 1/N slice of the optimizer state.
+  // multi_worker_mirrored: ZeRO stage 1 (strategy.shard_optimizer_state, or
+  // strategy.shard "optimizer_state"): each task keeps and updates only its 1/N
+  // slice of the optimizer state.
   bool shard_optimizer_state = false;
+  // multi_worker_mirrored: what each task keeps 1/N of beyond the optimizer
+  // state (strategy.shard; fully_sharded.h): the gradients too (ZeRO stage 2),
+  // or the parameters as well (ZeRO stage 3, FSDP).
+  ShardMode shard = ShardMode::kNone;
+  // ZeRO-3: each layer's gather for the next layer starts while this one computes.
+  bool prefetch = true;
   // multi_worker_mirrored: the tasks that hold one copy of the model between
   // them (tensor parallelism, tensor_parallel.h); 1: none.
   int64_t tensor_parallel = 1;

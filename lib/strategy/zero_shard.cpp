@@ -112,31 +112,7 @@ double ZeroShard::reduce_gradients() {
 }
 
 void ZeroShard::clip_norms() {
-  if (clipnorm_ <= 0.0 && global_clipnorm_ <= 0.0) return;
-  const Device device = params_.front()->grad.device();
-  const int64_t pieces = static_cast<int64_t>(pieces_.size());
-  std::vector<float> per_param(params_.size(), 0.0f);
-  if (pieces > 0) {
-    if (!piece_squares_.defined()) piece_squares_ = Tensor({pieces}, device);
-    for (int64_t i = 0; i < pieces; ++i) {
-      Tensor sum = piece_squares_.flat_slice(i, 1);
-      kernels::sum_of_squares(pieces_[static_cast<size_t>(i)].grad, sum);
-    }
-    std::vector<float> host(static_cast<size_t>(pieces));
-    piece_squares_.copy_to_host(host.data());  // waits for the sums on a GPU
-    for (size_t i = 0; i < host.size(); ++i) per_param[piece_of_[i].param] += host[i];
-  }
-  // Each param's sum of squares over every task's pieces of it.
-  if (workers_.size() > 1) workers_.all_reduce(per_param.data(), per_param.size(), comm::ReduceOp::kSum);
-  if (!param_squares_.defined()) param_squares_ = Tensor({static_cast<int64_t>(params_.size())}, device);
-  param_squares_.copy_from_host(per_param.data());
-  for (size_t i = 0; i < pieces_.size(); ++i) {
-    if (clipnorm_ > 0.0)
-      kernels::clip_by_norm(pieces_[i].grad, param_squares_.flat_slice(static_cast<int64_t>(piece_of_[i].param), 1),
-                            static_cast<float>(clipnorm_));
-    else
-      kernels::clip_by_norm(pieces_[i].grad, param_squares_, static_cast<float>(global_clipnorm_));
-  }
+  clip_pieces_by_norm(piece_pointers_, piece_of_, params_.size(), workers_, clipnorm_, global_clipnorm_);
 }
 
 double ZeroShard::gather_values() {
@@ -152,33 +128,11 @@ double ZeroShard::gather_values() {
 }
 
 std::vector<StatePiece> ZeroShard::slot_pieces(optim::Optimizer& optimizer) const {
-  std::vector<StatePiece> out;
-  const std::vector<nn::Param*> state = optimizer.state();  // slot-major: slot k of every piece, then k + 1
-  DT_CHECK(pieces_.empty() ? state.empty() : state.size() % pieces_.size() == 0,
-           "optimizer slots that are not one per piece");
-  for (size_t j = 0; j < state.size(); ++j) {
-    const PieceOf& of = piece_of_[j % pieces_.size()];
-    out.push_back({state[j]->name, params_[of.param]->value.shape(), of.offset, &state[j]->value, true});
-  }
-  return out;
+  return pieces_of(optimizer.state(), piece_of_, params_, true);
 }
 
 void ZeroShard::load_slots(optim::Optimizer& optimizer, const Strategy::TensorLookup& lookup) const {
-  const std::vector<nn::Param*> state = optimizer.state();
-  for (size_t j = 0; j < state.size(); ++j) {
-    nn::Param& slot = *state[j];
-    const PieceOf& of = piece_of_[j % pieces_.size()];
-    const Shape& whole = params_[of.param]->value.shape();
-    const Tensor* t = lookup(slot.name);
-    if (!t)
-      throw ConfigError(str("the checkpoint's optimizer state has no tensor '", slot.name,
-                            "': it was written for another model or optimizer"));
-    if (t->shape() == whole) slot.value.copy_from(t->flat_slice(of.offset, slot.value.numel()));
-    else if (t->shape() == slot.value.shape()) slot.value.copy_from(*t);
-    else
-      throw ConfigError(str("the checkpoint's optimizer state tensor '", slot.name, "' has shape ",
-                            shape_str(t->shape()), " but the model needs ", shape_str(whole)));
-  }
+  load_pieces(optimizer.state(), piece_of_, params_, lookup, "optimizer state");
 }
 
 }  // namespace dtrain::strategy

@@ -33,6 +33,7 @@
 #include "comm/communicator.h"
 #include "nn/layer.h"
 #include "optim/optimizer.h"
+#include "strategy/shard_pieces.h"
 #include "strategy/strategy.h"
 #include "tensor/arena.h"
 
@@ -87,11 +88,6 @@ class ZeroShard {
   void load_slots(optim::Optimizer& optimizer, const Strategy::TensorLookup& lookup) const;
 
  private:
-  struct PieceOf {
-    size_t param = 0;    // index into params_
-    int64_t offset = 0;  // of the piece's first element inside the param
-  };
-
   comm::Communicator& workers_;
   std::vector<nn::Param*> params_;
   Tensor values_, grads_;  // the flat ranges of the arena (G floats each)
@@ -100,12 +96,11 @@ class ZeroShard {
   int64_t lo_ = 0, hi_ = 0;  // this task's slice [lo, hi), hi clamped to G
   std::vector<nn::Param> pieces_;
   std::vector<nn::Param*> piece_pointers_;
-  std::vector<PieceOf> piece_of_;
+  std::vector<PieceOf> piece_of_;  // of params_
   std::unique_ptr<TensorArena> slots_;  // the optimizer's slots for the pieces
   std::vector<float> whole_;  // N * chunk: the gradients to reduce-scatter, then the gathered values
   std::vector<float> mine_;   // chunk: this task's reduced gradients, then its values
   double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
-  Tensor piece_squares_, param_squares_;  // clip_norms(): per piece, then per param over the tasks
   std::function<void(float*)> fill_extras_;
   std::vector<float> extras_;
   bool track_non_finite_ = false;

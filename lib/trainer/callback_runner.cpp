@@ -67,7 +67,10 @@ CallbackRunner::Decision CallbackRunner::on_epoch_end(int64_t epoch, const Epoch
 void CallbackRunner::snapshot(const EpochReport& report) {
   best_params_.clear();
   // clone(): a copy where the parameters are (to_host() would share a CPU tensor).
-  for (const nn::Param* p : strategy_.model().params()) best_params_.emplace(p->name, p->value.clone());
+  // (ZeRO-3: the whole values, gathered for the copy; every task takes it at once)
+  strategy_.with_whole_model([&](nn::Sequential& model) {
+    for (const nn::Param* p : model.params()) best_params_.emplace(p->name, p->value.clone());
+  });
   best_report_ = report;
 }
 

@@ -32,7 +32,11 @@ strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::Tas
   std::printf("%s", strategy::describe(memory.estimate).c_str());
   std::fflush(stdout);
   const std::string problem = strategy::memory_limit_problem(memory.estimate);
-  if (!problem.empty()) throw ConfigError(str(job.source, ": ", job.runtime.path, ".memory_limit: ", problem));
+  if (!problem.empty()) {
+    const std::string ways = plan::ways_that_fit(job, memory.training_tasks);
+    throw ConfigError(str(job.source, ": ", job.runtime.path, ".memory_limit: ", problem,
+                          ways.empty() ? std::string() : str("; ", ways)));
+  }
   return memory.estimate;
 }
 

@@ -231,6 +231,12 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
                    {"weight_copies", s.memory->weight_copies}, {"activations", s.memory->activations},
                    {"backward_buffers", s.memory->backward_buffers}, {"total", s.memory->total},
                    {"limit", s.memory->limit_bytes}};
+  if (s.memory && s.measured_memory)
+    j["memory"]["measured"] = {{"before_model", s.measured_memory->before_model},
+                               {"data", s.measured_memory->data},
+                               {"peak", s.measured_memory->peak},
+                               {"peak_from_loop", s.measured_memory->peak_from_loop},
+                               {"training", s.measured_memory->training()}};
   if (s.evaluations) {
     j["evaluations"] = nlohmann::json::array();
     for (const Evaluation& e : *s.evaluations) {

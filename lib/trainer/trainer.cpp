@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process_memory.h"
 #include "core/strings.h"
 #include "core/timer.h"
 #include "trainer/callback_runner.h"
@@ -54,6 +55,7 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
               summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
+  const int64_t before_data = resident_bytes();
   // (an elastic job's later generations use the data its first one loaded)
   std::shared_ptr<data::Dataset> train_data = options.elastic ? options.elastic->train_data : nullptr;
   std::shared_ptr<data::Dataset> test_data = options.elastic ? options.elastic->test_data : nullptr;
@@ -65,6 +67,7 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   if (test_data) t.test = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job, plan.prefetch));
   std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
               test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
+  if (summary.measured_memory) summary.measured_memory->data = resident_bytes() - before_data;
 
   const int64_t accumulation = job.train.gradient_accumulation_steps;
   t.steps_per_epoch = t.train->batches_per_epoch() / accumulation;
@@ -169,6 +172,7 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   summary.threads = plan.threads;
   const Device device = prepare_device(job, plan);
   summary.device = device.str();
+  summary.measured_memory = RunSummary::MeasuredMemory{resident_bytes()};
   StrategyTraining t = set_up(job, plan, options, device, summary);
   strategy::Strategy& s = *t.strategy;
   summary.label_width = t.train->dataset().label_width;
@@ -184,7 +188,9 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   StrategySteps steps(job, s, *t.train, checkpointer, options, t.steps_per_epoch, t.global_batch, start.global_step);
   const LoopContext context{job,           s, checkpointer, callbacks, metrics, t.test.get(), t.steps_per_epoch,
                             t.global_batch, summary.label_width, options.elastic};
+  summary.measured_memory->peak_from_loop = reset_peak_resident();
   const LoopResult loop = run_epochs(context, steps, start);
+  summary.measured_memory->peak = peak_resident_bytes();
 
   // The report.
   report_strategy_steps(job, s, steps, loop, summary);

@@ -143,6 +143,16 @@ struct RunSummary {
   std::optional<std::vector<Evaluation>> evaluations;  // an evaluator task, oldest first
   // The memory estimate this task was checked against runtime.memory_limit with.
   std::optional<strategy::MemoryEstimate> memory;
+  // What the system counted resident (core/process_memory.h): before the model
+  // was built, what loading the data added, and the peak during the training
+  // loop (measured from its start where the system lets the peak be reset, else
+  // from the process's). The training's own: peak - before_model - data.
+  struct MeasuredMemory {
+    int64_t before_model = 0, data = 0, peak = 0;
+    bool peak_from_loop = false;
+    int64_t training() const { return peak - before_model - data; }
+  };
+  std::optional<MeasuredMemory> measured_memory;
   // strategy.elastic: every change of the training tasks, oldest first.
   std::vector<MembershipChange> membership_changes;
 };

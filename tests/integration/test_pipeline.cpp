@@ -295,7 +295,7 @@ TEST_CASE("a model over runtime.memory_limit under one_device trains as a 4-stag
   json job = wide(limited);
   job["runtime"] = {{"memory_limit", "400MiB"}};
   const RunOutput refused = run_dtrain({"run", "--config", write_job(limited, job), "--threads", "1"}, {60.0, ""});
-  check_error(refused, 2, {"runtime.memory_limit", "571.0 MiB", "pipeline", "shard_optimizer_state"});
+  check_error(refused, 2, {"runtime.memory_limit", "571.0 MiB", "pipeline", "strategy.shard (\"optimizer_state\""});
 
   job["output"]["dir"] = piped.file("out");
   job["strategy"] = {{"type", "pipeline"}, {"stages", "auto"}};

@@ -1,12 +1,20 @@
-// ZeRO stage 1 (strategy.shard_optimizer_state) under multi_worker_mirrored, on
-// threads of this process: with N = 1, 2, 3 and 4 tasks (the flat parameter
+// ZeRO stages 1, 2 and 3 (strategy.shard_optimizer_state, strategy.shard
+// "gradients" and "parameters") under multi_worker_mirrored, on threads of this
+// process. Stage 1: with N = 1, 2, 3 and 4 tasks (the flat parameter
 // range of 325 floats divides by none of 2, 3, 4: padded) the sharded run follows
 // the unsharded one step by step (losses and final parameters within 1e-5
 // relative) with Adam, SGD with momentum, norm clipping, loss scaling and
 // gradient accumulation; each task holds exactly its slice of the optimizer
 // slots; whole optimizer state loads into a sharded strategy (another N) and
 // comes back whole from its checkpoint pieces; what ZeRO does not do is a
-// ConfigError.
+// ConfigError. Stages 2 and 3 (at the end): the same trajectory at N = 1..4
+// with and without prefetch, over Gloo, with clipping and accumulation; each
+// task's slots are of its chunks only; the freed pages are not resident; the
+// pieces make the whole model and state, load into another N and resume the
+// same; what they do not do is refused.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -117,11 +125,13 @@ std::vector<TaskRun> run(const job::JobConfig& job, int n, const RunOptions& o =
       t.strategy->train_step(micro, step, stats);
       t.losses.push_back(stats.loss_sum / static_cast<double>(stats.count));
     }
-    for (const nn::Param* p : t.strategy->model().params()) {
-      std::vector<float>& v = t.params[p->name];
-      v.resize(static_cast<size_t>(p->value.numel()));
-      p->value.copy_to_host(v.data());
-    }
+    t.strategy->with_whole_model([&](nn::Sequential& model) {  // (ZeRO-3: gathered for this)
+      for (const nn::Param* p : model.params()) {
+        std::vector<float>& v = t.params[p->name];
+        v.resize(static_cast<size_t>(p->value.numel()));
+        p->value.copy_to_host(v.data());
+      }
+    });
     t.state_bytes = t.strategy->optimizer_state_bytes();
     t.pieces = t.strategy->state_pieces();
     return "";
@@ -327,4 +337,212 @@ TEST_CASE("ZeRO-1: what it does not do is a ConfigError saying what to do instea
   // Only multi_worker_mirrored reads the key.
   CHECK_THROWS_WITH(test::tiny_dense_job("mirrored", R"(, "shard_optimizer_state": true)"),
                     Contains("only multi_worker_mirrored"));
+}
+
+namespace {
+
+// Four Dense layers with a Dropout of rate 0 between (a layer without params)
+// and sizes that divide by none of 3 or 4: the units of 112, 144, 80 and 21 floats
+// (padded: 128 + 64, 128 + 64 ...) cut into chunks with padding.
+job::JobConfig full_job(strategy::ShardMode mode, const std::string& optimizer, bool prefetch = true) {
+  job::JobConfig job = job::parse_job_config(R"({
+    "strategy": {"type": "multi_worker_mirrored"},
+    "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 16, "activation": "tanh"},
+                                             {"type": "Dense", "units": 8, "activation": "relu"},
+                                             {"type": "Dropout", "rate": 0.0},
+                                             {"type": "Dense", "units": 10, "activation": "gelu"},
+                                             {"type": "Dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "optimizer": )" + optimizer + R"(,
+    "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+    "train": {"batch_size_per_replica": 4, "seed": 7}})",
+                                             "job.json");
+  job.strategy.shard = mode;
+  job.strategy.prefetch = prefetch;
+  return job;
+}
+
+using strategy::ShardMode;
+
+// Every trainable tensor's elements held in `tasks`' slots, as a share of all (1.0: each exactly once).
+void check_slots_split(const std::vector<TaskRun>& tasks, int64_t whole_bytes) {
+  int64_t total = 0;
+  for (const TaskRun& t : tasks) {
+    CHECK((tasks.size() == 1 || t.state_bytes < whole_bytes));
+    total += t.state_bytes;
+  }
+  CHECK(total == whole_bytes);
+}
+
+// The share of `t`'s pages that are resident (mincore).
+double resident_share(const Tensor& t) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data()) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.data() + t.numel());
+  std::vector<unsigned char> in((end - begin + page - 1) / page);
+  REQUIRE(mincore(reinterpret_cast<void*>(begin), end - begin, in.data()) == 0);
+  return static_cast<double>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return c & 1; })) /
+         static_cast<double>(in.size());
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-2 and ZeRO-3 follow the unsharded run over 20 steps, N = 1..4, with and without prefetch") {
+  for (const char* optimizer : {kAdam, kMomentum}) {
+    for (int n : {1, 2, 3, 4}) {
+      const std::vector<TaskRun> reference = run(full_job(ShardMode::kNone, optimizer), n);
+      CHECK(reference[0].losses.back() != reference[0].losses.front());  // it trains
+      for (ShardMode mode : {ShardMode::kGradients, ShardMode::kParameters})
+        for (bool prefetch : {true, false}) {
+          if (mode == ShardMode::kGradients && !prefetch) continue;
+          CAPTURE(optimizer, n, strategy::shard_mode_name(mode), prefetch);
+          const std::vector<TaskRun> sharded = run(full_job(mode, optimizer, prefetch), n);
+          check_same_trajectory(sharded, reference[0]);
+          check_slots_split(sharded, reference[0].state_bytes);
+          CHECK(sharded[0].strategy->optimizer_state_shards() == n);
+        }
+    }
+  }
+}
+
+TEST_CASE("ZeRO-2 and ZeRO-3 over Gloo, with norm clipping and gradient accumulation, follow the unsharded run") {
+  RunOptions gloo;
+  gloo.gloo = true;
+  const std::vector<TaskRun> unsharded = run(full_job(ShardMode::kNone, kAdam), 3, gloo);
+  INFO("gloo");
+  check_same_trajectory(run(full_job(ShardMode::kParameters, kAdam), 3, gloo), unsharded[0]);
+  check_same_trajectory(run(full_job(ShardMode::kGradients, kAdam), 3, gloo), unsharded[0]);
+  for (const char* optimizer : {R"({"type": "adam", "learning_rate": 0.01, "clipnorm": 0.05})",
+                                R"({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9, "global_clipnorm": 0.05})"}) {
+    CAPTURE(optimizer);
+    const std::vector<TaskRun> clipped = run(full_job(ShardMode::kNone, optimizer), 4);
+    check_same_trajectory(run(full_job(ShardMode::kParameters, optimizer), 4), clipped[0]);
+  }
+  INFO("accumulation");
+  RunOptions accumulate;
+  accumulate.accumulation = 3;
+  accumulate.steps = 8;
+  const std::vector<TaskRun> accumulated = run(full_job(ShardMode::kNone, kMomentum), 2, accumulate);
+  check_same_trajectory(run(full_job(ShardMode::kParameters, kMomentum), 2, accumulate), accumulated[0]);
+  check_same_trajectory(run(full_job(ShardMode::kGradients, kMomentum), 2, accumulate), accumulated[0]);
+}
+
+TEST_CASE("ZeRO-3 frees the pages of the layers it is not running, ZeRO-2 those of the gradients") {
+  // Two Dense layers of 1 MiB kernels: 256 pages each.
+  const auto big_job = [](ShardMode mode) {
+    job::JobConfig job = job::parse_job_config(R"({
+      "strategy": {"type": "multi_worker_mirrored"},
+      "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 512, "activation": "relu"},
+                                               {"type": "Dense", "units": 512, "activation": "relu"},
+                                               {"type": "Dense", "units": 512, "activation": "relu"},
+                                               {"type": "Dense", "units": 3}]},
+      "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+      "optimizer": {"type": "sgd", "learning_rate": 0.01},
+      "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
+      "train": {"batch_size_per_replica": 4, "seed": 7}})",
+                                               "job.json");
+    job.strategy.shard = mode;
+    return job;
+  };
+  RunOptions o;
+  o.steps = 2;
+  for (ShardMode mode : {ShardMode::kNone, ShardMode::kGradients, ShardMode::kParameters}) {
+    CAPTURE(strategy::shard_mode_name(mode));
+    const std::vector<TaskRun> tasks = run(big_job(mode), 2, o);
+    // dense_1's kernel (512 x 512): neither the first nor the last unit.
+    for (const TaskRun& t : tasks) {
+      const nn::Param* kernel = t.strategy->model().trainable_params()[2];
+      REQUIRE(kernel->value.numel() == 512 * 512);
+      const double values = resident_share(kernel->value), grads = resident_share(kernel->grad);
+      CHECK(values == (mode == ShardMode::kParameters ? Approx(0.0).margin(0.01) : Approx(1.0)));
+      CHECK(grads == (mode == ShardMode::kNone ? Approx(1.0) : Approx(0.0).margin(0.01)));
+    }
+  }
+}
+
+TEST_CASE("ZeRO-3 state: its pieces are the whole model and slots, load into another N and resume the same") {
+  RunOptions first;
+  first.steps = 5;
+  const std::vector<TaskRun> sharded = run(full_job(ShardMode::kParameters, kAdam), 3, first);
+  const std::vector<TaskRun> unsharded = run(full_job(ShardMode::kNone, kAdam), 3, first);
+  // The pieces put together: every element exactly once, equal to the unsharded run's state.
+  TensorMap model, optimizer;
+  std::map<std::string, std::vector<int>> hits;
+  for (const TaskRun& t : sharded)
+    for (const strategy::StatePiece& piece : t.pieces) {
+      TensorMap& into = piece.optimizer ? optimizer : model;
+      auto [it, added] = into.emplace(piece.name, Tensor(piece.whole_shape));
+      std::vector<int>& h = hits[piece.name];
+      h.resize(static_cast<size_t>(it->second.numel()));
+      const Tensor host = piece.value->to_host();
+      for (int64_t i = 0; i < host.numel(); ++i) {
+        it->second.data()[piece.offset + i] = host.data()[i];
+        ++h[static_cast<size_t>(piece.offset + i)];
+      }
+    }
+  for (const auto& [name, h] : hits) {
+    INFO(name);
+    CHECK(std::all_of(h.begin(), h.end(), [](int c) { return c == 1; }));
+  }
+  REQUIRE(model.size() == 8);
+  REQUIRE(optimizer.size() == 16);
+  for (const auto& [name, values] : unsharded[0].params) {
+    INFO(name);
+    const Tensor& got = model.at(name);
+    for (size_t i = 0; i < values.size(); ++i) REQUIRE(got.data()[i] == Approx(values[i]).epsilon(1e-5).margin(1e-7));
+  }
+
+  // Resumed from those tensors on 2 and 4 tasks, ZeRO-3 and ZeRO-2: the unsharded resumed run's trajectory.
+  RunOptions resume;
+  resume.steps = 5;
+  resume.first_step = 5;
+  resume.start_model = &model;
+  resume.start_optimizer = &optimizer;
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    const std::vector<TaskRun> reference = run(full_job(ShardMode::kNone, kAdam), n, resume);
+    check_same_trajectory(run(full_job(ShardMode::kParameters, kAdam), n, resume), reference[0]);
+    check_same_trajectory(run(full_job(ShardMode::kGradients, kAdam), n, resume), reference[0]);
+  }
+  // The hash of the whole model, the same on every task and as the unsharded model that holds it.
+  RunOptions loaded = resume;
+  loaded.steps = 0;
+  const std::vector<TaskRun> at_three = run(full_job(ShardMode::kParameters, kAdam), 3, loaded);
+  const std::vector<TaskRun> at_one = run(full_job(ShardMode::kNone, kAdam), 1, loaded);
+  std::vector<std::string> hashes(3);
+  test::check_all_ok(test::run_on_threads(3, [&](int r) -> std::string {
+    hashes[static_cast<size_t>(r)] = at_three[static_cast<size_t>(r)].strategy->params_sha256();
+    return "";
+  }));
+  for (const std::string& h : hashes) CHECK(h == at_one[0].strategy->params_sha256());
+}
+
+TEST_CASE("ZeRO-2 and ZeRO-3: what they do not do is a ConfigError saying what to do instead") {
+  auto group = comm::make_local_group(1);
+  strategy::StrategyContext context{group[0].get(), 1};
+  job::JobConfig replicas = full_job(ShardMode::kParameters, kAdam);
+  replicas.strategy.replicas = 2;
+  CHECK_THROWS_WITH(strategy::make_strategy(replicas.strategy_job(), context), Contains("one replica per task"));
+  job::JobConfig bf16 = full_job(ShardMode::kGradients, kAdam);
+  bf16.strategy.allreduce_dtype = strategy::AllreduceDType::kBfloat16;
+  CHECK_THROWS_WITH(strategy::make_strategy(bf16.strategy_job(), context), Contains("use \"float32\""));
+  job::JobConfig mixed = full_job(ShardMode::kParameters, kAdam);
+  mixed.model.compute_dtype = DType::kBF16;
+  CHECK_THROWS_WITH(strategy::make_strategy(mixed.strategy_job(), context), Contains("train.precision"));
+  context.loss_scaling = true;
+  CHECK_THROWS_WITH(strategy::make_strategy(full_job(ShardMode::kParameters, kAdam).strategy_job(), context),
+                    Contains("does not scale the loss"));
+  // The keys, as read.
+  CHECK_THROWS_WITH(test::tiny_dense_job("mirrored", R"(, "shard": "parameters")"), Contains("only multi_worker_mirrored"));
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "gradients", "shard_optimizer_state": true)"),
+                    Contains("keep one of them"));
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "gradients", "prefetch": false)"),
+                    Contains("applies only to"));
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "everything")"), Contains("parameters"));
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "parameters", "tensor_parallel": 2)"),
+                    Contains("ZeRO over a tensor-parallel model"));
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "parameters", "elastic": {})"),
+                    Contains("does not go with shard"));
+  const job::JobConfig same = test::tiny_dense_job("multi_worker_mirrored", R"(, "shard": "optimizer_state")");
+  CHECK(same.strategy.shard_optimizer_state);
 }

@@ -1,0 +1,290 @@
+// Implementation of fully_sharded.h.
+#include "strategy/fully_sharded.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "strategy/registry.h"
+
+namespace dtrain::strategy {
+namespace {
+
+// Hands the whole pages inside [data, data + count) back to the system: they
+// read zero when touched again. The pages at either end, shared with what lies
+// beside the range, stay. (If the system refuses, the range keeps its memory;
+// nothing here relies on freed values reading zero.)
+void free_pages(float* data, int64_t count) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data + count) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+int64_t offset_in(const nn::Param& p, const float* values, const float* grads) {
+  const int64_t at = p.value.data() - values;
+  DT_CHECK(at == p.grad.data() - grads, "the gradients of ", p.name, " lie elsewhere than its values");
+  return at;
+}
+
+}  // namespace
+
+void FullShard::check_supported(const StrategyJob& job, int local_replicas, const Device& device) {
+  const std::string path = job.strategy.path + ".shard";
+  const std::string mode = str("\"", shard_mode_name(job.strategy.shard), "\"");
+  if (local_replicas > 1)
+    throw ConfigError(str(path, ": ", mode, " takes one replica per task, and this job has ", local_replicas, " (",
+                          job.strategy.path, ".replicas); drop `replicas` and run more tasks instead "
+                          "(`dtrain launch --workers N`)"));
+  if (!device.is_cpu())
+    throw ConfigError(str(path, ": ", mode, " runs on the CPU so far (it frees a layer's memory page by page, "
+                          "which a GPU's allocations cannot); set \"device\": \"cpu\", or use shard "
+                          "\"optimizer_state\" on GPUs"));
+  if (job.model.compute_dtype != DType::kF32)
+    throw ConfigError(str(path, ": ", mode, " trains in float32 so far; set train.precision to \"float32\", or use "
+                          "shard \"optimizer_state\""));
+  if (job.strategy.allreduce_dtype == AllreduceDType::kBfloat16)
+    throw ConfigError(str(job.strategy.path, ".allreduce_dtype: 'bfloat16' is not supported with shard ", mode,
+                          " (the gradients are reduce-scattered in float32); use \"float32\""));
+  if (job.strategy.communication == Communication::kNccl)
+    throw ConfigError(str(job.strategy.path, ".communication: 'nccl' is not supported with shard ", mode,
+                          " (its collectives go through Gloo, in host memory); use \"auto\" or \"ring\""));
+}
+
+FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const optim::OptimizerSpec& spec,
+                     optim::Optimizer& optimizer, ShardMode mode, bool prefetch)
+    : model_(model),
+      workers_(workers),
+      stage3_(mode == ShardMode::kParameters),
+      prefetch_(prefetch && mode == ShardMode::kParameters),
+      params_(model.trainable_params()),
+      clipnorm_(spec.clipnorm),
+      global_clipnorm_(spec.global_clipnorm) {
+  DT_CHECK(mode == ShardMode::kGradients || mode == ShardMode::kParameters, "FullShard is ZeRO stage 2 or 3");
+  DT_CHECK(!params_.empty(), "ZeRO sharding of a model without trainable params");
+  Tensor values = Tensor::span(params_.front()->value, params_.back()->value);
+  Tensor grads = Tensor::span(params_.front()->grad, params_.back()->grad);
+  DT_CHECK(values.device().is_cpu(), "FullShard holds a host model");
+  values_ = values.data();
+  grads_ = grads.data();
+  const int64_t flat = values.numel();
+  const int n = workers.size(), rank = workers.rank();
+  // The units: each top-level layer's trainable params, consecutive in the arena.
+  unit_of_layer_.assign(model.layers().size(), -1);
+  std::vector<size_t> first_param;
+  size_t next = 0;
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    size_t count = 0;
+    for (const nn::Param* p : model.layers()[i]->params()) count += p->trainable() ? 1 : 0;
+    if (count == 0) continue;
+    unit_of_layer_[i] = static_cast<int>(units_.size());
+    units_.push_back({i, offset_in(*params_[next], values_, grads_)});
+    first_param.push_back(next);
+    next += count;
+  }
+  DT_CHECK_EQ(next, params_.size());
+  first_param.push_back(params_.size());
+  int64_t max_chunk = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    unit.length = (u + 1 < units_.size() ? units_[u + 1].begin : flat) - unit.begin;
+    DT_CHECK(unit.length > 0, "the layers' trainable values are not in model order in the arena");
+    unit.chunk = (unit.length + n - 1) / n;
+    unit.shard_at = shard_floats_;
+    shard_floats_ += unit.chunk;
+    largest_unit_ = std::max(largest_unit_, unit.length);
+    max_chunk = std::max(max_chunk, unit.chunk);
+  }
+  shard_values_ = Tensor({shard_floats_});
+  shard_grads_ = Tensor({shard_floats_});
+  // This task's chunk of each unit, and the pieces of the params inside it.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    const int64_t lo = std::min(unit.begin + unit.length, unit.begin + rank * unit.chunk);
+    const int64_t hi = std::min(unit.begin + unit.length, lo + unit.chunk);
+    std::copy(values_ + lo, values_ + hi, shard_values_.data() + unit.shard_at);
+    for (size_t k = first_param[u]; k < first_param[u + 1]; ++k) {
+      const nn::Param& p = *params_[k];
+      const int64_t at = offset_in(p, values_, grads_);
+      const int64_t begin = std::max(lo, at), end = std::min(hi, at + p.value.numel());
+      if (end <= begin) continue;
+      const int64_t in_shard = unit.shard_at + (begin - lo);
+      pieces_.push_back({p.name, shard_values_.flat_slice(in_shard, end - begin),
+                         shard_grads_.flat_slice(in_shard, end - begin)});
+      piece_of_.push_back({k, begin - at});
+    }
+  }
+  for (nn::Param& piece : pieces_) piece_pointers_.push_back(&piece);
+  int64_t floats = 0;
+  for (const nn::Param& piece : pieces_) floats += TensorArena::padded(piece.value.numel());
+  floats *= optimizer.slots_per_param();
+  if (floats > 0) slots_ = std::make_unique<TensorArena>(Device::cpu(), floats);
+  optimizer.create_state(piece_pointers_, slots_.get());
+  buffer_.assign(static_cast<size_t>(max_chunk * n), 0.0f);
+  mine_.assign(static_cast<size_t>(max_chunk), 0.0f);
+  queue_ = std::make_unique<WorkQueue>(stage3_ ? "ZeRO-3 gathers and reduce-scatters" : "ZeRO-2 reduce-scatters");
+  // What is not this task's goes back to the system.
+  for (const Unit& unit : units_) {
+    free_pages(grads_ + unit.begin, unit.length);
+    if (stage3_) free_pages(values_ + unit.begin, unit.length);
+  }
+  install_hooks();
+}
+
+FullShard::~FullShard() { model_.set_hooks({}); }
+
+void FullShard::install_hooks() {
+  nn::LayerHooks hooks;
+  if (stage3_) {
+    // Gather before a layer runs, the neighbour it runs next too (prefetch);
+    // free after (but keep the last layer's from its forward to its backward).
+    const auto ready = [this](size_t layer, int step) {
+      const int u = unit_of(layer);
+      if (u < 0) return;
+      gather(static_cast<size_t>(u));
+      if (const int next = neighbour(static_cast<size_t>(u), step); prefetch_ && next >= 0)
+        gather(static_cast<size_t>(next));
+      wait_gathered(static_cast<size_t>(u));
+    };
+    hooks.before_forward = [ready](size_t layer) { ready(layer, +1); };
+    hooks.before_backward = [this, ready](size_t layer) {
+      ready(layer, -1);
+      wait_scattered(layer);
+    };
+    hooks.after_forward = [this](size_t layer) {
+      const int u = unit_of(layer);
+      if (u >= 0 && static_cast<size_t>(u) + 1 < units_.size()) free_values(static_cast<size_t>(u));
+    };
+  } else {
+    hooks.before_backward = [this](size_t layer) { wait_scattered(layer); };
+  }
+  hooks.after_backward = [this](size_t layer) {
+    const int u = unit_of(layer);
+    if (u < 0) return;
+    reduce_scatter(static_cast<size_t>(u));
+    if (stage3_) free_values(static_cast<size_t>(u));
+  };
+  model_.set_hooks(std::move(hooks));
+}
+
+int FullShard::neighbour(size_t u, int step) const {
+  const int64_t next = static_cast<int64_t>(u) + step;
+  return next >= 0 && next < static_cast<int64_t>(units_.size()) ? static_cast<int>(next) : -1;
+}
+
+void FullShard::gather(size_t u) {
+  Unit& unit = units_[u];
+  if (stage3_ && unit.gathered) return;  // whole already, or on its way
+  const int64_t begin = unit.begin, length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  unit.gathered = queue_->submit([this, begin, length, chunk, shard_at] {
+    const trace::Span span("all-gather", "comm");
+    const float* mine = shard_values_.data() + shard_at;
+    if (workers_.size() == 1) {
+      std::copy(mine, mine + length, values_ + begin);
+      return;
+    }
+    workers_.all_gather(mine, static_cast<size_t>(chunk), buffer_.data());
+    std::copy(buffer_.data(), buffer_.data() + length, values_ + begin);
+  });
+}
+
+void FullShard::wait_gathered(size_t u) {
+  Stopwatch waited;
+  queue_->wait(units_[u].gathered);
+  waited_ += waited.seconds();
+}
+
+void FullShard::wait_scattered(size_t layer) {
+  // The previous micro-batch's reduce-scatter of this layer must have read its
+  // gradients before backward writes this one's.
+  const int u = unit_of(layer);
+  if (u < 0 || units_[static_cast<size_t>(u)].scattered == 0) return;
+  Stopwatch waited;
+  queue_->wait(units_[static_cast<size_t>(u)].scattered);
+  waited_ += waited.seconds();
+}
+
+void FullShard::free_values(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gathered) queue_->wait(unit.gathered);  // (never freed while its gather writes)
+  unit.gathered = 0;
+  free_pages(values_ + unit.begin, unit.length);
+}
+
+void FullShard::reduce_scatter(size_t u) {
+  Unit& unit = units_[u];
+  const int64_t begin = unit.begin, length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  unit.scattered = queue_->submit([this, begin, length, chunk, shard_at] {
+    const trace::Span span("reduce-scatter", "comm");
+    float* grads = grads_ + begin;
+    float* sum = shard_grads_.data() + shard_at;  // the micro-batches' sum of the job's mean
+    if (workers_.size() == 1) {
+      for (int64_t j = 0; j < length; ++j) sum[j] += grads[j];
+    } else {
+      const int64_t whole = chunk * workers_.size();
+      std::copy(grads, grads + length, buffer_.data());
+      std::fill(buffer_.data() + length, buffer_.data() + whole, 0.0f);
+      workers_.reduce_scatter(buffer_.data(), static_cast<size_t>(chunk), mine_.data(), comm::ReduceOp::kMean);
+      for (int64_t j = 0; j < chunk; ++j) sum[j] += mine_[static_cast<size_t>(j)];
+    }
+    free_pages(grads, length);
+  });
+}
+
+double FullShard::finish_backward() {
+  Stopwatch waited;
+  queue_->wait_all();
+  const double seconds = waited_ + waited.seconds();
+  waited_ = 0.0;
+  return seconds;
+}
+
+void FullShard::clip_norms() {
+  clip_pieces_by_norm(piece_pointers_, piece_of_, params_.size(), workers_, clipnorm_, global_clipnorm_);
+}
+
+double FullShard::after_update() {
+  shard_grads_.zero();
+  Stopwatch waited;
+  if (stage3_) {
+    for (size_t u = 0; u < units_.size(); ++u) free_values(u);  // what is whole is of the values before
+  } else {
+    for (size_t u = 0; u < units_.size(); ++u) gather(u);
+    queue_->wait_all();
+  }
+  return waited.seconds();
+}
+
+std::vector<StatePiece> FullShard::state_pieces(optim::Optimizer& optimizer) const {
+  std::vector<StatePiece> out = pieces_of(piece_pointers_, piece_of_, params_, false);
+  for (StatePiece& piece : pieces_of(optimizer.state(), piece_of_, params_, true)) out.push_back(std::move(piece));
+  return out;
+}
+
+void FullShard::load(const Strategy::TensorLookup& model, const Strategy::TensorLookup& optimizer,
+                     optim::Optimizer& optimizer_of_pieces) {
+  queue_->wait_all();
+  load_pieces(piece_pointers_, piece_of_, params_, model, "model");
+  load_pieces(optimizer_of_pieces.state(), piece_of_, params_, optimizer, "optimizer state");
+  after_update();  // the arena's whole values are of the state before
+}
+
+void FullShard::with_whole_model(const std::function<void()>& use) {
+  queue_->wait_all();
+  if (stage3_) {
+    for (size_t u = 0; u < units_.size(); ++u) gather(u);
+    queue_->wait_all();
+  }
+  use();
+  if (stage3_)
+    for (size_t u = 0; u < units_.size(); ++u) free_values(u);
+}
+
+}  // namespace dtrain::strategy

@@ -1,0 +1,145 @@
+// FullShard: ZeRO stages 2 and 3 (strategy.shard "gradients" / "parameters",
+// PyTorch FSDP's SHARD_GRAD_OP and FULL_SHARD) for a task's single replica under
+// multi_worker_mirrored: each of the N tasks keeps 1/N of the gradients (stage 2)
+// and of the parameters too (stage 3), besides 1/N of the optimizer slots.
+//
+// Units. Each top-level layer with trainable parameters is a unit (a
+// TransformerDecoder block is one, as FSDP wraps each block). Its values lie in
+// one flat range of the model's arena, and its gradients in another with the
+// same layout (nn::Sequential::place). A unit of L floats is cut into N chunks of
+// ceil(L / N); task r owns chunk r. The task's own chunks of every unit live in
+// two compact buffers of its own, shard values and shard gradients (about 1/N of
+// the model each); the optimizer updates pieces of them, one per trainable
+// tensor a chunk touches, with slots for those elements only.
+//
+// The arena's ranges are a cache. Their memory is handed back to the system
+// (madvise MADV_DONTNEED: the pointers stay valid, the pages are freed and read
+// zero when touched again; FSDP frees its flat parameter's storage the same way)
+// whenever a unit's values or gradients are not in use:
+//   - backward: as each unit's backward ends, its gradients are reduce-scattered
+//     (mean over the tasks) and added into the shard gradients, and its gradient
+//     pages freed (both stages); so only the units in flight are ever whole;
+//   - stage 3, forward and backward: a unit's values are all-gathered from every
+//     task's chunk just before it runs and freed after (the last unit stays from
+//     its forward to its backward); with `prefetch`, the next unit's gather is
+//     queued before this one computes;
+//   - stage 2: the values stay whole; after the update every unit is gathered.
+// The collectives run on one thread of their own (a WorkQueue), in the order
+// they were queued, the same on every task; the step waits for them before the
+// optimizer (finish_backward). Gradient accumulation reduce-scatters every
+// micro-batch and sums into the shard gradients (DeepSpeed's way under ZeRO-2).
+//
+// Non-trainable state (batch-norm statistics) stays whole on every task.
+// Host memory only (a GPU's memory cannot be freed page by page like this), one
+// replica per task, float32 (check_supported).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/work_queue.h"
+#include "nn/sequential.h"
+#include "optim/optimizer.h"
+#include "strategy/shard_pieces.h"
+#include "strategy/strategy.h"
+#include "tensor/arena.h"
+
+namespace dtrain::strategy {
+
+class FullShard {
+ public:
+  // `model`: placed (nn::Sequential::place) with no optimizer slots in the arena.
+  // Keeps this task's chunks, creates `optimizer`'s slots for pieces(), frees the
+  // rest and installs the model's hooks. `spec`'s norm clipping is done here
+  // (make the optimizer with ZeroShard::optimizer_spec).
+  FullShard(nn::Sequential& model, comm::Communicator& workers, const optim::OptimizerSpec& spec,
+            optim::Optimizer& optimizer, ShardMode mode, bool prefetch);
+  ~FullShard();
+  FullShard(const FullShard&) = delete;
+  FullShard& operator=(const FullShard&) = delete;
+
+  // ConfigError (with a fix) for what stages 2 and 3 do not do yet: several
+  // replicas per task, a GPU, mixed precision, bfloat16 gradients, NCCL.
+  static void check_supported(const StrategyJob& job, int local_replicas, const Device& device);
+
+  // The pieces this task updates (the optimizer's params), in model order.
+  const std::vector<nn::Param*>& pieces() const { return piece_pointers_; }
+
+  // After the step's last backward: waits for the queued reduce-scatters (and
+  // gathers). Returns the seconds the step waited for collectives since the
+  // last call (here and in the layers' hooks).
+  double finish_backward();
+  // clipnorm / global_clipnorm over every task's pieces. Collective.
+  void clip_norms();
+  // After the optimizer's update (or a skipped one): the shard gradients start
+  // again from zero; stage 2 gathers every unit's new values, stage 3 drops any
+  // gathered one. Returns the seconds spent in collectives.
+  double after_update();
+
+  // Checkpoint pieces: this task's chunks of the trainable tensors and of their
+  // slots (the non-trainable state is not here).
+  std::vector<StatePiece> state_pieces(optim::Optimizer& optimizer) const;
+  // This task's chunks of the whole tensors `model` and `optimizer` find.
+  void load(const Strategy::TensorLookup& model, const Strategy::TensorLookup& optimizer,
+            optim::Optimizer& optimizer_of_pieces);
+  // Runs `use` while the model's arena holds every unit's values (stage 3
+  // gathers them for it, then frees them). Collective.
+  void with_whole_model(const std::function<void()>& use);
+
+  // Bytes this task holds for the model's trainable state at least (its chunks,
+  // their gradients, slots), and the most one unit takes whole.
+  int64_t shard_floats() const { return shard_floats_; }
+  int64_t largest_unit_floats() const { return largest_unit_; }
+
+ private:
+  struct Unit {
+    size_t layer = 0;        // its top-level layer
+    int64_t begin = 0;       // its range [begin, begin + length) of the arena's values and grads
+    int64_t length = 0;
+    int64_t chunk = 0;       // ceil(length / N)
+    int64_t shard_at = 0;    // where its chunk lies in the shard buffers
+    uint64_t gathered = 0;   // stage 3: the ticket of its gather while its values are whole (0: freed)
+    uint64_t scattered = 0;  // the ticket of its last reduce-scatter (its gradients are read until it ran)
+  };
+
+  void install_hooks();
+  // Queues the all-gather of unit u's values into the arena (not while gathered).
+  void gather(size_t u);
+  void wait_gathered(size_t u);
+  // Queues the reduce-scatter of unit u's gradients into the shard gradients.
+  void reduce_scatter(size_t u);
+  void free_values(size_t u);
+  // Before top-level layer `layer`'s backward: its last reduce-scatter has run.
+  void wait_scattered(size_t layer);
+  // The unit of top-level layer i, or -1 for a layer without trainable params.
+  int unit_of(size_t layer) const { return unit_of_layer_[layer]; }
+  // The next unit after u (step +1) or before it (-1) that exists, or -1.
+  int neighbour(size_t u, int step) const;
+
+  nn::Sequential& model_;
+  comm::Communicator& workers_;
+  const bool stage3_;
+  const bool prefetch_;
+  std::vector<nn::Param*> params_;  // the model's trainable params
+  float* values_ = nullptr;         // the arena's flat ranges
+  float* grads_ = nullptr;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_layer_;
+  Tensor shard_values_, shard_grads_;
+  int64_t shard_floats_ = 0, largest_unit_ = 0;
+  std::vector<nn::Param> pieces_;
+  std::vector<nn::Param*> piece_pointers_;
+  std::vector<PieceOf> piece_of_;  // of params_
+  std::unique_ptr<TensorArena> slots_;
+  std::vector<float> buffer_;  // the collectives' whole unit (N chunks), on the queue's thread
+  std::vector<float> mine_;    // a reduce-scatter's chunk
+  double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
+  double waited_ = 0.0;        // seconds the step waited for the queue, since finish_backward
+  std::unique_ptr<WorkQueue> queue_;
+};
+
+}  // namespace dtrain::strategy

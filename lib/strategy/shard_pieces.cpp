@@ -1,0 +1,70 @@
+// Implementation of shard_pieces.h.
+#include "strategy/shard_pieces.h"
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "kernels/ops.h"
+
+namespace dtrain::strategy {
+
+std::vector<StatePiece> pieces_of(const std::vector<nn::Param*>& tensors, const std::vector<PieceOf>& of,
+                                  const std::vector<nn::Param*>& params, bool optimizer) {
+  std::vector<StatePiece> out;
+  DT_CHECK(of.empty() ? tensors.empty() : tensors.size() % of.size() == 0, "tensors that are not one per piece");
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    const PieceOf& at = of[j % of.size()];
+    out.push_back({tensors[j]->name, params[at.param]->value.shape(), at.offset, &tensors[j]->value, optimizer});
+  }
+  return out;
+}
+
+void load_pieces(const std::vector<nn::Param*>& tensors, const std::vector<PieceOf>& of,
+                 const std::vector<nn::Param*>& params, const Strategy::TensorLookup& lookup, const char* what) {
+  DT_CHECK(of.empty() ? tensors.empty() : tensors.size() % of.size() == 0, "tensors that are not one per piece");
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    nn::Param& piece = *tensors[j];
+    const PieceOf& at = of[j % of.size()];
+    const Shape& whole = params[at.param]->value.shape();
+    const Tensor* t = lookup(piece.name);
+    if (!t)
+      throw ConfigError(str("the checkpoint's ", what, " has no tensor '", piece.name,
+                            "': it was written for another model or optimizer"));
+    if (t->shape() == whole) piece.value.copy_from(t->flat_slice(at.offset, piece.value.numel()));
+    else if (t->shape() == piece.value.shape()) piece.value.copy_from(*t);
+    else
+      throw ConfigError(str("the checkpoint's ", what, " tensor '", piece.name, "' has shape ", shape_str(t->shape()),
+                            " but the model needs ", shape_str(whole)));
+  }
+}
+
+void clip_pieces_by_norm(const std::vector<nn::Param*>& pieces, const std::vector<PieceOf>& of, size_t params,
+                         comm::Communicator& workers, double clipnorm, double global_clipnorm) {
+  if (clipnorm <= 0.0 && global_clipnorm <= 0.0) return;
+  DT_CHECK_EQ(pieces.size(), of.size());
+  std::vector<float> per_param(params, 0.0f);
+  if (!pieces.empty()) {
+    const Device device = pieces.front()->grad.device();
+    Tensor squares({static_cast<int64_t>(pieces.size())}, device);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      Tensor sum = squares.flat_slice(static_cast<int64_t>(i), 1);
+      kernels::sum_of_squares(pieces[i]->grad, sum);
+    }
+    std::vector<float> host(pieces.size());
+    squares.copy_to_host(host.data());  // waits for the sums on a GPU
+    for (size_t i = 0; i < host.size(); ++i) per_param[of[i].param] += host[i];
+  }
+  if (workers.size() > 1) workers.all_reduce(per_param.data(), per_param.size(), comm::ReduceOp::kSum);
+  if (pieces.empty()) return;
+  Tensor param_squares({static_cast<int64_t>(params)}, pieces.front()->grad.device());
+  param_squares.copy_from_host(per_param.data());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (clipnorm > 0.0)
+      kernels::clip_by_norm(pieces[i]->grad, param_squares.flat_slice(static_cast<int64_t>(of[i].param), 1),
+                            static_cast<float>(clipnorm));
+    else
+      kernels::clip_by_norm(pieces[i]->grad, param_squares, static_cast<float>(global_clipnorm));
+  }
+}
+
+}  // namespace dtrain::strategy
