@@ -330,9 +330,46 @@ class ShmCommunicator : public Communicator {
     }
   }
 
-  void all_gather(const float* in, size_t count, float* out) override { gather_by_all_reduce(*this, in, count, out); }
+  // Each member's part through its slot, read by all between two barriers (as
+  // an all-reduce's slots): a member writes `count` floats and reads size x count.
+  void all_gather(const float* in, size_t count, float* out) override {
+    if (options_.size == 1) return (void)std::copy_n(in, count, out);
+    publish_count(count);
+    const size_t cap = options_.capacity_floats;
+    for (size_t off = 0; off < count; off += cap) {
+      const size_t n = std::min(cap, count - off);
+      std::memcpy(slot(options_.rank), in + off, n * sizeof(float));
+      barrier();  // every part written
+      if (off == 0) check_counts(count);
+      for (int r = 0; r < options_.size; ++r)
+        std::memcpy(out + static_cast<size_t>(r) * count + off, slot(r), n * sizeof(float));
+      barrier();  // every part read before a slot is written again
+    }
+  }
+
+  // In rounds of `cap / size` floats of each member's part: every member writes
+  // its values of every part into its slot, then sums its own part over the
+  // slots in rank order (the all-reduce's order: the same floats).
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
-    scatter_by_all_reduce(*this, in, count_per_rank, out, op);
+    if (options_.size == 1) {
+      std::copy_n(in, count_per_rank, out);
+      return;
+    }
+    publish_count(count_per_rank);
+    const size_t size = static_cast<size_t>(options_.size);
+    const size_t round = std::max<size_t>(1, options_.capacity_floats / size);
+    std::vector<const float*> inputs(size);
+    for (size_t off = 0; off < count_per_rank; off += round) {
+      const size_t n = std::min(round, count_per_rank - off);
+      for (size_t r = 0; r < size; ++r)
+        std::memcpy(slot(options_.rank) + r * n, in + r * count_per_rank + off, n * sizeof(float));
+      barrier();  // every member's values in its slot
+      if (off == 0) check_counts(count_per_rank);
+      for (size_t r = 0; r < size; ++r) inputs[r] = slot(static_cast<int>(r)) + static_cast<size_t>(options_.rank) * n;
+      sum_in_rank_order(inputs.data(), options_.size, n, out + off);
+      if (op == ReduceOp::kMean) divide_by_size(out + off, n, options_.size);
+      barrier();  // every slot read before it is written again
+    }
   }
 
   void barrier() override {
@@ -540,8 +577,14 @@ class HierarchicalCommunicator : public Communicator {
     if (!mine) local_->broadcast(data, count, 0);                           // to their machines
   }
 
-  void all_gather(const float* in, size_t count, float* out) override { gather_by_all_reduce(*this, in, count, out); }
+  // One machine: the shared memory's own (its ranks are the group's). Several:
+  // made of the all-reduce.
+  void all_gather(const float* in, size_t count, float* out) override {
+    if (layout_.hosts() == 1) return local_->all_gather(in, count, out);
+    gather_by_all_reduce(*this, in, count, out);
+  }
   void reduce_scatter(const float* in, size_t count_per_rank, float* out, ReduceOp op) override {
+    if (layout_.hosts() == 1) return local_->reduce_scatter(in, count_per_rank, out, op);
     scatter_by_all_reduce(*this, in, count_per_rank, out, op);
   }
 

@@ -28,6 +28,21 @@ void free_pages(float* data, int64_t count) {
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+// Makes the whole pages inside [data, data + count) resident and writable in
+// one call (MADV_POPULATE_WRITE, Linux 5.14), instead of a fault per page as a
+// copy into freed pages takes. Where the system has no such call, the copy
+// faults them in as before.
+void populate_pages(float* data, int64_t count) {
+#ifdef MADV_POPULATE_WRITE
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data + count) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)data, (void)count;
+#endif
+}
+
 int64_t offset_in(const nn::Param& p, const float* values, const float* grads) {
   const int64_t at = p.value.data() - values;
   DT_CHECK(at == p.grad.data() - grads, "the gradients of ", p.name, " lie elsewhere than its values");
@@ -78,20 +93,21 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
   const int n = workers.size(), rank = workers.rank();
   // The units: each top-level layer's trainable params, consecutive in the arena.
   unit_of_layer_.assign(model.layers().size(), -1);
-  std::vector<size_t> first_param;
   size_t next = 0;
   for (size_t i = 0; i < model.layers().size(); ++i) {
     size_t count = 0;
     for (const nn::Param* p : model.layers()[i]->params()) count += p->trainable() ? 1 : 0;
     if (count == 0) continue;
     unit_of_layer_[i] = static_cast<int>(units_.size());
-    units_.push_back({i, offset_in(*params_[next], values_, grads_)});
-    first_param.push_back(next);
+    units_.push_back({i, next, next + count, offset_in(*params_[next], values_, grads_)});
     next += count;
   }
   DT_CHECK_EQ(next, params_.size());
-  first_param.push_back(params_.size());
-  int64_t max_chunk = 0;
+  for (const nn::Param* p : params_) {
+    arena_values_.push_back(p->value);
+    arena_grads_.push_back(p->grad);
+    offsets_.push_back(offset_in(*p, values_, grads_));
+  }
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     unit.length = (u + 1 < units_.size() ? units_[u + 1].begin : flat) - unit.begin;
@@ -100,7 +116,7 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
     unit.shard_at = shard_floats_;
     shard_floats_ += unit.chunk;
     largest_unit_ = std::max(largest_unit_, unit.length);
-    max_chunk = std::max(max_chunk, unit.chunk);
+    max_chunk_ = std::max(max_chunk_, unit.chunk);
   }
   shard_values_ = Tensor({shard_floats_});
   shard_grads_ = Tensor({shard_floats_});
@@ -110,7 +126,7 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
     const int64_t lo = std::min(unit.begin + unit.length, unit.begin + rank * unit.chunk);
     const int64_t hi = std::min(unit.begin + unit.length, lo + unit.chunk);
     std::copy(values_ + lo, values_ + hi, shard_values_.data() + unit.shard_at);
-    for (size_t k = first_param[u]; k < first_param[u + 1]; ++k) {
+    for (size_t k = unit.first_param; k < unit.end_param; ++k) {
       const nn::Param& p = *params_[k];
       const int64_t at = offset_in(p, values_, grads_);
       const int64_t begin = std::max(lo, at), end = std::min(hi, at + p.value.numel());
@@ -127,8 +143,8 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
   floats *= optimizer.slots_per_param();
   if (floats > 0) slots_ = std::make_unique<TensorArena>(Device::cpu(), floats);
   optimizer.create_state(piece_pointers_, slots_.get());
-  buffer_.assign(static_cast<size_t>(max_chunk * n), 0.0f);
-  mine_.assign(static_cast<size_t>(max_chunk), 0.0f);
+  for (Tensor& buffer : grad_buffers_) buffer = Tensor({buffer_floats()});
+  mine_.assign(static_cast<size_t>(max_chunk_), 0.0f);
   queue_ = std::make_unique<WorkQueue>(stage3_ ? "ZeRO-3 gathers and reduce-scatters" : "ZeRO-2 reduce-scatters");
   // What is not this task's goes back to the system.
   for (const Unit& unit : units_) {
@@ -154,16 +170,18 @@ void FullShard::install_hooks() {
       wait_gathered(static_cast<size_t>(u));
     };
     hooks.before_forward = [ready](size_t layer) { ready(layer, +1); };
-    hooks.before_backward = [this, ready](size_t layer) {
-      ready(layer, -1);
-      wait_scattered(layer);
-    };
     hooks.after_forward = [this](size_t layer) {
       const int u = unit_of(layer);
       if (u >= 0 && static_cast<size_t>(u) + 1 < units_.size()) free_values(static_cast<size_t>(u));
     };
+    hooks.before_backward = [this, ready](size_t layer) {
+      ready(layer, -1);
+      if (const int u = unit_of(layer); u >= 0) take_grad_buffer(static_cast<size_t>(u));
+    };
   } else {
-    hooks.before_backward = [this](size_t layer) { wait_scattered(layer); };
+    hooks.before_backward = [this](size_t layer) {
+      if (const int u = unit_of(layer); u >= 0) take_grad_buffer(static_cast<size_t>(u));
+    };
   }
   hooks.after_backward = [this](size_t layer) {
     const int u = unit_of(layer);
@@ -179,66 +197,111 @@ int FullShard::neighbour(size_t u, int step) const {
   return next >= 0 && next < static_cast<int64_t>(units_.size()) ? static_cast<int>(next) : -1;
 }
 
+void FullShard::point_params(size_t u, const Tensor& base, bool grads) {
+  const Unit& unit = units_[u];
+  for (size_t k = unit.first_param; k < unit.end_param; ++k) {
+    const Tensor& own = grads ? arena_grads_[k] : arena_values_[k];
+    Tensor view = base.flat_slice(offsets_[k] - unit.begin, own.numel()).reshaped(own.shape());
+    (grads ? params_[k]->grad : params_[k]->value) = std::move(view);
+  }
+}
+
 void FullShard::gather(size_t u) {
   Unit& unit = units_[u];
-  if (stage3_ && unit.gathered) return;  // whole already, or on its way
-  const int64_t begin = unit.begin, length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
-  unit.gathered = queue_->submit([this, begin, length, chunk, shard_at] {
+  if (unit.gathered) return;  // whole already, or on its way
+  if (free_value_buffers_.empty()) {
+    free_value_buffers_.push_back(static_cast<int>(value_buffers_.size()));
+    value_buffers_.emplace_back(Shape{buffer_floats()});
+  }
+  unit.buffer = free_value_buffers_.back();
+  free_value_buffers_.pop_back();
+  float* whole = value_buffers_[static_cast<size_t>(unit.buffer)].data();
+  point_params(u, value_buffers_[static_cast<size_t>(unit.buffer)], false);
+  const int64_t length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  unit.gathered = queue_->submit([this, whole, length, chunk, shard_at] {
     const trace::Span span("all-gather", "comm");
     const float* mine = shard_values_.data() + shard_at;
-    if (workers_.size() == 1) {
-      std::copy(mine, mine + length, values_ + begin);
-      return;
-    }
-    workers_.all_gather(mine, static_cast<size_t>(chunk), buffer_.data());
-    std::copy(buffer_.data(), buffer_.data() + length, values_ + begin);
+    if (workers_.size() == 1) std::copy(mine, mine + length, whole);
+    else workers_.all_gather(mine, static_cast<size_t>(chunk), whole);  // (N chunks fit any buffer)
   });
 }
 
 void FullShard::wait_gathered(size_t u) {
+  // (In a trace, the all-gather's time outside this span is what prefetch hid behind compute.)
+  const trace::Span span("wait for all-gather", "comm");
   Stopwatch waited;
   queue_->wait(units_[u].gathered);
   waited_ += waited.seconds();
 }
 
-void FullShard::wait_scattered(size_t layer) {
-  // The previous micro-batch's reduce-scatter of this layer must have read its
-  // gradients before backward writes this one's.
-  const int u = unit_of(layer);
-  if (u < 0 || units_[static_cast<size_t>(u)].scattered == 0) return;
-  Stopwatch waited;
-  queue_->wait(units_[static_cast<size_t>(u)].scattered);
-  waited_ += waited.seconds();
-}
-
 void FullShard::free_values(size_t u) {
   Unit& unit = units_[u];
-  if (unit.gathered) queue_->wait(unit.gathered);  // (never freed while its gather writes)
+  if (!unit.gathered) return;
+  queue_->wait(unit.gathered);  // (never free while its gather writes)
   unit.gathered = 0;
-  free_pages(values_ + unit.begin, unit.length);
+  if (unit.buffer >= 0) {
+    free_value_buffers_.push_back(unit.buffer);
+    unit.buffer = -1;
+    for (size_t k = unit.first_param; k < unit.end_param; ++k) params_[k]->value = arena_values_[k];
+  } else {
+    free_pages(values_ + unit.begin, unit.length);  // gathered into the arena (with_whole_model)
+  }
+}
+
+uint64_t FullShard::gather_into_arena(size_t u) {
+  const Unit& unit = units_[u];
+  const int64_t begin = unit.begin, length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  if (chunk * workers_.size() != length && buffer_.empty()) buffer_.assign(static_cast<size_t>(buffer_floats()), 0.0f);
+  return queue_->submit([this, begin, length, chunk, shard_at] {
+    const trace::Span span("all-gather", "comm");
+    const float* mine = shard_values_.data() + shard_at;
+    float* whole = values_ + begin;
+    populate_pages(whole, length);
+    if (workers_.size() == 1) {
+      std::copy(mine, mine + length, whole);
+    } else if (chunk * workers_.size() == length) {  // (N divides it: straight into the arena)
+      workers_.all_gather(mine, static_cast<size_t>(chunk), whole);
+    } else {
+      workers_.all_gather(mine, static_cast<size_t>(chunk), buffer_.data());
+      std::copy(buffer_.data(), buffer_.data() + length, whole);
+    }
+  });
+}
+
+void FullShard::take_grad_buffer(size_t u) {
+  const int b = next_grad_buffer_;
+  next_grad_buffer_ = 1 - b;
+  if (grad_tickets_[b]) {
+    const trace::Span span("wait for reduce-scatter", "comm");
+    Stopwatch waited;
+    queue_->wait(grad_tickets_[b]);  // its last reduce-scatter has read it
+    waited_ += waited.seconds();
+  }
+  units_[u].grad_buffer = b;
+  point_params(u, grad_buffers_[b], true);
 }
 
 void FullShard::reduce_scatter(size_t u) {
   Unit& unit = units_[u];
-  const int64_t begin = unit.begin, length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
-  unit.scattered = queue_->submit([this, begin, length, chunk, shard_at] {
+  const int b = unit.grad_buffer;
+  const int64_t length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  float* grads = grad_buffers_[b].data();
+  grad_tickets_[b] = queue_->submit([this, grads, length, chunk, shard_at] {
     const trace::Span span("reduce-scatter", "comm");
-    float* grads = grads_ + begin;
     float* sum = shard_grads_.data() + shard_at;  // the micro-batches' sum of the job's mean
     if (workers_.size() == 1) {
       for (int64_t j = 0; j < length; ++j) sum[j] += grads[j];
-    } else {
-      const int64_t whole = chunk * workers_.size();
-      std::copy(grads, grads + length, buffer_.data());
-      std::fill(buffer_.data() + length, buffer_.data() + whole, 0.0f);
-      workers_.reduce_scatter(buffer_.data(), static_cast<size_t>(chunk), mine_.data(), comm::ReduceOp::kMean);
-      for (int64_t j = 0; j < chunk; ++j) sum[j] += mine_[static_cast<size_t>(j)];
+      return;
     }
-    free_pages(grads, length);
+    std::fill(grads + length, grads + chunk * workers_.size(), 0.0f);  // the padding (another unit's leftovers)
+    workers_.reduce_scatter(grads, static_cast<size_t>(chunk), mine_.data(), comm::ReduceOp::kMean);
+    for (int64_t j = 0; j < chunk; ++j) sum[j] += mine_[static_cast<size_t>(j)];
   });
+  for (size_t k = unit.first_param; k < unit.end_param; ++k) params_[k]->grad = arena_grads_[k];
 }
 
 double FullShard::finish_backward() {
+  const trace::Span span("wait for reduce-scatter", "comm");
   Stopwatch waited;
   queue_->wait_all();
   const double seconds = waited_ + waited.seconds();
@@ -256,7 +319,7 @@ double FullShard::after_update() {
   if (stage3_) {
     for (size_t u = 0; u < units_.size(); ++u) free_values(u);  // what is whole is of the values before
   } else {
-    for (size_t u = 0; u < units_.size(); ++u) gather(u);
+    for (size_t u = 0; u < units_.size(); ++u) gather_into_arena(u);
     queue_->wait_all();
   }
   return waited.seconds();
@@ -278,10 +341,12 @@ void FullShard::load(const Strategy::TensorLookup& model, const Strategy::Tensor
 
 void FullShard::with_whole_model(const std::function<void()>& use) {
   queue_->wait_all();
-  if (stage3_) {
-    for (size_t u = 0; u < units_.size(); ++u) gather(u);
-    queue_->wait_all();
-  }
+  if (stage3_)
+    for (size_t u = 0; u < units_.size(); ++u) {
+      free_values(u);  // (out of its buffer: the arena is the whole model's place)
+      units_[u].gathered = gather_into_arena(u);
+    }
+  queue_->wait_all();
   use();
   if (stage3_)
     for (size_t u = 0; u < units_.size(); ++u) free_values(u);

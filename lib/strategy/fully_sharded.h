@@ -12,18 +12,25 @@
 // the model each); the optimizer updates pieces of them, one per trainable
 // tensor a chunk touches, with slots for those elements only.
 //
-// The arena's ranges are a cache. Their memory is handed back to the system
-// (madvise MADV_DONTNEED: the pointers stay valid, the pages are freed and read
-// zero when touched again; FSDP frees its flat parameter's storage the same way)
-// whenever a unit's values or gradients are not in use:
-//   - backward: as each unit's backward ends, its gradients are reduce-scattered
-//     (mean over the tasks) and added into the shard gradients, and its gradient
-//     pages freed (both stages); so only the units in flight are ever whole;
+// Whole units live only while in use, in a few buffers of the largest unit's
+// size that the units take turns in (FSDP's caching allocator does the same for
+// its gathered flat parameters): a unit's params are pointed at a buffer (their
+// value or grad tensors become views of it, in the arena's layout) while it is
+// whole, and back at the arena after. The arena's trainable ranges (stage 3) or
+// gradient range (both stages) are handed back to the system at the start
+// (madvise MADV_DONTNEED) and not touched again, so they take no memory.
+//   - backward: each unit's gradients are written into one of two gradient
+//     buffers, in turn; as its backward ends they are reduce-scattered (mean over
+//     the tasks) and added into the shard gradients; a buffer is written again
+//     only once its last reduce-scatter has read it;
 //   - stage 3, forward and backward: a unit's values are all-gathered from every
-//     task's chunk just before it runs and freed after (the last unit stays from
-//     its forward to its backward); with `prefetch`, the next unit's gather is
-//     queued before this one computes;
-//   - stage 2: the values stay whole; after the update every unit is gathered.
+//     task's chunk into a free value buffer just before it runs, and the buffer
+//     is free again after (the last unit keeps its from its forward to its
+//     backward); with `prefetch`, the next unit's gather is queued before this
+//     one computes;
+//   - stage 2: the values stay whole in the arena; after the update every unit
+//     is gathered there.
+// with_whole_model gathers every unit into the arena itself, and frees it after.
 // The collectives run on one thread of their own (a WorkQueue), in the order
 // they were queued, the same on every task; the step waits for them before the
 // optimizer (finish_backward). Gradient accumulation reduce-scatters every
@@ -98,23 +105,34 @@ class FullShard {
  private:
   struct Unit {
     size_t layer = 0;        // its top-level layer
+    size_t first_param = 0, end_param = 0;  // its params: params_[first_param, end_param)
     int64_t begin = 0;       // its range [begin, begin + length) of the arena's values and grads
     int64_t length = 0;
     int64_t chunk = 0;       // ceil(length / N)
     int64_t shard_at = 0;    // where its chunk lies in the shard buffers
-    uint64_t gathered = 0;   // stage 3: the ticket of its gather while its values are whole (0: freed)
-    uint64_t scattered = 0;  // the ticket of its last reduce-scatter (its gradients are read until it ran)
+    uint64_t gathered = 0;   // stage 3: the ticket of its gather while its values are whole (0: not)
+    int buffer = -1;         // stage 3: the value buffer it is whole in (-1: the arena, or nowhere)
+    int grad_buffer = 0;     // the gradient buffer its last backward wrote
   };
 
   void install_hooks();
-  // Queues the all-gather of unit u's values into the arena (not while gathered).
+  // Stage 3: queues the all-gather of unit u's values into a free value buffer,
+  // and points its params there (not while it is whole).
   void gather(size_t u);
   void wait_gathered(size_t u);
+  // Unit u's params' values (or grads) as views of `base`, in the arena's layout.
+  void point_params(size_t u, const Tensor& base, bool grads);
+  // Queues the all-gather of unit u's values into the arena (stage 2, with_whole_model).
+  uint64_t gather_into_arena(size_t u);
+  // Before unit u's backward: its gradients go to the next gradient buffer, once
+  // that buffer's last reduce-scatter has read it.
+  void take_grad_buffer(size_t u);
   // Queues the reduce-scatter of unit u's gradients into the shard gradients.
   void reduce_scatter(size_t u);
+  // Stage 3: unit u's buffer is free again; its params point at the arena.
   void free_values(size_t u);
-  // Before top-level layer `layer`'s backward: its last reduce-scatter has run.
-  void wait_scattered(size_t layer);
+  // Floats a buffer holds: the largest unit, N chunks of it.
+  int64_t buffer_floats() const { return max_chunk_ * workers_.size(); }
   // The unit of top-level layer i, or -1 for a layer without trainable params.
   int unit_of(size_t layer) const { return unit_of_layer_[layer]; }
   // The next unit after u (step +1) or before it (-1) that exists, or -1.
@@ -127,6 +145,8 @@ class FullShard {
   std::vector<nn::Param*> params_;  // the model's trainable params
   float* values_ = nullptr;         // the arena's flat ranges
   float* grads_ = nullptr;
+  std::vector<Tensor> arena_values_, arena_grads_;  // each param's own tensors in the arena
+  std::vector<int64_t> offsets_;                    // and where they lie in its ranges
   std::vector<Unit> units_;
   std::vector<int> unit_of_layer_;
   Tensor shard_values_, shard_grads_;
@@ -135,8 +155,14 @@ class FullShard {
   std::vector<nn::Param*> piece_pointers_;
   std::vector<PieceOf> piece_of_;  // of params_
   std::unique_ptr<TensorArena> slots_;
-  std::vector<float> buffer_;  // the collectives' whole unit (N chunks), on the queue's thread
-  std::vector<float> mine_;    // a reduce-scatter's chunk
+  int64_t max_chunk_ = 0;
+  std::vector<Tensor> value_buffers_;  // stage 3: the value buffers made so far (a few)
+  std::vector<int> free_value_buffers_;
+  Tensor grad_buffers_[2];
+  uint64_t grad_tickets_[2] = {0, 0};  // each gradient buffer's last reduce-scatter
+  int next_grad_buffer_ = 0;
+  std::vector<float> buffer_;  // a gather into the arena of a unit N does not divide (made when needed)
+  std::vector<float> mine_;    // a reduce-scatter's chunk, on the queue's thread
   double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
   double waited_ = 0.0;        // seconds the step waited for the queue, since finish_backward
   std::unique_ptr<WorkQueue> queue_;

@@ -179,10 +179,7 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     const int64_t slot_share = row.trainable_bytes * e.slots_per_param / q.optimizer_shards;
     row.state_bytes = row.trainable_bytes + slot_share + layer_copies +
                       (q.gradient_accumulation_steps > 1 ? row.trainable_bytes : 0);
-    if (full > 1) {  // its chunk of the gradients (and values), its slots' share
-      row.state_bytes = row.trainable_bytes / full + slot_share;
-      if (q.full_shard == "parameters") row.param_bytes -= row.trainable_bytes - row.trainable_bytes / full;
-    }
+    if (full > 1) row.state_bytes = row.trainable_bytes / full + slot_share;  // its chunk of the gradients, its slots
 
     // Sequential converts the activation into the layer's dtype (kept: the layer
     // may keep its input), and converts the gradient coming down into it.
@@ -192,6 +189,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     }
     h_dtype = dtype;
     param_bytes += row.param_bytes;
+    if (full > 1 && q.full_shard == "parameters")  // (the row's: its chunk of the trainable values)
+      row.param_bytes -= row.trainable_bytes - row.trainable_bytes / full;
     copies += layer_copies;
     forward += b.forward;
     backward += b.backward;

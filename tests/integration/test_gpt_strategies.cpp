@@ -120,6 +120,20 @@ TEST_CASE("tiny GPT under tensor_parallel 2 and 4 follows one_device step by ste
   }
 }
 
+TEST_CASE("tiny GPT under ZeRO-2 and ZeRO-3 on 2 and 4 tasks follows one_device step by step") {
+  TempDir one;
+  const Result base = one_device(one);
+  for (const std::string shard : {"gradients", "parameters"})
+    for (const int tasks : {2, 4}) {
+      INFO("shard " << shard << " on " << tasks << " tasks");
+      TempDir dir;
+      const Result r = launched(gpt(dir, 16 / tasks, {{"type", "multi_worker_mirrored"}, {"shard", shard}}), tasks, dir);
+      require_close(r.losses, base.losses, 1e-4, "ZeRO " + shard);
+      CHECK(r.summary["optimizer_state_bytes"].get<int64_t>() <
+            base.summary["optimizer_state_bytes"].get<int64_t>() * 6 / (tasks * 5));
+    }
+}
+
 TEST_CASE("tiny GPT pipelines cut at the TransformerDecoder blocks, and auto, give one_device's losses and its accumulated parameters") {
   TempDir one, accumulated;
   const Result base = one_device(one);

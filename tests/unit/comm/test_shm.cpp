@@ -192,6 +192,22 @@ TEST_CASE("shared memory: all_reduce, broadcast, all_gather, reduce_scatter and 
       for (size_t i = 0; i < 3; ++i)
         for (int r = 0; r < n; ++r) expected_part[i] += value(r, 3 * rank + i);
       problem += compare_exact(part, expected_part, "reduce_scatter");
+      // Longer than a slot: all_gather in 3 chunks, reduce_scatter in rounds of 7 / n per part.
+      std::vector<float> long_mine(17), long_gathered(17 * n), long_expected;
+      for (size_t i = 0; i < 17; ++i) long_mine[i] = value(rank, i);
+      comm->all_gather(long_mine.data(), 17, long_gathered.data());
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < 17; ++i) long_expected.push_back(value(r, i));
+      problem += compare_exact(long_gathered, long_expected, "all_gather in chunks");
+      std::vector<float> long_parts(11 * n), long_part(11), long_mean(11);
+      for (size_t i = 0; i < long_parts.size(); ++i) long_parts[i] = value(rank, i);
+      comm->reduce_scatter(long_parts.data(), 11, long_part.data(), ReduceOp::kMean);
+      for (size_t i = 0; i < 11; ++i) {
+        float total = 0.0f;
+        for (int r = 0; r < n; ++r) total += value(r, 11 * rank + i);
+        long_mean[i] = total / static_cast<float>(n);
+      }
+      problem += compare_exact(long_part, long_mean, "reduce_scatter mean in rounds");
       comm->barrier();
       if (segment_left("comm/shm" + std::to_string(n) + "/")) problem += "the segment is still in /dev/shm";
       return problem;  // (unlinked once every member had mapped it)
