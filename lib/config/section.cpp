@@ -65,6 +65,15 @@ bool Value::is_array() const { return json_of(*this).is_array(); }
 bool Value::is_object() const { return json_of(*this).is_object(); }
 size_t Value::size() const { return json_of(*this).is_array() ? json_of(*this).size() : 0; }
 Value Value::at(size_t index) const { return Value(*ctx_, &json_of(*this).at(index), index_path(path_, index)); }
+std::vector<std::string> Value::member_names() const {
+  std::vector<std::string> names;
+  if (json_of(*this).is_object())
+    for (const auto& item : json_of(*this).items()) names.push_back(item.key());
+  return names;
+}
+Value Value::member(const std::string& key) const {
+  return Value(*ctx_, &json_of(*this).at(key), path_.empty() ? key : path_ + "." + key);
+}
 std::string Value::describe() const { return config::describe(json_of(*this)); }
 std::string Value::show() const { return config::show(json_of(*this)); }
 int64_t Value::to_int(int64_t min) const { return read_int(*ctx_, json_of(*this), path_, min); }

@@ -96,6 +96,10 @@ class Value {
   bool is_object() const;
   size_t size() const;         // an array's elements (0 for other values)
   Value at(size_t index) const;  // element `index` of an array, path "<path>[index]"
+  // An object's member names, sorted (none for other values), and
+  // member `key` (path "<path>.<key>"; it must be one of them).
+  std::vector<std::string> member_names() const;
+  Value member(const std::string& key) const;
   // How the value is shown in messages: "\"64\" (a string)"; as written: "64".
   std::string describe() const;
   std::string show() const;

@@ -117,6 +117,18 @@ void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y) {
   if (on_gpu("embedding_forward", ids, table, y)) DT_GPU(embedding_forward(ids, table, y));
   else cpu::embedding_forward(ids, table, y);
 }
+void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocabulary, Tensor& y) {
+  if (on_gpu("embedding_forward_part", ids, table, y))
+    throw ConfigError("an embedding split by vocabulary (tensor_parallel) runs on the CPU only");
+  cpu::embedding_forward_part(ids, table, first, vocabulary, y);
+}
+
+void embedding_backward_part(const Tensor& ids, const Tensor& dy, int64_t first, Tensor& dtable) {
+  if (on_gpu("embedding_backward_part", ids, dy, dtable))
+    throw ConfigError("an embedding split by vocabulary (tensor_parallel) runs on the CPU only");
+  cpu::embedding_backward_part(ids, dy, first, dtable);
+}
+
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
   if (on_gpu("embedding_backward", ids, dy, dtable)) DT_GPU(embedding_backward(ids, dy, dtable));
   else cpu::embedding_backward(ids, dy, dtable);

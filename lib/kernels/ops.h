@@ -104,6 +104,13 @@ void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor* gamma,
 void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y);
 // dtable (V, D) = the rows of dy added at their ids (overwritten; rows in order).
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable);
+// A table split by rows (tensor parallelism's vocabulary split): `table` holds
+// rows [first, first + table.dim(0)) of a vocabulary of `vocabulary` ids. y[r] is
+// that row for an id inside the part and zeros for the others (their part's task
+// has them); every id is checked against `vocabulary`. On the CPU only.
+void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocabulary, Tensor& y);
+// dtable = the rows of dy added at the ids inside the part (overwritten).
+void embedding_backward_part(const Tensor& ids, const Tensor& dy, int64_t first, Tensor& dtable);
 // Scaled dot-product attention of `heads` heads: q, k (N, T, H, Dk), v (N, T, H, Dv)
 // -> out (N, T, H, Dv) and lse (N, H, T), each row's log-sum-exp of its scores,
 // kept for the backward pass. Causal: position t attends to positions <= t. The

@@ -3,6 +3,9 @@
 // (a gather forward, a scatter-add backward). Position tables go through the
 // same kernels with the ids 0..T-1. Their registry entries (layer_registry.h)
 // close the file.
+#include <algorithm>
+
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/layer_factory.h"
@@ -41,7 +44,31 @@ void check_position(const std::string& layer, int64_t position, int64_t rows) {
                           "; generate at most that many tokens in all (prompt included)"));
 }
 
+// Keeps rows [index x V / parts, ...) of `table` (V, D) (its value cut out of
+// the whole one, its gradient new) and says which part it is.
+VocabularyPart split_table(Param& table, const VocabularySplit& split, const std::string& layer) {
+  const int64_t vocabulary = table.value.dim(0), d = table.value.dim(1);
+  DT_CHECK(split.parts >= 1 && split.index >= 0 && split.index < split.parts && split.all_reduce, "a vocabulary split");
+  DT_CHECK(vocabulary % split.parts == 0, layer, ": a vocabulary of ", vocabulary, " over ", split.parts, " parts");
+  DT_CHECK(table.value.device().is_cpu(), "an embedding is split before it is placed");
+  const int64_t part = vocabulary / split.parts;
+  Tensor rows({part, d});
+  std::copy_n(table.value.data() + split.index * part * d, part * d, rows.data());
+  table = {table.name, rows, Tensor({part, d})};
+  return {split, split.index * part, vocabulary};
+}
+
 }  // namespace
+
+void Embedding::split(const VocabularySplit& split) {
+  DT_CHECK(!part_.on(), name(), " is split once");
+  part_ = split_table(table_, split, name());
+}
+
+void TokenAndPositionEmbedding::split(const VocabularySplit& split) {
+  DT_CHECK(!part_.on(), name(), " is split once");
+  part_ = split_table(tokens_, split, name());
+}
 
 Embedding::Embedding(const std::string& name, const Shape& input, int64_t input_dim, int64_t output_dim)
     : Layer(name, "Embedding", input, {input[0], output_dim}) {
@@ -57,12 +84,18 @@ LayerBuffers Embedding::buffers(int64_t rows, DType dtype, bool need_dx) const {
 Tensor Embedding::forward(const Tensor& x, const StepContext& ctx) {
   ids_ = x;
   Tensor& y = reuse(y_, x.dim(0), output_shape());
-  kernels::embedding_forward(x, table_.value, y);
+  if (!part_.on()) {
+    kernels::embedding_forward(x, table_.value, y);
+    return y;
+  }
+  kernels::embedding_forward_part(x, table_.value, part_.first, part_.vocabulary, y);
+  part_.split.all_reduce(y);  // each id's row from the part that holds it
   return y;
 }
 
 Tensor Embedding::backward(const Tensor& dy, bool need_dx) {
-  kernels::embedding_backward(ids_, dy, table_.grad);
+  if (part_.on()) kernels::embedding_backward_part(ids_, dy, part_.first, table_.grad);
+  else kernels::embedding_backward(ids_, dy, table_.grad);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, dy.dim(0), input_shape());
   dx.zero();  // token ids are not differentiable
@@ -99,7 +132,12 @@ Tensor TokenAndPositionEmbedding::forward(const Tensor& x, const StepContext& ct
   ids_ = x;
   Tensor& y = reuse(y_, n, output_shape());
   Tensor& positions = reuse(scratch_, n, output_shape());
-  kernels::embedding_forward(x, tokens_.value, y);
+  if (part_.on()) {
+    kernels::embedding_forward_part(x, tokens_.value, part_.first, part_.vocabulary, y);
+    part_.split.all_reduce(y);  // each id's row from the part that holds it
+  } else {
+    kernels::embedding_forward(x, tokens_.value, y);
+  }
   kernels::embedding_forward(position_ids(position_ids_, n, input_shape()[0], device()), positions_.value, positions);
   kernels::axpy(1.0f, positions, y);
   return y;
@@ -107,7 +145,8 @@ Tensor TokenAndPositionEmbedding::forward(const Tensor& x, const StepContext& ct
 
 Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
   const int64_t n = dy.dim(0);
-  kernels::embedding_backward(ids_, dy, tokens_.grad);
+  if (part_.on()) kernels::embedding_backward_part(ids_, dy, part_.first, tokens_.grad);
+  else kernels::embedding_backward(ids_, dy, tokens_.grad);
   // Rows of the position table past T get no gradient (they are zeroed by the kernel).
   kernels::embedding_backward(position_ids(position_ids_, n, input_shape()[0], device()), dy, positions_.grad);
   if (!need_dx) return {};

@@ -51,11 +51,29 @@ struct TransformerDecoderOptions : LayerOptions {
   bool normalize_first = false;  // keras_hub's default; true is the pre-norm (GPT-2) block
 };
 
+// Tensor parallelism's split of an embedding by vocabulary: this task keeps
+// table rows [index x V / parts, ...) (cut out of the whole table's initial
+// values); its forward looks up the ids in its rows (zeros for the others) and
+// sums the parts over the tasks with `all_reduce`, so every task has the whole
+// embedding. Its backward needs no exchange (each part's rows get their ids'
+// gradients). Before the model is placed.
+struct VocabularySplit {
+  int parts = 1, index = 0;
+  std::function<void(Tensor&)> all_reduce;
+};
+// A split table's part: how it was split, its first row and the whole vocabulary.
+struct VocabularyPart {
+  VocabularySplit split;
+  int64_t first = 0, vocabulary = 0;
+  bool on() const { return static_cast<bool>(split.all_reduce); }
+};
+
 // A table of input_dim rows of output_dim: (T) token ids -> (T, output_dim).
 // Initialised U(-0.05, 0.05), Keras' "uniform".
 class Embedding : public Layer {
  public:
   Embedding(const std::string& name, const Shape& input, int64_t input_dim, int64_t output_dim);
+  void split(const VocabularySplit& split);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;  // ids have no gradient: zeros
   std::vector<Param*> params() override { return {&table_}; }
@@ -66,6 +84,7 @@ class Embedding : public Layer {
  private:
   Param table_;
   Tensor ids_, y_, dx_;
+  VocabularyPart part_;
 };
 
 // keras_hub's TokenAndPositionEmbedding: a token table (vocabulary_size, D) and
@@ -73,6 +92,8 @@ class Embedding : public Layer {
 class TokenAndPositionEmbedding : public Layer {
  public:
   TokenAndPositionEmbedding(const std::string& name, const Shape& input, const TokenAndPositionEmbeddingOptions& o);
+  // The token table splits (the positions stay whole: added after the sum).
+  void split(const VocabularySplit& split);
   Tensor forward(const Tensor& x, const StepContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override { return {&tokens_, &positions_}; }
@@ -86,6 +107,7 @@ class TokenAndPositionEmbedding : public Layer {
  private:
   Param tokens_, positions_;
   Tensor ids_, position_ids_, y_, scratch_, dx_;
+  VocabularyPart part_;
 };
 
 // keras_hub's PositionEmbedding: a learned table (sequence_length, D), glorot_uniform.

@@ -10,6 +10,7 @@
 #include "plan/plan_parts.h"
 #include "strategy/fully_sharded.h"
 #include "strategy/tensor_parallel.h"
+#include "strategy/vocabulary_loss.h"
 
 namespace dtrain::plan {
 namespace {
@@ -303,13 +304,21 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     if (in_group && !p.device().is_cpu())
       throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
                             p.device().str(), "; set \"device\": \"cpu\""));
+    strategy::check_tensor_split_names(job.model, job.strategy);
     // (the strategy applies the same pure function of the model: tensor_parallel.h)
     const std::vector<strategy::SplitLayer> split =
-        strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel));
+        strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel), job.strategy.tensor_whole,
+                                    strategy::vocabulary_parallel_loss(job.loss));
     p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
                            str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel)),
                                " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, "
-                               "attention by heads)")});
+                               "attention by heads",
+                               job.strategy.tensor_whole.empty()
+                                   ? std::string()
+                                   : str("; kept whole by strategy.tensor_split: ", join({job.strategy.tensor_whole.begin(),
+                                                                                     job.strategy.tensor_whole.end()},
+                                                                                    ", ")),
+                               ")")});
   }
   if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
     // What ZeRO-2/3 cannot do yet is refused before any task starts (validate, launch).

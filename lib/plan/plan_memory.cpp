@@ -7,6 +7,7 @@
 #include "core/strings.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
+#include "strategy/vocabulary_loss.h"
 
 namespace dtrain::plan {
 namespace {
@@ -39,6 +40,8 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
     q.prefetch = job.strategy.prefetch;
   }
   q.tensor_parallel = job.strategy.tensor_parallel;
+  q.tensor_whole = job.strategy.tensor_whole;
+  q.tensor_vocabulary_loss = strategy::vocabulary_parallel_loss(job.loss);
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.
     const int64_t m = std::max<int64_t>(1, job.strategy.micro_batches);
@@ -82,7 +85,9 @@ std::string ways_that_fit(const job::JobConfig& job, int training_tasks) {
     consider(str("strategy.shard \"", strategy::shard_mode_name(mode), "\""), m);
   }
   for (int t = 2; t <= training_tasks; ++t) {
-    if (training_tasks % t != 0 || strategy::tensor_split_plan(job.model, t).empty()) continue;
+    if (training_tasks % t != 0 ||
+        strategy::tensor_split_plan(job.model, t, {}, strategy::vocabulary_parallel_loss(job.loss)).empty())
+      continue;
     job::JobConfig m = j;
     m.strategy.tensor_parallel = t;
     try {

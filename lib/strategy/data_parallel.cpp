@@ -19,6 +19,7 @@
 #include "strategy/fully_sharded.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
+#include "strategy/vocabulary_loss.h"
 #include "strategy/zero_shard.h"
 
 namespace dtrain::strategy {
@@ -95,7 +96,10 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
-      tp_ = std::make_unique<TensorParallel>(job.model, *r.model, *tensor_group_);
+      tp_ = std::make_unique<TensorParallel>(job.model, job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss),
+                                             *r.model, *tensor_group_);
+      if (tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
+        vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
       if (workers_->rank() == 0)
         log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
                   describe_tensor_split(job.model, tp_->plan()));
@@ -268,7 +272,10 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
       // Under loss scaling, that gradient times the scale (1 without). (The scale
       // is per sample: the loss divides it among a sequence's positions.)
       const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
-      loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
+      if (vocabulary_loss_)
+        vocabulary_loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
+      else
+        loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
     }
     const bool last = i == k - 1;
     if (!last) {
@@ -432,7 +439,8 @@ void DataParallelStrategy::eval_step(const data::Batch& batch, nn::LossStats& st
   const auto [images, labels] = on_device(batch, device_);
   const Tensor output = replicas_[0].model->forward(images, ctx);
   nn::LossRows rows;
-  loss_->compute(output, labels, nullptr, 0.0f, rows);
+  if (vocabulary_loss_) vocabulary_loss_->compute(output, labels, nullptr, 0.0f, rows);
+  else loss_->compute(output, labels, nullptr, 0.0f, rows);
   nn::Loss::add_stats(rows, stats);
 }
 
@@ -464,6 +472,12 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
     r.optimizer->create_state(r.trainable);
     load_named(r.optimizer->state(), optimizer, "optimizer state");
   }
+}
+
+ModelShapes DataParallelStrategy::model_shapes() {
+  ModelShapes shapes = Strategy::model_shapes();
+  if (vocabulary_loss_) shapes.output.back() = tp_->split_classes();  // (this task's logits are a slice)
+  return shapes;
 }
 
 std::string DataParallelStrategy::params_sha256() {

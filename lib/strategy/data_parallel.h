@@ -64,6 +64,7 @@ enum class Combine {
 class ZeroShard;
 class FullShard;
 class TensorParallel;
+class VocabularyParallelLoss;
 
 class DataParallelStrategy : public Strategy {
  public:
@@ -99,6 +100,8 @@ class DataParallelStrategy : public Strategy {
   // ZeRO-2/3: each task's chunks of every trainable tensor and its slots.
   bool sharded_state() const override { return zero_ != nullptr || tp_ != nullptr || full_ != nullptr; }
   std::vector<StatePiece> state_pieces() override;
+  // tensor_parallel: the whole model's shapes (the output layer's may be split).
+  ModelShapes model_shapes() override;
   // tensor_parallel, ZeRO-2/3: the whole model's (collective).
   std::string params_sha256() override;
   // ZeRO-3: every layer gathered for `use`, freed after (collective).
@@ -172,6 +175,9 @@ class DataParallelStrategy : public Strategy {
   // tensor_parallel: this task's copy's tasks (rank: its part), and the tasks
   // holding its part in the other copies (nullptr with one copy).
   std::unique_ptr<comm::Communicator> tensor_group_, copies_group_;
+  // tensor_parallel with the output layer split by its classes: the loss over the
+  // tensor group (vocabulary_loss.h).
+  std::unique_ptr<VocabularyParallelLoss> vocabulary_loss_;
 };
 
 }  // namespace dtrain::strategy

@@ -142,7 +142,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   DType h_dtype = DType::kF32;  // the dtype of the activation flowing into the next layer
   Shape shape(spec.input_shape.begin(), spec.input_shape.end());
   std::map<std::string, int> name_counts;
-  const std::vector<SplitLayer> tensor_split = tensor_split_plan(spec, static_cast<int>(q.tensor_parallel));
+  const std::vector<SplitLayer> tensor_split =
+      tensor_split_plan(spec, static_cast<int>(q.tensor_parallel), q.tensor_whole, q.tensor_vocabulary_loss);
   for (int64_t i = 0; i < last; ++i) {
     const nn::LayerSpec& ls = spec.layers[static_cast<size_t>(i)];
     const std::string name = ls.name.empty() ? nn::auto_layer_name(ls.type_name(), name_counts) : ls.name;

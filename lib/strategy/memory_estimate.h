@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ struct MemoryQuery {
   // strategy.tensor_parallel: the layers its plan splits hold their part 1/T
   // (parameters, gradients, slots and the activations of the split width).
   int64_t tensor_parallel = 1;
+  std::set<std::string> tensor_whole;  // strategy.tensor_split's layers kept whole
+  bool tensor_vocabulary_loss = false;  // the loss takes split logits (vocabulary_loss.h)
   int64_t gradient_accumulation_steps = 1;  // K > 1: one float32 accumulation buffer per trainable parameter
   int64_t local_replicas = 1;      // replicas in this process, each with its own params, grads, slots, activations
   // central_storage: one more copy of the parameters, gradients and optimizer

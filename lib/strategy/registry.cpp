@@ -109,6 +109,12 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "backward); other layers are whole on every task; a copy's tasks read the same batches, and the N / T "
        "copies are data parallel. T must divide the training tasks; float32 on the CPU, one replica per task, no "
        "norm clipping (1: off)"},
+      {"tensor_split",
+       "multi_worker_mirrored with tensor_parallel: `{\"<layer>\": \"none\"}` keeps a layer whole that the plan "
+       "would split (`\"auto\"`: the plan's choice). A Dense pair is kept whole if either of its layers is (the "
+       "pairing goes on from the next layer); inside a TransformerDecoder the names are `<block>/self_attention`, "
+       "`<block>/feedforward_intermediate_dense` and `<block>/feedforward_output_dense`, or the block's own name for "
+       "all of it. `dtrain validate` prints the split"},
       {"stages", "pipeline: the layer names where each stage after the first begins (`[\"conv2d_1\", \"dense\"]`: "
                  "three stages), or `\"auto\"`: balanced by per-layer time measured on warm-up steps; one stage per "
                  "training task of each pipeline copy, in task order"},
@@ -286,6 +292,13 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored")
     r.fail("tensor_parallel", str("only multi_worker_mirrored splits its layers over tasks; '", entry.name, "' does not"));
   strategy.tensor_parallel = r.get_int("tensor_parallel", 1, 1);
+  if (const auto split = r.find("tensor_split")) {
+    if (strategy.tensor_parallel < 2)
+      r.fail("tensor_split", "applies only with tensor_parallel of 2 or more (the layers it splits)");
+    if (!split->is_object()) split->fail("is an object of layer names, each \"none\" or \"auto\"");
+    for (const std::string& name : split->member_names())
+      if (split->member(name).to_choice({"none", "auto"}, "tensor split") == "none") strategy.tensor_whole.insert(name);
+  }
   if (strategy.tensor_parallel > 1 && strategy.shard != ShardMode::kNone)
     r.fail("tensor_parallel", str("does not go with shard \"", shard_mode_name(strategy.shard),
                                   "\" yet (ZeRO over a tensor-parallel model is not built); drop `shard` and "

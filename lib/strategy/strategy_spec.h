@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,9 @@ struct StrategySpec {
   // multi_worker_mirrored: the tasks that hold one copy of the model between
   // them (tensor parallelism, tensor_parallel.h); 1: none.
   int64_t tensor_parallel = 1;
+  // strategy.tensor_split: the layers kept whole that tensor_parallel would
+  // split ({"dense": "none"}; tensor_parallel.h's names).
+  std::set<std::string> tensor_whole;
   // pipeline: the layer names where each stage after the first begins (empty with
   // stages_auto: balanced by measured per-layer time), the micro-batches a
   // replica's batch is cut into, their schedule, and the copies of the pipeline

@@ -8,13 +8,21 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "core/timer.h"
+#include "strategy/vocabulary_loss.h"
 
 namespace dtrain::strategy {
 
 namespace {
 
 const char* cut_name(TensorCut cut) {
-  return cut == TensorCut::kColumns ? "columns" : cut == TensorCut::kRows ? "rows" : "heads";
+  switch (cut) {
+    case TensorCut::kColumns: return "columns";
+    case TensorCut::kRows: return "rows";
+    case TensorCut::kHeads: return "heads";
+    case TensorCut::kVocabulary: return "vocabulary";
+    case TensorCut::kOutputColumns: return "classes, vocabulary-parallel loss";
+  }
+  return "";
 }
 
 // Every layer of `layer`'s tree (itself, then its children's), by name.
@@ -25,16 +33,31 @@ void collect(nn::Layer& layer, std::map<std::string, nn::Layer*>& out) {
 
 }  // namespace
 
-std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts) {
+std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, const std::set<std::string>& whole,
+                                          bool vocabulary_loss) {
   std::vector<SplitLayer> plan;
   if (parts < 2) return plan;
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(spec);
+  const auto kept = [&whole](const std::string& name) { return whole.count(name) > 0; };
   for (size_t i = 0; i < layers.size(); ++i) {
     const nn::LayerSpec& ls = spec.layers[i];
     const std::string& type = layers[i].type;
     const std::string& name = layers[i].name;
+    if (kept(name)) continue;
+    if ((type == "Embedding" && ls.options_as<nn::EmbeddingOptions>().input_dim % parts == 0) ||
+        (type == "TokenAndPositionEmbedding" &&
+         ls.options_as<nn::TokenAndPositionEmbeddingOptions>().vocabulary_size % parts == 0)) {
+      plan.push_back({name, TensorCut::kVocabulary});
+      continue;
+    }
+    // The output layer's logits, by the classes, when the loss can take them split.
+    if (type == "Dense" && i + 1 == layers.size() && vocabulary_loss && layers[i].output_shape.back() % parts == 0 &&
+        ls.options_as<nn::DenseOptions>().activation == nn::Activation::kLinear) {
+      plan.push_back({name, TensorCut::kOutputColumns});
+      continue;
+    }
     // (a softmax needs every column: such a layer does not split by columns)
-    if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" &&
+    if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" && !kept(layers[i + 1].name) &&
         layers[i].output_shape.back() % parts == 0 &&
         ls.options_as<nn::DenseOptions>().activation != nn::Activation::kSoftmax) {
       plan.push_back({name, TensorCut::kColumns});
@@ -45,14 +68,31 @@ std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts) 
       if (o.num_heads % parts == 0 && o.dropout == 0.0) plan.push_back({name, TensorCut::kHeads});
     } else if (type == "TransformerDecoder") {
       const auto& o = ls.options_as<nn::TransformerDecoderOptions>();
-      if (o.num_heads % parts == 0 && o.dropout == 0.0) plan.push_back({name + "/self_attention", TensorCut::kHeads});
-      if (o.intermediate_dim % parts == 0) {
-        plan.push_back({name + "/feedforward_intermediate_dense", TensorCut::kColumns});
-        plan.push_back({name + "/feedforward_output_dense", TensorCut::kRows});
+      const std::string attention = name + "/self_attention", first = name + "/feedforward_intermediate_dense",
+                        second = name + "/feedforward_output_dense";
+      if (o.num_heads % parts == 0 && o.dropout == 0.0 && !kept(attention)) plan.push_back({attention, TensorCut::kHeads});
+      if (o.intermediate_dim % parts == 0 && !kept(first) && !kept(second)) {
+        plan.push_back({first, TensorCut::kColumns});
+        plan.push_back({second, TensorCut::kRows});
       }
     }
   }
   return plan;
+}
+
+void check_tensor_split_names(const nn::ModelSpec& spec, const StrategySpec& strategy) {
+  if (strategy.tensor_whole.empty()) return;
+  std::vector<std::string> names;
+  for (const nn::LayerInfo& layer : nn::describe_layers(spec)) {
+    names.push_back(layer.name);
+    if (layer.type == "TransformerDecoder")
+      for (const char* part : {"/self_attention", "/feedforward_intermediate_dense", "/feedforward_output_dense"})
+        names.push_back(layer.name + part);
+  }
+  for (const std::string& name : strategy.tensor_whole)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw ConfigError(str(strategy.path, ".tensor_split: the model has no layer '", name, "'; its layers: ",
+                            join(names, ", ")));
 }
 
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan) {
@@ -68,6 +108,8 @@ std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<S
 
 std::string grid_text(int training_tasks, int tensor_parallel) {
   const int copies = training_tasks / std::max(1, tensor_parallel);
+  if (copies == 0)  // (validate without the cluster)
+    return str(tensor_parallel, " tasks hold each copy of the model; the cluster's training tasks make the copies");
   return str(copies, " data x ", tensor_parallel, " tensor: ", copies, copies == 1 ? " copy" : " copies",
              " of the model, each held by ", tensor_parallel, " tasks");
 }
@@ -85,10 +127,14 @@ void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
   if (job.optimizer.clipnorm > 0.0 || job.optimizer.global_clipnorm > 0.0)
     throw ConfigError(str(where, "norm clipping would need each split gradient's norm over the tasks, which is not "
                                  "built; use clipvalue, or remove optimizer.clipnorm and optimizer.global_clipnorm"));
-  if (tensor_split_plan(job.model, static_cast<int>(t)).empty())
+  check_tensor_split_names(job.model, job.strategy);
+  if (tensor_split_plan(job.model, static_cast<int>(t), job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss))
+          .empty())
     throw ConfigError(str(where, "the model has no two consecutive Dense layers whose first has a multiple of ", t,
-                          " units: nothing to split (Megatron's pairing); MultiHeadAttention and Embedding do not "
-                          "split yet"));
+                          " units, no MultiHeadAttention with a multiple of ", t, " heads and no embedding with a "
+                          "multiple of ", t, " ids",
+                          job.strategy.tensor_whole.empty() ? "" : " that strategy.tensor_split leaves to split",
+                          ": nothing to split (Megatron's pairing)"));
 }
 
 size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<SplitLayer>& plan, int parts, int index,
@@ -103,10 +149,15 @@ size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<Spl
       auto* attention = dynamic_cast<nn::MultiHeadAttention*>(found->second);
       DT_CHECK(attention, "tensor_parallel: ", s.name, " is not a MultiHeadAttention layer");
       attention->split(parts, index, all_reduce);
+    } else if (s.cut == TensorCut::kVocabulary) {
+      const nn::VocabularySplit split{parts, index, all_reduce};
+      if (auto* table = dynamic_cast<nn::Embedding*>(found->second)) table->split(split);
+      else if (auto* tokens = dynamic_cast<nn::TokenAndPositionEmbedding*>(found->second)) tokens->split(split);
+      else DT_CHECK(false, "tensor_parallel: ", s.name, " is not an embedding");
     } else {
       auto* dense = dynamic_cast<nn::Dense*>(found->second);
       DT_CHECK(dense, "tensor_parallel: ", s.name, " is not a Dense layer");
-      dense->split({s.cut == TensorCut::kColumns ? nn::DenseSplit::Kind::kColumn : nn::DenseSplit::Kind::kRow, parts,
+      dense->split({s.cut == TensorCut::kRows ? nn::DenseSplit::Kind::kRow : nn::DenseSplit::Kind::kColumn, parts,
                     index, all_reduce});
     }
     ++split;
@@ -114,8 +165,9 @@ size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<Spl
   return split;
 }
 
-TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group)
-    : group_(group), plan_(tensor_split_plan(spec, group.size())) {
+TensorParallel::TensorParallel(const nn::ModelSpec& spec, const std::set<std::string>& whole, bool vocabulary_loss,
+                               nn::Sequential& model, comm::Communicator& group)
+    : group_(group), plan_(tensor_split_plan(spec, group.size(), whole, vocabulary_loss)) {
   std::vector<nn::Layer*> top;
   for (const auto& layer : model.layers()) top.push_back(layer.get());
   std::map<std::string, nn::Layer*> layers;
@@ -127,12 +179,18 @@ TensorParallel::TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model,
   for (const SplitLayer& s : plan_) {
     const auto found = layers.find(s.name);
     DT_CHECK(found != layers.end(), "tensor_parallel: the model has no layer ", s.name);
+    if (s.cut == TensorCut::kOutputColumns) classes_ = found->second->output_shape().back();
     for (nn::Param* p : found->second->params()) {
+      if (s.cut == TensorCut::kVocabulary) {  // the token table by rows; the positions whole
+        if (p->name.find("/position_embedding/") == std::string::npos) cuts_[p->name] = {true, p->value.shape()};
+        continue;
+      }
       const bool kernel = p->name.size() >= 7 && p->name.compare(p->name.size() - 7, 7, "/kernel") == 0;
       const bool output = p->name.find("/attention_output/") != std::string::npos;
       if (s.cut == TensorCut::kRows && !kernel) continue;
       if (s.cut == TensorCut::kHeads && output && !kernel) continue;
-      const bool slice_of_rows = kernel && (s.cut == TensorCut::kColumns || (s.cut == TensorCut::kHeads && !output));
+      const bool columns = s.cut == TensorCut::kColumns || s.cut == TensorCut::kOutputColumns;
+      const bool slice_of_rows = kernel && (columns || (s.cut == TensorCut::kHeads && !output));
       cuts_[p->name] = {!slice_of_rows, p->value.shape()};
     }
   }

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,10 @@
 namespace dtrain::strategy {
 
 // How a layer splits: a Dense by output columns or input rows (nn::DenseSplit),
-// a MultiHeadAttention by heads.
-enum class TensorCut { kColumns, kRows, kHeads };
+// a MultiHeadAttention by heads, an embedding by vocabulary (its table's rows:
+// nn::VocabularySplit), the output Dense by its classes' columns with its logits
+// left split for the vocabulary-parallel loss (vocabulary_loss.h).
+enum class TensorCut { kColumns, kRows, kHeads, kVocabulary, kOutputColumns };
 
 // One split layer: its name ("dense_1", "transformer_decoder/self_attention"
 // inside a block) and how it splits.
@@ -52,8 +55,19 @@ struct SplitLayer {
 //     dropout: by heads;
 //   - inside a TransformerDecoder, its self-attention as above and its
 //     feed-forward pair when intermediate_dim is a multiple of `parts`.
-// Empty when nothing does.
-std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts);
+//   - an Embedding or TokenAndPositionEmbedding (its token table) with a
+//     multiple of `parts` ids: by vocabulary;
+//   - with `vocabulary_loss` (vocabulary_parallel_loss(job.loss)), a last layer
+//     that is a Dense with a multiple of `parts` units, a linear activation and
+//     no pair: by its classes, its logits left split.
+// A layer named in `whole` (strategy.tensor_split's "none") stays whole; a Dense
+// pair with either of its layers there too (the pairing goes on from the next).
+// Empty when nothing splits.
+std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, const std::set<std::string>& whole = {},
+                                          bool vocabulary_loss = false);
+// ConfigError for a name in strategy.tensor_split that is no layer of `spec`
+// (nor a TransformerDecoder's part), listing the names.
+void check_tensor_split_names(const nn::ModelSpec& spec, const StrategySpec& strategy);
 // "dense (columns) + dense_1 (rows); dense_2 whole", for logs and `validate`.
 std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<SplitLayer>& plan);
 // Splits the layers of `plan` found in the trees of `layers` (each layer and its
@@ -74,8 +88,13 @@ class TensorParallel {
  public:
   // Splits `model`'s layers as tensor_split_plan() says, over `group` (this
   // task's part: its rank). Before the model is placed.
-  TensorParallel(const nn::ModelSpec& spec, nn::Sequential& model, comm::Communicator& group);
+  // (`whole`, `vocabulary_loss`: as tensor_split_plan's)
+  TensorParallel(const nn::ModelSpec& spec, const std::set<std::string>& whole, bool vocabulary_loss,
+                 nn::Sequential& model, comm::Communicator& group);
   const std::vector<SplitLayer>& plan() const { return plan_; }
+  // The whole output's classes when the output layer's logits are split
+  // (TensorCut::kOutputColumns: the loss must be VocabularyParallelLoss), else 0.
+  int64_t split_classes() const { return classes_; }
   // Seconds spent in the split layers' all-reduces so far (the step's
   // communication share counts them).
   double comm_seconds() const { return comm_seconds_; }
@@ -106,6 +125,7 @@ class TensorParallel {
   std::map<std::string, Cut> cuts_;  // by param name
   std::vector<Tensor> kept_;         // pieces()'s gathered tensors, alive until the next call
   double comm_seconds_ = 0.0;
+  int64_t classes_ = 0;
 };
 
 }  // namespace dtrain::strategy

@@ -111,9 +111,12 @@ TEST_CASE("tiny GPT under tensor_parallel 2 and 4 follows one_device step by ste
     // 2 heads split 2 ways, not 4: at 4 the attention stays whole and the feed-forward pairs split.
     const RunOutput v = run_dtrain({"validate", "--config", write_job(split, job, "validate.json")}, {60.0, ""});
     const std::string heads = t == 2 ? "transformer_decoder/self_attention (heads), " : "";
-    CHECK_THAT(v.out, Catch::Contains("tensor split: " + heads +
+    CHECK_THAT(v.out, Catch::Contains("tensor split: token_and_position_embedding (vocabulary), " + heads +
                                       "transformer_decoder/feedforward_intermediate_dense (columns), "
                                       "transformer_decoder/feedforward_output_dense (rows)"));
+    // The output layer by its 256 classes: the logits are never gathered.
+    CHECK_THAT(v.out, Catch::Contains("dense (classes, vocabulary-parallel loss); whole on every task: "
+                                      "layer_normalization"));
     const Result r = launched(job, t, split);
     require_close(r.losses, base.losses, 1e-4, "tensor_parallel " + std::to_string(t));
     CHECK(r.summary["optimizer_state_bytes"].get<int64_t>() < base.summary["optimizer_state_bytes"].get<int64_t>());
@@ -132,6 +135,38 @@ TEST_CASE("tiny GPT under ZeRO-2 and ZeRO-3 on 2 and 4 tasks follows one_device 
       CHECK(r.summary["optimizer_state_bytes"].get<int64_t>() <
             base.summary["optimizer_state_bytes"].get<int64_t>() * 6 / (tasks * 5));
     }
+}
+
+TEST_CASE("tiny GPT checkpoints reshard: tensor_parallel 2 (vocabulary split) to one_device and ZeRO-3, ZeRO-3 to "
+          "tensor_parallel and a pipeline, each with the same params_sha256") {
+  const auto with_checkpoints = [](const TempDir& dir, int batch, const json& strategy) {
+    json job = gpt(dir, batch, strategy);
+    job["checkpoint"] = {{"dir", dir.file("ckpt")}, {"every_epochs", 1}};
+    return job;
+  };
+  const json tensor = {{"type", "multi_worker_mirrored"}, {"tensor_parallel", 2}};
+  const json zero3 = {{"type", "multi_worker_mirrored"}, {"shard", "parameters"}};
+  TempDir from_tensor, from_zero;
+  const std::string tensor_saved = common_params_hash(launch_job(from_tensor, with_checkpoints(from_tensor, 16, tensor), 2));
+  const std::string zero_saved = common_params_hash(launch_job(from_zero, with_checkpoints(from_zero, 4, zero3), 4));
+  struct Resume {
+    const TempDir* from;
+    std::string saved;
+    json strategy;
+    int tasks, batch;
+  };
+  const std::vector<Resume> resumes = {{&from_tensor, tensor_saved, {{"type", "one_device"}}, 1, 16},
+                                       {&from_tensor, tensor_saved, zero3, 2, 8},
+                                       {&from_zero, zero_saved, tensor, 2, 16},
+                                       {&from_zero, zero_saved, {{"type", "pipeline"}, {"stages", {"transformer_decoder_1"}}}, 2, 16}};
+  for (const Resume& r : resumes) {
+    INFO("resumed under " << r.strategy.dump() << " on " << r.tasks << " tasks");
+    TempDir again;
+    std::filesystem::copy(r.from->file("ckpt"), again.file("ckpt"), std::filesystem::copy_options::recursive);
+    json job = with_checkpoints(again, r.batch, r.strategy);  // its one epoch is done: the checkpoint's parameters
+    job["checkpoint"]["resume"] = "auto";
+    CHECK(common_params_hash(launch_job(again, job, r.tasks)) == r.saved);
+  }
 }
 
 TEST_CASE("tiny GPT pipelines cut at the TransformerDecoder blocks, and auto, give one_device's losses and its accumulated parameters") {

@@ -4,7 +4,7 @@
 // one_device step by step, every
 // task ends with the same whole-model hash, and each holds its part of the
 // optimizer state; its checkpoints resume under one_device, at another
-// tensor_parallel, as a pipeline and under ZeRO-1 with the identical
+// tensor_parallel, as a pipeline and under ZeRO-1 and ZeRO-3 with the identical
 // params_sha256 and export whole, and a resumed run ends exactly where the
 // uninterrupted one does.
 #include <catch2/catch.hpp>
@@ -29,9 +29,11 @@ json mlp_job(const TempDir& dir, int tensor_parallel, int epochs = 1, int copies
 }
 
 // Adam's m and v of the MLP, each task's part: dense's kernel and bias and
-// dense_1's kernel split `t` ways, dense_1's bias and dense_2 whole.
+// dense_1's kernel split `t` ways, dense_1's bias whole, and the output layer
+// dense_2 split by its 10 classes where `t` divides them (else whole).
 int64_t optimizer_bytes(int t) {
-  return 2 * 4 * ((784 * 256 + 256 + 256 * 128) / t + 128 + 128 * 10 + 10);
+  const int64_t output = 128 * 10 + 10;
+  return 2 * 4 * ((784 * 256 + 256 + 256 * 128) / t + 128 + (10 % t == 0 ? output / t : output));
 }
 
 }  // namespace
@@ -68,14 +70,15 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
     CHECK(common_params_hash(launch_job(again, job, t)) == saved);
   }
   // 2 copies of 2 write their checkpoint (the first copy's tasks the parts); it
-  // resumes under one_device, a pipeline of 2 stages and ZeRO-1 on 3 tasks with
-  // the same parameters, and exports whole.
+  // resumes under one_device, a pipeline of 2 stages, ZeRO-1 and ZeRO-3 on 3
+  // tasks with the same parameters, and exports whole.
   TempDir grid;
   const std::string grid_saved = common_params_hash(launch_job(grid, mlp_job(grid, 2, 1, 2), 4));
   const std::vector<std::pair<json, int>> layouts = {
       {{{"type", "one_device"}}, 1},
       {{{"type", "pipeline"}, {"stages", {"dense_1"}}}, 2},
-      {{{"type", "multi_worker_mirrored"}, {"shard_optimizer_state", true}}, 3}};
+      {{{"type", "multi_worker_mirrored"}, {"shard_optimizer_state", true}}, 3},
+      {{{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 3}};
   for (const auto& [strategy, tasks] : layouts) {
     INFO("resumed under " << strategy.dump());
     TempDir again;

@@ -21,6 +21,9 @@ void cast(const Tensor& x, Tensor& y);
 void activation_by_formula(Activation act, const Tensor& x, Tensor& y);
 // gelu's dx from its input on oneDNN (activation.cpp); float32.
 void gelu_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx);
+// (ops.h's; the CPU's only)
+void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocabulary, Tensor& y);
+void embedding_backward_part(const Tensor& ids, const Tensor& dy, int64_t first, Tensor& dtable);
 
 #include "kernels/backend_ops.inc"
 

@@ -153,4 +153,36 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
     for (int64_t r = 0; r < rows; ++r) pt[static_cast<int64_t>(pi[r]) * d + j] += pdy[r * d + j];
 }
 
+void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocabulary, Tensor& y) {
+  require_f32("embedding_forward_part", {&ids, &table, &y});
+  const int64_t rows = ids.numel(), part = table.dim(0), d = table.dim(1);
+  DT_CHECK_EQ(y.numel(), rows * d);
+  const float* pi = ids.data();
+  for (int64_t r = 0; r < rows; ++r) token_id(pi, r, vocabulary);
+  const float* pt = table.data();
+  float* py = y.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = static_cast<int64_t>(pi[r]) - first;
+    if (at >= 0 && at < part) std::memcpy(py + r * d, pt + at * d, static_cast<size_t>(d) * sizeof(float));
+    else std::memset(py + r * d, 0, static_cast<size_t>(d) * sizeof(float));
+  }
+}
+
+void embedding_backward_part(const Tensor& ids, const Tensor& dy, int64_t first, Tensor& dtable) {
+  require_f32("embedding_backward_part", {&ids, &dy, &dtable});
+  const int64_t rows = ids.numel(), part = dtable.dim(0), d = dtable.dim(1);
+  DT_CHECK_EQ(dy.numel(), rows * d);
+  const float* pi = ids.data();
+  const float* pdy = dy.data();
+  float* pt = dtable.data();
+  dtable.zero();
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < d; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t at = static_cast<int64_t>(pi[r]) - first;
+      if (at >= 0 && at < part) pt[at * d + j] += pdy[r * d + j];
+    }
+}
+
 }  // namespace dtrain::kernels::cpu

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,15 +85,18 @@ Run one_device(int64_t k, double rate) {
 // `tasks` tasks of tensor_parallel `t` (tasks / t copies), each copy's tasks fed
 // the same batches. The model tensors put together from every task's checkpoint
 // pieces go into runs[0].whole.
-std::vector<Run> tensor_parallel(int tasks, int t, int64_t k) {
+// `split`: the strategy's "tensor_split" object ("" for none).
+std::vector<Run> tensor_parallel(int tasks, int t, int64_t k, const std::string& split = "") {
   rendezvous::InMemoryStore store;
   std::vector<Run> runs(static_cast<size_t>(tasks));
   std::vector<std::vector<std::pair<strategy::StatePiece, std::vector<float>>>> pieces(static_cast<size_t>(tasks));
   test::check_all_ok(test::run_on_threads(tasks, [&](int rank) -> std::string {
     auto workers = test::gloo_rank(store, rank, tasks);
     const int copies = tasks / t, copy = rank / t;
-    const job::JobConfig job = mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", t, "}"), k, "",
-                                       copies > 1 ? 0.0 : 0.25);
+    const job::JobConfig job =
+        mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", t,
+                    split.empty() ? std::string() : str(R"(, "tensor_split": )", split), "}"),
+                k, "", copies > 1 ? 0.0 : 0.25);
     auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
     CHECK(s->num_replicas_in_sync() == copies);
     CHECK(s->data_shard().count == copies);
@@ -153,8 +157,15 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
   CHECK(plan[3].name == "dense_3");
   CHECK(strategy::describe_tensor_split(job.model, plan) ==
         "dense (columns), dense_1 (rows), dense_2 (columns), dense_3 (rows)");
-  // 8 units do not split 3 ways: nothing pairs.
+  // 8 units do not split 3 ways: nothing pairs; with a cross-entropy from logits
+  // the output layer splits by its 3 classes.
   CHECK(strategy::tensor_split_plan(job.model, 3).empty());
+  const std::vector<strategy::SplitLayer> output = strategy::tensor_split_plan(job.model, 3, {}, true);
+  REQUIRE(output.size() == 1);
+  CHECK(output[0].name == "dense_3");
+  CHECK(output[0].cut == strategy::TensorCut::kOutputColumns);
+  // At 2, dense_3 is in a pair (rows): the pairs come first.
+  CHECK(strategy::tensor_split_plan(job.model, 2, {}, true).size() == 4);
   // A softmax needs every column: dense 8 softmax -> dense 3 does not pair.
   const job::JobConfig softmax = job::parse_job_config(R"({
     "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "softmax"},
@@ -167,10 +178,36 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
   CHECK(strategy::tensor_split_plan(softmax.model, 2).empty());
 }
 
+TEST_CASE("tensor_parallel: strategy.tensor_split keeps the layers it names whole, and the pairing goes on") {
+  const job::JobConfig job = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2,
+                                         "tensor_split": {"dense": "none", "dense_3": "auto"}})");
+  CHECK(job.strategy.tensor_whole == std::set<std::string>{"dense"});
+  // dense kept whole: dense_1 has no Dense after it (a Dropout), so dense_2 + dense_3 pair.
+  const std::vector<strategy::SplitLayer> plan = strategy::tensor_split_plan(job.model, 2, job.strategy.tensor_whole);
+  CHECK(strategy::describe_tensor_split(job.model, plan) ==
+        "dense_2 (columns), dense_3 (rows); whole on every task: dense, dense_1");
+  // Trained that way on 2 tasks: one_device's steps.
+  check_close(tensor_parallel(2, 2, 1, R"({"dense": "none"})")[0], one_device(1, 0.25));
+  // Keeping either layer of every pair whole leaves nothing to split: refused, as a name that is no layer.
+  const job::JobConfig none = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2,
+                                          "tensor_split": {"dense_1": "none", "dense_3": "none"}})");
+  CHECK_THROWS_WITH(strategy::check_tensor_parallel(none.strategy_job(), 2),
+                    Contains("that strategy.tensor_split leaves to split"));
+  const job::JobConfig typo = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2,
+                                          "tensor_split": {"dens": "none"}})");
+  CHECK_THROWS_WITH(strategy::check_tensor_parallel(typo.strategy_job(), 2),
+                    Contains("no layer 'dens'; its layers: dense, dense_1, dropout, dense_2, dense_3"));
+  CHECK_THROWS_WITH(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2, "tensor_split": {"dense": "rows"}})"),
+                    Contains("tensor_split.dense"));
+  CHECK_THROWS_WITH(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_split": {"dense": "none"}})"),
+                    Contains("applies only with tensor_parallel"));
+}
+
 TEST_CASE("tensor_parallel: 2 and 4 tasks, and 2 copies of 2, follow one_device step by step and end at its "
           "parameters") {
   const int64_t k = GENERATE(1, 2);
-  const auto [tasks, t] = GENERATE(std::pair{2, 2}, std::pair{4, 4}, std::pair{4, 2});
+  // (at 3 only the output layer splits, by its 3 classes: the vocabulary-parallel loss)
+  const auto [tasks, t] = GENERATE(std::pair{2, 2}, std::pair{4, 4}, std::pair{4, 2}, std::pair{3, 3});
   INFO(tasks << " tasks, tensor_parallel " << t << ", " << k << " accumulation step(s)");
   const Run whole = one_device(k, tasks > t ? 0.0 : 0.25);
   const std::vector<Run> runs = tensor_parallel(tasks, t, k);
@@ -234,7 +271,8 @@ TEST_CASE("tensor_parallel: what it does not do yet is refused with the reason")
   CHECK(check_error(mlp_job(mwm), 4) == "(no error)");  // 2 copies of 2
   CHECK_THAT(check_error(mlp_job(mwm), 3), Contains("use a divisor of 3"));
   CHECK_THAT(check_error(mlp_job(mwm, 1, R"(, "precision": "mixed_bfloat16")"), 2), Contains("float32"));
-  CHECK_THAT(check_error(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 3})"), 3),
+  // 5 divides neither the 8 units nor the 3 classes.
+  CHECK_THAT(check_error(mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 5})"), 5),
              Contains("nothing to split"));
 }
 
