@@ -101,7 +101,7 @@ TEST_CASE("tiny GPT: mirrored, multi_worker_mirrored and ZeRO-1 follow one_devic
   CHECK(total == whole);
 }
 
-TEST_CASE("tiny GPT under tensor_parallel 2 and 4 follows one_device step by step") {
+TEST_CASE("tiny GPT under tensor_parallel 2 and 4, and 2 data x 2 tensor, follows one_device step by step") {
   TempDir one;
   const Result base = one_device(one);
   for (const int t : {2, 4}) {
@@ -121,6 +121,10 @@ TEST_CASE("tiny GPT under tensor_parallel 2 and 4 follows one_device step by ste
     require_close(r.losses, base.losses, 1e-4, "tensor_parallel " + std::to_string(t));
     CHECK(r.summary["optimizer_state_bytes"].get<int64_t>() < base.summary["optimizer_state_bytes"].get<int64_t>());
   }
+  // 2 data x 2 tensor: two copies of 8 rows each.
+  TempDir grid;
+  const Result r = launched(gpt(grid, 8, {{"type", "multi_worker_mirrored"}, {"tensor_parallel", 2}}), 4, grid);
+  require_close(r.losses, base.losses, 1e-4, "2 data x 2 tensor");
 }
 
 TEST_CASE("tiny GPT under ZeRO-2 and ZeRO-3 on 2 and 4 tasks follows one_device step by step") {
