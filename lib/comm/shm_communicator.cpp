@@ -355,8 +355,10 @@ class ShmCommunicator : public Communicator {
       std::copy_n(in, count_per_rank, out);
       return;
     }
-    publish_count(count_per_rank);
     const size_t size = static_cast<size_t>(options_.size);
+    // (a slot must hold a value of every part: else made of the all-reduce)
+    if (options_.capacity_floats < size) return scatter_by_all_reduce(*this, in, count_per_rank, out, op);
+    publish_count(count_per_rank);
     const size_t round = std::max<size_t>(1, options_.capacity_floats / size);
     std::vector<const float*> inputs(size);
     for (size_t off = 0; off < count_per_rank; off += round) {

@@ -103,6 +103,7 @@ Tensor Embedding::backward(const Tensor& dy, bool need_dx) {
 }
 
 Tensor Embedding::decode(const Tensor& ids, int64_t) {
+  DT_CHECK(!part_.on(), name(), ": generation runs on a whole model (dtrain generate loads the checkpoint whole)");
   Tensor y({ids.numel(), output_shape()[1]}, device());
   kernels::embedding_forward(ids, table_.value, y);
   return y;
@@ -156,6 +157,7 @@ Tensor TokenAndPositionEmbedding::backward(const Tensor& dy, bool need_dx) {
 }
 
 Tensor TokenAndPositionEmbedding::decode(const Tensor& ids, int64_t position) {
+  DT_CHECK(!part_.on(), name(), ": generation runs on a whole model (dtrain generate loads the checkpoint whole)");
   const int64_t n = ids.numel(), d = output_shape()[1];
   check_position(name(), position, positions_.value.dim(0));
   Tensor y({n, d}, device());

@@ -476,7 +476,7 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
 
 ModelShapes DataParallelStrategy::model_shapes() {
   ModelShapes shapes = Strategy::model_shapes();
-  if (vocabulary_loss_) shapes.output.back() = tp_->split_classes();  // (this task's logits are a slice)
+  if (vocabulary_loss_) shapes.output.back() = tp_->split_classes();  // (the whole classes: this task's logits are a slice)
   return shapes;
 }
 

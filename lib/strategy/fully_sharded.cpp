@@ -213,17 +213,19 @@ void FullShard::gather(size_t u) {
     free_value_buffers_.push_back(static_cast<int>(value_buffers_.size()));
     value_buffers_.emplace_back(Shape{buffer_floats()});
   }
-  unit.buffer = free_value_buffers_.back();
-  free_value_buffers_.pop_back();
-  float* whole = value_buffers_[static_cast<size_t>(unit.buffer)].data();
-  point_params(u, value_buffers_[static_cast<size_t>(unit.buffer)], false);
+  const int buffer = free_value_buffers_.back();
+  float* whole = value_buffers_[static_cast<size_t>(buffer)].data();
   const int64_t length = unit.length, chunk = unit.chunk, shard_at = unit.shard_at;
+  // (queued first: a queue ended by an error throws here, and the unit stays as it was)
   unit.gathered = queue_->submit([this, whole, length, chunk, shard_at] {
     const trace::Span span("all-gather", "comm");
     const float* mine = shard_values_.data() + shard_at;
     if (workers_.size() == 1) std::copy(mine, mine + length, whole);
     else workers_.all_gather(mine, static_cast<size_t>(chunk), whole);  // (N chunks fit any buffer)
   });
+  free_value_buffers_.pop_back();
+  unit.buffer = buffer;
+  point_params(u, value_buffers_[static_cast<size_t>(buffer)], false);
 }
 
 void FullShard::wait_gathered(size_t u) {

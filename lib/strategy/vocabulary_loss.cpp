@@ -35,13 +35,25 @@ void VocabularyParallelLoss::compute(const Tensor& logits, const Tensor& labels,
   rows.samples = samples;
   const float* x = logits.data();
   const float* label = labels.data();
-  // Each position's maximum over the whole vocabulary.
-  maxima_.resize(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) maxima_[r] = *std::max_element(x + r * part, x + (r + 1) * part);
-  gathered_.resize(static_cast<size_t>(n * parts));
-  group_.all_gather(maxima_.data(), static_cast<size_t>(n), gathered_.data());
+  // Each position's maximum over the whole vocabulary, and its first index (the
+  // argmax nn::Loss counts a hit by): each slice's, then over the slices.
+  maxima_.resize(static_cast<size_t>(2 * n));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* top = std::max_element(x + r * part, x + (r + 1) * part);
+    maxima_[r] = *top;
+    maxima_[n + r] = static_cast<float>(first + (top - (x + r * part)));  // (exact below 2^24 classes)
+  }
+  gathered_.resize(static_cast<size_t>(2 * n * parts));
+  group_.all_gather(maxima_.data(), static_cast<size_t>(2 * n), gathered_.data());
+  argmax_.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t t = 0; t < parts; ++t) maxima_[r] = std::max(maxima_[r], gathered_[t * n + r]);
+    for (int64_t t = 0; t < parts; ++t) {  // (slices in class order: the first of the equal maxima wins)
+      const float m = gathered_[t * 2 * n + r];
+      if (t == 0 || m > maxima_[r]) {
+        maxima_[r] = m;
+        argmax_[r] = gathered_[t * 2 * n + n + r];
+      }
+    }
   // The sums of exp(logit - max), and the label's logit where this slice holds it.
   sums_.assign(static_cast<size_t>(2 * n), 0.0f);
   for (int64_t r = 0; r < n; ++r) {
@@ -57,7 +69,7 @@ void VocabularyParallelLoss::compute(const Tensor& logits, const Tensor& labels,
   float* hit = rows.hit.data();
   for (int64_t r = 0; r < n; ++r) {
     loss[r] = std::log(sums_[r]) + maxima_[r] - sums_[n + r];
-    hit[r] = sums_[n + r] >= maxima_[r] ? 1.0f : 0.0f;
+    hit[r] = argmax_[r] == label[r] ? 1.0f : 0.0f;
   }
   if (!grad) return;
   DT_CHECK(grad->shape() == logits.shape(), "loss grad shape");

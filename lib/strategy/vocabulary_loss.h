@@ -3,11 +3,12 @@
 // its slice of the classes, (N, ..., V / T), from the output Dense split by
 // columns, and the full (N, ..., V) logits are never gathered. Per label
 // position, over the group:
-//   - the row's maximum: each task's maximum, all-gathered (T floats a position);
+//   - the row's maximum and its first index: each task's, all-gathered (2T
+//     floats a position);
 //   - the sum of exp(logit - max) and the label's logit (from the task whose
 //     slice holds it, zero elsewhere): one all-reduce of two floats a position;
-//   - loss = log(sum) + max - the label's logit; a hit when the label's logit is
-//     the row's maximum (argmax == label, as nn::Loss counts it);
+//   - loss = log(sum) + max - the label's logit; a hit when the row's first
+//     maximum is the label's (argmax == label, as nn::Loss counts it);
 //   - the gradient of this task's slice: (softmax - one-hot) x the scale, each
 //     position's share of its sample's mean (as nn::Loss::compute).
 // The same figures as nn::Loss with sparse or categorical cross-entropy from
@@ -36,7 +37,7 @@ class VocabularyParallelLoss {
  private:
   comm::Communicator& group_;
   int64_t classes_;
-  std::vector<float> maxima_, gathered_, sums_;
+  std::vector<float> maxima_, gathered_, sums_, argmax_;
 };
 
 // Whether `loss` is a cross-entropy from logits (what the vocabulary split of the

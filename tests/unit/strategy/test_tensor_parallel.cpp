@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/local_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "job/job_config.h"
@@ -21,6 +22,7 @@
 #include "strategy/memory_estimate.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
+#include "strategy/vocabulary_loss.h"
 #include "support/gloo_rank.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
@@ -299,8 +301,49 @@ TEST_CASE("tensor_parallel: the memory estimate counts each task's part of the s
     const job::JobConfig tp = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2})");
     auto s = strategy::make_strategy(tp.strategy_job(), {workers.get(), 1});
     for (const nn::Param* p : s->model().params()) held[static_cast<size_t>(rank)] += p->value.numel();
+    workers->barrier();  // (no task leaves, closing its sockets, while another still connects)
     return "";
   }));
   CHECK(held[0] == part);
   CHECK(held[1] == part);
+}
+
+TEST_CASE("the vocabulary-parallel loss gives nn::Loss's losses, hits and gradients from the slices, ties too") {
+  // 2 samples x 3 positions of 6 classes; row 3 all zeros (a tie everywhere: the
+  // first class is the argmax), row 4 tied between classes 1 and 4 (one in each slice).
+  constexpr int64_t kRows = 6, kClasses = 6;
+  Tensor logits({2, 3, kClasses});
+  for (int64_t i = 0; i < logits.numel(); ++i) logits.data()[i] = std::sin(0.7f * static_cast<float>(i)) * 3.0f;
+  for (int64_t j = 0; j < kClasses; ++j) logits.data()[3 * kClasses + j] = 0.0f;
+  logits.data()[4 * kClasses + 1] = logits.data()[4 * kClasses + 4] = 5.0f;
+  const std::vector<int32_t> label_list = {2, 3, 5, 0, 4, 1};
+  const Tensor labels = nn::labels_tensor(label_list, Device::cpu());
+  nn::LossSpec spec;
+  spec.from_logits = true;
+  Tensor want_grad(logits.shape());
+  nn::LossRows want;
+  nn::make_loss(spec)->compute(logits, labels, &want_grad, 0.5f, want);
+  CHECK(want.hit.data()[3] == 1.0f);  // the all-zero row's first class is label 0
+  CHECK(want.hit.data()[4] == 0.0f);  // the tie's first class is 1, not the label 4
+  auto group = comm::make_local_group(2);
+  test::check_all_ok(test::run_on_threads(2, [&](int rank) -> std::string {
+    const int64_t part = kClasses / 2;
+    Tensor slice({2, 3, part});
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t j = 0; j < part; ++j) slice.data()[r * part + j] = logits.data()[r * kClasses + rank * part + j];
+    strategy::VocabularyParallelLoss loss(*group[static_cast<size_t>(rank)], kClasses);
+    Tensor grad(slice.shape());
+    nn::LossRows got;
+    loss.compute(slice, labels, &grad, 0.5f, got);
+    std::string problem;
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (std::abs(got.loss.data()[r] - want.loss.data()[r]) > 1e-5f * std::max(1.0f, want.loss.data()[r]))
+        problem += str(" loss of row ", r, ": ", got.loss.data()[r], " vs ", want.loss.data()[r]);
+      if (got.hit.data()[r] != want.hit.data()[r]) problem += str(" hit of row ", r);
+      for (int64_t j = 0; j < part; ++j)
+        if (std::abs(grad.data()[r * part + j] - want_grad.data()[r * kClasses + rank * part + j]) > 1e-6f)
+          problem += str(" gradient of row ", r, " class ", rank * part + j);
+    }
+    return problem;
+  }));
 }
