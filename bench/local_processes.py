@@ -1,7 +1,8 @@
 """Helpers the reference benchmarks share to run a local cluster of worker
-processes: free localhost ports, and running children to the end (each killed
-if this process stops waiting early)."""
+processes: free localhost ports, running children to the end (each killed
+if this process stops waiting early), and timing a worker's steps."""
 import socket
+import time
 import subprocess
 import sys
 
@@ -30,3 +31,16 @@ def run_children(commands, what, timeout=900):
                 c.kill()
     if any(codes):
         sys.exit(f"a {what} failed: exit codes {codes}")
+
+
+def timed_steps(dist, step, warmup, steps):
+    """Seconds `steps` calls of step() take on every worker together: `warmup`
+    untimed calls, then the timed ones between two barriers."""
+    for _ in range(warmup):
+        step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dist.barrier()
+    return time.perf_counter() - start

@@ -29,9 +29,10 @@ import argparse
 import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from local_processes import free_ports, run_children, timed_steps  # noqa: E402 (the bench folder's own module)
 
 
 def worker(args):
@@ -39,7 +40,6 @@ def worker(args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    sys.path.insert(0, HERE)
     import torch_reference as ref
 
     torch.set_num_threads(args.threads)
@@ -64,14 +64,7 @@ def worker(args):
         reported = loss.detach().clone()
         dist.all_reduce(reported)
 
-    for _ in range(args.warmup):
-        step()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    dist.barrier()
-    seconds = time.perf_counter() - start
+    seconds = timed_steps(dist, step, args.warmup, args.steps)
     if rank == 0:
         print(json.dumps({"framework": "pytorch-ddp-gloo", "torch_version": torch.__version__,
                           "model": args.model, "workers": world, "batch_per_worker": args.batch,
@@ -98,8 +91,6 @@ def main():
     args = ap.parse_args()
     if args.as_worker:
         return worker(args)
-    sys.path.insert(0, HERE)
-    from local_processes import free_ports, run_children
 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), WORLD_SIZE=str(args.workers),
                OMP_NUM_THREADS=str(args.threads))

@@ -31,7 +31,9 @@ import json
 import os
 import resource
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_processes import free_ports, run_children, timed_steps  # noqa: E402 (the bench folder's own module)
 
 
 def make_model(torch, layers, width, classes):
@@ -69,14 +71,7 @@ def worker(args):
         loss.backward()
         optimizer.step()
 
-    for _ in range(args.warmup):
-        step()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    dist.barrier()
-    seconds = time.perf_counter() - start
+    seconds = timed_steps(dist, step, args.warmup, args.steps)
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.float64)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
@@ -99,9 +94,6 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from local_processes import free_ports, run_children
-
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), WORLD_SIZE=str(args.workers))
     argv = [sys.executable, os.path.abspath(__file__), "--worker"] + sys.argv[1:]
     run_children([(argv, dict(env, RANK=str(r))) for r in range(args.workers)], "FSDP2 worker", timeout=1800)

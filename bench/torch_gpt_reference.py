@@ -60,6 +60,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_processes import timed_steps  # noqa: E402 (the bench folder's own module)
+
 
 def read_corpus(pattern, exclude):
     data = bytearray()
@@ -213,14 +216,7 @@ def ddp_rank(rank, args, port, queue):
         loss.backward()
         opt.step()
 
-    for _ in range(args.warmup):
-        step()
-    dist.barrier()
-    begin = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    dist.barrier()
-    seconds = time.perf_counter() - begin
+    seconds = timed_steps(dist, step, args.warmup, args.steps)
     if rank == 0:
         queue.put({"framework": "pytorch", "torch_version": torch.__version__, "mode": "ddp", "workers": args.ddp,
                    "threads_per_worker": args.threads, "global_batch": args.batch, "seq": args.seq,

@@ -125,32 +125,15 @@ int64_t token_id(const float* ids, int64_t r, int64_t vocabulary) {
 
 }  // namespace
 
+// The whole table is the part that starts at row 0.
 void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y) {
-  require_f32("embedding_forward", {&ids, &table, &y});
-  const int64_t rows = ids.numel(), vocabulary = table.dim(0), d = table.dim(1);
-  DT_CHECK_EQ(y.numel(), rows * d);
-  const float* pi = ids.data();
-  for (int64_t r = 0; r < rows; ++r) token_id(pi, r, vocabulary);  // every id checked before any copy
-  const float* pt = table.data();
-  float* py = y.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(py + r * d, pt + static_cast<int64_t>(pi[r]) * d, static_cast<size_t>(d) * sizeof(float));
+  embedding_forward_part(ids, table, 0, table.dim(0), y);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
-  require_f32("embedding_backward", {&ids, &dy, &dtable});
-  const int64_t rows = ids.numel(), vocabulary = dtable.dim(0), d = dtable.dim(1);
-  DT_CHECK_EQ(dy.numel(), rows * d);
   const float* pi = ids.data();
-  const float* pdy = dy.data();
-  float* pt = dtable.data();
-  for (int64_t r = 0; r < rows; ++r) token_id(pi, r, vocabulary);  // checked outside the parallel loop
-  dtable.zero();
-  // Each thread owns a range of columns and adds the rows in order.
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < d; ++j)
-    for (int64_t r = 0; r < rows; ++r) pt[static_cast<int64_t>(pi[r]) * d + j] += pdy[r * d + j];
+  for (int64_t r = 0; r < ids.numel(); ++r) token_id(pi, r, dtable.dim(0));  // checked outside the parallel loop
+  embedding_backward_part(ids, dy, 0, dtable);
 }
 
 void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocabulary, Tensor& y) {
@@ -158,7 +141,7 @@ void embedding_forward_part(const Tensor& ids, const Tensor& table, int64_t firs
   const int64_t rows = ids.numel(), part = table.dim(0), d = table.dim(1);
   DT_CHECK_EQ(y.numel(), rows * d);
   const float* pi = ids.data();
-  for (int64_t r = 0; r < rows; ++r) token_id(pi, r, vocabulary);
+  for (int64_t r = 0; r < rows; ++r) token_id(pi, r, vocabulary);  // every id checked before any copy
   const float* pt = table.data();
   float* py = y.data();
 #pragma omp parallel for schedule(static)
@@ -177,6 +160,7 @@ void embedding_backward_part(const Tensor& ids, const Tensor& dy, int64_t first,
   const float* pdy = dy.data();
   float* pt = dtable.data();
   dtable.zero();
+  // Each thread owns a range of columns and adds the rows in order.
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < d; ++j)
     for (int64_t r = 0; r < rows; ++r) {

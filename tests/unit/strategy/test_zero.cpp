@@ -173,14 +173,14 @@ int64_t slice_elements(int r, int n) {
   return count;
 }
 
-// The whole optimizer state assembled from every task's pieces; each element must
-// come from exactly one piece.
-TensorMap assemble_slots(const std::vector<TaskRun>& tasks) {
+// The whole optimizer state (or model) assembled from every task's pieces; each
+// element must come from exactly one piece.
+TensorMap assemble(const std::vector<TaskRun>& tasks, bool optimizer = true) {
   TensorMap whole;
   std::map<std::string, std::vector<int>> covered;
   for (const TaskRun& t : tasks)
     for (const strategy::StatePiece& piece : t.pieces) {
-      if (!piece.optimizer) continue;
+      if (piece.optimizer != optimizer) continue;
       auto [it, added] = whole.emplace(piece.name, Tensor(piece.whole_shape));
       std::vector<int>& hits = covered[piece.name];
       hits.resize(static_cast<size_t>(it->second.numel()));
@@ -277,7 +277,7 @@ TEST_CASE("ZeRO-1 state: whole slots load into any N, come back whole from the p
   loaded.start_model = &model;
   loaded.start_optimizer = &optimizer;
   const std::vector<TaskRun> sharded = run(zero_job(true, kAdam), 3, loaded);
-  const TensorMap back = assemble_slots(sharded);
+  const TensorMap back = assemble(sharded);
   REQUIRE(back.size() == optimizer.size());
   for (const auto& [name, whole] : optimizer) {
     INFO(name);
@@ -466,24 +466,7 @@ TEST_CASE("ZeRO-3 state: its pieces are the whole model and slots, load into ano
   const std::vector<TaskRun> sharded = run(full_job(ShardMode::kParameters, kAdam), 3, first);
   const std::vector<TaskRun> unsharded = run(full_job(ShardMode::kNone, kAdam), 3, first);
   // The pieces put together: every element exactly once, equal to the unsharded run's state.
-  TensorMap model, optimizer;
-  std::map<std::string, std::vector<int>> hits;
-  for (const TaskRun& t : sharded)
-    for (const strategy::StatePiece& piece : t.pieces) {
-      TensorMap& into = piece.optimizer ? optimizer : model;
-      auto [it, added] = into.emplace(piece.name, Tensor(piece.whole_shape));
-      std::vector<int>& h = hits[piece.name];
-      h.resize(static_cast<size_t>(it->second.numel()));
-      const Tensor host = piece.value->to_host();
-      for (int64_t i = 0; i < host.numel(); ++i) {
-        it->second.data()[piece.offset + i] = host.data()[i];
-        ++h[static_cast<size_t>(piece.offset + i)];
-      }
-    }
-  for (const auto& [name, h] : hits) {
-    INFO(name);
-    CHECK(std::all_of(h.begin(), h.end(), [](int c) { return c == 1; }));
-  }
+  const TensorMap model = assemble(sharded, false), optimizer = assemble(sharded, true);
   REQUIRE(model.size() == 8);
   REQUIRE(optimizer.size() == 16);
   for (const auto& [name, values] : unsharded[0].params) {
