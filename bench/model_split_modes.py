@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every way multi_worker_mirrored splits a model, on local tasks (issue 37).
+"""Every way dtrain splits a model, on local tasks (issue 37).
 
 For each model and each task count (2, 4), runs `dtrain launch` in every mode
 at the same global batch:
@@ -8,11 +8,14 @@ at the same global batch:
     "parameters"), and ZeRO-3 without prefetch: batch / N rows each;
   - tensor_parallel N: one copy of the model over the N tasks, every task the
     whole batch; at 4 tasks also 2 data x 2 tensor (batch / 2 rows each);
+  - pipeline N: strategy.type "pipeline", stages "auto" (one stage per task,
+    cut by measured layer time), 4 micro-batches of the whole batch, 1f1b; at
+    4 tasks also 2 pipeline x 2 tensor (each stage's layers split over 2 tasks);
 and prints, from the run summaries: the median step time over `--repeats` runs
 (step_ms: the epochs' time per step), the share of it spent waiting for
 communication (comm_wait_share: gradient all-reduces; ZeRO's reduce-scatters,
 all-gathers and the waits for them; tensor_parallel's all-reduces inside the
-layers), the memory estimate per task, and the measured training peak per task
+layers; a pipeline's waits for activations and gradients, its bubble included), the memory estimate per task, and the measured training peak per task
 (the largest over the tasks of: resident peak during the training loop, less
 the process before the model and what loading the data added; it includes
 oneDNN's scratch, activations and thread stacks, which the estimate partly
@@ -84,6 +87,10 @@ def modes(tasks):
            (f"tensor_parallel {tasks}", {"type": mwm, "tensor_parallel": tasks}, False)]
     if tasks == 4:
         out.append(("2 data x 2 tensor", {"type": mwm, "tensor_parallel": 2}, None))
+    pipeline = {"type": "pipeline", "stages": "auto", "schedule": "1f1b"}
+    out.append((f"pipeline {tasks}", pipeline, False))
+    if tasks == 4:
+        out.append(("2 pipeline x 2 tensor", {**pipeline, "tensor_parallel": 2}, False))
     return out
 
 
@@ -157,6 +164,8 @@ def main():
     p.add_argument("--models", default="deep,mlp,gpt")
     p.add_argument("--tasks", default="2,4")
     p.add_argument("--json", default="")
+    p.add_argument("--modes", default="", help="only these modes (comma-separated labels; multi_worker_mirrored, "
+                   "the base, always runs), and no FSDP2 or trace runs")
     a = p.parse_args()
     work = tempfile.mkdtemp()
     deep_config = os.path.join(work, "deep.json")
@@ -176,7 +185,10 @@ def main():
         config, batch, steps = models[name]
         for tasks in (int(t) for t in a.tasks.split(",")):
             base = None
+            only = [m for m in a.modes.split(",") if m]
             for label, strategy, data_parallel in modes(tasks):
+                if only and label not in only and label != "multi_worker_mirrored":
+                    continue
                 per_task = batch // tasks if data_parallel else batch if data_parallel is False else batch // 2
                 results = [run(a.dtrain, config, tasks, strategy, per_task, steps) for _ in range(a.repeats)]
                 chiefs = [r["worker:0"] for r in results]
@@ -191,7 +203,7 @@ def main():
                 rows.append(row)
                 print(f"{name:>5} {tasks:>5}  {label:<22} {step:>9.2f} {step / base:>6.2f}x {comm:>6.2f} "
                       f"{row['memory_estimate_bytes'] / 2**20:>10.1f} MiB {measured / 2**20:>10.1f} MiB", flush=True)
-            if name == "deep":
+            if name == "deep" and not only:
                 zero3 = next(r for r in rows if r["model"] == name and r["tasks"] == tasks and r["mode"] == "ZeRO-3")
                 ref = fsdp_step_ms(tasks, batch // tasks, steps)
                 rows.append({"model": name, "tasks": tasks, "mode": "pytorch FSDP2", **ref})

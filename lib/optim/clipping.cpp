@@ -44,6 +44,11 @@ OptimizerSpec without_clipping(OptimizerSpec spec) {
   return spec;
 }
 
+OptimizerSpec without_norm_clipping(OptimizerSpec spec) {
+  spec.clipnorm = spec.global_clipnorm = 0.0;
+  return spec;
+}
+
 GradientClipper::GradientClipper(const OptimizerSpec& spec)
     : clipnorm_(spec.clipnorm), clipvalue_(spec.clipvalue), global_clipnorm_(spec.global_clipnorm) {}
 

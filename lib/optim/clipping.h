@@ -28,6 +28,10 @@ void read_clipping(config::Section& r, OptimizerSpec& spec);
 bool clips(const OptimizerSpec& spec);
 // `spec` with clipping off (a ps's optimizer: its workers clipped already).
 OptimizerSpec without_clipping(OptimizerSpec spec);
+// `spec` without clipnorm and global_clipnorm (clipvalue kept): for a strategy
+// whose tasks hold parts of the gradients and clip by the norms over all of them
+// (strategy/shard_pieces.h).
+OptimizerSpec without_norm_clipping(OptimizerSpec spec);
 
 // Clips gradients in place as a spec says, with kernels on the gradients' device:
 // the norms stay on that device, so the host never waits for a GPU.

@@ -112,7 +112,11 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
                                                                                          : "async");
   } else if (entry.point_to_point) {
     g = job.strategy.data_parallel > 1 ? Gradients::kStageCopies : Gradients::kStageAlone;
-    d.why = str("strategy.data_parallel ", job.strategy.data_parallel);
+    d.why = str("strategy.data_parallel ", job.strategy.data_parallel,
+                job.strategy.tensor_parallel > 1
+                    ? str(", tensor_parallel ", job.strategy.tensor_parallel,
+                          ": each part of a stage's gradients averaged over the copies' tasks holding it")
+                    : "");
   } else if (entry.central_copy) {
     g = Gradients::kCentralCopy;
     d.why = str(entry.name, " with ", n, " replica", n == 1 ? "" : "s");
@@ -300,7 +304,14 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   }
   if (job.strategy.tensor_parallel > 1) {
     // What it cannot do yet is refused here, before any task starts (validate, launch).
-    if (in_group && p.training_tasks > 1) strategy::check_tensor_parallel(job.strategy_job(), p.training_tasks);
+    // (a pipeline's stages: a Dense pair cut by a boundary stays whole; without
+    // the cluster, where strategy.stages names them)
+    std::vector<size_t> stage_starts = p.split ? p.split->starts : std::vector<size_t>{};
+    if (!p.split && !job.strategy.stages.empty())
+      stage_starts = strategy::named_split(job.strategy, nn::describe_layers(job.model)).starts;
+    const bool pipeline = job.strategy.stages_auto || !job.strategy.stages.empty();
+    if (in_group && p.training_tasks > 1)
+      strategy::check_tensor_parallel(job.strategy_job(), p.training_tasks, stage_starts);
     if (in_group && !p.device().is_cpu())
       throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
                             p.device().str(), "; set \"device\": \"cpu\""));
@@ -308,9 +319,11 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     // (the strategy applies the same pure function of the model: tensor_parallel.h)
     const std::vector<strategy::SplitLayer> split =
         strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel), job.strategy.tensor_whole,
-                                    strategy::vocabulary_parallel_loss(job.loss));
+                                    strategy::vocabulary_parallel_loss(job.loss), stage_starts);
+    // (grid_text's stages: any count > 1 says "pipeline" where the cluster has not cut it yet)
+    const int stages = p.split ? static_cast<int>(p.split->stages()) : pipeline ? std::max<int>(2, stage_starts.size()) : 1;
     p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
-                           str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel)),
+                           str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel), stages),
                                " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, "
                                "attention by heads",
                                job.strategy.tensor_whole.empty()

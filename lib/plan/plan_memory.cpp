@@ -22,6 +22,9 @@ strategy::MemoryQuery base_query(const job::JobConfig& job) {
   q.batch_rows = job.train.batch_size_per_replica;
   q.gradient_accumulation_steps = job.train.gradient_accumulation_steps;
   q.limit_bytes = job.runtime.memory_limit;
+  q.tensor_parallel = job.strategy.tensor_parallel;
+  q.tensor_whole = job.strategy.tensor_whole;
+  q.tensor_vocabulary_loss = strategy::vocabulary_parallel_loss(job.loss);
   return q;
 }
 
@@ -39,9 +42,6 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
     q.full_shards = q.optimizer_shards = std::max(1, training_tasks);
     q.prefetch = job.strategy.prefetch;
   }
-  q.tensor_parallel = job.strategy.tensor_parallel;
-  q.tensor_whole = job.strategy.tensor_whole;
-  q.tensor_vocabulary_loss = strategy::vocabulary_parallel_loss(job.loss);
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.
     const int64_t m = std::max<int64_t>(1, job.strategy.micro_batches);
@@ -93,7 +93,7 @@ std::string ways_that_fit(const job::JobConfig& job, int training_tasks) {
     try {
       strategy::check_tensor_parallel(m.strategy_job(), training_tasks);
     } catch (const ConfigError&) {
-      continue;  // (not for this job: mixed precision, norm clipping)
+      continue;  // (not for this job: mixed precision)
     }
     consider(str("strategy.tensor_parallel ", t), m);
   }
@@ -113,7 +113,8 @@ TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, 
   // inputs, for the forward run again before their backward).
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
   const int stages = static_cast<int>(split->stages());
-  const strategy::StagePlace place = strategy::stage_of_task(rank, stages);
+  const strategy::StagePlace place =
+      strategy::stage_of_task(rank, stages, static_cast<int>(job.strategy.tensor_parallel));
   const size_t first = split->starts[static_cast<size_t>(place.stage)];
   const size_t end = split->end_of(static_cast<size_t>(place.stage), layers.size());
   const int64_t m = job.strategy.micro_batches;
@@ -121,9 +122,13 @@ TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, 
                                                               m * job.train.gradient_accumulation_steps);
   strategy::MemoryQuery stage = pipeline_stage_memory_query(job, first, end, job.train.batch_size_per_replica / m, 1);
   stage.held_inputs = in_flight - 1;
+  stage.tensor_stage_starts = split->starts;
   return {strategy::estimate_memory(stage),
           str("Pipeline stage ", place.stage, " of ", stages, ": layers ", layers[first].name, "..",
-              layers[end - 1].name),
+              layers[end - 1].name,
+              job.strategy.tensor_parallel > 1
+                  ? str(", part ", place.tensor, " of ", job.strategy.tensor_parallel, " of its split layers")
+                  : ""),
           true, training_tasks};
 }
 

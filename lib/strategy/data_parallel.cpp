@@ -16,8 +16,10 @@
 #include "core/trace.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "optim/clipping.h"
 #include "strategy/fully_sharded.h"
 #include "strategy/registry.h"
+#include "strategy/shard_pieces.h"
 #include "strategy/tensor_parallel.h"
 #include "strategy/vocabulary_loss.h"
 #include "strategy/zero_shard.h"
@@ -70,6 +72,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       tensor_group_ = workers_->split(copy, workers_->rank() % t);
       copies_group_ = workers_->split(workers_->rank() % t, copy);
     }
+    clipnorm_ = job.optimizer.clipnorm;
+    global_clipnorm_ = job.optimizer.global_clipnorm;
     if (n > 1 || !devices[0].is_cpu())
       throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU, one replica per task, so far; set "
                                                "\"device\": \"cpu\""));
@@ -96,7 +100,8 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
-      tp_ = std::make_unique<TensorParallel>(job.model, job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss),
+      tp_ = std::make_unique<TensorParallel>(tensor_split_plan(job.model, tensor_group_->size(), job.strategy.tensor_whole,
+                                                               vocabulary_parallel_loss(job.loss)),
                                              *r.model, *tensor_group_);
       if (tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
         vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
@@ -104,7 +109,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
         log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
                   describe_tensor_split(job.model, tp_->plan()));
     }
-    r.optimizer = optim::make_optimizer(zero || full ? ZeroShard::optimizer_spec(job.optimizer) : job.optimizer);
+    r.optimizer = optim::make_optimizer(zero || full ? ZeroShard::optimizer_spec(job.optimizer)
+                                        : tensor_parallel ? optim::without_norm_clipping(job.optimizer)
+                                                          : job.optimizer);
     // Params, grads and optimizer slots in one allocation on the device; the
     // grads of a task's single host replica in the workers' shared area where
     // they have one (tasks sharing a machine: shared memory), where the
@@ -310,6 +317,8 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   if (!central_ && r.finite) {
     if (zero_) zero_->clip_norms();  // each param's norm over every task's slice of it
     if (full_) full_->clip_norms();
+    if (tp_) clip_split_by_norm(r.trainable, tp_->norm_counted(r.trainable), tensor_group_.get(), nullptr, clipnorm_,
+                                global_clipnorm_);
     r.optimizer->apply(zero_ ? zero_->pieces() : full_ ? full_->pieces() : r.trainable,
                        loss_scale_ ? loss_scale_->applied_before(step) : step);
   }

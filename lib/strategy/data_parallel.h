@@ -178,6 +178,9 @@ class DataParallelStrategy : public Strategy {
   // tensor_parallel with the output layer split by its classes: the loss over the
   // tensor group (vocabulary_loss.h).
   std::unique_ptr<VocabularyParallelLoss> vocabulary_loss_;
+  // tensor_parallel: the job's clipnorm / global_clipnorm, clipped over the parts
+  // (the optimizer itself clips by value only then).
+  double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
 };
 
 }  // namespace dtrain::strategy

@@ -143,7 +143,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   Shape shape(spec.input_shape.begin(), spec.input_shape.end());
   std::map<std::string, int> name_counts;
   const std::vector<SplitLayer> tensor_split =
-      tensor_split_plan(spec, static_cast<int>(q.tensor_parallel), q.tensor_whole, q.tensor_vocabulary_loss);
+      tensor_split_plan(spec, static_cast<int>(q.tensor_parallel), q.tensor_whole, q.tensor_vocabulary_loss,
+                        q.tensor_stage_starts);
   for (int64_t i = 0; i < last; ++i) {
     const nn::LayerSpec& ls = spec.layers[static_cast<size_t>(i)];
     const std::string name = ls.name.empty() ? nn::auto_layer_name(ls.type_name(), name_counts) : ls.name;

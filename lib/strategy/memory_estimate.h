@@ -49,6 +49,7 @@ struct MemoryQuery {
   int64_t tensor_parallel = 1;
   std::set<std::string> tensor_whole;  // strategy.tensor_split's layers kept whole
   bool tensor_vocabulary_loss = false;  // the loss takes split logits (vocabulary_loss.h)
+  std::vector<size_t> tensor_stage_starts;  // a pipeline's stage starts (a Dense pair cut by one stays whole)
   int64_t gradient_accumulation_steps = 1;  // K > 1: one float32 accumulation buffer per trainable parameter
   int64_t local_replicas = 1;      // replicas in this process, each with its own params, grads, slots, activations
   // central_storage: one more copy of the parameters, gradients and optimizer

@@ -17,7 +17,11 @@
 #include "kernels/ops.h"
 #include "nn/losses.h"
 #include "strategy/gradient_reducer.h"
+#include "optim/clipping.h"
 #include "strategy/pipeline_links.h"
+#include "strategy/shard_pieces.h"
+#include "strategy/tensor_parallel.h"
+#include "strategy/vocabulary_loss.h"
 
 namespace dtrain::strategy {
 namespace {
@@ -74,11 +78,14 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
     split = {context.stage_starts, context.stage_split_how};
   }
   const int stages = static_cast<int>(split.stages());
-  const StagePlace place = stage_of_task(workers_->rank(), stages);
+  const int tensors = static_cast<int>(spec_.tensor_parallel);
+  const StagePlace place = stage_of_task(workers_->rank(), stages, tensors);
   stats_.stages = stages;
   stats_.copies = static_cast<int>(spec_.data_parallel);
   stats_.stage = place.stage;
   stats_.copy = place.copy;
+  stats_.tensor = place.tensor;
+  stats_.tensors = tensors;
   check_micro_batches(spec_, job.train.batch_size_per_replica);
   const size_t first = split.starts[static_cast<size_t>(stats_.stage)];
   const size_t end = split.end_of(static_cast<size_t>(stats_.stage), layers.size());
@@ -88,29 +95,60 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   stage_input_ = layers[first].input_shape;
   stage_output_ = layers[end - 1].output_shape;
   if (workers_->rank() == 0)
-    log::info("pipeline: ", stages, " stages x ", stats_.copies, " cop", stats_.copies == 1 ? "y" : "ies", " (",
-              split.how, "): ", stats_.split, "; ", micro_batches_, " micro-batches, ",
-              schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+    log::info("pipeline: ", stages, " stages x ", stats_.copies, " cop", stats_.copies == 1 ? "y" : "ies",
+              tensors > 1 ? str(" x ", tensors, " tensor") : "", " (", split.how, "): ", stats_.split, "; ",
+              micro_batches_, " micro-batches, ", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
 
-  pipe_ = workers_->split(stats_.copy, stats_.stage);
-  peers_ = workers_->split(stats_.stage, stats_.copy);
+  // (with tensor_parallel, one pipeline per part: part p of each stage talks to part p of the next)
+  pipe_ = workers_->split(stats_.copy * tensors + stats_.tensor, stats_.stage);
+  peers_ = workers_->split(stats_.stage * tensors + stats_.tensor, stats_.copy);
   DT_CHECK(pipe_ && pipe_->size() == stages && pipe_->rank() == stats_.stage, "the pipeline group is malformed");
   DT_CHECK(peers_ && peers_->size() == stats_.copies, "the stage's group is malformed");
 
   model_ = std::make_unique<nn::Sequential>(job.model, seed_, first, end);
-  optimizer_ = optim::make_optimizer(job.optimizer);
+  if (tensors > 1) split_tensors(job, split);
+  // (norm clipping takes the norms over every stage and part: clip_split_by_norm)
+  spec_clipnorm_ = job.optimizer.clipnorm;
+  spec_global_clipnorm_ = job.optimizer.global_clipnorm;
+  optimizer_ = optim::make_optimizer(optim::without_norm_clipping(job.optimizer));
   model_->place(device_, optimizer_->slots_per_param());
   trainable_ = model_->trainable_params();
   optimizer_->create_state(trainable_, model_->arena());
   for (nn::Param* p : model_->params())
     if (!p->trainable()) state_.push_back(p);
   for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
-  if (last_stage()) loss_ = nn::make_loss(job.loss);
+  norm_counted_ = tp_ ? tp_->norm_counted(trainable_) : std::vector<bool>(trainable_.size(), true);
+  if (last_stage() && !vocabulary_loss_) loss_ = nn::make_loss(job.loss);
   if (loss_scaling_on(job, context)) loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
   connect_links(context);
+}
+
+void PipelineStrategy::split_tensors(const StrategyJob& job, const StageSplit& split) {
+  check_tensor_parallel(job, workers_->size(), split.starts);
+  if (!device_.is_cpu())
+    throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
+                          device_.str(), "; set \"device\": \"cpu\""));
+  tensor_group_ = workers_->split(stats_.copy * stats_.stages + stats_.stage, stats_.tensor);
+  DT_CHECK(tensor_group_ && tensor_group_->size() == stats_.tensors && tensor_group_->rank() == stats_.tensor,
+           "the stage's tensor group is malformed");
+  const std::vector<SplitLayer> plan = tensor_split_plan(job.model, stats_.tensors, job.strategy.tensor_whole,
+                                                         vocabulary_parallel_loss(job.loss), split.starts);
+  tp_ = std::make_unique<TensorParallel>(plan, *model_, *tensor_group_);
+  if (last_stage() && tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
+    vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
+  stats_.tensor_split = describe_tensor_split(job.model, plan);
+  if (workers_->rank() == 0)
+    log::info("tensor_parallel: ", grid_text(workers_->size(), stats_.tensors, stats_.stages), ": ",
+              stats_.tensor_split);
+}
+
+void PipelineStrategy::compute_loss(const Tensor& out, const Tensor& labels, Tensor* grad, float scale,
+                                    nn::LossRows& rows) {
+  if (vocabulary_loss_) vocabulary_loss_->compute(out, labels, grad, scale, rows);
+  else loss_->compute(out, labels, grad, scale, rows);
 }
 
 void PipelineStrategy::connect_links(const StrategyContext& context) {
@@ -174,6 +212,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   std::vector<nn::LossRows> rows(static_cast<size_t>(count));
   int64_t resident = -1, held = 0, backwards = 0;
   double busy = 0.0;
+  const double tensor_comm_before = tp_ ? tp_->comm_seconds() : 0.0;
   bool first_forward = true;
   for (const Op& op : schedule(count)) {
     const Micro& mb = micros[static_cast<size_t>(op.micro)];
@@ -194,7 +233,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
       if (last_stage()) {
         const std::vector<int32_t> mine = batches[mb.batch].sample_labels(mb.begin, mb.rows);
         grads[m] = Tensor(out.shape(), device_);
-        loss_->compute(out, nn::labels_tensor(mine, device_), &grads[m], scale, rows[m]);
+        compute_loss(out, nn::labels_tensor(mine, device_), &grads[m], scale, rows[m]);
         busy += compute.seconds();
       } else {
         busy += compute.seconds();
@@ -243,12 +282,13 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     timings_.comm_wait_seconds += wait.seconds();
   }
 
-  // The loss and accuracy of the step's whole batch (the last stages'), the stop
-  // flag and, under loss scaling, the stages' non-finite gradients: one all-reduce.
+  // The loss and accuracy of the step's whole batch (the last stages', part 0's
+  // of each: the parts compute the same), the stop flag and, under loss scaling,
+  // the stages' non-finite gradients: one all-reduce.
   Stopwatch metrics;
   nn::LossStats local;
   for (const nn::LossRows& r : rows)
-    if (r.both.defined()) nn::Loss::add_stats(r, local);
+    if (r.both.defined() && stats_.tensor == 0) nn::Loss::add_stats(r, local);
   float s[5] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                 static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f,
                 loss_scale_ ? static_cast<float>(count_non_finite_gradients(trainable_)) : 0.0f};
@@ -273,13 +313,18 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   if (apply) {
     if (loss_scale_)
       for (nn::Param* p : trainable_) kernels::divide(p->grad, loss_scale);
+    clip_split_by_norm(trainable_, norm_counted_, tensor_group_.get(), pipe_.get(), spec_clipnorm_,
+                       spec_global_clipnorm_);
     optimizer_->apply(trainable_, optimizer_step);
   }
   timings_.update_seconds += update.seconds();
 
   stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, step_memory_.peak(device_.type));
   const double seconds = step_time.seconds();
-  timings_.compute_seconds += busy;
+  // (the split layers' all-reduces ran inside forward and backward: communication, not compute)
+  const double tensor_comm = tp_ ? tp_->comm_seconds() - tensor_comm_before : 0.0;
+  timings_.comm_wait_seconds += tensor_comm;
+  timings_.compute_seconds += busy - tensor_comm;
   timings_.step_seconds += seconds;
   timings_.steps += 1;
   stats_.busy_seconds += busy;
@@ -295,7 +340,7 @@ void PipelineStrategy::eval_step(const data::Batch& batch, nn::LossStats& stats)
   float s[3] = {0.0f, 0.0f, 0.0f};
   if (last_stage()) {
     nn::LossRows rows;
-    loss_->compute(out, nn::labels_tensor(batch.labels, device_), nullptr, 0.0f, rows);
+    compute_loss(out, nn::labels_tensor(batch.labels, device_), nullptr, 0.0f, rows);
     nn::LossStats local;
     nn::Loss::add_stats(rows, local);
     s[0] = static_cast<float>(local.loss_sum);
@@ -317,6 +362,12 @@ void PipelineStrategy::sync_state() {
 }
 
 void PipelineStrategy::load_state(const TensorLookup& model, const TensorLookup& optimizer) {
+  if (tp_) {  // this task's parts of the whole tensors
+    tp_->load(model_->params(), model, "model");
+    optimizer_->create_state(trainable_);
+    tp_->load(optimizer_->state(), optimizer, "optimizer state");
+    return;
+  }
   load_named(model_->params(), model, "model");
   optimizer_->create_state(trainable_);
   load_named(optimizer_->state(), optimizer, "optimizer state");
@@ -332,6 +383,9 @@ std::string PipelineStrategy::report_json() const {
                         {"stages", stats_.stages},
                         {"copy", stats_.copy},
                         {"data_parallel", stats_.copies},
+                        {"tensor", stats_.tensor},
+                        {"tensor_parallel", stats_.tensors},
+                        {"tensor_split", stats_.tensor_split},
                         {"split", stats_.split},
                         {"split_how", stats_.split_how},
                         {"links", stats_.links},
@@ -349,21 +403,31 @@ std::string PipelineStrategy::report_json() const {
 std::vector<StatePiece> PipelineStrategy::state_pieces() {
   std::vector<StatePiece> pieces;
   if (stats_.copy != 0) return pieces;  // the other copies hold the same values
+  if (tp_) return tp_->pieces(model_->params(), optimizer_->state());  // (collective over the stage's parts)
   for (const nn::Param* p : model_->params()) pieces.push_back({p->name, p->value.shape(), 0, &p->value, false});
   for (const nn::Param* p : optimizer_->state()) pieces.push_back({p->name, p->value.shape(), 0, &p->value, true});
   return pieces;
 }
 
+std::string PipelineStrategy::stage_hash_input() {
+  std::string input;
+  const auto feed = [&input](const void* data, size_t size) { input.append(static_cast<const char*>(data), size); };
+  if (tp_) tp_->whole_hash_input(model_->params(), feed);
+  else model_->hash_input(feed);
+  return input;
+}
+
 std::string PipelineStrategy::params_sha256() {
   // nn::Sequential::params_sha256 of the whole model: each later stage of copy 0
-  // sends the chief the bytes its params add to the hash input (hash_input), and
-  // the chief hashes them after its own, in stage order; the digest then goes to
-  // every task.
+  // (its part 0, with its parts' split tensors gathered whole) sends the chief
+  // the bytes its params add to the hash input (hash_input), and the chief
+  // hashes them after its own, in stage order; the digest then goes to every task.
   const uint64_t tag = kHashTag | (hash_calls_++ << 2);
   std::string digest(64, '0');
-  if (stats_.copy == 0 && first_stage()) {
+  const std::string input = stats_.copy == 0 ? stage_hash_input() : std::string();
+  if (stats_.copy == 0 && stats_.tensor == 0 && first_stage()) {
     Sha256 h;
-    model_->hash_input([&](const void* data, size_t size) { h.update(data, size); });
+    h.update(input.data(), input.size());
     for (int s = 1; s < stats_.stages; ++s) {
       float header[2];
       pipe_->recv(header, 2, s, tag);
@@ -374,9 +438,7 @@ std::string PipelineStrategy::params_sha256() {
       h.update(blob.data(), bytes);
     }
     digest = h.hex_digest();
-  } else if (stats_.copy == 0) {
-    std::string input;
-    model_->hash_input([&](const void* data, size_t size) { input.append(static_cast<const char*>(data), size); });
+  } else if (stats_.copy == 0 && stats_.tensor == 0) {
     const uint64_t bytes = input.size();
     float header[2];
     std::memcpy(header, &bytes, sizeof bytes);

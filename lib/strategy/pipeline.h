@@ -7,6 +7,17 @@
 // of a copy reads the same records (same seed, same shard: the copy's): the first
 // stage feeds their images in, the last takes their labels for the loss.
 //
+// With strategy.tensor_parallel T, each stage is held by T neighbouring tasks
+// (stage_of_task: rank = (copy x S + stage) x T + part) that split its layers
+// as tensor_parallel.h does (a Dense pair cut by a stage boundary stays whole),
+// over the stage's tensor group. Each stage's output is whole on each of its T
+// tasks, so part p of stage s sends to part p of stage s + 1 (the pipeline
+// groups are per part), and the copies' all-reduce is among the tasks holding
+// the same part of the same stage. A split output layer's logits go to the
+// vocabulary-parallel loss on the last stage; only part 0 of the last stage
+// counts the loss. Checkpoints and the hash hold whole tensors, as for
+// tensor_parallel under multi_worker_mirrored.
+//
 // A step cuts the replica's batch into M micro-batches (strategy.micro_batches;
 // with gradient accumulation K, each of the K batches into M). Activations go
 // forward and their gradients backward point-to-point between neighbouring stages
@@ -20,7 +31,9 @@
 // are summed over the micro-batches in micro-batch order, exactly as one_device
 // sums the micro-batches of gradient accumulation, then averaged over the R
 // copies of the stage (an all-reduce among the tasks holding it) and applied
-// once: a step equals the unpipelined step on the whole batch.
+// once: a step equals the unpipelined step on the whole batch. Norm clipping
+// (clipnorm, global_clipnorm) takes its norms over the whole model: global_clipnorm's
+// over every stage's gradients (one all-reduce of one float over the copy's stages).
 //
 // dtrain's layers keep one forward pass's state for their backward. So a stage
 // keeps the inputs of its micro-batches in flight, and before the backward of
@@ -55,6 +68,8 @@
 namespace dtrain::strategy {
 
 class StageLinks;  // pipeline_links.h
+class TensorParallel;  // tensor_parallel.h
+class VocabularyParallelLoss;  // vocabulary_loss.h
 
 // The idle share of an ideal pipeline of equal stages: (S - 1) / (M + S - 1).
 double theoretical_bubble(int stages, int64_t micro_batches);
@@ -62,6 +77,8 @@ double theoretical_bubble(int stages, int64_t micro_batches);
 // What a pipeline step measured (for the summary and `dtrain bench pipeline`).
 struct PipelineStats {
   int stage = 0, stages = 1, copy = 0, copies = 1;
+  int tensor = 0, tensors = 1;  // this task's part of the stage's split layers (strategy.tensor_parallel)
+  std::string tensor_split;     // describe_tensor_split of the whole model's plan; "" without tensor_parallel
   std::string split;           // the layers of each stage, "conv2d..flatten | dense..dense_1"
   std::string split_how;       // "strategy.stages", "auto: measured time", "auto: parameter bytes"
   std::string links;           // how activations travel: "gloo", "gloo (host copies)", "nccl"
@@ -117,6 +134,13 @@ class PipelineStrategy : public Strategy {
   Tensor receive(int64_t rows, const Shape& sample, int peer, uint64_t tag);
   // Picks and connects the links to the neighbouring stages (collective over the copy).
   void connect_links(const StrategyContext& context);
+  // With tensor_parallel: the stage's tensor group, and its layers split over it.
+  void split_tensors(const StrategyJob& job, const StageSplit& split);
+  // The last stage's loss on `out` (the vocabulary-parallel one for split logits).
+  void compute_loss(const Tensor& out, const Tensor& labels, Tensor* grad, float scale, nn::LossRows& rows);
+  // What nn::Sequential::hash_input feeds for this stage, with whole tensors
+  // (collective over the tensor group).
+  std::string stage_hash_input();
 
   StrategySpec spec_;
   uint64_t seed_;
@@ -125,7 +149,10 @@ class PipelineStrategy : public Strategy {
   Device device_;
   comm::Communicator* workers_;
   std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
-  std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage, rank = copy
+  std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage (and part), rank = copy
+  std::unique_ptr<comm::Communicator> tensor_group_;  // this stage's tasks of this copy, rank = part (tensor_parallel)
+  std::unique_ptr<TensorParallel> tp_;
+  std::unique_ptr<VocabularyParallelLoss> vocabulary_loss_;  // the last stage, when the output's logits are split
   std::unique_ptr<StageLinks> own_links_;  // host links over pipe_ (unless the runtime gave NCCL links)
   StageLinks* links_ = nullptr;           // own_links_, or StrategyContext::stage_links
   std::unique_ptr<nn::Sequential> model_;
@@ -134,6 +161,10 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // mixed_float16 (or a test's loss_scaling)
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
+  // Keras' clipnorm / global_clipnorm: each norm over the stage's parts, the
+  // global one over every stage too (the optimizer clips by value only).
+  double spec_clipnorm_ = 0.0, spec_global_clipnorm_ = 0.0;
+  std::vector<bool> norm_counted_;  // clip_split_by_norm's, per trainable param
   ModelShapes shapes_;
   Shape stage_input_, stage_output_;  // per sample
   PipelineStats stats_;

@@ -10,22 +10,26 @@
 namespace dtrain::strategy {
 
 int pipeline_stage_count(const StrategySpec& strategy, int training_tasks) {
-  const int64_t copies = strategy.data_parallel;
+  const int64_t copies = strategy.data_parallel, t = strategy.tensor_parallel;
+  const int64_t per_stage = copies * t;  // tasks holding each stage
+  const std::string tensor = t > 1 ? str(" x ", t, " tensor_parallel") : "";
   if (strategy.stages_auto) {
-    if (training_tasks % copies != 0 || training_tasks / copies < 2)
-      throw ConfigError(str(strategy.path, ".stages: \"auto\" makes one stage per training task of each of the ",
-                            copies, " pipeline copies (data_parallel), but the cluster has ", training_tasks,
-                            " training task(s); run ", copies, " x S tasks with S >= 2 (`dtrain launch --workers ",
-                            2 * copies, "`), or set data_parallel"));
-    return static_cast<int>(training_tasks / copies);
+    if (training_tasks % per_stage != 0 || training_tasks / per_stage < 2)
+      throw ConfigError(str(strategy.path, ".stages: \"auto\" makes one stage per ", t > 1 ? str(t, " tasks") : "task",
+                            " of each of the ", copies, " pipeline copies (data_parallel", tensor,
+                            "), but the cluster has ", training_tasks, " training task(s); run ", copies, tensor,
+                            " x S tasks with S >= 2 (`dtrain launch --workers ", 2 * per_stage,
+                            "`), or set data_parallel"));
+    return static_cast<int>(training_tasks / per_stage);
   }
   const int64_t stages = static_cast<int64_t>(strategy.stages.size()) + 1;
-  if (stages * copies != training_tasks)
+  if (stages * per_stage != training_tasks)
     throw ConfigError(str(strategy.path, ": ", stages, " stages (", strategy.stages.size(),
                           " names in stages, plus the first) x ", copies, " data_parallel cop", copies == 1 ? "y" : "ies",
-                          " need ", stages * copies, " training tasks (one stage per task), but the cluster has ",
-                          training_tasks, "; run `dtrain launch --workers ", stages * copies,
-                          "` or change strategy.stages / data_parallel"));
+                          tensor, " need ", stages * per_stage, " training tasks (",
+                          t > 1 ? str(t, " per stage") : "one stage per task", "), but the cluster has ",
+                          training_tasks, "; run `dtrain launch --workers ", stages * per_stage,
+                          "` or change strategy.stages / data_parallel", t > 1 ? " / tensor_parallel" : ""));
   return static_cast<int>(stages);
 }
 
@@ -94,7 +98,10 @@ StageSplit pipeline_split(const StrategySpec& strategy, const std::vector<nn::La
   return balanced_split(cost, stages, "auto: parameter bytes");
 }
 
-StagePlace stage_of_task(int rank, int stages) { return {rank % stages, rank / stages}; }
+StagePlace stage_of_task(int rank, int stages, int tensor_parallel) {
+  const int holder = rank / tensor_parallel;  // (the stage's holder within the copy's pipeline)
+  return {holder % stages, holder / stages, rank % tensor_parallel};
+}
 
 int64_t micro_batches_in_flight(PipelineSchedule schedule, int stage, int stages, int64_t micro_batches) {
   if (schedule == PipelineSchedule::kGpipe) return micro_batches;

@@ -107,17 +107,18 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "tensor parallelism): each pair of consecutive Dense layers splits, the first by output columns, the second "
        "by input rows, and MultiHeadAttention (in TransformerDecoder too) by heads (one all-reduce forward, one "
        "backward); other layers are whole on every task; a copy's tasks read the same batches, and the N / T "
-       "copies are data parallel. T must divide the training tasks; float32 on the CPU, one replica per task, no "
-       "norm clipping (1: off)"},
+       "copies are data parallel. T must divide the training tasks; float32 on the CPU, one replica per task "
+       "(1: off). pipeline: each stage's layers split so over T neighbouring tasks (stages x "
+       "data_parallel x T tasks; a Dense pair cut by a stage boundary stays whole)"},
       {"tensor_split",
-       "multi_worker_mirrored with tensor_parallel: `{\"<layer>\": \"none\"}` keeps a layer whole that the plan "
+       "multi_worker_mirrored or pipeline with tensor_parallel: `{\"<layer>\": \"none\"}` keeps a layer whole that the plan "
        "would split (`\"auto\"`: the plan's choice). A Dense pair is kept whole if either of its layers is (the "
        "pairing goes on from the next layer); inside a TransformerDecoder the names are `<block>/self_attention`, "
        "`<block>/feedforward_intermediate_dense` and `<block>/feedforward_output_dense`, or the block's own name for "
        "all of it. `dtrain validate` prints the split"},
       {"stages", "pipeline: the layer names where each stage after the first begins (`[\"conv2d_1\", \"dense\"]`: "
                  "three stages), or `\"auto\"`: balanced by per-layer time measured on warm-up steps; one stage per "
-                 "training task of each pipeline copy, in task order"},
+                 "training task of each pipeline copy (T tasks with tensor_parallel), in task order"},
       {"micro_batches", "pipeline: micro-batches each replica's batch is cut into (4); gradients are summed over "
                         "them and applied once per step"},
       {"schedule", "pipeline: `1f1b` (default: one forward, one backward) or `gpipe` (all forwards, then all "
@@ -289,8 +290,9 @@ StrategySpec read_strategy_spec(const config::Value& value) {
                                         "' does not (a pipeline's stages already hold only their own layers' state)"));
   strategy.shard_optimizer_state = r.get_bool("shard_optimizer_state", false);
   read_shard(r, entry, strategy);
-  if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored")
-    r.fail("tensor_parallel", str("only multi_worker_mirrored splits its layers over tasks; '", entry.name, "' does not"));
+  if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored" && entry.name != "pipeline")
+    r.fail("tensor_parallel", str("only multi_worker_mirrored and pipeline split layers over tasks; '", entry.name,
+                                  "' does not"));
   strategy.tensor_parallel = r.get_int("tensor_parallel", 1, 1);
   if (const auto split = r.find("tensor_split")) {
     if (strategy.tensor_parallel < 2)

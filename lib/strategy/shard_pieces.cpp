@@ -67,4 +67,36 @@ void clip_pieces_by_norm(const std::vector<nn::Param*>& pieces, const std::vecto
   }
 }
 
+void clip_split_by_norm(const std::vector<nn::Param*>& params, const std::vector<bool>& counted,
+                        comm::Communicator* parts, comm::Communicator* stages, double clipnorm,
+                        double global_clipnorm) {
+  if (clipnorm <= 0.0 && global_clipnorm <= 0.0) return;
+  DT_CHECK_EQ(params.size(), counted.size());
+  // Each param's sum of squares, this task's share, then summed over the parts.
+  std::vector<float> squares(params.size(), 0.0f);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!counted[i]) continue;
+    Tensor sum({1}, params[i]->grad.device());
+    kernels::sum_of_squares(params[i]->grad, sum);
+    sum.copy_to_host(&squares[i]);
+  }
+  if (parts && parts->size() > 1) parts->all_reduce(squares.data(), squares.size(), comm::ReduceOp::kSum);
+  if (global_clipnorm > 0.0) {
+    double sum = 0.0;  // (in param order, in double, as GradientClipper's kernel sums)
+    for (float s : squares) sum += s;
+    float total = static_cast<float>(sum);
+    if (stages && stages->size() > 1) stages->all_reduce(&total, 1, comm::ReduceOp::kSum);
+    if (params.empty()) return;
+    Tensor norm({1}, params.front()->grad.device());
+    norm.copy_from_host(&total);
+    for (nn::Param* p : params) kernels::clip_by_norm(p->grad, norm, static_cast<float>(global_clipnorm));
+    return;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor norm({1}, params[i]->grad.device());
+    norm.copy_from_host(&squares[i]);
+    kernels::clip_by_norm(params[i]->grad, norm, static_cast<float>(clipnorm));
+  }
+}
+
 }  // namespace dtrain::strategy

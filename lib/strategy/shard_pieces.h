@@ -43,4 +43,16 @@ void load_pieces(const std::vector<nn::Param*>& tensors, const std::vector<Piece
 void clip_pieces_by_norm(const std::vector<nn::Param*>& pieces, const std::vector<PieceOf>& of, size_t params,
                          comm::Communicator& workers, double clipnorm, double global_clipnorm);
 
+// The same for a model split by layers and within them (tensor parallelism, a
+// pipeline's stages): `params` are this task's, each whole or this task's part
+// of a tensor split over `parts` (tensor_parallel's group; null: none). A
+// param's sum of squares counts here when `counted[i]` (a tensor that every task
+// of `parts` holds whole counts on one of them only); the sums are summed over
+// `parts` (each param's whole norm: clipnorm), and for global_clipnorm their
+// total over `stages` too (the other stages' params; null: none). Collective
+// over both groups.
+void clip_split_by_norm(const std::vector<nn::Param*>& params, const std::vector<bool>& counted,
+                        comm::Communicator* parts, comm::Communicator* stages, double clipnorm,
+                        double global_clipnorm);
+
 }  // namespace dtrain::strategy

@@ -34,11 +34,15 @@ void collect(nn::Layer& layer, std::map<std::string, nn::Layer*>& out) {
 }  // namespace
 
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, const std::set<std::string>& whole,
-                                          bool vocabulary_loss) {
+                                          bool vocabulary_loss, const std::vector<size_t>& stage_starts) {
   std::vector<SplitLayer> plan;
   if (parts < 2) return plan;
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(spec);
   const auto kept = [&whole](const std::string& name) { return whole.count(name) > 0; };
+  // Whether a stage of the pipeline begins at layer `i` (a pair may not straddle it).
+  const auto stage_begins = [&stage_starts](size_t i) {
+    return std::find(stage_starts.begin(), stage_starts.end(), i) != stage_starts.end();
+  };
   for (size_t i = 0; i < layers.size(); ++i) {
     const nn::LayerSpec& ls = spec.layers[i];
     const std::string& type = layers[i].type;
@@ -58,7 +62,7 @@ std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, 
     }
     // (a softmax needs every column: such a layer does not split by columns)
     if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" && !kept(layers[i + 1].name) &&
-        layers[i].output_shape.back() % parts == 0 &&
+        !stage_begins(i + 1) && layers[i].output_shape.back() % parts == 0 &&
         ls.options_as<nn::DenseOptions>().activation != nn::Activation::kSoftmax) {
       plan.push_back({name, TensorCut::kColumns});
       plan.push_back({layers[i + 1].name, TensorCut::kRows});
@@ -106,15 +110,21 @@ std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<S
   return str(join(split, ", "), whole.empty() ? "" : str("; whole on every task: ", join(whole, ", ")));
 }
 
-std::string grid_text(int training_tasks, int tensor_parallel) {
-  const int copies = training_tasks / std::max(1, tensor_parallel);
+std::string grid_text(int training_tasks, int tensor_parallel, int stages) {
+  const int copies = training_tasks / std::max(1, tensor_parallel * stages);
+  if (stages > 1) {
+    if (copies == 0)
+      return str(tensor_parallel, " tasks hold each pipeline stage; the cluster's training tasks make the copies");
+    return str(copies, " data x ", stages, " pipeline x ", tensor_parallel, " tensor: ", copies,
+               copies == 1 ? " copy" : " copies", " of the model, each stage held by ", tensor_parallel, " tasks");
+  }
   if (copies == 0)  // (validate without the cluster)
     return str(tensor_parallel, " tasks hold each copy of the model; the cluster's training tasks make the copies");
   return str(copies, " data x ", tensor_parallel, " tensor: ", copies, copies == 1 ? " copy" : " copies",
              " of the model, each held by ", tensor_parallel, " tasks");
 }
 
-void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
+void check_tensor_parallel(const StrategyJob& job, int training_tasks, const std::vector<size_t>& stage_starts) {
   const int64_t t = job.strategy.tensor_parallel;
   const std::string where = str(job.strategy.path, ".tensor_parallel: ");
   if (training_tasks % t != 0)
@@ -124,16 +134,15 @@ void check_tensor_parallel(const StrategyJob& job, int training_tasks) {
     throw ConfigError(str(where, "takes one replica per task; remove strategy.replicas"));
   if (job.train.precision != config::Precision::kFloat32)
     throw ConfigError(str(where, "computes in float32 only so far; set train.precision to \"float32\""));
-  if (job.optimizer.clipnorm > 0.0 || job.optimizer.global_clipnorm > 0.0)
-    throw ConfigError(str(where, "norm clipping would need each split gradient's norm over the tasks, which is not "
-                                 "built; use clipvalue, or remove optimizer.clipnorm and optimizer.global_clipnorm"));
   check_tensor_split_names(job.model, job.strategy);
-  if (tensor_split_plan(job.model, static_cast<int>(t), job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss))
+  if (tensor_split_plan(job.model, static_cast<int>(t), job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss),
+                        stage_starts)
           .empty())
     throw ConfigError(str(where, "the model has no two consecutive Dense layers whose first has a multiple of ", t,
                           " units, no MultiHeadAttention with a multiple of ", t, " heads and no embedding with a "
                           "multiple of ", t, " ids",
                           job.strategy.tensor_whole.empty() ? "" : " that strategy.tensor_split leaves to split",
+                          stage_starts.size() > 1 ? " (a Dense pair must lie within one pipeline stage)" : "",
                           ": nothing to split (Megatron's pairing)"));
 }
 
@@ -165,20 +174,20 @@ size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<Spl
   return split;
 }
 
-TensorParallel::TensorParallel(const nn::ModelSpec& spec, const std::set<std::string>& whole, bool vocabulary_loss,
-                               nn::Sequential& model, comm::Communicator& group)
-    : group_(group), plan_(tensor_split_plan(spec, group.size(), whole, vocabulary_loss)) {
+TensorParallel::TensorParallel(const std::vector<SplitLayer>& plan, nn::Sequential& model, comm::Communicator& group)
+    : group_(group) {
   std::vector<nn::Layer*> top;
   for (const auto& layer : model.layers()) top.push_back(layer.get());
   std::map<std::string, nn::Layer*> layers;
   for (nn::Layer* layer : top) collect(*layer, layers);
+  for (const SplitLayer& s : plan)
+    if (layers.count(s.name)) plan_.push_back(s);  // (a pipeline stage holds only some)
   // What each param's part is: a Dense column part's kernel is a slice of every
   // row, its bias contiguous; a row part's kernel contiguous, its bias whole. By
   // heads: the query/key/value kernels (d, heads, dim) a slice of every row,
   // their biases contiguous, the output kernel contiguous, its bias whole.
   for (const SplitLayer& s : plan_) {
     const auto found = layers.find(s.name);
-    DT_CHECK(found != layers.end(), "tensor_parallel: the model has no layer ", s.name);
     if (s.cut == TensorCut::kOutputColumns) classes_ = found->second->output_shape().back();
     for (nn::Param* p : found->second->params()) {
       if (s.cut == TensorCut::kVocabulary) {  // the token table by rows; the positions whole
@@ -208,6 +217,12 @@ const TensorParallel::Cut* TensorParallel::cut_of(const std::string& name) const
     if (slash == std::string::npos) return nullptr;
     n.resize(slash);
   }
+}
+
+std::vector<bool> TensorParallel::norm_counted(const std::vector<nn::Param*>& params) const {
+  std::vector<bool> counted;
+  for (const nn::Param* p : params) counted.push_back(cut_of(p->name) != nullptr || group_.rank() == 0);
+  return counted;
 }
 
 void TensorParallel::load(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup,
@@ -276,17 +291,21 @@ std::vector<StatePiece> TensorParallel::pieces(const std::vector<nn::Param*>& mo
   return out;
 }
 
-std::string TensorParallel::whole_sha256(const std::vector<nn::Param*>& model) {
-  // As nn::Sequential::hash_input feeds it, with each split param whole.
-  Sha256 h;
+void TensorParallel::whole_hash_input(const std::vector<nn::Param*>& model,
+                                      const std::function<void(const void* data, size_t size)>& feed) {
   for (const nn::Param* p : model) {
     const Cut* cut = cut_of(p->name);
     const Tensor whole = cut ? gather(p->value, *cut) : p->value.to_host();
-    h.update(p->name.data(), p->name.size());
+    feed(p->name.data(), p->name.size());
     const std::string shape = shape_str(whole.shape());
-    h.update(shape.data(), shape.size());
-    h.update(whole.data(), whole.bytes());
+    feed(shape.data(), shape.size());
+    feed(whole.data(), whole.bytes());
   }
+}
+
+std::string TensorParallel::whole_sha256(const std::vector<nn::Param*>& model) {
+  Sha256 h;
+  whole_hash_input(model, [&h](const void* data, size_t size) { h.update(data, size); });
   return h.hex_digest();
 }
 

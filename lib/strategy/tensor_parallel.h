@@ -15,9 +15,12 @@
 // hold whole tensors (resumable under any other layout): a row part is one
 // contiguous piece of the whole kernel, which its task writes; a column part is
 // not (a slice of every row), so the tasks gather it and the chief writes it.
-// Not built yet: the embedding and output projection split by vocabulary,
-// attention dropout split with the heads (such a layer stays whole), pipeline x
-// tensor grids.
+// Under a pipeline (strategy.type "pipeline" with tensor_parallel, pipeline.h)
+// each stage's layers split the same way over the stage's T tasks, except a
+// Dense pair that a stage boundary cuts (a stage's output must be whole on each
+// of its tasks: both layers stay whole). Norm clipping sums each split
+// gradient's squares over its parts (clip_split_by_norm). Not built yet:
+// attention dropout split with the heads (such a layer stays whole).
 #pragma once
 
 #include <functional>
@@ -61,10 +64,11 @@ struct SplitLayer {
 //     that is a Dense with a multiple of `parts` units, a linear activation and
 //     no pair: by its classes, its logits left split.
 // A layer named in `whole` (strategy.tensor_split's "none") stays whole; a Dense
-// pair with either of its layers there too (the pairing goes on from the next).
-// Empty when nothing splits.
+// pair with either of its layers there too, or (with `stage_starts`, a
+// pipeline's StageSplit::starts) with its layers in two stages; the pairing goes
+// on from the next. Empty when nothing splits.
 std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, const std::set<std::string>& whole = {},
-                                          bool vocabulary_loss = false);
+                                          bool vocabulary_loss = false, const std::vector<size_t>& stage_starts = {});
 // ConfigError for a name in strategy.tensor_split that is no layer of `spec`
 // (nor a TransformerDecoder's part), listing the names.
 void check_tensor_split_names(const nn::ModelSpec& spec, const StrategySpec& strategy);
@@ -78,23 +82,27 @@ std::string describe_tensor_split(const nn::ModelSpec& spec, const std::vector<S
 size_t split_layers(const std::vector<nn::Layer*>& layers, const std::vector<SplitLayer>& plan, int parts, int index,
                     const std::function<void(Tensor&)>& all_reduce);
 
-// "2 data x 2 tensor: 2 copies of the model, each held by 2 tasks".
-std::string grid_text(int training_tasks, int tensor_parallel);
+// "2 data x 2 tensor: 2 copies of the model, each held by 2 tasks"; with
+// pipeline `stages`, "1 data x 2 pipeline x 2 tensor: ... each stage held by 2 tasks".
+std::string grid_text(int training_tasks, int tensor_parallel, int stages = 1);
 // ConfigError (with a fix) for what tensor_parallel does not do yet, and for a
-// model with no layer pair to split.
-void check_tensor_parallel(const StrategyJob& job, int training_tasks);
+// model with no layer pair to split (within the stages of `stage_starts`).
+void check_tensor_parallel(const StrategyJob& job, int training_tasks, const std::vector<size_t>& stage_starts = {});
 
 class TensorParallel {
  public:
-  // Splits `model`'s layers as tensor_split_plan() says, over `group` (this
-  // task's part: its rank). Before the model is placed.
-  // (`whole`, `vocabulary_loss`: as tensor_split_plan's)
-  TensorParallel(const nn::ModelSpec& spec, const std::set<std::string>& whole, bool vocabulary_loss,
-                 nn::Sequential& model, comm::Communicator& group);
+  // Splits the layers of `plan` (tensor_split_plan's over group.size() parts)
+  // that `model` holds (a pipeline stage holds some), over `group` (this task's
+  // part: its rank). Before the model is placed.
+  TensorParallel(const std::vector<SplitLayer>& plan, nn::Sequential& model, comm::Communicator& group);
+  // The layers split in this model.
   const std::vector<SplitLayer>& plan() const { return plan_; }
   // The whole output's classes when the output layer's logits are split
   // (TensorCut::kOutputColumns: the loss must be VocabularyParallelLoss), else 0.
   int64_t split_classes() const { return classes_; }
+  // For clip_split_by_norm (shard_pieces.h): whether each param's sum of squares
+  // counts on this task (a part: always; a whole tensor: on part 0 only).
+  std::vector<bool> norm_counted(const std::vector<nn::Param*>& params) const;
   // Seconds spent in the split layers' all-reduces so far (the step's
   // communication share counts them).
   double comm_seconds() const { return comm_seconds_; }
@@ -107,6 +115,10 @@ class TensorParallel {
   std::vector<StatePiece> pieces(const std::vector<nn::Param*>& model, const std::vector<nn::Param*>& slots);
   // nn::Sequential::params_sha256 of the whole model. Collective over the group.
   std::string whole_sha256(const std::vector<nn::Param*>& model);
+  // What nn::Sequential::hash_input feeds for `model`, each split param whole.
+  // Collective over the group.
+  void whole_hash_input(const std::vector<nn::Param*>& model,
+                        const std::function<void(const void* data, size_t size)>& feed);
 
  private:
   // A param's part: contiguous (`index` x its size into the whole, row-major),

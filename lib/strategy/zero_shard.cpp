@@ -1,6 +1,8 @@
 // Implementation of zero_shard.h.
 #include "strategy/zero_shard.h"
 
+#include "optim/clipping.h"
+
 #include <algorithm>
 
 #include "core/check.h"
@@ -37,11 +39,7 @@ void ZeroShard::check_supported(const StrategyJob& job, int local_replicas) {
                           "reduce-scatter and all-gather go through Gloo, in host memory); use \"auto\" or \"ring\""));
 }
 
-optim::OptimizerSpec ZeroShard::optimizer_spec(optim::OptimizerSpec spec) {
-  spec.clipnorm = 0.0;
-  spec.global_clipnorm = 0.0;
-  return spec;
-}
+optim::OptimizerSpec ZeroShard::optimizer_spec(optim::OptimizerSpec spec) { return optim::without_norm_clipping(spec); }
 
 ZeroShard::ZeroShard(const std::vector<nn::Param*>& params, comm::Communicator& workers,
                      const optim::OptimizerSpec& spec, optim::Optimizer& optimizer)

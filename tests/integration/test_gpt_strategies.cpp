@@ -9,7 +9,8 @@
 // it (its epoch and test losses), async learns; mixed_bfloat16 follows float32
 // within the bfloat16 layer tests' 2% and its pipeline is bit-identical to its
 // accumulation; a run killed mid-epoch and resumed ends with the uninterrupted
-// run's parameters (multi_worker_mirrored, pipeline, ZeRO-1). `validate` shows
+// run's parameters (multi_worker_mirrored, pipeline, ZeRO-1); 2 pipeline stages
+// x 2 tensor parts follow one_device and checkpoint whole tensors. `validate` shows
 // the pipeline split at block boundaries and the memory estimate's attention.
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -125,6 +126,41 @@ TEST_CASE("tiny GPT under tensor_parallel 2 and 4, and 2 data x 2 tensor, follow
   TempDir grid;
   const Result r = launched(gpt(grid, 8, {{"type", "multi_worker_mirrored"}, {"tensor_parallel", 2}}), 4, grid);
   require_close(r.losses, base.losses, 1e-4, "2 data x 2 tensor");
+}
+
+TEST_CASE("tiny GPT as 2 pipeline stages x 2 tensor parts follows one_device; its checkpoint resumes under "
+          "one_device, tensor_parallel 2 and ZeRO-3 with the same params_sha256") {
+  TempDir one, grid;
+  const Result base = one_device(one);
+  json job = gpt(grid, 16, {{"type", "pipeline"}, {"stages", {"transformer_decoder_1"}}, {"tensor_parallel", 2}});
+  job["checkpoint"] = {{"dir", grid.file("ckpt")}, {"every_epochs", 1}};
+  // The first stage splits its token table and its block; the second its block
+  // and the 256-way output (the vocabulary-parallel loss on the last stage).
+  const RunOutput v = run_dtrain({"validate", "--config", write_job(grid, job, "validate.json")}, {60.0, ""});
+  CHECK_THAT(v.out, Catch::Contains("tensor split: token_and_position_embedding (vocabulary), "
+                                    "transformer_decoder/self_attention (heads)") &&
+                        Catch::Contains("dense (classes, vocabulary-parallel loss)"));
+  const json launch = launch_job(grid, job, 4);
+  require_close(step_losses(grid, kSteps), base.losses, 1e-4, "2 pipeline x 2 tensor");
+  const json& last = launch["tasks"]["worker:3"]["pipeline"];
+  CHECK(last["stage"] == 1);
+  CHECK(last["tensor"] == 1);
+  CHECK(last["split"] == "token_and_position_embedding..transformer_decoder | transformer_decoder_1..dense");
+  CHECK_THAT(read_file(grid.file("out/logs/worker-0.log")),
+             Catch::Contains("1 data x 2 pipeline x 2 tensor: 1 copy of the model, each stage held by 2 tasks"));
+  const std::string saved = common_params_hash(launch);
+  const std::vector<std::pair<json, int>> layouts = {
+      {{{"type", "one_device"}}, 1},
+      {{{"type", "multi_worker_mirrored"}, {"tensor_parallel", 2}}, 2},
+      {{{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 3}};
+  for (const auto& [strategy, tasks] : layouts) {
+    INFO("resumed under " << strategy.dump());
+    TempDir again;
+    std::filesystem::copy(grid.file("ckpt"), again.file("ckpt"), std::filesystem::copy_options::recursive);
+    json resume = gpt(again, 16, strategy);  // its one epoch is done: the checkpoint's parameters
+    resume["checkpoint"] = {{"dir", again.file("ckpt")}, {"every_epochs", 1}, {"resume", "auto"}};
+    CHECK(common_params_hash(launch_job(again, resume, tasks)) == saved);
+  }
 }
 
 TEST_CASE("tiny GPT under ZeRO-2 and ZeRO-3 on 2 and 4 tasks follows one_device step by step") {

@@ -1,10 +1,10 @@
 // strategy.tensor_parallel end to end under `dtrain launch`: the shipped MLP
 // (Flatten, Dense 256 relu, Dense 128 relu, Dense 10) split over 2 and 4 tasks
-// (dense by columns, dense_1 by rows), and 2 data-parallel copies of 2, follows
-// one_device step by step, every
+// (dense by columns, dense_1 by rows), 2 data-parallel copies of 2, and 2
+// pipeline stages of 2, follows one_device step by step, every
 // task ends with the same whole-model hash, and each holds its part of the
 // optimizer state; its checkpoints resume under one_device, at another
-// tensor_parallel, as a pipeline and under ZeRO-1 and ZeRO-3 with the identical
+// tensor_parallel, as a pipeline (of 2 x 2 too) and under ZeRO-1 and ZeRO-3 with the identical
 // params_sha256 and export whole, and a resumed run ends exactly where the
 // uninterrupted one does.
 #include <catch2/catch.hpp>
@@ -54,6 +54,21 @@ TEST_CASE("tensor_parallel on 2 and 4 tasks, and 2 copies of 2, follows one_devi
       CHECK(summary["global_batch_size"] == 128);
     }
   }
+  // 2 pipeline stages x 2 tensor parts: the first stage's pair split by columns
+  // and rows, the second stage's output layer by its 10 classes (the
+  // vocabulary-parallel loss on the last stage).
+  TempDir grid;
+  json job = mlp_job(grid, 1);
+  job["strategy"] = {{"type", "pipeline"}, {"stages", {"dense_2"}}, {"tensor_parallel", 2}};
+  const RunOutput v = run_dtrain({"validate", "--config", write_job(grid, job, "validate.json")}, {60.0, ""});
+  CHECK_THAT(v.out, Catch::Contains("tensor split: dense (columns), dense_1 (rows), dense_2 (classes, "
+                                    "vocabulary-parallel loss)") &&
+                        Catch::Contains("tasks hold each pipeline stage"));
+  const json s = launch_job(grid, job, 4);
+  require_close(step_losses(grid, 10), want, 1e-4, "2 pipeline x 2 tensor vs one_device");
+  CHECK(s["tasks"]["worker:3"]["pipeline"]["stage"] == 1);
+  CHECK(s["tasks"]["worker:3"]["pipeline"]["tensor"] == 1);
+  CHECK(s["tasks"]["worker:0"]["optimizer_state_bytes"] == 2 * 4 * (784 * 256 + 256 + 256 * 128) / 2 + 2 * 4 * 128);
 }
 
 TEST_CASE("tensor_parallel checkpoints resume under one_device and another split with the same parameters, "
@@ -78,7 +93,8 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
       {{{"type", "one_device"}}, 1},
       {{{"type", "pipeline"}, {"stages", {"dense_1"}}}, 2},
       {{{"type", "multi_worker_mirrored"}, {"shard_optimizer_state", true}}, 3},
-      {{{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 3}};
+      {{{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 3},
+      {{{"type", "pipeline"}, {"stages", {"dense_2"}}, {"tensor_parallel", 2}}, 4}};
   for (const auto& [strategy, tasks] : layouts) {
     INFO("resumed under " << strategy.dump());
     TempDir again;
@@ -104,7 +120,7 @@ TEST_CASE("tensor_parallel checkpoints resume under one_device and another split
   CHECK(common_params_hash(launch_job(resumed, job, 2)) == end);
 }
 
-TEST_CASE("tensor_parallel that does not divide the tasks, or with norm clipping, is exit 2 before training",
+TEST_CASE("tensor_parallel that does not divide the tasks, or in mixed precision, is exit 2 before training",
           "[integration]") {
   TempDir dir;
   json job = mlp_job(dir, 2);
@@ -115,10 +131,10 @@ TEST_CASE("tensor_parallel that does not divide the tasks, or with norm clipping
   CHECK_THAT(three.err, Catch::Contains("strategy.tensor_parallel: 2 tasks hold each copy of the model") &&
                             Catch::Contains("use a divisor of 3"));
   CHECK_THAT(three.err, !Catch::Contains("Epoch 1/"));
-  job["optimizer"]["clipnorm"] = 1.0;
-  const RunOutput clip = run_dtrain({"launch", "--workers", "2", "--config", write_job(dir, job, "clip.json"),
-                                     "--threads", "1"},
-                                    {60.0, ""});
-  CHECK(clip.exit_code == 2);
-  CHECK_THAT(clip.err, Catch::Contains("norm clipping"));
+  job["train"]["precision"] = "mixed_bfloat16";
+  const RunOutput mixed = run_dtrain({"launch", "--workers", "2", "--config", write_job(dir, job, "mixed.json"),
+                                      "--threads", "1"},
+                                     {60.0, ""});
+  CHECK(mixed.exit_code == 2);
+  CHECK_THAT(mixed.err, Catch::Contains("computes in float32 only so far"));
 }

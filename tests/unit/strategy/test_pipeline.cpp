@@ -224,6 +224,71 @@ TEST_CASE("pipeline: 2 stages x 2 data-parallel copies equal one_device on both 
   CHECK(runs[0].hash == runs[3].hash);
 }
 
+TEST_CASE("pipeline x tensor_parallel: 2 stages x 2 parts, and 2 copies of that, follow one_device step by step") {
+  const Run whole = one_device(8, 1, kAdam);
+  const Run both = one_device(16, 1, kAdam);
+  struct Case {
+    const char* strategy;
+    int tasks;
+    const Run* want;
+  };
+  // At dense_2 each stage holds one Dense pair (columns, then rows); at dense_1
+  // the first pair is cut by the boundary (dense stays whole on its 2 tasks) and
+  // the pairing goes on in the second stage (dense_1, dense_2; dense_3 whole).
+  for (const Case& c :
+       {Case{R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2, "schedule": "1f1b"})", 4, &whole},
+        Case{R"({"type": "pipeline", "stages": ["dense_1"], "tensor_parallel": 2, "schedule": "gpipe"})", 4, &whole},
+        Case{R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2, "data_parallel": 2,
+                 "micro_batches": 2})", 8, &both}}) {
+    INFO(c.strategy);
+    const std::vector<Run> runs = pipeline(c.tasks, c.strategy, kAdam);
+    for (const Run& r : runs) {
+      check_losses_close(r.losses, c.want->losses, 1e-4);
+      CHECK(r.hash == runs[0].hash);  // every task: the same whole model
+    }
+    // A split layer's parts differ between the two tasks of a stage; the stage's
+    // first task and its part in the other copy hold the same values.
+    CHECK(runs[0].params.at("dense/kernel").size() == (std::string(c.strategy).find("dense_1\"]") == std::string::npos
+                                                          ? 6 * 8 / 2 : 6 * 8));
+    if (c.tasks == 8) CHECK(runs[0].params == runs[4].params);
+  }
+}
+
+TEST_CASE("pipeline: clipnorm and global_clipnorm take their norms over the whole model, as one_device does") {
+  // SGD with momentum (Adam would undo a uniform scale): a stage clipping by its
+  // own gradients' norm alone moves its layers otherwise than one_device.
+  for (const char* clip : {R"("global_clipnorm": 0.05)", R"("clipnorm": 0.02)"}) {
+    const std::string optimizer = str(R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9, )", clip, "}");
+    const Run whole = one_device(8, 1, optimizer);
+    const Run accumulated = one_device(8, 4, optimizer);
+    for (const auto& [strategy, tasks] :
+         {std::pair{R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3"]})", 4},
+          std::pair{R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2})", 4}}) {
+      INFO(strategy << " with " << optimizer);
+      const std::vector<Run> runs = pipeline(tasks, strategy, optimizer);
+      for (const Run& r : runs) check_losses_close(r.losses, whole.losses, 1e-4);
+      if (std::string(strategy).find("tensor") == std::string::npos)
+        for (const Run& r : runs) check_params_close(r, accumulated, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("pipeline x tensor_parallel: the stage's tensor group, the task layout and the task count's error") {
+  // rank = (copy x S + stage) x T + part
+  const strategy::StagePlace p = strategy::stage_of_task(5, 2, 2);
+  CHECK(p.tensor == 1);
+  CHECK(p.stage == 0);
+  CHECK(p.copy == 1);
+  CHECK(strategy::stage_of_task(5, 2).stage == 1);  // T = 1: consecutive tasks form one pipeline
+  auto spec = [](const std::string& section) { return deep_job(section).strategy; };
+  CHECK(strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": "auto", "tensor_parallel": 2})"), 8) == 4);
+  CHECK_THROWS_WITH(
+      strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2})"), 2),
+      Contains("x 2 tensor_parallel need 4 training tasks (2 per stage)") && Contains("launch --workers 4"));
+  CHECK_THROWS_WITH(deep_job(R"({"type": "central_storage", "tensor_parallel": 2})"),
+                    Contains("only multi_worker_mirrored and pipeline split layers over tasks"));
+}
+
 TEST_CASE("pipeline: the 1f1b schedule keeps at most S - s micro-batches in flight, gpipe keeps all") {
   // Observed through the peak of held inputs on each stage after a step, and in
   // the measured bytes of the step's tensors.

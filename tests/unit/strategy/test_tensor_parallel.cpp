@@ -35,8 +35,10 @@ namespace {
 // 6 inputs; dense 8 tanh, dense_1 8 relu, a dropout, dense_2 8 gelu, dense_3 3.
 // (Data-parallel copies draw other dropout masks than one_device for their rows:
 // a dropout `rate` of 0 for them.)
+const char* const kAdam = R"({"type": "adam", "learning_rate": 0.01})";
+
 job::JobConfig mlp_job(const std::string& strategy, int64_t accumulation = 1, const std::string& extra = "",
-                       double rate = 0.25) {
+                       double rate = 0.25, const std::string& optimizer = kAdam) {
   return job::parse_job_config(R"({
     "strategy": )" + strategy + R"(,
     "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 8, "activation": "tanh"},
@@ -45,7 +47,7 @@ job::JobConfig mlp_job(const std::string& strategy, int64_t accumulation = 1, co
                                              {"type": "Dense", "units": 8, "activation": "gelu"},
                                              {"type": "Dense", "units": 3}]},
     "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-    "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "optimizer": )" + optimizer + R"(,
     "data": {"train": {"format": "synthetic", "shape": [6], "count": 64, "classes": 3}},
     "train": {"batch_size_per_replica": 8, "seed": 7, "gradient_accumulation_steps": )" +
                                    std::to_string(accumulation) + extra + R"(}})",
@@ -69,8 +71,8 @@ std::vector<data::Batch> batches_of(int64_t step, int64_t k, int copy = 0, int c
   return out;
 }
 
-Run one_device(int64_t k, double rate) {
-  const job::JobConfig job = mlp_job(R"({"type": "one_device"})", k, "", rate);
+Run one_device(int64_t k, double rate, const std::string& optimizer = kAdam) {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})", k, "", rate, optimizer);
   auto s = strategy::make_strategy(job.strategy_job(), {nullptr, 1});
   Run run;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -88,7 +90,9 @@ Run one_device(int64_t k, double rate) {
 // the same batches. The model tensors put together from every task's checkpoint
 // pieces go into runs[0].whole.
 // `split`: the strategy's "tensor_split" object ("" for none).
-std::vector<Run> tensor_parallel(int tasks, int t, int64_t k, const std::string& split = "") {
+// `optimizer`: the job's optimizer object.
+std::vector<Run> tensor_parallel(int tasks, int t, int64_t k, const std::string& split = "",
+                                 const std::string& optimizer = kAdam) {
   rendezvous::InMemoryStore store;
   std::vector<Run> runs(static_cast<size_t>(tasks));
   std::vector<std::vector<std::pair<strategy::StatePiece, std::vector<float>>>> pieces(static_cast<size_t>(tasks));
@@ -98,7 +102,7 @@ std::vector<Run> tensor_parallel(int tasks, int t, int64_t k, const std::string&
     const job::JobConfig job =
         mlp_job(str(R"({"type": "multi_worker_mirrored", "tensor_parallel": )", t,
                     split.empty() ? std::string() : str(R"(, "tensor_split": )", split), "}"),
-                k, "", copies > 1 ? 0.0 : 0.25);
+                k, "", copies > 1 ? 0.0 : 0.25, optimizer);
     auto s = strategy::make_strategy(job.strategy_job(), {workers.get(), 1});
     CHECK(s->num_replicas_in_sync() == copies);
     CHECK(s->data_shard().count == copies);
@@ -180,6 +184,22 @@ TEST_CASE("tensor_parallel: consecutive Dense layers pair up, columns then rows"
   CHECK(strategy::tensor_split_plan(softmax.model, 2).empty());
 }
 
+TEST_CASE("tensor_parallel under a pipeline: a Dense pair cut by a stage boundary stays whole") {
+  const job::JobConfig job = mlp_job(R"({"type": "one_device"})");  // dense, dense_1, dropout, dense_2, dense_3
+  // A stage begins at dense_1: the first pair is cut, dense_1 has no Dense after it.
+  CHECK(strategy::describe_tensor_split(job.model, strategy::tensor_split_plan(job.model, 2, {}, false, {0, 1})) ==
+        "dense_2 (columns), dense_3 (rows); whole on every task: dense, dense_1");
+  // A stage begins at dense_3: the second pair is cut.
+  CHECK(strategy::describe_tensor_split(job.model, strategy::tensor_split_plan(job.model, 2, {}, false, {0, 4})) ==
+        "dense (columns), dense_1 (rows); whole on every task: dense_2, dense_3");
+  // A boundary between the pairs cuts none.
+  CHECK(strategy::tensor_split_plan(job.model, 2, {}, false, {0, 3}).size() == 4);
+  // Both cut: nothing to split, refused with the reason.
+  const job::JobConfig cut = mlp_job(R"({"type": "pipeline", "stages": ["dense_1", "dense_3"], "tensor_parallel": 2})");
+  CHECK_THROWS_WITH(strategy::check_tensor_parallel(cut.strategy_job(), 6, {0, 1, 4}),
+                    Contains("a Dense pair must lie within one pipeline stage"));
+}
+
 TEST_CASE("tensor_parallel: strategy.tensor_split keeps the layers it names whole, and the pairing goes on") {
   const job::JobConfig job = mlp_job(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2,
                                          "tensor_split": {"dense": "none", "dense_3": "auto"}})");
@@ -220,6 +240,15 @@ TEST_CASE("tensor_parallel: 2 and 4 tasks, and 2 copies of 2, follow one_device 
   }
 }
 
+TEST_CASE("tensor_parallel: clipnorm and global_clipnorm take each split gradient's norm over its parts") {
+  // SGD with momentum (Adam would undo a uniform scale); the clip bites every step.
+  for (const char* clip : {R"("global_clipnorm": 0.05)", R"("clipnorm": 0.02)"}) {
+    INFO(clip);
+    const std::string optimizer = str(R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9, )", clip, "}");
+    check_close(tensor_parallel(2, 2, 1, "", optimizer)[0], one_device(1, 0.25, optimizer));
+  }
+}
+
 TEST_CASE("tensor_parallel: whole tensors loaded into the parts hash as the whole model") {
   const job::JobConfig one = mlp_job(R"({"type": "one_device"})");
   auto source = strategy::make_strategy(one.strategy_job(), {nullptr, 1});
@@ -255,7 +284,8 @@ TEST_CASE("tensor_parallel: what it does not do yet is refused with the reason")
     }
     return std::string("(no error)");
   };
-  CHECK_THAT(parse_error(R"({"type": "pipeline", "tensor_parallel": 2})"), Contains("only multi_worker_mirrored"));
+  CHECK_THAT(parse_error(R"({"type": "mirrored", "tensor_parallel": 2})"),
+             Contains("only multi_worker_mirrored and pipeline split layers"));
   CHECK_THAT(parse_error(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2, "shard_optimizer_state": true})"),
              Contains("shard_optimizer_state"));
   CHECK_THAT(parse_error(R"({"type": "multi_worker_mirrored", "tensor_parallel": 2, "elastic": {"min_workers": 1}})"),
