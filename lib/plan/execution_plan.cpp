@@ -205,6 +205,37 @@ Decision memory_decision(const TaskMemory& m) {
                               : str(m.heading, "; held against runtime.memory_limit")};
 }
 
+// tensor_parallel: what it cannot do yet is refused here, before any task starts
+// (validate, launch), and the split (the strategy applies the same pure
+// function of the model and the stages: tensor_parallel.h).
+Decision tensor_split_decision(const job::JobConfig& job, const ExecutionPlan& p, bool in_group) {
+  // (a pipeline's stages: a Dense pair cut by a boundary stays whole; without
+  // the cluster, where strategy.stages names them)
+  std::vector<size_t> stage_starts = p.split ? p.split->starts : std::vector<size_t>{};
+  if (!p.split && !job.strategy.stages.empty())
+    stage_starts = strategy::named_split(job.strategy, nn::describe_layers(job.model)).starts;
+  const bool pipeline = job.strategy.stages_auto || !job.strategy.stages.empty();
+  if (in_group && p.training_tasks > 1)
+    strategy::check_tensor_parallel(job.strategy_job(), p.training_tasks, stage_starts);
+  if (in_group && !p.device().is_cpu())
+    throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
+                          p.device().str(), "; set \"device\": \"cpu\""));
+  strategy::check_tensor_split_names(job.model, job.strategy);
+  const int t = static_cast<int>(job.strategy.tensor_parallel);
+  const std::vector<strategy::SplitLayer> split = strategy::tensor_split_plan(
+      job.model, t, job.strategy.tensor_whole, strategy::vocabulary_parallel_loss(job.loss), stage_starts);
+  // (grid_text's stages: any count > 1 says "pipeline" where the cluster has not cut it yet)
+  const int stages =
+      p.split ? static_cast<int>(p.split->stages()) : pipeline ? std::max<int>(2, stage_starts.size()) : 1;
+  const std::set<std::string>& whole = job.strategy.tensor_whole;
+  return {"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
+          str(strategy::grid_text(p.training_tasks, t, stages),
+              " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, attention by heads",
+              whole.empty() ? std::string()
+                            : str("; kept whole by strategy.tensor_split: ", join({whole.begin(), whole.end()}, ", ")),
+              ")")};
+}
+
 }  // namespace
 
 TasksGroup training_tasks_group(strategy::Communication communication, bool point_to_point, int training_tasks,
@@ -302,37 +333,7 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     p.measure_split = job.strategy.stages_auto;
     p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
   }
-  if (job.strategy.tensor_parallel > 1) {
-    // What it cannot do yet is refused here, before any task starts (validate, launch).
-    // (a pipeline's stages: a Dense pair cut by a boundary stays whole; without
-    // the cluster, where strategy.stages names them)
-    std::vector<size_t> stage_starts = p.split ? p.split->starts : std::vector<size_t>{};
-    if (!p.split && !job.strategy.stages.empty())
-      stage_starts = strategy::named_split(job.strategy, nn::describe_layers(job.model)).starts;
-    const bool pipeline = job.strategy.stages_auto || !job.strategy.stages.empty();
-    if (in_group && p.training_tasks > 1)
-      strategy::check_tensor_parallel(job.strategy_job(), p.training_tasks, stage_starts);
-    if (in_group && !p.device().is_cpu())
-      throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
-                            p.device().str(), "; set \"device\": \"cpu\""));
-    strategy::check_tensor_split_names(job.model, job.strategy);
-    // (the strategy applies the same pure function of the model: tensor_parallel.h)
-    const std::vector<strategy::SplitLayer> split =
-        strategy::tensor_split_plan(job.model, static_cast<int>(job.strategy.tensor_parallel), job.strategy.tensor_whole,
-                                    strategy::vocabulary_parallel_loss(job.loss), stage_starts);
-    // (grid_text's stages: any count > 1 says "pipeline" where the cluster has not cut it yet)
-    const int stages = p.split ? static_cast<int>(p.split->stages()) : pipeline ? std::max<int>(2, stage_starts.size()) : 1;
-    p.decisions.push_back({"tensor split", split.empty() ? "none" : strategy::describe_tensor_split(job.model, split),
-                           str(strategy::grid_text(p.training_tasks, static_cast<int>(job.strategy.tensor_parallel), stages),
-                               " (strategy.tensor_parallel; Megatron's split: Dense pairs by columns then rows, "
-                               "attention by heads",
-                               job.strategy.tensor_whole.empty()
-                                   ? std::string()
-                                   : str("; kept whole by strategy.tensor_split: ", join({job.strategy.tensor_whole.begin(),
-                                                                                     job.strategy.tensor_whole.end()},
-                                                                                    ", ")),
-                               ")")});
-  }
+  if (job.strategy.tensor_parallel > 1) p.decisions.push_back(tensor_split_decision(job, p, in_group));
   if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
     // What ZeRO-2/3 cannot do yet is refused before any task starts (validate, launch).
     if (in_group)
@@ -357,6 +358,7 @@ ExecutionPlan with_stage_split(const ExecutionPlan& plan, const job::JobConfig& 
   p.memory = task_memory(job, p.training_tasks, std::max(0, p.rank), p.training_tasks >= 2 ? &*p.split : nullptr);
   for (Decision& d : p.decisions) {
     if (d.what == "pipeline split") d = split_decision(*p.split, false, job);
+    if (d.what == "tensor split") d = tensor_split_decision(job, p, true);  // (the pairs the measured stages cut)
     if (d.what == "memory") d = memory_decision(*p.memory);
   }
   return p;

@@ -65,11 +65,12 @@ strategy::MemoryQuery pipeline_stage_memory_query(const job::JobConfig& job, siz
 std::string ways_that_fit(const job::JobConfig& job, int training_tasks) {
   if (training_tasks < 2 || job.runtime.memory_limit <= 0) return "";
   std::vector<std::string> fit, too_big;
-  const auto consider = [&](const std::string& what, const job::JobConfig& changed) {
-    strategy::MemoryQuery q = memory_query(changed, training_tasks);
-    const int64_t bytes = strategy::estimate_memory(q).total;
+  const auto record = [&](const std::string& what, int64_t bytes) {
     (bytes <= job.runtime.memory_limit ? fit : too_big)
         .push_back(str(what, " (", format_bytes(static_cast<double>(bytes)), ")"));
+  };
+  const auto consider = [&](const std::string& what, const job::JobConfig& changed) {
+    record(what, strategy::estimate_memory(memory_query(changed, training_tasks)).total);
   };
   job::JobConfig j = job;
   j.strategy.type = &strategy::find_strategy("multi_worker_mirrored");
@@ -97,7 +98,33 @@ std::string ways_that_fit(const job::JobConfig& job, int training_tasks) {
     }
     consider(str("strategy.tensor_parallel ", t), m);
   }
-  std::string out = str("with ", training_tasks, " training tasks under multi_worker_mirrored");
+  // A pipeline of one stage per task, or per T tasks with tensor_parallel T, cut
+  // by parameter bytes (stages "auto" before it measures): its largest stage.
+  const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
+  for (int t = 1; 2 * t <= training_tasks; ++t) {
+    if (training_tasks % t != 0) continue;
+    job::JobConfig m = j;
+    m.strategy.type = &strategy::find_strategy("pipeline");
+    m.strategy.shard = strategy::ShardMode::kNone;
+    m.strategy.shard_optimizer_state = false;
+    m.strategy.stages_auto = true;
+    m.strategy.data_parallel = 1;
+    m.strategy.tensor_parallel = t;
+    if (job.train.batch_size_per_replica % m.strategy.micro_batches != 0) m.strategy.micro_batches = 1;
+    const int stages = training_tasks / t;
+    try {
+      const strategy::StageSplit split = strategy::pipeline_split(m.strategy, layers, training_tasks);
+      if (t > 1) strategy::check_tensor_parallel(m.strategy_job(), training_tasks, split.starts);
+      int64_t largest = 0;
+      for (int rank = 0; rank < training_tasks; rank += t)
+        largest = std::max(largest, task_memory(m, training_tasks, rank, &split).estimate.total);
+      record(str("strategy.type \"pipeline\" with ", stages, " stages", t > 1 ? str(" x tensor_parallel ", t) : ""),
+             largest);
+    } catch (const ConfigError&) {
+      continue;  // (fewer layers than stages; nothing to split in the stages)
+    }
+  }
+  std::string out = str("with ", training_tasks, " training tasks");
   if (fit.empty()) return str(out, " none fits either: ", join(too_big, ", "));
   out += str(", these fit: ", join(fit, ", "));
   if (!too_big.empty()) out += str("; these do not: ", join(too_big, ", "));

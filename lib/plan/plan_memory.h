@@ -40,12 +40,13 @@ struct TaskMemory {
   int training_tasks = 1;
 };
 
-// For a task that does not fit runtime.memory_limit: each way multi_worker_mirrored
-// splits the model over `training_tasks` (shard "optimizer_state", "gradients",
-// "parameters"; tensor_parallel at each T that divides them and splits a layer),
-// with its estimate, those that fit first: "with 4 training tasks under
-// multi_worker_mirrored, these fit: shard \"parameters\" (61.3 MiB), ...". "" with
-// fewer than 2 tasks.
+// For a task that does not fit runtime.memory_limit: each way dtrain splits the
+// model over `training_tasks` (multi_worker_mirrored's shard "optimizer_state",
+// "gradients", "parameters" and tensor_parallel at each T that divides them and
+// splits a layer; a pipeline of one stage per task, or per T tasks with
+// tensor_parallel T, cut by parameter bytes: its largest stage), with its
+// estimate, those that fit first: "with 4 training tasks, these fit:
+// strategy.shard \"parameters\" (61.3 MiB), ...". "" with fewer than 2 tasks.
 std::string ways_that_fit(const job::JobConfig& job, int training_tasks);
 
 // The memory of training task `rank` of `training_tasks`: memory_query's, or

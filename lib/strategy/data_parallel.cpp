@@ -100,9 +100,10 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // Same seed: every replica starts from the same parameters.
     r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
     if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
-      tp_ = std::make_unique<TensorParallel>(tensor_split_plan(job.model, tensor_group_->size(), job.strategy.tensor_whole,
-                                                               vocabulary_parallel_loss(job.loss)),
-                                             *r.model, *tensor_group_);
+      const std::vector<SplitLayer> plan = tensor_split_plan(job.model, tensor_group_->size(),
+                                                             job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss));
+      tp_ = std::make_unique<TensorParallel>(plan, *r.model, *tensor_group_);
+      DT_CHECK(tp_->plan().size() == plan.size(), "tensor_parallel: the model lacks a layer its plan splits");
       if (tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
         vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
       if (workers_->rank() == 0)

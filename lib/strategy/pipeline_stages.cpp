@@ -19,7 +19,7 @@ int pipeline_stage_count(const StrategySpec& strategy, int training_tasks) {
                             " of each of the ", copies, " pipeline copies (data_parallel", tensor,
                             "), but the cluster has ", training_tasks, " training task(s); run ", copies, tensor,
                             " x S tasks with S >= 2 (`dtrain launch --workers ", 2 * per_stage,
-                            "`), or set data_parallel"));
+                            "`), or set data_parallel", t > 1 ? " / tensor_parallel" : ""));
     return static_cast<int>(training_tasks / per_stage);
   }
   const int64_t stages = static_cast<int64_t>(strategy.stages.size()) + 1;
@@ -27,7 +27,7 @@ int pipeline_stage_count(const StrategySpec& strategy, int training_tasks) {
     throw ConfigError(str(strategy.path, ": ", stages, " stages (", strategy.stages.size(),
                           " names in stages, plus the first) x ", copies, " data_parallel cop", copies == 1 ? "y" : "ies",
                           tensor, " need ", stages * per_stage, " training tasks (",
-                          t > 1 ? str(t, " per stage") : "one stage per task", "), but the cluster has ",
+                          t > 1 ? str(per_stage, " per stage") : "one stage per task", "), but the cluster has ",
                           training_tasks, "; run `dtrain launch --workers ", stages * per_stage,
                           "` or change strategy.stages / data_parallel", t > 1 ? " / tensor_parallel" : ""));
   return static_cast<int>(stages);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "kernels/ops.h"
+#include "optim/clipping.h"
 
 namespace dtrain::strategy {
 
@@ -70,33 +71,54 @@ void clip_pieces_by_norm(const std::vector<nn::Param*>& pieces, const std::vecto
 void clip_split_by_norm(const std::vector<nn::Param*>& params, const std::vector<bool>& counted,
                         comm::Communicator* parts, comm::Communicator* stages, double clipnorm,
                         double global_clipnorm) {
-  if (clipnorm <= 0.0 && global_clipnorm <= 0.0) return;
-  DT_CHECK_EQ(params.size(), counted.size());
-  // Each param's sum of squares, this task's share, then summed over the parts.
-  std::vector<float> squares(params.size(), 0.0f);
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!counted[i]) continue;
-    Tensor sum({1}, params[i]->grad.device());
-    kernels::sum_of_squares(params[i]->grad, sum);
-    sum.copy_to_host(&squares[i]);
+  if ((clipnorm <= 0.0 && global_clipnorm <= 0.0) || params.empty()) {
+    // (a stage without trainable params still takes part in the stages' sum)
+    if (global_clipnorm > 0.0 && stages && stages->size() > 1) {
+      float none = 0.0f;
+      stages->all_reduce(&none, 1, comm::ReduceOp::kSum);
+    }
+    return;
   }
-  if (parts && parts->size() > 1) parts->all_reduce(squares.data(), squares.size(), comm::ReduceOp::kSum);
+  DT_CHECK_EQ(params.size(), counted.size());
+  const bool split = parts && parts->size() > 1;
+  if (!split && (clipnorm > 0.0 || !stages || stages->size() <= 1)) {
+    // Nothing to sum over other tasks: the optimizers' own clipping, the norms on the device.
+    optim::OptimizerSpec spec;
+    spec.clipnorm = clipnorm;
+    spec.global_clipnorm = global_clipnorm;
+    optim::GradientClipper(spec).clip(params);
+    return;
+  }
+  // Each param's sum of squares, this task's share, then summed over the parts.
+  const Device device = params.front()->grad.device();
+  const auto n = static_cast<int64_t>(params.size());
+  Tensor sums({n}, device);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor sum = sums.flat_slice(i, 1);
+    if (counted[static_cast<size_t>(i)]) kernels::sum_of_squares(params[static_cast<size_t>(i)]->grad, sum);
+    else sum.zero();
+  }
+  std::vector<float> squares(params.size());
+  sums.copy_to_host(squares.data());  // waits for the sums on a GPU
+  if (split) parts->all_reduce(squares.data(), squares.size(), comm::ReduceOp::kSum);
   if (global_clipnorm > 0.0) {
     double sum = 0.0;  // (in param order, in double, as GradientClipper's kernel sums)
-    for (float s : squares) sum += s;
-    float total = static_cast<float>(sum);
-    if (stages && stages->size() > 1) stages->all_reduce(&total, 1, comm::ReduceOp::kSum);
-    if (params.empty()) return;
-    Tensor norm({1}, params.front()->grad.device());
-    norm.copy_from_host(&total);
+    for (float v : squares) sum += v;
+    double total = sum;
+    if (stages && stages->size() > 1) {
+      float mine = static_cast<float>(sum);
+      stages->all_reduce(&mine, 1, comm::ReduceOp::kSum);
+      total = mine;
+    }
+    Tensor norm({1}, device);
+    const float value = static_cast<float>(total);
+    norm.copy_from_host(&value);
     for (nn::Param* p : params) kernels::clip_by_norm(p->grad, norm, static_cast<float>(global_clipnorm));
     return;
   }
-  for (size_t i = 0; i < params.size(); ++i) {
-    Tensor norm({1}, params[i]->grad.device());
-    norm.copy_from_host(&squares[i]);
-    kernels::clip_by_norm(params[i]->grad, norm, static_cast<float>(clipnorm));
-  }
+  sums.copy_from_host(squares.data());
+  for (int64_t i = 0; i < n; ++i)
+    kernels::clip_by_norm(params[static_cast<size_t>(i)]->grad, sums.flat_slice(i, 1), static_cast<float>(clipnorm));
 }
 
 }  // namespace dtrain::strategy

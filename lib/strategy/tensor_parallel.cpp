@@ -233,6 +233,10 @@ void TensorParallel::load(const std::vector<nn::Param*>& into, const Strategy::T
     const Tensor* t = lookup(p->name);
     if (!t) throw ConfigError(str("the checkpoint's ", what, " has no tensor '", p->name, "': it was written for another model or optimizer"));
     const Shape whole = cut ? cut->whole : p->value.shape();
+    if (cut && t->shape() == p->value.shape()) {  // this task's own part (restore_best_weights' snapshot)
+      p->value.copy_from(*t);
+      continue;
+    }
     if (t->shape() != whole)
       throw ConfigError(str("the checkpoint's ", what, " tensor '", p->name, "' has shape ", shape_str(t->shape()),
                             " but the model needs ", shape_str(whole)));

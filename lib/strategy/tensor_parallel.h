@@ -108,7 +108,8 @@ class TensorParallel {
   double comm_seconds() const { return comm_seconds_; }
 
   // Copies the whole tensors `lookup` finds into `into` (this task's parts of
-  // the split ones); ConfigError as load_named().
+  // the split ones; a tensor of the part's own shape is taken as the part:
+  // restore_best_weights hands back what the task holds); ConfigError as load_named().
   void load(const std::vector<nn::Param*>& into, const Strategy::TensorLookup& lookup, const char* what) const;
   // The checkpoint's pieces of `model` and `slots` (whole tensors from the
   // parts). Collective over the group.

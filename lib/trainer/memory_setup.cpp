@@ -14,8 +14,10 @@ namespace dtrain::trainer {
 plan::ExecutionPlan settle_stage_split(const job::JobConfig& job, const plan::ExecutionPlan& plan,
                                        comm::Communicator* workers) {
   if (!plan.measure_split || !workers || !plan.split) return plan;
-  // Measured only where one task may hold the whole model.
-  const strategy::MemoryQuery whole = plan::memory_query(job, workers->size());
+  // Measured only where one task may hold the whole model (the profiler builds it
+  // unsplit, whatever tensor_parallel says).
+  strategy::MemoryQuery whole = plan::memory_query(job, workers->size());
+  whole.tensor_parallel = 1;
   const bool fits =
       job.runtime.memory_limit == 0 || strategy::estimate_memory(whole).total <= job.runtime.memory_limit;
   return plan::with_stage_split(plan, job, strategy::measured_split(job.strategy_job(), *workers, fits, *plan.split));

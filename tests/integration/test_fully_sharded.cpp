@@ -136,9 +136,11 @@ TEST_CASE("a model runtime.memory_limit refuses under one_device and ZeRO-1 trai
   INFO(describe(refused4));
   CHECK(refused4.exit_code == 2);
   CHECK_THAT(refused4.err, Catch::Contains("dtrain: error:") && Catch::Contains("runtime.memory_limit") &&
-                               Catch::Contains("with 4 training tasks under multi_worker_mirrored, these fit: "
+                               Catch::Contains("with 4 training tasks, these fit: "
                                                "strategy.shard \"parameters\"") &&
-                               Catch::Contains("strategy.tensor_parallel 4"));
+                               Catch::Contains("strategy.tensor_parallel 4") &&
+                               Catch::Contains("strategy.type \"pipeline\" with 4 stages (") &&
+                               Catch::Contains("strategy.type \"pipeline\" with 2 stages x tensor_parallel 2 ("));
 
   TempDir zero3, tensor, plain;
   const json z = launch_job(zero3, deep_job(zero3, {{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 4, limit), 4);

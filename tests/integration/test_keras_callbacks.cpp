@@ -97,22 +97,31 @@ TEST_CASE("two workers under launch stop after the same epoch with the same para
   CHECK_THAT(r.out + r.err, Catch::Contains("early stopping"));
 }
 
-TEST_CASE("under ZeRO-3 restore_best_weights gathers the whole model for its copy and ends on the best epoch's "
+TEST_CASE("under ZeRO-3, tensor_parallel and pipeline x tensor, restore_best_weights ends on the best epoch's "
           "parameters") {
-  TempDir dir;
-  json job = small_mlp_job();
-  job["strategy"] = {{"type", "multi_worker_mirrored"}, {"shard", "parameters"}};
-  job["train"]["batch_size_per_replica"] = 16;
-  job["train"]["epochs"] = 1;
-  const std::string reference = common_params_hash(launch_job(dir, job, 2));  // epoch 1's parameters
-  job["train"]["epochs"] = 4;
-  job["train"]["early_stopping"] = never_improving_stop(true);
-  const json s = launch_job(dir, job, 2);
-  for (const char* task : {"worker:0", "worker:1"}) {
-    CHECK(s["tasks"][task]["epochs"] == 2);
-    CHECK(s["tasks"][task]["restored_epoch"] == 1);
+  // ZeRO-3 gathers the whole model for its copy; a tensor part's copy is of its part.
+  const std::vector<std::pair<json, int>> layouts = {
+      {{{"type", "multi_worker_mirrored"}, {"shard", "parameters"}}, 2},
+      {{{"type", "multi_worker_mirrored"}, {"tensor_parallel", 2}}, 2},
+      {{{"type", "pipeline"}, {"stages", {"dense_2"}}, {"tensor_parallel", 2}}, 4}};
+  for (const auto& [strategy, tasks] : layouts) {
+    INFO(strategy.dump());
+    TempDir dir;
+    json job = small_mlp_job();
+    job["strategy"] = strategy;
+    job["train"]["batch_size_per_replica"] = 16;
+    job["train"]["epochs"] = 1;
+    const std::string reference = common_params_hash(launch_job(dir, job, tasks));  // epoch 1's parameters
+    job["train"]["epochs"] = 4;
+    job["train"]["early_stopping"] = never_improving_stop(true);
+    const json s = launch_job(dir, job, tasks);
+    for (const auto& [task, summary] : s["tasks"].items()) {
+      INFO(task);
+      CHECK(summary["epochs"] == 2);
+      CHECK(summary["restored_epoch"] == 1);
+    }
+    CHECK(common_params_hash(s) == reference);
   }
-  CHECK(common_params_hash(s) == reference);
 }
 
 TEST_CASE("save_best_only saves only the epochs whose monitored figure improved") {
