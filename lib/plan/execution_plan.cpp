@@ -111,8 +111,9 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
                                            : job.strategy.mode == ps::UpdateMode::kStale ? "stale"
                                                                                          : "async");
   } else if (entry.point_to_point) {
-    g = job.strategy.data_parallel > 1 ? Gradients::kStageCopies : Gradients::kStageAlone;
-    d.why = str("strategy.data_parallel ", job.strategy.data_parallel,
+    const int copies = strategy::pipeline_copies(job.strategy, p.training_tasks);
+    g = copies > 1 ? Gradients::kStageCopies : Gradients::kStageAlone;
+    d.why = str("strategy.data_parallel ", copies, job.strategy.data_parallel == 0 ? " (the rest of the tasks)" : "",
                 job.strategy.tensor_parallel > 1
                     ? str(", tensor_parallel ", job.strategy.tensor_parallel,
                           ": each part of a stage's gradients averaged over the copies' tasks holding it")

@@ -81,7 +81,7 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   const int tensors = static_cast<int>(spec_.tensor_parallel);
   const StagePlace place = stage_of_task(workers_->rank(), stages, tensors);
   stats_.stages = stages;
-  stats_.copies = static_cast<int>(spec_.data_parallel);
+  stats_.copies = pipeline_copies(spec_, workers_->size());
   stats_.stage = place.stage;
   stats_.copy = place.copy;
   stats_.tensor = place.tensor;

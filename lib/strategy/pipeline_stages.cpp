@@ -9,8 +9,15 @@
 
 namespace dtrain::strategy {
 
+int pipeline_copies(const StrategySpec& strategy, int training_tasks) {
+  if (strategy.data_parallel > 0) return static_cast<int>(strategy.data_parallel);
+  if (strategy.stages_auto) return 1;
+  const int64_t holders = static_cast<int64_t>(strategy.stages.size() + 1) * strategy.tensor_parallel;
+  return static_cast<int>(std::max<int64_t>(1, training_tasks / holders));
+}
+
 int pipeline_stage_count(const StrategySpec& strategy, int training_tasks) {
-  const int64_t copies = strategy.data_parallel, t = strategy.tensor_parallel;
+  const int64_t copies = pipeline_copies(strategy, training_tasks), t = strategy.tensor_parallel;
   const int64_t per_stage = copies * t;  // tasks holding each stage
   const std::string tensor = t > 1 ? str(" x ", t, " tensor_parallel") : "";
   if (strategy.stages_auto) {
@@ -23,6 +30,12 @@ int pipeline_stage_count(const StrategySpec& strategy, int training_tasks) {
     return static_cast<int>(training_tasks / per_stage);
   }
   const int64_t stages = static_cast<int64_t>(strategy.stages.size()) + 1;
+  if (strategy.data_parallel == 0 && training_tasks % (stages * t) != 0)
+    throw ConfigError(str(strategy.path, ": ", stages, " stages (", strategy.stages.size(),
+                          " names in stages, plus the first)", tensor, " need a multiple of ", stages * t,
+                          " training tasks (the copies of the pipeline, data_parallel, take the rest), but the "
+                          "cluster has ", training_tasks, "; run `dtrain launch --workers ", stages * t,
+                          "` (or a multiple) or change strategy.stages", t > 1 ? " / tensor_parallel" : ""));
   if (stages * per_stage != training_tasks)
     throw ConfigError(str(strategy.path, ": ", stages, " stages (", strategy.stages.size(),
                           " names in stages, plus the first) x ", copies, " data_parallel cop", copies == 1 ? "y" : "ies",

@@ -26,6 +26,10 @@ struct StageSplit {
 // "auto" the training tasks / (data_parallel x tensor_parallel). ConfigError
 // (exit 2, with the fix) when tasks != stages x data_parallel x tensor_parallel.
 int pipeline_stage_count(const StrategySpec& strategy, int training_tasks);
+// The copies of the pipeline: strategy.data_parallel, or where it was not given
+// the rest of the training tasks (tasks / (stages x tensor_parallel) with named
+// stages, at least 1; 1 with "auto").
+int pipeline_copies(const StrategySpec& strategy, int training_tasks);
 
 // The split strategy.stages names (ConfigError naming the entry for a name that
 // is not a top-level layer, a list out of model order, the first layer, or more

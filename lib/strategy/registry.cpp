@@ -123,8 +123,9 @@ const std::vector<config::KeyDoc>& strategy_keys() {
                         "them and applied once per step"},
       {"schedule", "pipeline: `1f1b` (default: one forward, one backward) or `gpipe` (all forwards, then all "
                    "backwards)"},
-      {"data_parallel", "pipeline: copies of the pipeline (1); tasks = stages x data_parallel, the tasks holding "
-                        "the same stage all-reduce its gradients"},
+      {"data_parallel", "pipeline: copies of the pipeline; tasks = stages x data_parallel (x tensor_parallel), the "
+                        "tasks holding the same stage all-reduce its gradients. Not given: the rest of the training "
+                        "tasks (tasks / (stages x tensor_parallel)) with named stages, 1 with \"auto\""},
       {"elastic", "multi_worker_mirrored: `{\"min_workers\": M, \"max_workers\": N, \"settle_seconds\": 30, "
                   "\"batch\": \"global\"}`: a lost worker is survived without a restart: the others agree on who is "
                   "left, connect again and go on from the last step they completed, in memory; a task that comes (back) "
@@ -325,7 +326,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
   strategy.schedule = r.get_choice("schedule", "1f1b", {"1f1b", "gpipe"}, "pipeline schedule") == "gpipe"
                           ? PipelineSchedule::kGpipe
                           : PipelineSchedule::k1F1B;
-  strategy.data_parallel = r.get_int("data_parallel", strategy.data_parallel, 1);
+  strategy.data_parallel = r.get_int("data_parallel", 0, 1);  // (0: not given, the rest of the tasks)
   if (const auto elastic = r.find("elastic")) strategy.elastic = read_elastic(*elastic, entry, strategy);
   r.finish();
   return strategy;

@@ -94,12 +94,13 @@ struct StrategySpec {
   // pipeline: the layer names where each stage after the first begins (empty with
   // stages_auto: balanced by measured per-layer time), the micro-batches a
   // replica's batch is cut into, their schedule, and the copies of the pipeline
-  // (tasks = stages x data_parallel).
+  // (tasks = stages x data_parallel x tensor_parallel; 0: not given, the rest of
+  // the training tasks: pipeline_copies()).
   std::vector<std::string> stages;
   bool stages_auto = false;
   int64_t micro_batches = 4;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  int64_t data_parallel = 1;
+  int64_t data_parallel = 0;
   ElasticSpec elastic;
 };
 

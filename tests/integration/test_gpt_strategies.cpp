@@ -128,7 +128,7 @@ TEST_CASE("tiny GPT under tensor_parallel 2 and 4, and 2 data x 2 tensor, follow
   require_close(r.losses, base.losses, 1e-4, "2 data x 2 tensor");
 }
 
-TEST_CASE("tiny GPT as 2 pipeline stages x 2 tensor parts follows one_device; its checkpoint resumes under "
+TEST_CASE("tiny GPT as 2 pipeline stages x 2 tensor parts follows one_device, and its checkpoint resumes under "
           "one_device, tensor_parallel 2 and ZeRO-3 with the same params_sha256") {
   TempDir one, grid;
   const Result base = one_device(one);

@@ -246,7 +246,7 @@ TEST_CASE("bad pipeline settings are exit 2 with the fix") {
   const std::vector<Case> cases = {
       {{{"type", "pipeline"}, {"stages", {"dense_7"}}}, 2, {"stages[0]: 'dense_7' is not a layer", "flatten, dense"}},
       {{{"type", "pipeline"}, {"stages", {"dense_1", "dense"}}}, 3, {"does not come after the previous boundary"}},
-      {{{"type", "pipeline"}, {"stages", {"dense", "dense_1"}}}, 2, {"need 3 training tasks", "has 2"}},
+      {{{"type", "pipeline"}, {"stages", {"dense", "dense_1"}}}, 2, {"need a multiple of 3 training tasks", "has 2"}},
       {{{"type", "pipeline"}, {"stages", {"flatten", "dense", "dense_1", "dense_2", "dense_2"}}}, 6,
        {"6 stages but the model has only 4 layers"}},
       {{{"type", "pipeline"}, {"stages", {"dense_1"}}, {"micro_batches", 3}}, 2,

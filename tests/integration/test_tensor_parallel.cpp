@@ -69,6 +69,19 @@ TEST_CASE("tensor_parallel on 2 and 4 tasks, and 2 copies of 2, follows one_devi
   CHECK(s["tasks"]["worker:3"]["pipeline"]["stage"] == 1);
   CHECK(s["tasks"]["worker:3"]["pipeline"]["tensor"] == 1);
   CHECK(s["tasks"]["worker:0"]["optimizer_state_bytes"] == 2 * 4 * (784 * 256 + 256 + 256 * 128) / 2 + 2 * 4 * 128);
+
+  // On 8 tasks without data_parallel, the rest of the tasks are copies: 2 data x
+  // 2 pipeline x 2 tensor, 64 rows a copy.
+  TempDir cube;
+  json eight = mlp_job(cube, 1, 1, 2);
+  eight["strategy"] = {{"type", "pipeline"}, {"stages", {"dense_2"}}, {"tensor_parallel", 2}};
+  const json c = launch_job(cube, eight, 8);
+  require_close(step_losses(cube, 10), want, 1e-4, "2 data x 2 pipeline x 2 tensor vs one_device");
+  CHECK(c["tasks"]["worker:7"]["pipeline"]["data_parallel"] == 2);
+  CHECK(c["tasks"]["worker:7"]["pipeline"]["copy"] == 1);
+  CHECK(c["tasks"]["worker:7"]["global_batch_size"] == 128);
+  CHECK_THAT(read_file(cube.file("out/logs/worker-0.log")),
+             Catch::Contains("2 data x 2 pipeline x 2 tensor: 2 copies of the model, each stage held by 2 tasks"));
 }
 
 TEST_CASE("tensor_parallel checkpoints resume under one_device and another split with the same parameters, "

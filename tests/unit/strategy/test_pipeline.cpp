@@ -284,7 +284,7 @@ TEST_CASE("pipeline x tensor_parallel: the stage's tensor group, the task layout
   CHECK(strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": "auto", "tensor_parallel": 2})"), 8) == 4);
   CHECK_THROWS_WITH(
       strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2})"), 2),
-      Contains("x 2 tensor_parallel need 4 training tasks (2 per stage)") && Contains("launch --workers 4"));
+      Contains("x 2 tensor_parallel need a multiple of 4 training tasks") && Contains("launch --workers 4"));
   CHECK_THROWS_WITH(deep_job(R"({"type": "central_storage", "tensor_parallel": 2})"),
                     Contains("only multi_worker_mirrored and pipeline split layers over tasks"));
 }
@@ -384,7 +384,15 @@ TEST_CASE("pipeline: bad stage lists and micro-batch counts are ConfigErrors wit
       strategy::named_split(spec(R"({"type": "pipeline", "stages": ["dense_1", "dense_2", "dense_3", "x"]})"), layers),
       Contains("5 stages but the model has only 4 layers"));
   CHECK_THROWS_WITH(strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": ["dense_2"]})"), 3),
-                    Contains("2 stages") && Contains("need 2 training tasks") && Contains("has 3"));
+                    Contains("2 stages") && Contains("need a multiple of 2 training tasks") && Contains("has 3"));
+  // data_parallel given: exactly stages x data_parallel tasks.
+  CHECK_THROWS_WITH(
+      strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": ["dense_2"], "data_parallel": 1})"), 4),
+      Contains("x 1 data_parallel copy need 2 training tasks") && Contains("has 4"));
+  // Not given: the copies are the rest of the tasks.
+  CHECK(strategy::pipeline_copies(spec(R"({"type": "pipeline", "stages": ["dense_2"]})"), 4) == 2);
+  CHECK(strategy::pipeline_copies(spec(R"({"type": "pipeline", "stages": ["dense_2"], "tensor_parallel": 2})"), 8) == 2);
+  CHECK(strategy::pipeline_copies(spec(R"({"type": "pipeline", "stages": "auto"})"), 4) == 1);
   CHECK_THROWS_WITH(strategy::check_micro_batches(spec(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 3})"), 8),
                     Contains("micro_batches: 3 micro-batches do not divide train.batch_size_per_replica 8"));
   CHECK_THROWS_WITH(deep_job(R"({"type": "pipeline"})"), Contains("stages") && Contains("is required"));
