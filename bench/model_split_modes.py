@@ -5,7 +5,9 @@ For each model and each task count (2, 4), runs `dtrain launch` in every mode
 at the same global batch:
   - multi_worker_mirrored: each task a whole replica, batch / N rows each;
   - ZeRO-1, ZeRO-2, ZeRO-3 (strategy.shard "optimizer_state", "gradients",
-    "parameters"), and ZeRO-3 without prefetch: batch / N rows each;
+    "parameters"), ZeRO-3 without prefetch, and ZeRO-3 with the whole model one
+    unit (min_unit_params 10^9: one all-gather and one reduce-scatter a step):
+    batch / N rows each;
   - tensor_parallel N: one copy of the model over the N tasks, every task the
     whole batch; at 4 tasks also 2 data x 2 tensor (batch / 2 rows each);
   - pipeline N: strategy.type "pipeline", stages "auto" (one stage per task,
@@ -84,6 +86,7 @@ def modes(tasks):
            ("ZeRO-2", {"type": mwm, "shard": "gradients"}, True),
            ("ZeRO-3", {"type": mwm, "shard": "parameters"}, True),
            ("ZeRO-3, no prefetch", {"type": mwm, "shard": "parameters", "prefetch": False}, True),
+           ("ZeRO-3 one unit", {"type": mwm, "shard": "parameters", "min_unit_params": 10**9}, True),
            (f"tensor_parallel {tasks}", {"type": mwm, "tensor_parallel": tasks}, False)]
     if tasks == 4:
         out.append(("2 data x 2 tensor", {"type": mwm, "tensor_parallel": 2}, None))
@@ -164,7 +167,7 @@ def main():
     p.add_argument("--models", default="deep,mlp,gpt")
     p.add_argument("--tasks", default="2,4")
     p.add_argument("--json", default="")
-    p.add_argument("--modes", default="", help="only these modes (comma-separated labels; multi_worker_mirrored, "
+    p.add_argument("--modes", default="", help="only these modes (labels separated by ';'; multi_worker_mirrored, "
                    "the base, always runs), and no FSDP2 or trace runs")
     a = p.parse_args()
     work = tempfile.mkdtemp()
@@ -185,7 +188,7 @@ def main():
         config, batch, steps = models[name]
         for tasks in (int(t) for t in a.tasks.split(",")):
             base = None
-            only = [m for m in a.modes.split(",") if m]
+            only = [m for m in a.modes.split(";") if m]
             for label, strategy, data_parallel in modes(tasks):
                 if only and label not in only and label != "multi_worker_mirrored":
                     continue

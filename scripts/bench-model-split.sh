@@ -10,7 +10,7 @@
 # all-gathers that prefetch hid behind compute, from a trace
 # (bench/model_split_modes.py says what each figure is).
 # Usage: scripts/bench-model-split.sh [--repeats 3] [--models deep,mlp,gpt] [--tasks 2,4] [--json FILE]
-#        [--modes "pipeline 2,pipeline 4,2 pipeline x 2 tensor"] (only those, with multi_worker_mirrored)
+#        [--modes "pipeline 2;pipeline 4;2 pipeline x 2 tensor"] (only those, with multi_worker_mirrored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/dtrain ] || bash scripts/build.sh

@@ -135,10 +135,16 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
       d.why = "strategy.shard_optimizer_state";
     } else if (job.strategy.shard == strategy::ShardMode::kGradients) {
       g = Gradients::kShardedGradients;
-      d.why = "strategy.shard \"gradients\"";
+      d.why = str("strategy.shard \"gradients\"",
+                  job.strategy.min_unit_params > 0
+                      ? str(", layers grouped into units of at least ", job.strategy.min_unit_params, " parameters")
+                      : "");
     } else if (job.strategy.shard == strategy::ShardMode::kParameters) {
       g = Gradients::kShardedParameters;
-      d.why = str("strategy.shard \"parameters\"", job.strategy.prefetch ? ", the next layer's gather prefetched" : "");
+      d.why = str("strategy.shard \"parameters\"", job.strategy.prefetch ? ", the next unit's gather prefetched" : "",
+                  job.strategy.min_unit_params > 0
+                      ? str(", layers grouped into units of at least ", job.strategy.min_unit_params, " parameters")
+                      : "");
     } else if (n > 1) {
       g = Gradients::kReplicasThenTasks;
       d.why = str(n, " replicas in each task");

@@ -41,6 +41,7 @@ strategy::MemoryQuery memory_query(const job::JobConfig& job, int training_tasks
     q.full_shard = strategy::shard_mode_name(job.strategy.shard);
     q.full_shards = q.optimizer_shards = std::max(1, training_tasks);
     q.prefetch = job.strategy.prefetch;
+    q.min_unit_params = job.strategy.min_unit_params;
   }
   if (cuts_stages(job)) {
     // Until the stages are known: the whole model, a replica's micro-batches all held.

@@ -85,6 +85,9 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     if (full)
       throw ConfigError(str(job.strategy.path, ".shard: \"", shard_mode_name(job.strategy.shard),
                             "\" does not scale the loss (it trains in float32); use shard \"optimizer_state\""));
+    if (tensor_parallel)  // (the parts would have to agree on skipping a step)
+      throw ConfigError(str(job.strategy.path, ".tensor_parallel: does not scale the loss (it trains in float32); set "
+                                               "train.precision to \"float32\""));
     loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   }
   std::vector<std::unique_ptr<comm::Communicator>> local;
@@ -161,7 +164,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     zero_ = std::make_unique<ZeroShard>(replicas_[0].trainable, *workers_, job.optimizer, *replicas_[0].optimizer);
   if (full)
     full_ = std::make_unique<FullShard>(*replicas_[0].model, *workers_, job.optimizer, *replicas_[0].optimizer,
-                                        job.strategy.shard, job.strategy.prefetch);
+                                        job.strategy.shard, job.strategy.prefetch, job.strategy.min_unit_params);
   // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
   // no reducer, so no hand-off to a communication thread every step.
   // On GPUs with NCCL (context.gradients) a task's single replica reduces its
@@ -483,6 +486,8 @@ void DataParallelStrategy::load_state(const TensorLookup& model, const TensorLoo
     load_named(r.optimizer->state(), optimizer, "optimizer state");
   }
 }
+
+size_t DataParallelStrategy::shard_units() const { return full_ ? full_->units() : 0; }
 
 ModelShapes DataParallelStrategy::model_shapes() {
   ModelShapes shapes = Strategy::model_shapes();

@@ -107,6 +107,8 @@ class DataParallelStrategy : public Strategy {
   // ZeRO-3: every layer gathered for `use`, freed after (collective).
   void with_whole_model(const std::function<void(nn::Sequential& model)>& use) override;
   int optimizer_state_shards() const override { return zero_ || full_ ? workers_->size() : 1; }
+  // ZeRO-2/3: the units the model is gathered and reduce-scattered in (0: none).
+  size_t shard_units() const;
 
  private:
   struct Replica {

@@ -74,7 +74,7 @@ void FullShard::check_supported(const StrategyJob& job, int local_replicas, cons
 }
 
 FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const optim::OptimizerSpec& spec,
-                     optim::Optimizer& optimizer, ShardMode mode, bool prefetch)
+                     optim::Optimizer& optimizer, ShardMode mode, bool prefetch, int64_t min_unit_params)
     : model_(model),
       workers_(workers),
       stage3_(mode == ShardMode::kParameters),
@@ -91,15 +91,30 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
   grads_ = grads.data();
   const int64_t flat = values.numel();
   const int n = workers.size(), rank = workers.rank();
-  // The units: each top-level layer's trainable params, consecutive in the arena.
+  // The units: the trainable params of each top-level layer (of consecutive
+  // ones until min_unit_params of them), consecutive in the arena.
   unit_of_layer_.assign(model.layers().size(), -1);
   size_t next = 0;
+  int64_t open = 0;  // the last unit's parameters while it is below min_unit_params; -1: closed
   for (size_t i = 0; i < model.layers().size(); ++i) {
     size_t count = 0;
-    for (const nn::Param* p : model.layers()[i]->params()) count += p->trainable() ? 1 : 0;
+    int64_t elements = 0;
+    for (const nn::Param* p : model.layers()[i]->params())
+      if (p->trainable()) {
+        ++count;
+        elements += p->value.numel();
+      }
     if (count == 0) continue;
-    unit_of_layer_[i] = static_cast<int>(units_.size());
-    units_.push_back({i, next, next + count, offset_in(*params_[next], values_, grads_)});
+    if (units_.empty() || open < 0) {
+      units_.push_back({i, i, next, next + count, offset_in(*params_[next], values_, grads_)});
+      open = 0;
+    } else {
+      units_.back().last_layer = i;
+      units_.back().end_param = next + count;
+    }
+    unit_of_layer_[i] = static_cast<int>(units_.size()) - 1;
+    open += elements;
+    if (open >= min_unit_params) open = -1;
     next += count;
   }
   DT_CHECK_EQ(next, params_.size());
@@ -115,7 +130,6 @@ FullShard::FullShard(nn::Sequential& model, comm::Communicator& workers, const o
     unit.chunk = (unit.length + n - 1) / n;
     unit.shard_at = shard_floats_;
     shard_floats_ += unit.chunk;
-    largest_unit_ = std::max(largest_unit_, unit.length);
     max_chunk_ = std::max(max_chunk_, unit.chunk);
   }
   shard_values_ = Tensor({shard_floats_});
@@ -170,22 +184,29 @@ void FullShard::install_hooks() {
       wait_gathered(static_cast<size_t>(u));
     };
     hooks.before_forward = [ready](size_t layer) { ready(layer, +1); };
+    // (a unit of several layers: gathered at its first layer's forward and its
+    // last layer's backward, which is where its backward begins; `ready` is a
+    // no-op for a unit that is whole)
     hooks.after_forward = [this](size_t layer) {
       const int u = unit_of(layer);
-      if (u >= 0 && static_cast<size_t>(u) + 1 < units_.size()) free_values(static_cast<size_t>(u));
+      if (u >= 0 && static_cast<size_t>(u) + 1 < units_.size() && units_[static_cast<size_t>(u)].last_layer == layer)
+        free_values(static_cast<size_t>(u));
     };
     hooks.before_backward = [this, ready](size_t layer) {
       ready(layer, -1);
-      if (const int u = unit_of(layer); u >= 0) take_grad_buffer(static_cast<size_t>(u));
+      if (const int u = unit_of(layer); u >= 0 && units_[static_cast<size_t>(u)].last_layer == layer)
+        take_grad_buffer(static_cast<size_t>(u));
     };
   } else {
     hooks.before_backward = [this](size_t layer) {
-      if (const int u = unit_of(layer); u >= 0) take_grad_buffer(static_cast<size_t>(u));
+      if (const int u = unit_of(layer); u >= 0 && units_[static_cast<size_t>(u)].last_layer == layer)
+        take_grad_buffer(static_cast<size_t>(u));
     };
   }
+  // (a unit's backward ends at its first layer's)
   hooks.after_backward = [this](size_t layer) {
     const int u = unit_of(layer);
-    if (u < 0) return;
+    if (u < 0 || units_[static_cast<size_t>(u)].first_layer != layer) return;
     reduce_scatter(static_cast<size_t>(u));
     if (stage3_) free_values(static_cast<size_t>(u));
   };

@@ -4,9 +4,11 @@
 // and of the parameters too (stage 3), besides 1/N of the optimizer slots.
 //
 // Units. Each top-level layer with trainable parameters is a unit (a
-// TransformerDecoder block is one, as FSDP wraps each block). Its values lie in
-// one flat range of the model's arena, and its gradients in another with the
-// same layout (nn::Sequential::place). A unit of L floats is cut into N chunks of
+// TransformerDecoder block is one, as FSDP wraps each block), or with
+// `min_unit_params` consecutive such layers make one until it holds at least
+// that many trainable parameters (FSDP's size-based wrap: fewer collectives for
+// small layers). A unit's values lie in one flat range of the model's arena, and
+// its gradients in another with the same layout (nn::Sequential::place). A unit of L floats is cut into N chunks of
 // ceil(L / N); task r owns chunk r. The task's own chunks of every unit live in
 // two compact buffers of its own, shard values and shard gradients (about 1/N of
 // the model each); the optimizer updates pieces of them, one per trainable
@@ -64,7 +66,7 @@ class FullShard {
   // rest and installs the model's hooks. `spec`'s norm clipping is done here
   // (make the optimizer with ZeroShard::optimizer_spec).
   FullShard(nn::Sequential& model, comm::Communicator& workers, const optim::OptimizerSpec& spec,
-            optim::Optimizer& optimizer, ShardMode mode, bool prefetch);
+            optim::Optimizer& optimizer, ShardMode mode, bool prefetch, int64_t min_unit_params = 0);
   ~FullShard();
   FullShard(const FullShard&) = delete;
   FullShard& operator=(const FullShard&) = delete;
@@ -97,14 +99,12 @@ class FullShard {
   // gathers them for it, then frees them). Collective.
   void with_whole_model(const std::function<void()>& use);
 
-  // Bytes this task holds for the model's trainable state at least (its chunks,
-  // their gradients, slots), and the most one unit takes whole.
-  int64_t shard_floats() const { return shard_floats_; }
-  int64_t largest_unit_floats() const { return largest_unit_; }
+  // The units, for logs and tests.
+  size_t units() const { return units_.size(); }
 
  private:
   struct Unit {
-    size_t layer = 0;        // its top-level layer
+    size_t first_layer = 0, last_layer = 0;  // its top-level layers (with trainable params)
     size_t first_param = 0, end_param = 0;  // its params: params_[first_param, end_param)
     int64_t begin = 0;       // its range [begin, begin + length) of the arena's values and grads
     int64_t length = 0;
@@ -150,7 +150,7 @@ class FullShard {
   std::vector<Unit> units_;
   std::vector<int> unit_of_layer_;
   Tensor shard_values_, shard_grads_;
-  int64_t shard_floats_ = 0, largest_unit_ = 0;
+  int64_t shard_floats_ = 0;
   std::vector<nn::Param> pieces_;
   std::vector<nn::Param*> piece_pointers_;
   std::vector<PieceOf> piece_of_;  // of params_

@@ -9,12 +9,14 @@
 //   per slot (ZeRO-1);
 // - ZeRO-2/3 (full_shard, over N tasks; strategy/fully_sharded.h): each top-level
 //   layer with trainable params is a unit of U floats (its tensors padded as in
-//   the arena), each task's chunk of it ceil(U / N). Gradients: the chunks, plus
+//   the arena; consecutive layers up to min_unit_params parameters with it), each
+//   task's chunk of it ceil(U / N). Gradients: the chunks, plus
 //   3 of the largest unit (the one backward writes, the one being reduce-scattered
 //   and the collectives' buffer); no accumulation buffer. ZeRO-2's parameters are
 //   whole plus the chunks' copy; ZeRO-3's are the chunks plus the largest unit 3
 //   times with prefetch (the layer running, the next one gathering, the last layer
-//   kept from its forward to its backward), 2 without, and the state whole;
+//   kept from its forward to its backward), 2 without, at most once per unit,
+//   and the state whole;
 // - accumulation: with K > 1 micro-batches per update, one float32 buffer per
 //   trainable Param (the strategies' `accumulated`);
 // - weight copies: under mixed precision, Dense and Conv2D keep their kernel in the
@@ -136,7 +138,9 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   // One replica's figures; the forward ones for one batch.
   int64_t param_bytes = 0, trainable_elements = 0, copies = 0, forward = 0, backward = 0;
   int64_t held = 0;            // a pipeline stage's held micro-batch inputs
-  int64_t largest_unit = 0, shard_floats = 0;  // ZeRO-2/3: the largest layer's trainable floats, the task's chunks
+  int64_t largest_unit = 0, shard_floats = 0;  // ZeRO-2/3: the largest unit's trainable floats, the task's chunks
+  int64_t open_unit = 0, open_params = 0;      // ZeRO-2/3: the unit being grouped (FullShard's min_unit_params)
+  int64_t units = 0;
   const int64_t full = q.full_shard.empty() ? 1 : q.full_shards;
   bool params_below = false;   // a layer of the range before this one has params
   DType h_dtype = DType::kF32;  // the dtype of the activation flowing into the next layer
@@ -170,8 +174,16 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
         unit += TensorArena::padded(p->value.numel());
       }
     }
-    largest_unit = std::max(largest_unit, unit);
-    shard_floats += (unit + full - 1) / full;
+    if (unit > 0) {  // (grouped as FullShard groups: until min_unit_params parameters)
+      open_unit += unit;
+      open_params += row.trainable_bytes / kF32Bytes;
+      if (open_params >= q.min_unit_params) {
+        largest_unit = std::max(largest_unit, open_unit);
+        shard_floats += (open_unit + full - 1) / full;
+        open_unit = open_params = 0;
+        ++units;
+      }
+    }
     const int64_t layer_copies = layer->weight_copy_bytes(dtype);
     const bool need_dx = q.needs_input_gradient || params_below;
     const nn::LayerBuffers b = layer->buffers(n, dtype, need_dx);
@@ -199,6 +211,9 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     if (!layer->params().empty()) params_below = true;
     e.layers.push_back(std::move(row));
   }
+  largest_unit = std::max(largest_unit, open_unit);  // (a last unit below the size)
+  shard_floats += (open_unit + full - 1) / full;
+  if (open_unit > 0) ++units;
   const int64_t out = n * shape_numel(shape);
   if (h_dtype != DType::kF32) {
     forward += out * kF32Bytes;              // the output in float32 for the loss
@@ -226,7 +241,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     e.gradients = (shard_floats + 3 * largest_unit) * kF32Bytes;
     e.accumulation = 0;
     e.parameters = q.full_shard == "parameters"
-                       ? param_bytes - trainable_bytes + (shard_floats + (q.prefetch ? 3 : 2) * largest_unit) * kF32Bytes
+                       ? param_bytes - trainable_bytes +
+                             (shard_floats + std::min<int64_t>(q.prefetch ? 3 : 2, units) * largest_unit) * kF32Bytes
                        : param_bytes + shard_floats * kF32Bytes;
   }
   e.full_shard = q.full_shard;

@@ -44,6 +44,7 @@ struct MemoryQuery {
   std::string full_shard;
   int64_t full_shards = 1;
   bool prefetch = true;             // ZeRO-3: one more layer gathered while one computes
+  int64_t min_unit_params = 0;      // ZeRO-2/3: layers grouped into units of at least this many parameters
   // strategy.tensor_parallel: the layers its plan splits hold their part 1/T
   // (parameters, gradients, slots and the activations of the split width).
   int64_t tensor_parallel = 1;

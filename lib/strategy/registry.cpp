@@ -102,6 +102,10 @@ const std::vector<config::KeyDoc>& strategy_keys() {
        "backward and freed after). gradients and parameters: float32 on the CPU, one replica per task"},
       {"prefetch", "multi_worker_mirrored with shard \"parameters\": the next layer's all-gather starts while this "
                    "one computes (FSDP's forward and backward prefetch; true)"},
+      {"min_unit_params", "multi_worker_mirrored with shard \"gradients\" or \"parameters\": consecutive layers are "
+                          "gathered and reduce-scattered as one unit until it holds at least this many trainable "
+                          "parameters (FSDP's size_based_auto_wrap_policy min_num_params): fewer, larger collectives "
+                          "for small layers, more memory in flight (0: each layer with parameters its own unit)"},
       {"tensor_parallel",
        "multi_worker_mirrored: each T consecutive tasks hold one copy of the model between them (Megatron's "
        "tensor parallelism): each pair of consecutive Dense layers splits, the first by output columns, the second "
@@ -187,7 +191,7 @@ ps::PartitionerSpec read_partitioner(const config::Value& value) {
 // strategy.shard and strategy.prefetch (after shard_optimizer_state, which is
 // the same as shard "optimizer_state").
 void read_shard(config::Section& r, const StrategyEntry& entry, StrategySpec& strategy) {
-  for (const char* key : {"shard", "prefetch"})
+  for (const char* key : {"shard", "prefetch", "min_unit_params"})
     if (r.has(key) && entry.name != "multi_worker_mirrored")
       r.fail(key, str("only multi_worker_mirrored shards its state over tasks; '", entry.name, "' does not"));
   const std::string shard = r.get_choice("shard", strategy.shard_optimizer_state ? "optimizer_state" : "none",
@@ -201,6 +205,10 @@ void read_shard(config::Section& r, const StrategyEntry& entry, StrategySpec& st
   strategy.prefetch = r.get_bool("prefetch", true);
   if (r.has("prefetch") && strategy.shard != ShardMode::kParameters)
     r.fail("prefetch", "applies only to \"shard\": \"parameters\" (the all-gathers it starts early)");
+  strategy.min_unit_params = r.get_int("min_unit_params", 0, 0);
+  if (r.has("min_unit_params") && strategy.shard != ShardMode::kGradients && strategy.shard != ShardMode::kParameters)
+    r.fail("min_unit_params", "applies only to \"shard\": \"gradients\" or \"parameters\" (the units they gather "
+                              "and reduce-scatter)");
 }
 
 ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry, const StrategySpec& strategy) {

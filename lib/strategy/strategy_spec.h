@@ -85,6 +85,9 @@ struct StrategySpec {
   ShardMode shard = ShardMode::kNone;
   // ZeRO-3: each layer's gather for the next layer starts while this one computes.
   bool prefetch = true;
+  // ZeRO-2/3: consecutive top-level layers make one unit until it holds at least
+  // this many trainable parameters (FSDP's size-based wrap); 0: a unit per layer.
+  int64_t min_unit_params = 0;
   // multi_worker_mirrored: the tasks that hold one copy of the model between
   // them (tensor parallelism, tensor_parallel.h); 1: none.
   int64_t tensor_parallel = 1;

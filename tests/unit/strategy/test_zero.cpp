@@ -30,6 +30,8 @@
 #include "job/job_config.h"
 #include "optim/optimizer.h"
 #include "rendezvous/store.h"
+#include "strategy/data_parallel.h"
+#include "strategy/memory_estimate.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
@@ -344,7 +346,8 @@ namespace {
 // Four Dense layers with a Dropout of rate 0 between (a layer without params)
 // and sizes that divide by none of 3 or 4: the units of 112, 144, 80 and 21 floats
 // (padded: 128 + 64, 128 + 64 ...) cut into chunks with padding.
-job::JobConfig full_job(strategy::ShardMode mode, const std::string& optimizer, bool prefetch = true) {
+job::JobConfig full_job(strategy::ShardMode mode, const std::string& optimizer, bool prefetch = true,
+                        int64_t min_unit_params = 0) {
   job::JobConfig job = job::parse_job_config(R"({
     "strategy": {"type": "multi_worker_mirrored"},
     "model": {"input_shape": [6], "layers": [{"type": "Dense", "units": 16, "activation": "tanh"},
@@ -359,6 +362,7 @@ job::JobConfig full_job(strategy::ShardMode mode, const std::string& optimizer, 
                                              "job.json");
   job.strategy.shard = mode;
   job.strategy.prefetch = prefetch;
+  job.strategy.min_unit_params = min_unit_params;
   return job;
 }
 
@@ -403,6 +407,39 @@ TEST_CASE("ZeRO-2 and ZeRO-3 follow the unsharded run over 20 steps, N = 1..4, w
         }
     }
   }
+}
+
+TEST_CASE("ZeRO-2 and ZeRO-3 with min_unit_params group layers into units and follow the unsharded run") {
+  // The layers' trainable parameters: 112, 136, (the dropout), 90, 33.
+  const std::vector<TaskRun> reference = run(full_job(ShardMode::kNone, kAdam), 3);
+  struct Case {
+    int64_t min_params;
+    size_t units;
+  };
+  for (const Case c : {Case{0, 4}, Case{200, 2}, Case{250, 2}, Case{400, 1}})
+    for (ShardMode mode : {ShardMode::kGradients, ShardMode::kParameters})
+      for (bool prefetch : {true, false}) {
+        if (mode == ShardMode::kGradients && !prefetch) continue;
+        CAPTURE(c.min_params, strategy::shard_mode_name(mode), prefetch);
+        const std::vector<TaskRun> sharded = run(full_job(mode, kAdam, prefetch, c.min_params), 3);
+        // 200: dense + dense_1 (248), then dense_2 + dense_3 (123: the last unit, below the size);
+        // 250: dense .. dense_2 (338), then dense_3; 400: all 371 in one unit.
+        CHECK(dynamic_cast<strategy::DataParallelStrategy&>(*sharded[0].strategy).shard_units() == c.units);
+        check_same_trajectory(sharded, reference[0]);
+        check_slots_split(sharded, reference[0].state_bytes);
+      }
+  // The estimate groups the same way: the largest unit, and with it stage 3's
+  // layers in flight, grows.
+  strategy::MemoryQuery q;
+  q.model = full_job(ShardMode::kParameters, kAdam).model;
+  q.optimizer = full_job(ShardMode::kParameters, kAdam).optimizer;
+  q.full_shard = "parameters";
+  q.full_shards = q.optimizer_shards = 3;
+  const int64_t per_layer = strategy::estimate_memory(q).parameters;
+  q.min_unit_params = 100000;
+  CHECK(strategy::estimate_memory(q).parameters > per_layer);
+  CHECK_THROWS_WITH(test::tiny_dense_job("multi_worker_mirrored", R"(, "min_unit_params": 10)"),
+                    Contains("applies only to \"shard\": \"gradients\" or \"parameters\""));
 }
 
 TEST_CASE("ZeRO-2 and ZeRO-3 over Gloo, with norm clipping and gradient accumulation, follow the unsharded run") {
