@@ -99,6 +99,12 @@ TasksGroup plan_tasks_group(const job::JobConfig& job, const ExecutionPlan& p, D
   return group;
 }
 
+// ZeRO-2/3's units when min_unit_params groups layers: ", layers grouped into ...", else "".
+std::string units_text(const strategy::StrategySpec& strategy) {
+  if (strategy.min_unit_params <= 0) return "";
+  return str(", layers grouped into units of at least ", strategy.min_unit_params, " parameters");
+}
+
 Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, const ExecutionPlan& p, Decision& d) {
   d.what = "gradients";
   const strategy::StrategyEntry& entry = *p.strategy;
@@ -135,16 +141,11 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
       d.why = "strategy.shard_optimizer_state";
     } else if (job.strategy.shard == strategy::ShardMode::kGradients) {
       g = Gradients::kShardedGradients;
-      d.why = str("strategy.shard \"gradients\"",
-                  job.strategy.min_unit_params > 0
-                      ? str(", layers grouped into units of at least ", job.strategy.min_unit_params, " parameters")
-                      : "");
+      d.why = str("strategy.shard \"gradients\"", units_text(job.strategy));
     } else if (job.strategy.shard == strategy::ShardMode::kParameters) {
       g = Gradients::kShardedParameters;
       d.why = str("strategy.shard \"parameters\"", job.strategy.prefetch ? ", the next unit's gather prefetched" : "",
-                  job.strategy.min_unit_params > 0
-                      ? str(", layers grouped into units of at least ", job.strategy.min_unit_params, " parameters")
-                      : "");
+                  units_text(job.strategy));
     } else if (n > 1) {
       g = Gradients::kReplicasThenTasks;
       d.why = str(n, " replicas in each task");

@@ -107,10 +107,16 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
 
   model_ = std::make_unique<nn::Sequential>(job.model, seed_, first, end);
   if (tensors > 1) split_tensors(job, split);
-  // (norm clipping takes the norms over every stage and part: clip_split_by_norm)
-  spec_clipnorm_ = job.optimizer.clipnorm;
-  spec_global_clipnorm_ = job.optimizer.global_clipnorm;
-  optimizer_ = optim::make_optimizer(optim::without_norm_clipping(job.optimizer));
+  // Norms over more than this stage's own whole tensors (global_clipnorm: every
+  // stage's; a split tensor: its parts') are clip_split_by_norm's; the optimizer
+  // clips the rest itself (clipnorm of whole tensors, clipvalue).
+  if (tp_ || job.optimizer.global_clipnorm > 0.0) {
+    spec_clipnorm_ = job.optimizer.clipnorm;
+    spec_global_clipnorm_ = job.optimizer.global_clipnorm;
+  }
+  optimizer_ = optim::make_optimizer(spec_clipnorm_ > 0.0 || spec_global_clipnorm_ > 0.0
+                                         ? optim::without_norm_clipping(job.optimizer)
+                                         : job.optimizer);
   model_->place(device_, optimizer_->slots_per_param());
   trainable_ = model_->trainable_params();
   optimizer_->create_state(trainable_, model_->arena());

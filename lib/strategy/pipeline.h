@@ -161,8 +161,9 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // mixed_float16 (or a test's loss_scaling)
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
-  // Keras' clipnorm / global_clipnorm: each norm over the stage's parts, the
-  // global one over every stage too (the optimizer clips by value only).
+  // Keras' clipnorm / global_clipnorm where clip_split_by_norm takes them (each
+  // norm over the stage's parts, the global one over every stage too); 0 where
+  // the optimizer clips by itself.
   double spec_clipnorm_ = 0.0, spec_global_clipnorm_ = 0.0;
   std::vector<bool> norm_counted_;  // clip_split_by_norm's, per trainable param
   ModelShapes shapes_;

@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "kernels/ops.h"
-#include "optim/clipping.h"
 
 namespace dtrain::strategy {
 
@@ -39,86 +38,82 @@ void load_pieces(const std::vector<nn::Param*>& tensors, const std::vector<Piece
   }
 }
 
+namespace {
+
+// Each piece's gradient sum of squares on the host (0 where `counted` says no;
+// empty `counted`: every piece counts), summed on the gradients' device.
+std::vector<float> piece_squares(const std::vector<nn::Param*>& pieces, const std::vector<bool>& counted) {
+  std::vector<float> host(pieces.size(), 0.0f);
+  if (pieces.empty()) return host;
+  Tensor squares({static_cast<int64_t>(pieces.size())}, pieces.front()->grad.device());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    Tensor sum = squares.flat_slice(static_cast<int64_t>(i), 1);
+    if (counted.empty() || counted[i]) kernels::sum_of_squares(pieces[i]->grad, sum);
+    else sum.zero();
+  }
+  squares.copy_to_host(host.data());  // waits for the sums on a GPU
+  return host;
+}
+
+// Clips piece i by the norm of its param's squares, per_param[param_of[i]]
+// (clipnorm), or every piece by the norm of all of per_param and `elsewhere`
+// (global_clipnorm; what other tasks' params add).
+void clip_by_squares(const std::vector<nn::Param*>& pieces, const std::vector<size_t>& param_of,
+                     const std::vector<float>& per_param, double elsewhere, double clipnorm, double global_clipnorm) {
+  if (pieces.empty()) return;
+  const Device device = pieces.front()->grad.device();
+  if (clipnorm > 0.0) {
+    Tensor squares({static_cast<int64_t>(per_param.size())}, device);
+    squares.copy_from_host(per_param.data());
+    for (size_t i = 0; i < pieces.size(); ++i)
+      kernels::clip_by_norm(pieces[i]->grad, squares.flat_slice(static_cast<int64_t>(param_of[i]), 1),
+                            static_cast<float>(clipnorm));
+    return;
+  }
+  double sum = elsewhere;  // (in double, as GradientClipper's kernel sums)
+  for (float v : per_param) sum += v;
+  const float total = static_cast<float>(sum);
+  Tensor norm({1}, device);
+  norm.copy_from_host(&total);
+  for (nn::Param* p : pieces) kernels::clip_by_norm(p->grad, norm, static_cast<float>(global_clipnorm));
+}
+
+}  // namespace
+
 void clip_pieces_by_norm(const std::vector<nn::Param*>& pieces, const std::vector<PieceOf>& of, size_t params,
                          comm::Communicator& workers, double clipnorm, double global_clipnorm) {
   if (clipnorm <= 0.0 && global_clipnorm <= 0.0) return;
   DT_CHECK_EQ(pieces.size(), of.size());
+  const std::vector<float> host = piece_squares(pieces, {});
   std::vector<float> per_param(params, 0.0f);
-  if (!pieces.empty()) {
-    const Device device = pieces.front()->grad.device();
-    Tensor squares({static_cast<int64_t>(pieces.size())}, device);
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      Tensor sum = squares.flat_slice(static_cast<int64_t>(i), 1);
-      kernels::sum_of_squares(pieces[i]->grad, sum);
-    }
-    std::vector<float> host(pieces.size());
-    squares.copy_to_host(host.data());  // waits for the sums on a GPU
-    for (size_t i = 0; i < host.size(); ++i) per_param[of[i].param] += host[i];
+  std::vector<size_t> param_of;
+  for (size_t i = 0; i < host.size(); ++i) {
+    per_param[of[i].param] += host[i];
+    param_of.push_back(of[i].param);
   }
   if (workers.size() > 1) workers.all_reduce(per_param.data(), per_param.size(), comm::ReduceOp::kSum);
-  if (pieces.empty()) return;
-  Tensor param_squares({static_cast<int64_t>(params)}, pieces.front()->grad.device());
-  param_squares.copy_from_host(per_param.data());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (clipnorm > 0.0)
-      kernels::clip_by_norm(pieces[i]->grad, param_squares.flat_slice(static_cast<int64_t>(of[i].param), 1),
-                            static_cast<float>(clipnorm));
-    else
-      kernels::clip_by_norm(pieces[i]->grad, param_squares, static_cast<float>(global_clipnorm));
-  }
+  clip_by_squares(pieces, param_of, per_param, 0.0, clipnorm, global_clipnorm);
 }
 
 void clip_split_by_norm(const std::vector<nn::Param*>& params, const std::vector<bool>& counted,
                         comm::Communicator* parts, comm::Communicator* stages, double clipnorm,
                         double global_clipnorm) {
-  if ((clipnorm <= 0.0 && global_clipnorm <= 0.0) || params.empty()) {
-    // (a stage without trainable params still takes part in the stages' sum)
-    if (global_clipnorm > 0.0 && stages && stages->size() > 1) {
-      float none = 0.0f;
-      stages->all_reduce(&none, 1, comm::ReduceOp::kSum);
-    }
-    return;
-  }
+  if (clipnorm <= 0.0 && global_clipnorm <= 0.0) return;
   DT_CHECK_EQ(params.size(), counted.size());
-  const bool split = parts && parts->size() > 1;
-  if (!split && (clipnorm > 0.0 || !stages || stages->size() <= 1)) {
-    // Nothing to sum over other tasks: the optimizers' own clipping, the norms on the device.
-    optim::OptimizerSpec spec;
-    spec.clipnorm = clipnorm;
-    spec.global_clipnorm = global_clipnorm;
-    optim::GradientClipper(spec).clip(params);
-    return;
+  // Each param's sum of squares, this task's share, summed over the parts.
+  std::vector<float> squares = piece_squares(params, counted);
+  if (parts && parts->size() > 1) parts->all_reduce(squares.data(), squares.size(), comm::ReduceOp::kSum);
+  double elsewhere = 0.0;  // global_clipnorm: the other stages' squares (a stage without params takes part too)
+  if (global_clipnorm > 0.0 && stages && stages->size() > 1) {
+    double own = 0.0;
+    for (float v : squares) own += v;
+    float all = static_cast<float>(own);
+    stages->all_reduce(&all, 1, comm::ReduceOp::kSum);
+    elsewhere = static_cast<double>(all) - own;
   }
-  // Each param's sum of squares, this task's share, then summed over the parts.
-  const Device device = params.front()->grad.device();
-  const auto n = static_cast<int64_t>(params.size());
-  Tensor sums({n}, device);
-  for (int64_t i = 0; i < n; ++i) {
-    Tensor sum = sums.flat_slice(i, 1);
-    if (counted[static_cast<size_t>(i)]) kernels::sum_of_squares(params[static_cast<size_t>(i)]->grad, sum);
-    else sum.zero();
-  }
-  std::vector<float> squares(params.size());
-  sums.copy_to_host(squares.data());  // waits for the sums on a GPU
-  if (split) parts->all_reduce(squares.data(), squares.size(), comm::ReduceOp::kSum);
-  if (global_clipnorm > 0.0) {
-    double sum = 0.0;  // (in param order, in double, as GradientClipper's kernel sums)
-    for (float v : squares) sum += v;
-    double total = sum;
-    if (stages && stages->size() > 1) {
-      float mine = static_cast<float>(sum);
-      stages->all_reduce(&mine, 1, comm::ReduceOp::kSum);
-      total = mine;
-    }
-    Tensor norm({1}, device);
-    const float value = static_cast<float>(total);
-    norm.copy_from_host(&value);
-    for (nn::Param* p : params) kernels::clip_by_norm(p->grad, norm, static_cast<float>(global_clipnorm));
-    return;
-  }
-  sums.copy_from_host(squares.data());
-  for (int64_t i = 0; i < n; ++i)
-    kernels::clip_by_norm(params[static_cast<size_t>(i)]->grad, sums.flat_slice(i, 1), static_cast<float>(clipnorm));
+  std::vector<size_t> param_of(params.size());
+  for (size_t i = 0; i < param_of.size(); ++i) param_of[i] = i;
+  clip_by_squares(params, param_of, squares, elsewhere, clipnorm, global_clipnorm);
 }
 
 }  // namespace dtrain::strategy
