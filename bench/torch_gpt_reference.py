@@ -161,7 +161,8 @@ def train(args):
         position += args.batch
         chunk = train_tokens[idx[:, None] + offsets]
         x, y = chunk[:, :-1], chunk[:, 1:]
-        loss = F.cross_entropy(step_fn(x).reshape(-1, 256), y.reshape(-1))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast):
+            loss = F.cross_entropy(step_fn(x).reshape(-1, 256), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -175,6 +176,7 @@ def train(args):
         last = step()
     seconds = time.perf_counter() - begin
     result = {"framework": "pytorch", "torch_version": torch.__version__, "mode": "compile" if args.compile else "eager",
+              "autocast": "bfloat16" if args.autocast else "none",
               "device": device_name(device), "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
               "warmup": args.warmup, "init": args.init, "seconds": seconds,
               "tokens_per_sec": args.steps * args.batch * args.seq / seconds, "last_loss": last}
@@ -300,6 +302,8 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--autocast", action="store_true",
+                   help="train under torch.autocast(dtype=bfloat16): bfloat16 matmuls, as dtrain's mixed_bfloat16")
     p.add_argument("--ddp", type=int, default=2, help="ddp: worker processes (gloo, localhost)")
     p.add_argument("--eval", action="store_true")
     p.add_argument("--init", choices=["torch", "keras"], default="torch",

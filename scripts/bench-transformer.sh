@@ -5,9 +5,12 @@
 #
 #   1. training throughput (tokens/s) at each thread count: `dtrain bench
 #      train` and PyTorch eager alternately, R times each, medians and the
-#      ratio dtrain/pytorch; PyTorch under torch.compile too;
+#      ratio dtrain/pytorch; PyTorch under torch.compile too; then in bfloat16:
+#      dtrain's mixed_bfloat16 against PyTorch eager under
+#      torch.autocast(bfloat16), and against PyTorch's float32 eager;
 #   2. the validation loss after the same number of steps (default 1,500, the
-#      shipped config's): `dtrain run` and PyTorch eager, each timed;
+#      shipped config's): `dtrain run` and PyTorch eager, each timed; then
+#      mixed_bfloat16 against autocast (--no-bf16 skips the bfloat16 parts);
 #   3. causal attention alone (forward + backward) at sequence 128, 512 and
 #      2048: `dtrain bench attention` and PyTorch's scaled_dot_product_attention,
 #      time and the peak memory the op adds;
@@ -20,6 +23,7 @@
 #   --steps N          timed steps per throughput measurement (default 60)
 #   --loss-steps N     steps of the loss comparison (default 1500; 0 skips it)
 #   --no-compile       skip torch.compile
+#   --no-bf16          skip the bfloat16 rows (mixed_bfloat16, autocast)
 #   --out FILE         raw JSON lines (default build/bench-transformer.jsonl)
 #
 # A busy machine slows multi-thread runs of both frameworks (OpenMP spin-waits);
@@ -34,6 +38,7 @@ threads_list="1 2"
 steps=60
 loss_steps=1500
 compile=1
+bf16=1
 out="build/bench-transformer.jsonl"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +47,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --loss-steps) loss_steps=$2; shift 2 ;;
     --no-compile) compile=0; shift ;;
+    --no-bf16) bf16=0; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "bench-transformer: unknown option $1" >&2; exit 2 ;;
   esac
@@ -73,6 +79,23 @@ for t in $threads_list; do
   done
   dm=$(printf "%s\n" "${d[@]}" | median); pm=$(printf "%s\n" "${p[@]}" | median)
   printf "%-8s %14.0f %14.0f %8.2f\n" "$t" "$dm" "$pm" "$(echo "$dm $pm" | awk '{print $1 / $2}')"
+  if [ "$bf16" = 1 ]; then
+    db=(); pb=()
+    for _ in $(seq "$repeats"); do
+      j=$("$dtrain" bench train --config "$config" --steps "$steps" --warmup 5 --threads "$t" \
+        --set train.precision=mixed_bfloat16 --json 2>/dev/null | tail -1)
+      echo "$j" >> "$out"
+      db+=("$(echo "$j" | field samples_per_sec | awk '{print $1 * 128}')")
+      j=$("$py" "$ref" train --threads "$t" --steps "$steps" --warmup 5 --autocast 2>/dev/null | tail -1)
+      echo "$j" >> "$out"
+      pb+=("$(echo "$j" | field tokens_per_sec)")
+    done
+    dbm=$(printf "%s\n" "${db[@]}" | median); pbm=$(printf "%s\n" "${pb[@]}" | median)
+    printf "%-8s %14.0f %14.0f %8.2f   (dtrain mixed_bfloat16 / torch autocast bfloat16)\n" "$t" "$dbm" "$pbm" \
+      "$(echo "$dbm $pbm" | awk '{print $1 / $2}')"
+    printf "%-8s %14.0f %14.0f %8.2f   (dtrain mixed_bfloat16 / torch float32 eager)\n" "$t" "$dbm" "$pm" \
+      "$(echo "$dbm $pm" | awk '{print $1 / $2}')"
+  fi
   if [ "$compile" = 1 ]; then
     j=$("$py" "$ref" train --threads "$t" --steps "$steps" --warmup 10 --compile 2>/dev/null | tail -1) || j=""
     if [ -n "$j" ]; then
@@ -102,6 +125,20 @@ if [ "$loss_steps" -gt 0 ]; then
     "$(echo "$dloss" | awk '{print $1 / log(2)}')" "$dsec"
   printf "pytorch: val loss %.4f nats/byte, %.0f s (training steps only)\n" "$ploss" "$psec"
   printf "loss ratio dtrain/pytorch: %.4f\n" "$(echo "$dloss $ploss" | awk '{print $1 / $2}')"
+  if [ "$bf16" = 1 ]; then
+    start=$(date +%s.%N)
+    "$dtrain" run --config "$config" --threads 2 --set train.epochs=$epochs \
+      --set train.steps_per_epoch=$(( loss_steps / epochs )) --set output.dir="$tmp/run-bf16" \
+      --set train.precision=mixed_bfloat16 --summary "$tmp/summary-bf16.json" > "$tmp/run-bf16.log" 2>&1
+    dsec=$(echo "$start $(date +%s.%N)" | awk '{print $2 - $1}')
+    dloss=$("$py" -c "import json; print(json.load(open('$tmp/summary-bf16.json'))['test_loss'])")
+    j=$("$py" "$ref" train --threads 2 --steps "$loss_steps" --warmup 0 --eval --autocast 2>/dev/null | tail -1)
+    echo "$j" >> "$out"
+    ploss=$(echo "$j" | field val_loss); psec=$(echo "$j" | field seconds)
+    printf "dtrain mixed_bfloat16:  val loss %.4f nats/byte, %.0f s (run, evaluation included)\n" "$dloss" "$dsec"
+    printf "pytorch autocast bf16:  val loss %.4f nats/byte, %.0f s (training steps only)\n" "$ploss" "$psec"
+    printf "loss ratio dtrain/pytorch (bfloat16): %.4f\n" "$(echo "$dloss $ploss" | awk '{print $1 / $2}')"
+  fi
 fi
 
 echo "== 3. causal attention alone, forward + backward (batch 4, 4 heads of 32, 2 threads)"

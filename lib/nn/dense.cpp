@@ -74,16 +74,26 @@ bool Dense::supports_dtype(DType dtype) const {
   return act_ != Activation::kSoftmax && (dtype == DType::kBF16 || !device().is_cpu());
 }
 
+bool Dense::supports_product_dtype(DType dtype) const {
+  return dtype == DType::kF32 || (dtype == DType::kBF16 && device().is_cpu() && act_ != Activation::kSoftmax);
+}
+
 void Dense::refresh_compute_weights() { refresh_copy(kernel_, kernel_copy_); }
 
 LayerBuffers Dense::buffers(int64_t rows, DType dtype, bool need_dx) const {
   const int64_t out = output_bytes(rows, dtype);
   const int64_t before_gelu = kernels::grad_from_input(act_) ? out : 0;
-  return {out + before_gelu, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
+  LayerBuffers b{out + before_gelu, (need_dx ? input_bytes(rows, dtype) : 0) + (act_ != Activation::kLinear ? out : 0)};
+  if (dtype == DType::kF32 && product_dtype() != DType::kF32) {
+    b.forward += input_bytes(rows, product_dtype());    // x's copy, for the weight gradient
+    b.backward += output_bytes(rows, product_dtype());  // dpre's
+  }
+  return b;
 }
 
 int64_t Dense::weight_copy_bytes(DType dtype) const {
-  return dtype == DType::kF32 ? 0 : kernel_.value.numel() * static_cast<int64_t>(dtype_size(dtype));
+  const DType copy = dtype != DType::kF32 ? dtype : product_dtype();
+  return copy == DType::kF32 ? 0 : kernel_.value.numel() * static_cast<int64_t>(dtype_size(copy));
 }
 
 void Dense::initialize(Rng& rng) {
@@ -100,8 +110,8 @@ Tensor Dense::row_split_forward(const Tensor& x) {
   // part 0 only), summed over the group; then the activation.
   Tensor& z = reuse(z_, n, output_shape());
   Tensor z_rows = rows(z, units);
-  kernels::dense_forward(rows(x, in), kernel_.value, use_bias_ && split_->index == 0 ? &bias_.value : nullptr,
-                         Activation::kLinear, z_rows);
+  kernels::dense_forward(rows(xp_, in), compute_weights(kernel_, kernel_copy_),
+                         use_bias_ && split_->index == 0 ? &bias_.value : nullptr, Activation::kLinear, z_rows);
   split_->all_reduce(z);
   if (act_ == Activation::kLinear) return z;
   Tensor& y = reuse(y_, n, output_shape());
@@ -112,6 +122,8 @@ Tensor Dense::row_split_forward(const Tensor& x) {
 Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
   const int64_t n = x.dim(0), in = input_shape().back(), units = output_shape().back();
   x_ = x;
+  xp_ = product_operand(x, xp_);  // x itself, or its copy in the product dtype
+  const Tensor& kernel = compute_weights(kernel_, kernel_copy_);
   if (split_ && split_->kind == DenseSplit::Kind::kRow) {
     Tensor y = row_split_forward(x);
     y_ = y;  // (the activation's backward reads it)
@@ -126,10 +138,10 @@ Tensor Dense::forward(const Tensor& x, const StepContext& ctx) {
   } else if (kernels::grad_from_input(act_)) {  // gelu: keep the matmul's output for the backward pass
     Tensor& z = reuse(z_, n, output_shape());
     Tensor z_rows = rows(z, units);
-    kernels::dense_forward(rows(x, in), kernel_.value, bias, Activation::kLinear, z_rows);
+    kernels::dense_forward(rows(xp_, in), kernel, bias, Activation::kLinear, z_rows);
     kernels::activation_forward(act_, z, y);
   } else {
-    kernels::dense_forward(rows(x, in), compute_weights(kernel_, kernel_copy_), bias, act_, y_rows);
+    kernels::dense_forward(rows(xp_, in), kernel, bias, act_, y_rows);
   }
   return y;
 }
@@ -143,7 +155,8 @@ Tensor Dense::backward(const Tensor& dy, bool need_dx) {
   } else {
     dpre = before_activation(act_, y_, dy, dpre_);
   }
-  kernels::dense_backward_weights(rows(x_, in), rows(dpre, units), kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
+  dpre = product_operand(dpre, dpre_p_);  // (with products in bfloat16, the bias gradient sums it too)
+  kernels::dense_backward_weights(rows(xp_, in), rows(dpre, units), kernel_.grad, use_bias_ ? &bias_.grad : nullptr);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
   Tensor dx_rows = rows(dx, in);

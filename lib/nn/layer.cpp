@@ -39,16 +39,55 @@ void Layer::set_compute_dtype(DType dtype) {
   compute_dtype_ = dtype;
 }
 
+void Layer::refresh_compute_weights() {
+  for (Layer* child : children()) child->refresh_compute_weights();
+}
+
+bool Layer::supports_product_dtype(DType dtype) const {
+  if (dtype == DType::kF32) return true;
+  // (children() is not const: it hands out the layers to change)
+  for (Layer* child : const_cast<Layer*>(this)->children())
+    if (child->supports_product_dtype(dtype)) return true;
+  return false;
+}
+
+void Layer::set_product_dtype(DType dtype) {
+  DT_CHECK(supports_product_dtype(dtype), type_, " layer '", name_, "' cannot take products in ", dtype_name(dtype));
+  product_dtype_ = dtype;
+  for (Layer* child : children()) child->set_product_dtype(child->supports_product_dtype(dtype) ? dtype : DType::kF32);
+}
+
+int64_t Layer::weight_copy_bytes(DType) const {
+  int64_t bytes = 0;
+  for (const Layer* child : const_cast<Layer*>(this)->children()) bytes += child->weight_copy_bytes(DType::kF32);
+  return bytes;
+}
+
+void apply_model_dtype(Layer& layer, DType model_dtype) {
+  const bool computes = layer.supports_dtype(model_dtype);
+  layer.set_compute_dtype(computes ? model_dtype : DType::kF32);
+  layer.set_product_dtype(!computes && layer.supports_product_dtype(model_dtype) ? model_dtype : DType::kF32);
+}
+
 const Tensor& Layer::compute_weights(const Param& p, const Tensor& copy) const {
-  return compute_dtype_ == DType::kF32 ? p.value : copy;
+  return weight_copy_dtype() == DType::kF32 ? p.value : copy;
 }
 
 void Layer::refresh_copy(const Param& p, Tensor& copy) const {
-  if (compute_dtype_ == DType::kF32) return;
+  const DType dtype = weight_copy_dtype();
+  if (dtype == DType::kF32) return;
   if (!copy.defined() || copy.shape() != p.value.shape() || copy.device() != p.value.device() ||
-      copy.dtype() != compute_dtype_)
-    copy = Tensor(p.value.shape(), p.value.device(), compute_dtype_);
+      copy.dtype() != dtype)
+    copy = Tensor(p.value.shape(), p.value.device(), dtype);
   kernels::cast(p.value, copy);
+}
+
+Tensor Layer::product_operand(const Tensor& x, Tensor& slot) const {
+  if (x.dtype() == product_dtype_ || product_dtype_ == DType::kF32) return x;
+  if (!slot.defined() || slot.shape() != x.shape() || slot.device() != x.device() || slot.dtype() != product_dtype_)
+    slot = Tensor(x.shape(), x.device(), product_dtype_);
+  kernels::cast(x, slot);
+  return slot;
 }
 
 namespace {

@@ -10,6 +10,11 @@
 // gradients are then in that dtype (Sequential converts between layers), while
 // params, their gradients and optimizer state stay float32. Layers with weights
 // keep low-precision copies of them, made by refresh_compute_weights().
+// A layer that computes in float32 in such a model (gelu's Dense, attention,
+// the layers inside a block) may still take its matrix products' operands in
+// the model's dtype: its product_dtype(). It casts them itself (activations,
+// gradients and its weight copies), and the products accumulate and write
+// float32, so its input, output and other arithmetic stay float32.
 #pragma once
 
 #include <memory>
@@ -89,15 +94,25 @@ class Layer {
   void set_compute_dtype(DType dtype);
   // Remakes the low-precision copies of the weights from the float32 values
   // (Sequential calls it once before each forward pass); nothing in float32.
-  virtual void refresh_compute_weights() {}
+  // A layer made of others (children()) refreshes theirs.
+  virtual void refresh_compute_weights();
+
+  // Whether a float32 layer can take its products' operands in `dtype` on its
+  // device (Dense and MultiHeadAttention: bfloat16 on the CPU); a layer made of
+  // others when one of them can.
+  virtual bool supports_product_dtype(DType dtype) const;
+  DType product_dtype() const { return product_dtype_; }
+  // Sets it (float32, or one the layer supports), and its children's where they support it.
+  void set_product_dtype(DType dtype);
 
   // Its buffers for batches of `rows` rows computing in `dtype`; need_dx: whether
   // its backward computes its input's gradient. The default: its output, and the
   // input's gradient where computed (pooling, activations).
   virtual LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const;
   // Bytes of the copies of its weights it keeps to compute in `dtype` (mixed
-  // precision: Dense's and Conv2D's kernel); 0 for most.
-  virtual int64_t weight_copy_bytes(DType dtype) const { return 0; }
+  // precision: Dense's and Conv2D's kernel), or in float32 to take its products
+  // in product_dtype(); 0 for most; a layer made of others, their sum.
+  virtual int64_t weight_copy_bytes(DType dtype) const;
 
   // Generation with a cache (`dtrain generate`): start_decoding(batch, positions)
   // readies the layer for up to `positions` positions of `batch` sequences;
@@ -130,8 +145,14 @@ class Layer {
   Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample) const;
   Tensor& reuse(Tensor& slot, int64_t n, const Shape& per_sample, DType dtype) const;
   // The weights as the kernels take them: `value` itself in float32, else `copy`
-  // refreshed from it (refresh_compute_weights).
+  // refreshed from it (refresh_compute_weights): in the compute dtype, or in a
+  // float32 layer, the product dtype.
   const Tensor& compute_weights(const Param& p, const Tensor& copy) const;
+  // The dtype of the weight copies: the compute dtype, else the product dtype.
+  DType weight_copy_dtype() const { return compute_dtype_ != DType::kF32 ? compute_dtype_ : product_dtype_; }
+  // A product's activation operand: x itself, or x cast into `slot` (reused)
+  // when the layer takes its products' operands in another dtype.
+  Tensor product_operand(const Tensor& x, Tensor& slot) const;
   void refresh_copy(const Param& p, Tensor& copy) const;
   // Bytes of `rows` rows of the output / the input, in `dtype`.
   int64_t output_bytes(int64_t rows, DType dtype) const;
@@ -150,9 +171,15 @@ class Layer {
   Shape input_shape_, output_shape_;
   Device device_;
   DType compute_dtype_ = DType::kF32;
+  DType product_dtype_ = DType::kF32;
   bool profiling_ = false;
   LayerTime time_;
 };
+
+// What `layer` computes in within a model of `model_dtype` (Sequential's rule,
+// the memory estimate's too): that dtype where the layer supports it, else
+// float32, with its products in that dtype where it supports those.
+void apply_model_dtype(Layer& layer, DType model_dtype);
 
 // Adds the batch dimension in front of a per-sample shape.
 Shape with_batch(int64_t n, const Shape& per_sample);

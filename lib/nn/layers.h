@@ -93,8 +93,11 @@ class Dense : public Layer {
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
   bool supports_dtype(DType dtype) const override;
+  // bfloat16 on the CPU, but not with softmax (as supports_dtype).
+  bool supports_product_dtype(DType dtype) const override;
   void refresh_compute_weights() override;
-  // y; dx and the gradient before a fused activation.
+  // y; dx and the gradient before a fused activation; with products in
+  // bfloat16, x's and that gradient's copies in it.
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
   int64_t weight_copy_bytes(DType dtype) const override;  // the kernel's copy
   Tensor decode(const Tensor& x, int64_t position) override;  // (batch, in) -> (batch, units)
@@ -106,8 +109,9 @@ class Dense : public Layer {
   bool use_bias_;
   std::optional<DenseSplit> split_;
   Param kernel_, bias_;
-  Tensor kernel_copy_;  // the kernel in the compute dtype (mixed precision)
+  Tensor kernel_copy_;  // the kernel in the compute dtype, or the product dtype (mixed precision)
   Tensor x_, y_, z_, dpre_, dx_;  // z_: the matmul's output before gelu
+  Tensor xp_, dpre_p_;            // x and dpre in the product dtype (products in bfloat16)
 };
 
 // y = act(conv(x, kernel) + bias); kernel (kh, kw, in, filters), NHWC activations.

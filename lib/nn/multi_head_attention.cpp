@@ -75,19 +75,45 @@ void MultiHeadAttention::initialize(Rng& rng) {
   }
 }
 
+bool MultiHeadAttention::supports_product_dtype(DType dtype) const {
+  return dtype == DType::kF32 || (dtype == DType::kBF16 && device().is_cpu());
+}
+
+void MultiHeadAttention::refresh_compute_weights() {
+  for (Projection* p : {&query_, &key_, &value_, &output_}) refresh_copy(p->kernel, p->copy);
+}
+
+int64_t MultiHeadAttention::weight_copy_bytes(DType) const {
+  if (product_dtype() == DType::kF32) return 0;
+  int64_t n = 0;
+  for (const Projection* p : {&query_, &key_, &value_, &output_}) n += p->kernel.value.numel();
+  return n * static_cast<int64_t>(dtype_size(product_dtype()));
+}
+
 LayerBuffers MultiHeadAttention::buffers(int64_t rows, DType, bool need_dx) const {
   // Kept: q, k, v, the attention's output (N, T, heads, dim), each row's
   // log-sum-exp (N, heads, T) and y; no (T, T) scores. Backward: their gradients and dx.
+  // With products in bfloat16 also x's and o's copies, and dy's, dq's, dk's, dv's.
   const int64_t t = input_shape()[0], f = 4;
-  const int64_t qkv = rows * t * heads_ * (2 * key_dim_ + value_dim_) * f;
-  const int64_t o = rows * t * heads_ * value_dim_ * f;
+  const int64_t qkv_elements = rows * t * heads_ * (2 * key_dim_ + value_dim_);
+  const int64_t o_elements = rows * t * heads_ * value_dim_;
   const int64_t lse = rows * heads_ * t * f;
-  return {qkv + o + lse + output_bytes(rows, DType::kF32),
-          qkv + o + (need_dx ? 2 * input_bytes(rows, DType::kF32) : 0)};
+  LayerBuffers b{qkv_elements * f + o_elements * f + lse + output_bytes(rows, DType::kF32),
+                 qkv_elements * f + o_elements * f + (need_dx ? 2 * input_bytes(rows, DType::kF32) : 0)};
+  if (product_dtype() != DType::kF32) {
+    const auto p = static_cast<int64_t>(dtype_size(product_dtype()));
+    b.forward += input_bytes(rows, product_dtype()) + o_elements * p;
+    b.backward += output_bytes(rows, product_dtype()) + qkv_elements * p;
+  }
+  return b;
 }
 
-void MultiHeadAttention::project(const Tensor& x_rows, Projection& p, Tensor& out, bool with_bias) {
-  const Tensor kernel = matrix(p.kernel.value, x_rows.dim(1));
+Tensor MultiHeadAttention::product_kernel(const Projection& p, int64_t in) const {
+  return matrix(compute_weights(p.kernel, p.copy), in);
+}
+
+void MultiHeadAttention::project(const Tensor& x_rows, const Tensor& kernel, Projection& p, Tensor& out,
+                                 bool with_bias) {
   const int64_t cols = kernel.dim(1);
   const bool bias_on = use_bias_ && with_bias;
   const Tensor bias = bias_on ? p.bias.value.reshaped({cols}) : Tensor();
@@ -129,17 +155,20 @@ void MultiHeadAttention::split(int parts, int index, std::function<void(Tensor&)
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const StepContext& ctx) {
   const int64_t n = x.dim(0), t = input_shape()[0], d = input_shape()[1];
+  const int64_t hv = heads_ * value_dim_;
   x_ = x;
-  const Tensor x_rows = as_rows(x, d);
-  project(x_rows, query_, reuse(q_, n, {t, heads_, key_dim_}));
-  project(x_rows, key_, reuse(k_, n, {t, heads_, key_dim_}));
-  project(x_rows, value_, reuse(v_, n, {t, heads_, value_dim_}));
+  xp_ = product_operand(x, xp_);  // x itself, or its copy in the product dtype
+  const Tensor x_rows = as_rows(xp_, d);
+  project(x_rows, product_kernel(query_, d), query_, reuse(q_, n, {t, heads_, key_dim_}));
+  project(x_rows, product_kernel(key_, d), key_, reuse(k_, n, {t, heads_, key_dim_}));
+  project(x_rows, product_kernel(value_, d), value_, reuse(v_, n, {t, heads_, value_dim_}));
   Tensor& o = reuse(o_, n, {t, heads_, value_dim_});
   attention_.dropout = ctx.training ? dropout_ : 0.0f;
   attention_.seed = hash_u64(ctx.seed, 0x6174746eull /* "attn" */, dropout_stream_, static_cast<uint64_t>(ctx.step));
   kernels::attention_forward(q_, k_, v_, attention_, o, reuse(lse_, n, {heads_, t}));
   Tensor& y = reuse(y_, n, output_shape());
-  project(as_rows(o, heads_ * value_dim_), output_, y, output_bias_here_);
+  op_ = product_operand(o, op_);
+  project(as_rows(op_, hv), product_kernel(output_, hv), output_, y, output_bias_here_);
   if (all_reduce_) all_reduce_(y);  // split by heads: the parts' outputs summed
   return y;
 }
@@ -152,27 +181,30 @@ Tensor MultiHeadAttention::backward(const Tensor& dy, bool need_dx) {
     Tensor dbias = use_bias_ ? p.bias.grad.reshaped({grad_rows.dim(1)}) : Tensor();
     kernels::dense_backward_weights(input_rows, grad_rows, dkernel, use_bias_ ? &dbias : nullptr);
   };
-  const Tensor dy_rows = as_rows(dy, out);
-  grads(output_, as_rows(o_, hv), dy_rows);
+  const Tensor dy_rows = as_rows(product_operand(dy, dyp_), out);
+  grads(output_, as_rows(op_, hv), dy_rows);
   Tensor& dout = reuse(do_, n, {t, heads_, value_dim_});
   Tensor dout_rows = as_rows(dout, hv);
-  kernels::dense_backward_data(dy_rows, matrix(output_.kernel.value, hv), dout_rows);
+  kernels::dense_backward_data(dy_rows, product_kernel(output_, hv), dout_rows);
   Tensor& dq = reuse(dq_, n, {t, heads_, key_dim_});
   Tensor& dk = reuse(dk_, n, {t, heads_, key_dim_});
   Tensor& dv = reuse(dv_, n, {t, heads_, value_dim_});
   kernels::attention_backward(q_, k_, v_, o_, lse_, dout, attention_, dq, dk, dv);
-  const Tensor x_rows = as_rows(x_, d);
-  grads(query_, x_rows, as_rows(dq, hk));
-  grads(key_, x_rows, as_rows(dk, hk));
-  grads(value_, x_rows, as_rows(dv, hv));
+  const Tensor x_rows = as_rows(xp_, d);
+  const Tensor dq_rows = as_rows(product_operand(dq, dqp_), hk);
+  const Tensor dk_rows = as_rows(product_operand(dk, dkp_), hk);
+  const Tensor dv_rows = as_rows(product_operand(dv, dvp_), hv);
+  grads(query_, x_rows, dq_rows);
+  grads(key_, x_rows, dk_rows);
+  grads(value_, x_rows, dv_rows);
   if (!need_dx) return {};
   Tensor& dx = reuse(dx_, n, input_shape());
   Tensor& part = reuse(dx_part_, n, input_shape());
   Tensor dx_rows = as_rows(dx, d), part_rows = as_rows(part, d);
-  kernels::dense_backward_data(as_rows(dq, hk), matrix(query_.kernel.value, d), dx_rows);
-  kernels::dense_backward_data(as_rows(dk, hk), matrix(key_.kernel.value, d), part_rows);
+  kernels::dense_backward_data(dq_rows, product_kernel(query_, d), dx_rows);
+  kernels::dense_backward_data(dk_rows, product_kernel(key_, d), part_rows);
   kernels::axpy(1.0f, part, dx);
-  kernels::dense_backward_data(as_rows(dv, hv), matrix(value_.kernel.value, d), part_rows);
+  kernels::dense_backward_data(dv_rows, product_kernel(value_, d), part_rows);
   kernels::axpy(1.0f, part, dx);
   if (all_reduce_) all_reduce_(dx);  // split by heads: each part's dx is a partial sum
   return dx;
@@ -191,9 +223,10 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
   const int64_t n = x.dim(0), positions = key_cache_.dim(1), hk = heads_ * key_dim_, hv = heads_ * value_dim_;
   DT_CHECK(position < positions && n == key_cache_.dim(0), "decode position ", position, " of ", positions);
   Tensor q({n, hk}), k({n, hk}), v({n, hv});
-  project(x, query_, q);
-  project(x, key_, k);
-  project(x, value_, v);
+  const int64_t d = x.dim(1);
+  project(x, matrix(query_.kernel.value, d), query_, q);
+  project(x, matrix(key_.kernel.value, d), key_, k);
+  project(x, matrix(value_.kernel.value, d), value_, v);
   for (int64_t b = 0; b < n; ++b) {  // this position's keys and values join the cache
     std::copy_n(k.data() + b * hk, hk, key_cache_.data() + (b * positions + position) * hk);
     std::copy_n(v.data() + b * hv, hv, value_cache_.data() + (b * positions + position) * hv);
@@ -224,7 +257,7 @@ Tensor MultiHeadAttention::decode(const Tensor& x, int64_t position) {
       }
     }
   Tensor y({n, output_shape()[1]});
-  project(o, output_, y);
+  project(o, matrix(output_.kernel.value, hv), output_, y);
   return y;
 }
 

@@ -165,6 +165,11 @@ class MultiHeadAttention : public Layer {
   Tensor backward(const Tensor& dy, bool need_dx) override;
   std::vector<Param*> params() override;
   void initialize(Rng& rng) override;
+  // Its products (the four projections) in bfloat16 on the CPU; the attention
+  // itself stays float32.
+  bool supports_product_dtype(DType dtype) const override;
+  void refresh_compute_weights() override;
+  int64_t weight_copy_bytes(DType dtype) const override;  // the four kernels' copies
   LayerBuffers buffers(int64_t rows, DType dtype, bool need_dx) const override;
   // The keys and values of every position so far are kept (the KV cache): a
   // position attends to them and adds its own. Causal attention only.
@@ -182,8 +187,11 @@ class MultiHeadAttention : public Layer {
  private:
   struct Projection {  // a kernel (in, heads, dim) and bias (heads, dim) as matmul operands
     Param kernel, bias;
+    Tensor copy;  // the kernel in the product dtype (mixed precision)
   };
-  void project(const Tensor& x_rows, Projection& p, Tensor& out, bool with_bias = true);
+  // The kernel as the matmul's (in, out) operand: in the product dtype, or (decoding) its float32 values.
+  Tensor product_kernel(const Projection& p, int64_t in) const;
+  void project(const Tensor& x_rows, const Tensor& kernel, Projection& p, Tensor& out, bool with_bias = true);
   int64_t heads_, key_dim_, value_dim_;
   bool use_bias_;
   float dropout_;
@@ -193,6 +201,7 @@ class MultiHeadAttention : public Layer {
   Tensor x_, q_, k_, v_, o_, lse_, y_;
   Tensor key_cache_, value_cache_;  // (batch, positions, heads, dim) while decoding
   Tensor do_, dq_, dk_, dv_, dx_, dx_part_;
+  Tensor xp_, op_, dyp_, dqp_, dkp_, dvp_;  // x, o, dy, dq, dk, dv in the product dtype
   std::function<void(Tensor&)> all_reduce_;  // split(): the group's sum
   bool output_bias_here_ = true;             // split(): on index 0 only
 };

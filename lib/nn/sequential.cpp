@@ -65,7 +65,7 @@ Sequential::Sequential(const ModelSpec& spec, uint64_t seed, size_t first, size_
 
 void Sequential::set_compute_dtype(DType dtype) {
   compute_dtype_ = dtype;
-  for (auto& layer : layers_) layer->set_compute_dtype(layer->supports_dtype(dtype) ? dtype : DType::kF32);
+  for (auto& layer : layers_) apply_model_dtype(*layer, dtype);
   cast_forward_.assign(layers_.size() + 1, Tensor());
   cast_backward_.assign(layers_.size() + 1, Tensor());
 }

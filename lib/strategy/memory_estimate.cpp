@@ -161,7 +161,8 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
     if (i == first) forward += n * shape_numel(input) * kF32Bytes;  // the input batch
     if (i == first) held = q.held_inputs * n * shape_numel(input) * kF32Bytes;
 
-    const DType dtype = layer->supports_dtype(model_dtype) ? model_dtype : DType::kF32;
+    nn::apply_model_dtype(*layer, model_dtype);  // (as Sequential does: products in bfloat16 too)
+    const DType dtype = layer->compute_dtype();
     LayerMemory row;
     row.name = layer->name();
     row.type = layer->type();

@@ -322,7 +322,9 @@ TEST_CASE("tiny GPT in mixed_bfloat16 follows float32, and its pipeline and work
   const Result f32 = one_device(f32_dir);
   const Result bf16 = one_device(bf16_dir, 1, "mixed_bfloat16");
   CHECK(bf16.summary["precision"] == "mixed_bfloat16");
-  CHECK(bf16.hash != f32.hash);  // the last Dense computed in bfloat16 (the blocks and gelu in float32)
+  // The last Dense computed in bfloat16; the blocks' attention and Dense layers
+  // took their products in bfloat16 (layer norm, softmax and gelu in float32).
+  CHECK(bf16.hash != f32.hash);
   // The bfloat16 layer tests' tolerance on a model's outputs (tests/unit/nn/test_layers.cpp).
   require_close(bf16.losses, f32.losses, 0.02, "mixed_bfloat16 vs float32");
   CHECK(bf16.losses.back() < bf16.losses.front() - 1.0);

@@ -1,6 +1,7 @@
-// Test helpers for tensors: reproducible random inputs, and an element-wise
+// Test helpers for tensors: reproducible random inputs, an element-wise
 // comparison |got - want| <= atol + rtol * |want| that names the first element
-// outside it. Tensors on a GPU are compared through host copies.
+// outside it, and the relative distance of two float32 tensors. Tensors on a
+// GPU are compared through host copies.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -28,6 +29,16 @@ inline void require_close(const Tensor& got_any, const Tensor& want_any, double 
       REQUIRE(std::fabs(g - w) <= atol + rtol * std::fabs(w));
     }
   }
+}
+
+// ||a - b|| / ||b|| (2-norms) of two float32 host tensors of the same size.
+inline double relative_distance(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff += std::pow(double(a.data()[i]) - b.data()[i], 2);
+    norm += std::pow(double(b.data()[i]), 2);
+  }
+  return std::sqrt(diff / norm);
 }
 
 }  // namespace dtrain::testing

@@ -9,9 +9,11 @@
 #include "nn/losses.h"
 #include "nn/sequential.h"
 #include "unit/finite_difference.h"
+#include "unit/tensor_checks.h"
 
 using namespace dtrain;
 using nn::LayerSpec;
+using testing::relative_distance;
 
 namespace {
 
@@ -348,15 +350,6 @@ nn::ModelSpec mixed_cnn_spec(DType dtype) {
   return spec;
 }
 
-// The relative distance ||a - b|| / ||b||.
-double relative_distance(const Tensor& a, const Tensor& b) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    diff += std::pow(double(a.data()[i]) - b.data()[i], 2);
-    norm += std::pow(double(b.data()[i]), 2);
-  }
-  return std::sqrt(diff / norm);
-}
 
 }  // namespace
 
