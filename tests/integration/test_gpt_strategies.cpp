@@ -338,7 +338,12 @@ TEST_CASE("tiny GPT in mixed_bfloat16 follows float32, and its pipeline and work
 
   job = gpt(workers, 8, {{"type", "multi_worker_mirrored"}});
   job["train"]["precision"] = "mixed_bfloat16";
-  require_close(launched(job, 2, workers).losses, bf16.losses, 1e-4, "bfloat16 on 2 workers vs one_device");
+  // 1e-3, not float32's 1e-4: the workers' summed gradients differ from one
+  // device's in the last float32 bits, and where such a difference moves a
+  // weight across a bfloat16 rounding boundary its copy (every block's kernels
+  // now) changes by up to 2^-8 of itself (1.1e-4 of the loss seen at step 12 in
+  // an ASan build). Still far inside the 2% between bfloat16 and float32.
+  require_close(launched(job, 2, workers).losses, bf16.losses, 1e-3, "bfloat16 on 2 workers vs one_device");
 }
 
 TEST_CASE("tiny GPT: a run killed mid-epoch and resumed ends with the uninterrupted run's parameters") {
