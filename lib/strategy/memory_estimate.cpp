@@ -20,7 +20,11 @@
 // - accumulation: with K > 1 micro-batches per update, one float32 buffer per
 //   trainable Param (the strategies' `accumulated`);
 // - weight copies: under mixed precision, Dense and Conv2D keep their kernel in the
-//   compute dtype (refresh_compute_weights);
+//   compute dtype (refresh_compute_weights), and float32 Dense and
+//   MultiHeadAttention layers theirs in the product dtype, with copies of the
+//   operands they cast (nn::apply_model_dtype, as Sequential; the layers here are
+//   on the CPU, so a GPU job, whose layers take float32 products, is over-counted
+//   by those copies);
 // - activations, what a forward pass leaves allocated for the backward pass, for
 //   batches_in_flight batches of batch_rows rows, in each layer's compute dtype:
 //   the input batch (float32); each layer's output tensor (Dense, Conv2D, pooling,
