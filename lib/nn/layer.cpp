@@ -73,21 +73,21 @@ const Tensor& Layer::compute_weights(const Param& p, const Tensor& copy) const {
   return weight_copy_dtype() == DType::kF32 ? p.value : copy;
 }
 
+Tensor in_dtype(const Tensor& x, DType dtype, Tensor& slot) {
+  if (x.dtype() == dtype) return x;
+  if (!slot.defined() || slot.shape() != x.shape() || slot.dtype() != dtype || slot.device() != x.device())
+    slot = Tensor(x.shape(), x.device(), dtype);
+  kernels::cast(x, slot);
+  return slot;
+}
+
 void Layer::refresh_copy(const Param& p, Tensor& copy) const {
   const DType dtype = weight_copy_dtype();
-  if (dtype == DType::kF32) return;
-  if (!copy.defined() || copy.shape() != p.value.shape() || copy.device() != p.value.device() ||
-      copy.dtype() != dtype)
-    copy = Tensor(p.value.shape(), p.value.device(), dtype);
-  kernels::cast(p.value, copy);
+  if (dtype != DType::kF32) in_dtype(p.value, dtype, copy);  // (the values are float32: always cast)
 }
 
 Tensor Layer::product_operand(const Tensor& x, Tensor& slot) const {
-  if (x.dtype() == product_dtype_ || product_dtype_ == DType::kF32) return x;
-  if (!slot.defined() || slot.shape() != x.shape() || slot.device() != x.device() || slot.dtype() != product_dtype_)
-    slot = Tensor(x.shape(), x.device(), product_dtype_);
-  kernels::cast(x, slot);
-  return slot;
+  return product_dtype_ == DType::kF32 ? x : in_dtype(x, product_dtype_, slot);
 }
 
 namespace {

@@ -181,6 +181,11 @@ class Layer {
 // float32, with its products in that dtype where it supports those.
 void apply_model_dtype(Layer& layer, DType model_dtype);
 
+// x in `dtype`: x itself, or x converted into `slot` (reused while its shape,
+// device and dtype hold). Sequential's conversions between layers, a layer's
+// operand and weight copies.
+Tensor in_dtype(const Tensor& x, DType dtype, Tensor& slot);
+
 // Adds the batch dimension in front of a per-sample shape.
 Shape with_batch(int64_t n, const Shape& per_sample);
 

@@ -70,19 +70,6 @@ void Sequential::set_compute_dtype(DType dtype) {
   cast_backward_.assign(layers_.size() + 1, Tensor());
 }
 
-namespace {
-
-// x in `dtype`: x itself, or x converted into `slot` (reused while its shape holds).
-Tensor in_dtype(const Tensor& x, DType dtype, Tensor& slot) {
-  if (x.dtype() == dtype) return x;
-  if (!slot.defined() || slot.shape() != x.shape() || slot.dtype() != dtype || slot.device() != x.device())
-    slot = Tensor(x.shape(), x.device(), dtype);
-  kernels::cast(x, slot);
-  return slot;
-}
-
-}  // namespace
-
 void Sequential::check_unique_names() const {
   // Params are named "<layer>/<param>" in checkpoints, so two layers may not share
   // a name: config checks explicit names against each other, this also catches an
