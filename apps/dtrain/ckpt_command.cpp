@@ -13,6 +13,7 @@
 #include "checkpoint/manifest.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/sha256.h"
 #include "core/strings.h"
 
@@ -183,15 +184,8 @@ int ckpt_export_command(const CkptExportOptions& options) {
                                                        {"dtrain_version", c.manifest.dtrain_version},
                                                        {"dtrain_config_sha256", c.manifest.config_sha256}};
   // Written next to the target and renamed, so an existing FILE is never left half-written.
-  const std::string tmp = options.to + ".tmp-" + random_hex(4);
-  try {
-    checkpoint::write_safetensors(tmp, refs, metadata);
-    fs::rename(tmp, options.to);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
+  write_output_file(options.to, "ckpt export --to",
+                    [&](const std::string& to) { checkpoint::write_safetensors(to, refs, metadata); });
   std::printf("wrote %s: %zu tensors, %lld values, from %s (step %lld)\n", options.to.c_str(), refs.size(),
               static_cast<long long>(values), path.c_str(), static_cast<long long>(c.manifest.step));
   return 0;

@@ -1,8 +1,11 @@
 // Implementation of cli_help.h.
 #include "cli_help.h"
 
+#include "config/section.h"
+
 #include <climits>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace dtrain::app {
@@ -44,9 +47,12 @@ CLI::Validator whole_between(long long min, long long max) {
 
 CLI::Validator whole_at_least(long long min) { return whole_between(min, LLONG_MAX); }
 
-CLI::Validator number_at_least(double min) {
+namespace {
+
+// A number in [min, max]; `expected` says so in the message ("a number >= 0").
+CLI::Validator number_between(double min, double max, const std::string& expected, const std::string& name) {
   return CLI::Validator(
-      [min](std::string& text) -> std::string {
+      [=](std::string& text) -> std::string {
         size_t used = 0;
         double v = 0;
         try {
@@ -54,11 +60,23 @@ CLI::Validator number_at_least(double min) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != text.size() || !(v >= min))
-          return "expected a number >= " + format_number(min) + ", got '" + text + "'";
+        if (used == 0 || used != text.size() || !(v >= min && v <= max))
+          return "expected " + expected + ", got '" + text + "'";
         return "";
       },
-      min == 0 ? std::string("NONNEGATIVE") : ">=" + format_number(min));
+      name);
+}
+
+}  // namespace
+
+CLI::Validator number_at_least(double min) {
+  return number_between(min, std::numeric_limits<double>::max(), "a number >= " + format_number(min),
+                        min == 0 ? std::string("NONNEGATIVE") : ">=" + format_number(min));
+}
+
+CLI::Validator seconds_at_least(double min) {
+  return number_between(min, config::kMaxSeconds, "a number of seconds >= " + format_number(min) + " and at most 1e7",
+                        "SECONDS");
 }
 
 std::string check_set_arguments(int argc, char** argv) {

@@ -13,7 +13,8 @@ namespace dtrain::app {
 CLI::Validator whole_at_least(long long min);
 CLI::Validator whole_between(long long min, long long max);
 // A number (decimals allowed) >= min.
-CLI::Validator number_at_least(double min);
+CLI::Validator number_at_least(double min);   // a finite number >= min
+CLI::Validator seconds_at_least(double min);  // a duration: min .. 1e7 s (config::kMaxSeconds)
 
 // "" when every --set in argv is KEY=VALUE; else the error for the first that is not.
 std::string check_set_arguments(int argc, char** argv);

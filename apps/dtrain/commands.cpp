@@ -11,8 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <unistd.h>
+
 #include "job/job_config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "job/reference.h"
@@ -93,9 +96,11 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
       {"exit_codes", codes},
       {"tasks", tasks},
       {"results", results}};
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw IoError(str("cannot write the launch summary ", path));
+  write_output_file(path, "launch --summary", [&j](const std::string& to) {
+    std::ofstream out(to);
+    out << j.dump(2) << "\n";
+    if (!out) throw IoError(str("launch --summary: cannot write '", to, "'"));
+  });
 }
 
 // Set by the SIGTERM thread (or the handler), read by the training loop: an
@@ -104,6 +109,21 @@ std::atomic<bool> g_stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
 void on_sigterm(int) { g_stop_requested = true; }
+
+// Set at the training loop's first look at the stop request: from then on a
+// SIGTERM stops the job at a step boundary (exit 6); before it, at once (143).
+std::atomic<bool> g_stop_watched{false};
+
+// SIGTERM before the training loop watches for it (the rendezvous, loading the
+// data): no step to finish and nothing to save, so the task ends now instead of
+// waiting out a deadline (Slurm and Kubernetes follow SIGTERM with SIGKILL).
+[[noreturn]] void stop_before_training() {
+  std::fflush(stdout);
+  const std::string message =
+      log::prefix() + "dtrain: error: stopped by SIGTERM before the first step (nothing to finish or save)\n";
+  (void)!write(STDERR_FILENO, message.data(), message.size());
+  _exit(143);
+}
 
 }  // namespace
 
@@ -124,10 +144,16 @@ std::function<bool()> stop_on_sigterm() {
   pthread_sigmask(SIG_BLOCK, &term, nullptr);
   std::thread([term] {
     int signal = 0;
-    while (sigwait(&term, &signal) == 0)
-      if (signal == SIGTERM) g_stop_requested = true;
+    while (sigwait(&term, &signal) == 0) {
+      if (signal != SIGTERM) continue;
+      g_stop_requested = true;
+      if (!g_stop_watched.load()) stop_before_training();
+    }
   }).detach();
-  return [] { return g_stop_requested.load(); };
+  return [] {
+    g_stop_watched = true;
+    return g_stop_requested.load();
+  };
 }
 
 void parse_workers(const std::string& text, LaunchOptions& options) {
@@ -235,6 +261,8 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
       launch.remote.options.push_back(o);
     }
   }
+  // The summary's path is checked before the job runs, not after.
+  if (!options.summary.empty()) prepare_output_file(options.summary, "launch --summary");
   const launch::LaunchReport report = launch::launch_with_restarts(launch, options.max_restarts);
   if (!options.summary.empty()) write_launch_summary(report, options.summary);
   return report.exit_code;
@@ -244,6 +272,7 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
   const job::JobConfig job =
       load_job(options.job, options.resume ? std::vector<std::string>{"checkpoint.resume=auto"} : std::vector<std::string>{});
   runtime::RunRequest request;
+  if (!options.summary.empty()) prepare_output_file(options.summary, "--summary");  // before the run, not after
   request.summary_path = options.summary;
   request.task_flag = options.task;
   request.stop_requested = stop_on_sigterm();

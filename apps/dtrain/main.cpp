@@ -14,6 +14,7 @@ namespace {
 using dtrain::ExitCode;
 using dtrain::to_int;
 using dtrain::app::number_at_least;
+using dtrain::app::seconds_at_least;
 using dtrain::app::whole_at_least;
 using dtrain::app::whole_between;
 
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--grace-period", launch.grace_period,
                          "Seconds the other tasks get to stop by themselves after one fails, and "
                          "again between SIGTERM and SIGKILL (default 5)")
-      ->check(number_at_least(0));
+      ->check(seconds_at_least(0));
   launch_cmd->add_option("--hostfile", launch.hostfile,
                          "Run the tasks on other hosts over ssh: a file of 'HOST slots=N' lines (DeepSpeed/MPI "
                          "style); every slot is a worker, the first host's first slot the chief");

@@ -236,12 +236,12 @@ RuntimeSpec read_runtime(const Context& ctx, const Json& value) {
     runtime.memory_limit = *bytes;
   }
   runtime.rendezvous_timeout =
-      r.get_double("rendezvous_timeout", runtime.rendezvous_timeout, kPositive);
+      r.get_double("rendezvous_timeout", runtime.rendezvous_timeout, kSeconds);
   runtime.heartbeat_interval =
-      r.get_double("heartbeat_interval", runtime.heartbeat_interval, kPositive);
+      r.get_double("heartbeat_interval", runtime.heartbeat_interval, kSeconds);
   runtime.heartbeat_timeout =
-      r.get_double("heartbeat_timeout", runtime.heartbeat_timeout, kPositive);
-  runtime.stall_timeout = r.get_double("stall_timeout", runtime.stall_timeout, kNonNegative);
+      r.get_double("heartbeat_timeout", runtime.heartbeat_timeout, kSeconds);
+  runtime.stall_timeout = r.get_double("stall_timeout", runtime.stall_timeout, kSecondsOrZero);
   if (runtime.heartbeat_timeout <= runtime.heartbeat_interval)
     ctx.fail(
         r.path_of("heartbeat_timeout"),

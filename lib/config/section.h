@@ -59,6 +59,11 @@ inline constexpr NumberRange kPositive{0.0, true, kInfinity, false, "a positive 
 inline constexpr NumberRange kNonNegative{0.0, false, kInfinity, false, "a number >= 0"};
 inline constexpr NumberRange kFraction{0.0, false, 1.0, true, "a number in [0, 1)"};
 inline constexpr NumberRange kUnitInterval{0.0, false, 1.0, false, "a number in [0, 1]"};
+// Durations: at most 1e7 s (about 116 days), so that no deadline computed from
+// one overflows a clock's count of nanoseconds (which ends near 9.2e9 s).
+inline constexpr double kMaxSeconds = 1e7;
+inline constexpr NumberRange kSeconds{0.0, true, kMaxSeconds, false, "a positive number of seconds, at most 1e7"};
+inline constexpr NumberRange kSecondsOrZero{0.0, false, kMaxSeconds, false, "a number of seconds in [0, 1e7]"};
 
 class ObjectReader;
 

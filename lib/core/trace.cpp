@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/native_stack.h"
 #include "core/strings.h"
 
@@ -56,15 +57,11 @@ int this_thread_id() {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
+  write_output_file(path, "output.trace", [&j](const std::string& to) {
+    std::ofstream out(to);
     out << j.dump() << "\n";
-    if (!out) throw IoError(str("output.trace: cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError(str("output.trace: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+    if (!out) throw IoError(str("output.trace: cannot write '", to, "'"));
+  });
 }
 
 }  // namespace

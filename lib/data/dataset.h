@@ -109,7 +109,7 @@ struct DataFormat {
   bool shape_from_model = false;  // the sample shape is the model's input_shape unless `shape` is set
   bool auto_shards_by_file = false;  // shard_policy auto means file (enough files) rather than data
   // A Dataset whose samples stream (spec.stream); nullptr: the format always loads.
-  std::function<Dataset(const DataSourceSpec&)> stream;
+  std::function<Dataset(const DataSourceSpec&)> stream = nullptr;
 };
 const std::vector<const DataFormat*>& data_formats();
 // The entry named `name`; ConfigError listing the valid names otherwise.

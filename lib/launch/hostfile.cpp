@@ -1,6 +1,7 @@
 // Implementation of hostfile.h.
 #include "launch/hostfile.h"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -11,6 +12,7 @@
 namespace dtrain::launch {
 
 std::vector<HostSlots> read_hostfile(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw IoError(str("--hostfile: '", path, "' is a directory, not a file"));
   std::ifstream in(path);
   if (!in) throw IoError(str("--hostfile: cannot read '", path, "'"));
   std::vector<HostSlots> hosts;
@@ -28,6 +30,9 @@ std::vector<HostSlots> read_hostfile(const std::string& path) {
     h.host = word.substr(word.find('@') + 1);  // npos + 1 == 0: no user part
     h.line = number;
     if (h.host.empty()) throw ConfigError(str(where, ": '", word, "' names no host"));
+    // (ssh would read a leading '-' as one of its options)
+    if (word[0] == '-' || h.host[0] == '-')
+      throw ConfigError(str(where, ": '", printable(word), "' is not a host name (it starts with '-')"));
     while (words >> word) {
       const std::string value = word.rfind("slots=", 0) == 0 ? word.substr(6) : "";
       char* end = nullptr;

@@ -47,14 +47,16 @@ std::string remote_script(const RemoteShell& shell, const std::vector<std::strin
 }
 
 std::vector<std::string> remote_argv(const RemoteShell& shell, const std::string& target, const std::string& script) {
+  // The user's options first: ssh takes the first value it is given for each.
   std::vector<std::string> argv = {"ssh"};
-  // No questions (a password prompt would hang the launch), and a dead host is
-  // noticed: ssh gives up on a silent connection after about 30 s.
-  for (const char* o : {"BatchMode=yes", "ServerAliveInterval=10", "ServerAliveCountMax=3"}) {
+  argv.insert(argv.end(), shell.options.begin(), shell.options.end());
+  // No questions (a password prompt would hang the launch), an unreachable host
+  // given up after 30 s, and a dead one noticed: ssh gives up on a silent
+  // connection after about 30 s.
+  for (const char* o : {"BatchMode=yes", "ConnectTimeout=30", "ServerAliveInterval=10", "ServerAliveCountMax=3"}) {
     argv.push_back("-o");
     argv.push_back(o);
   }
-  argv.insert(argv.end(), shell.options.begin(), shell.options.end());
   argv.push_back(target);
   // ssh joins its arguments into one command line for the remote shell: one quoted word.
   argv.push_back("sh -c " + shell_quote(script));

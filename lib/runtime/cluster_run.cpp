@@ -186,7 +186,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
   }
   spec.expendable = expendable_tasks(cluster.spec, job.survives_lost_workers());
   if (first.role == plan::Role::kServeVariables)
-    return run_ps_task(job, cluster, env, spec, kill_step, run.summary_path);
+    return run_ps_task(job, cluster, env, spec, kill_step, run);
   ClusterTask task(spec);
   align_trace_clock(job, task);
   rendezvous::ClusterSession& session = task.session();

@@ -36,7 +36,8 @@ std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
 }
 
 void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
-                 rendezvous::SessionSpec spec, int64_t kill_step, const std::string& summary_path) {
+                 rendezvous::SessionSpec spec, int64_t kill_step, const trainer::RunOptions& run) {
+  const std::string& summary_path = run.summary_path;
   const Stopwatch wall;
   const ps::Placement placement = job_placement(job, cluster.spec);
   ps::ShardStore shards(placement, cluster.task.index, job.model, job.train.seed, job.optimizer);
@@ -55,6 +56,7 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
   // Served before joining, so the workers find it as soon as they look.
   ps::PsServer server(shards, options, env.listen_socket(), "0.0.0.0", address.port);
   ClusterTask task(spec);
+  if (run.stop_requested) (void)run.stop_requested();  // serves on through a SIGTERM (see task_roles.h)
   align_trace_clock(job, task);
   log::info(task.name(), " serves ", shards.elements(), " floats of variables (",
             job.strategy.mode == ps::UpdateMode::kSync    ? "sync"

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "core/trace.h"
@@ -21,14 +22,18 @@ namespace {
 
 // Where a task's trace goes: <output.dir>/trace/<type>-<index>.json, joined by
 // `dtrain launch` into <output.dir>/trace.json; one task alone writes that directly.
+std::string trace_path(const job::JobConfig& job, const config::ClusterConfig& cluster) {
+  const std::filesystem::path dir(job.output.dir);
+  if (cluster.single_process()) return (dir / "trace.json").string();
+  return (dir / "trace" / str(cluster.task.type, "-", cluster.task.index, ".json")).string();
+}
+
 void write_trace(const job::JobConfig& job, const config::ClusterConfig& cluster) {
   if (!job.output.trace) return;
-  const std::filesystem::path dir(job.output.dir);
-  if (cluster.single_process()) return trace::write((dir / "trace.json").string(), "dtrain", 0);
+  if (cluster.single_process()) return trace::write(trace_path(job, cluster), "dtrain", 0);
   const std::vector<config::TaskId> tasks = cluster.spec.all_tasks();
   const int pid = static_cast<int>(std::find(tasks.begin(), tasks.end(), cluster.task) - tasks.begin());
-  trace::write((dir / "trace" / str(cluster.task.type, "-", cluster.task.index, ".json")).string(), cluster.task.str(),
-               pid);
+  trace::write(trace_path(job, cluster), cluster.task.str(), pid);
 }
 
 // Runs `body`, then writes the trace; a failed body writes it too (best effort: the
@@ -71,7 +76,10 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   run.summary_path = request.summary_path;
   run.stop_requested = request.stop_requested;
   trace::set_thread_name("main");  // names it in hang reports too (trace::activities)
-  if (job.output.trace) trace::enable();
+  if (job.output.trace) {
+    prepare_output_file(trace_path(job, cluster), "output.trace");  // a path in the way: said now, not after training
+    trace::enable();
+  }
   if (!cluster.single_process())
     return with_trace(job, cluster, [&] { run_in_cluster(job, cluster, machine, plan, env, run, kill_step); });
   if (kill_step > 0)

@@ -42,9 +42,11 @@ ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec
 // The training workers of a parameter_server job: every worker but the coordinator.
 std::vector<std::string> training_workers(const config::ClusterSpec& cluster);
 // A ps task of a parameter_server job: serves its shards until the job ends,
-// then writes its summary to `summary_path` (when not "").
+// then writes its summary to run.summary_path (when not ""). Once it has joined
+// it looks at run.stop_requested once: from then on a SIGTERM does not end it
+// (the workers finish their step and save through it, then the job ends).
 void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
-                 rendezvous::SessionSpec spec, int64_t kill_step, const std::string& summary_path);
+                 rendezvous::SessionSpec spec, int64_t kill_step, const trainer::RunOptions& run);
 
 // evaluator_task.cpp: the store key the chief sets to the final step once
 // training ended and its final checkpoint is saved.

@@ -234,7 +234,7 @@ ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry,
   e.max_workers = r.get_int("max_workers", 0, 1);
   if (e.max_workers > 0 && e.max_workers < e.min_workers)
     r.fail("max_workers", str("is ", e.max_workers, ", below min_workers ", e.min_workers));
-  e.settle_seconds = r.get_double("settle_seconds", 30.0, config::kNonNegative);
+  e.settle_seconds = r.get_double("settle_seconds", 30.0, config::kSecondsOrZero);
   e.batch = r.get_choice("batch", "global", {"global"}, "elastic batch rule");
   r.finish();
   return e;

@@ -120,6 +120,18 @@ data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const st
   return o;
 }
 
+int64_t steps_per_epoch(const job::JobConfig& job, const strategy::Strategy& s, const data::Pipeline& train) {
+  const int64_t accumulation = job.train.gradient_accumulation_steps;
+  int64_t steps = train.batches_per_epoch() / accumulation;
+  if (job.train.steps_per_epoch > 0) steps = std::min(steps, job.train.steps_per_epoch);
+  if (steps == 0)
+    throw ConfigError(str("train.batch_size_per_replica: ", job.train.batch_size_per_replica, " x ",
+                          s.local_replicas(), " replica(s) x ", accumulation,
+                          " accumulation step(s) is more than the ", train.samples_per_epoch(),
+                          " training samples this task sees per epoch; use a smaller batch"));
+  return steps;
+}
+
 data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch) {
   data::PipelineOptions o;
   o.batch_size = job.train.eval_batch_size > 0 ? job.train.eval_batch_size : job.train.batch_size_per_replica;

@@ -80,6 +80,11 @@ data::DataSourceSpec task_source(const job::JobConfig& job, int worker_rank, int
 data::PipelineOptions train_pipeline_options(const job::JobConfig& job, const strategy::Strategy& s,
                                              int worker_rank, int num_workers, int64_t prefetch);
 
+// The steps of an epoch of `train` (its batches over the accumulation steps, at
+// most train.steps_per_epoch); ConfigError when not one full step fits in it (a
+// batch larger than the task's samples where the pipeline drops the remainder).
+int64_t steps_per_epoch(const job::JobConfig& job, const strategy::Strategy& s, const data::Pipeline& train);
+
 // Evaluation batches: the whole test set in order, on every task.
 data::PipelineOptions eval_pipeline_options(const job::JobConfig& job, int64_t prefetch);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/sha256.h"
 #include "core/strings.h"
 
@@ -28,7 +29,10 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 MetricsLog::MetricsLog(const std::string& dir, bool append, const std::string& tensorboard_dir, int64_t label_width)
     : label_width_(label_width) {
-  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardLog>(tensorboard_dir);
+  if (!tensorboard_dir.empty()) {
+    make_dirs(tensorboard_dir, "output.tensorboard");  // (a file in the way: said now, not at the first epoch's end)
+    tensorboard_ = std::make_unique<TensorBoardLog>(tensorboard_dir);
+  }
   if (dir.empty()) return;
   make_dirs(dir, "output.dir");
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
@@ -141,19 +145,13 @@ std::string tensorboard_dir(const job::JobConfig& job) {
 
 namespace {
 
-// `j` into `path`, atomically: a temporary file, then rename.
+// `j` into `path`, whole (core/files.h).
 void write_json_file(const std::string& path, const nlohmann::json& j) {
-  const std::filesystem::path target(path);
-  if (target.has_parent_path()) make_dirs(target.parent_path(), "--summary");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
+  write_output_file(path, "--summary", [&j](const std::string& to) {
+    std::ofstream out(to);
     out << j.dump(2) << "\n";
-    if (!out) throw IoError(str("--summary: cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) throw IoError(str("--summary: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+    if (!out) throw IoError(str("--summary: cannot write '", to, "'"));
+  });
 }
 
 }  // namespace

@@ -70,13 +70,7 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   if (summary.measured_memory) summary.measured_memory->data = resident_bytes() - before_data;
 
   const int64_t accumulation = job.train.gradient_accumulation_steps;
-  t.steps_per_epoch = t.train->batches_per_epoch() / accumulation;
-  if (job.train.steps_per_epoch > 0) t.steps_per_epoch = std::min(t.steps_per_epoch, job.train.steps_per_epoch);
-  if (t.steps_per_epoch == 0)
-    throw ConfigError(str("train.batch_size_per_replica: ", job.train.batch_size_per_replica, " x ",
-                          s.local_replicas(), " replica(s) x ", accumulation,
-                          " accumulation step(s) is more than the ", t.train->samples_per_epoch(),
-                          " training samples this task sees per epoch; use a smaller batch"));
+  t.steps_per_epoch = steps_per_epoch(job, s, *t.train);
   t.global_batch = job.train.batch_size_per_replica * s.num_replicas_in_sync() * accumulation;
   if (options.elastic) {
     // The epoch's steps are those of the whole data at the global batch, the

@@ -71,6 +71,7 @@ BenchResult bench_train(const job::JobConfig& job, const plan::ExecutionPlan& pl
   data::PipelineOptions po = train_pipeline_options(job, *strategy, worker_rank, num_workers, prefetch);
   po.drop_remainder = true;  // every timed step has the full batch
   data::Pipeline pipeline(dataset, po);
+  (void)steps_per_epoch(job, *strategy, pipeline);  // a batch larger than the data: an error, not an endless read
 
   int64_t epoch = 0, step = 0;
   pipeline.start_epoch(epoch);

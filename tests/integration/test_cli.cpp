@@ -80,7 +80,7 @@ TEST_CASE("usage errors say what an option expects and point to the subcommand's
   const std::vector<Case> cases = {
       {{"launch", "--workers", "abc", "--config", "x.json"},
        "--workers: expected a whole number >= 1, or M:N (elastic), got 'abc' (run 'dtrain launch --help' for usage)"},
-      {{"launch", "--grace-period", "-1", "--config", "x.json"}, "--grace-period: expected a number >= 0, got '-1'"},
+      {{"launch", "--grace-period", "-1", "--config", "x.json"}, "--grace-period: expected a number of seconds >= 0 and at most 1e7, got '-1'"},
       {{"launch", "--port-base", "70000", "--config", "x.json"},
        "--port-base: expected a whole number from 1 to 65535, got '70000'"},
       {{"bench", "attention", "--seq", "0"}, "(run 'dtrain bench attention --help' for usage)"},

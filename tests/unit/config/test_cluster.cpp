@@ -373,7 +373,10 @@ TEST_CASE("the runtime keys of the rendezvous are read and checked", "[config][c
   CHECK_THAT(
       config_error(minimal_job(), {"runtime.rendezvous_timeout=0"}),
       Contains(
-          "job.json: runtime.rendezvous_timeout: must be a positive number, got 0 (from --set"));
+          "job.json: runtime.rendezvous_timeout: must be a positive number of seconds, at most 1e7, got 0 (from --set"));
+  // Past 1e7 s a deadline would overflow the clock's nanoseconds (1e10 used to time out at once).
+  CHECK_THAT(config_error(minimal_job(), {"runtime.heartbeat_timeout=1e10"}),
+             Contains("runtime.heartbeat_timeout: must be a positive number of seconds, at most 1e7, got 1"));
   CHECK_THAT(config_error(minimal_job(), {"runtime.heartbeat_timeout=0.5"}),
              Contains("runtime.heartbeat_timeout: must be greater than runtime.heartbeat_interval "
                       "(1), got 0.5"));
