@@ -86,6 +86,12 @@ class RuntimeError : public Error {
   explicit RuntimeError(const std::string& message) : Error(message) {}
 };
 
+// The host could not allocate a tensor. Exit code 1, as RuntimeError.
+class OutOfMemory : public RuntimeError {
+ public:
+  explicit OutOfMemory(const std::string& message) : RuntimeError(message) {}
+};
+
 // A collective failed for a reason other than a lost peer or a deadline (a backend
 // refused the call, the ranks disagree on sizes). Exit code 1.
 class CommError : public Error {

@@ -15,6 +15,7 @@ namespace dtrain::nn {
 
 std::vector<LayerInfo> describe_layers(const ModelSpec& spec) {
   if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
+  const UnfilledTensors shapes_only;  // (the layers' values are never read here)
   std::vector<LayerInfo> out;
   std::map<std::string, int> name_counts;
   Shape shape(spec.input_shape.begin(), spec.input_shape.end());

@@ -113,6 +113,23 @@ std::vector<LayerMemory> MemoryEstimate::biggest(size_t n) const {
   return sorted;
 }
 
+namespace {
+
+// Layer `index` of the model, built to read its sizes; a layer whose parameters
+// cannot even be allocated here is a ConfigError naming it.
+std::unique_ptr<nn::Layer> build_layer(const nn::LayerSpec& ls, const Shape& input, const std::string& name,
+                                       int64_t index, std::map<std::string, int>& name_counts) {
+  try {
+    return nn::make_layer(ls, input, name, static_cast<uint64_t>(index), name_counts);
+  } catch (const OutOfMemory& e) {
+    throw ConfigError(str(ls.path, " (", name, "): its parameters alone do not fit in this machine's memory (",
+                          e.what(), "); make the layer smaller, or split it over tasks (strategy.tensor_parallel, "
+                          "strategy.shard \"parameters\")"));
+  }
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const MemoryQuery& q) {
   const nn::ModelSpec& spec = q.model;
   if (spec.layers.empty()) throw ConfigError(str(spec.path, ".layers: the model has no layers"));
@@ -153,11 +170,12 @@ MemoryEstimate estimate_memory(const MemoryQuery& q) {
   const std::vector<SplitLayer> tensor_split =
       tensor_split_plan(spec, static_cast<int>(q.tensor_parallel), q.tensor_whole, q.tensor_vocabulary_loss,
                         q.tensor_stage_starts);
+  const UnfilledTensors shapes_only;  // (the layers' values are never read here)
   for (int64_t i = 0; i < last; ++i) {
     const nn::LayerSpec& ls = spec.layers[static_cast<size_t>(i)];
     const std::string name = ls.name.empty() ? nn::auto_layer_name(ls.type_name(), name_counts) : ls.name;
     // Built one at a time (names and shapes depend on the layers before), and dropped.
-    const std::unique_ptr<nn::Layer> layer = nn::make_layer(ls, shape, name, static_cast<uint64_t>(i), name_counts);
+    const std::unique_ptr<nn::Layer> layer = build_layer(ls, shape, name, i, name_counts);
     const Shape input = shape;
     shape = layer->output_shape();  // (the whole layer's: what the next one is built for)
     if (!tensor_split.empty()) split_layers({layer.get()}, tensor_split, static_cast<int>(q.tensor_parallel), 0, [](Tensor&) {});

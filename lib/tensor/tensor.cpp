@@ -2,12 +2,16 @@
 // DeviceMemory for other devices.
 #include "tensor/tensor.h"
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "tensor/bfloat16.h"
 #include "tensor/device_memory.h"
 #include "tensor/memory_scope.h"
@@ -54,6 +58,23 @@ Tensor Tensor::over_host_memory(std::shared_ptr<float> memory, int64_t numel) {
   return t;
 }
 
+namespace {
+thread_local bool t_unfilled = false;
+
+// This machine's memory and swap, in bytes.
+size_t host_memory_bytes() {
+  static const size_t bytes = [] {
+    struct sysinfo info {};
+    if (sysinfo(&info) != 0) return std::numeric_limits<size_t>::max();
+    return static_cast<size_t>(info.totalram + info.totalswap) * info.mem_unit;
+  }();
+  return bytes;
+}  // an UnfilledTensors is alive on this thread
+}  // namespace
+
+UnfilledTensors::UnfilledTensors() : previous_(t_unfilled) { t_unfilled = true; }
+UnfilledTensors::~UnfilledTensors() { t_unfilled = previous_; }
+
 void Tensor::allocate(bool zero) {
   numel_ = shape_numel(shape_);
   const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(numel_) * dtype_size(dtype_) + 63) / 64 * 64);
@@ -62,9 +83,12 @@ void Tensor::allocate(bool zero) {
   if (!device_.is_cpu()) {
     p = device_memory(device_.type).allocate(device_, bytes, zero);
   } else {
-    p = std::aligned_alloc(64, bytes);
-    if (!p) throw RuntimeError(str("out of memory allocating a tensor of shape ", shape_str(shape_)));
-    if (zero) std::memset(p, 0, bytes);
+    // (more than the machine's memory and swap can never be backed: refused
+    // without asking the allocator, which may promise it, or abort under ASan)
+    if (bytes > host_memory_bytes() || !(p = std::aligned_alloc(64, bytes)))
+      throw OutOfMemory(str("out of memory allocating a tensor of shape ", shape_str(shape_), " (",
+                            format_bytes(static_cast<double>(bytes)), ")"));
+    if (zero && !t_unfilled) std::memset(p, 0, bytes);
   }
   // Frees the storage, and counts it out of the memory scope it was counted in.
   const auto release = [device, bytes](void* q) {

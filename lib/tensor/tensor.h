@@ -115,4 +115,19 @@ class Tensor {
   std::shared_ptr<uint8_t> storage_;
 };
 
+// While one exists on this thread, new CPU tensors are not zero-filled: their
+// pages stay untouched (and unbacked) until written. For code that builds layers
+// only to read their shapes and sizes (nn::describe_layers, the memory
+// estimate), so that a model too large for the machine is measured, not filled.
+class UnfilledTensors {
+ public:
+  UnfilledTensors();
+  ~UnfilledTensors();
+  UnfilledTensors(const UnfilledTensors&) = delete;
+  UnfilledTensors& operator=(const UnfilledTensors&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace dtrain

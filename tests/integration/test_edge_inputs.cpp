@@ -70,6 +70,22 @@ TEST_CASE("durations past 1e7 s are exit 2, in the job file and for --grace-peri
   CHECK(ok.exit_code == 0);
 }
 
+TEST_CASE("a layer too large for the machine is measured, not filled: exit 2 at once, naming it", "[integration]") {
+  TempDir tmp;
+  const std::string config = write_job(tmp, synthetic_job(tmp));
+  RunSpec quick;
+  quick.deadline_seconds = 30;
+  // 8 x 5e7 floats of kernel (1.6 GB) and as much gradient: over runtime.memory_limit.
+  const RunOutput over = run_dtrain({"validate", "--config", config, "--set", "model.layers[0].units=50000000", "--set",
+                                     "runtime.memory_limit=\"1GiB\""},
+                                    quick);
+  check_error(over, kConfigError, {"runtime.memory_limit", "dense"});
+  CHECK(over.seconds < 10.0);  // (it used to zero-fill every layer it measured)
+  // 8 x 4e11 floats (12.8 TB) cannot even be allocated to be measured.
+  const RunOutput huge = run_dtrain({"validate", "--config", config, "--set", "model.layers[0].units=400000000000"}, quick);
+  check_error(huge, kConfigError, {"model.layers[0] (dense)", "do not fit in this machine's memory"});
+}
+
 TEST_CASE("an output path that is a directory is exit 3 before the job runs", "[integration]") {
   TempDir tmp;
   const std::string config = write_job(tmp, synthetic_job(tmp));
