@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -96,11 +95,7 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
       {"exit_codes", codes},
       {"tasks", tasks},
       {"results", results}};
-  write_output_file(path, "launch --summary", [&j](const std::string& to) {
-    std::ofstream out(to);
-    out << j.dump(2) << "\n";
-    if (!out) throw IoError(str("launch --summary: cannot write '", to, "'"));
-  });
+  write_text_file(path, "launch --summary", j.dump(2) + "\n");
 }
 
 // Set by the SIGTERM thread (or the handler), read by the training loop: an

@@ -2,6 +2,7 @@
 #include "core/files.h"
 
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "core/error.h"
@@ -51,6 +52,14 @@ void write_output_file(const std::string& path, const std::string& what,
     fs::remove(tmp, ignored);
     throw;
   }
+}
+
+void write_text_file(const std::string& path, const std::string& what, const std::string& text) {
+  write_output_file(path, what, [&](const std::string& to) {
+    std::ofstream out(to);
+    out << text;
+    if (!out) throw IoError(str(what, ": cannot write '", to, "'"));
+  });
 }
 
 }  // namespace dtrain

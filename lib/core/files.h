@@ -20,4 +20,7 @@ void prepare_output_file(const std::string& path, const std::string& what);
 void write_output_file(const std::string& path, const std::string& what,
                        const std::function<void(const std::string&)>& write);
 
+// write_output_file() of `text` (a summary's or a trace's JSON).
+void write_text_file(const std::string& path, const std::string& what, const std::string& text);
+
 }  // namespace dtrain

@@ -57,11 +57,7 @@ int this_thread_id() {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  write_output_file(path, "output.trace", [&j](const std::string& to) {
-    std::ofstream out(to);
-    out << j.dump() << "\n";
-    if (!out) throw IoError(str("output.trace: cannot write '", to, "'"));
-  });
+  write_text_file(path, "output.trace", j.dump() + "\n");
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ Tensor Tensor::over_host_memory(std::shared_ptr<float> memory, int64_t numel) {
 }
 
 namespace {
-thread_local bool t_unfilled = false;
+thread_local bool t_unfilled = false;  // an UnfilledTensors is alive on this thread
 
 // This machine's memory and swap, in bytes.
 size_t host_memory_bytes() {
@@ -69,7 +69,8 @@ size_t host_memory_bytes() {
     return static_cast<size_t>(info.totalram + info.totalswap) * info.mem_unit;
   }();
   return bytes;
-}  // an UnfilledTensors is alive on this thread
+}
+
 }  // namespace
 
 UnfilledTensors::UnfilledTensors() : previous_(t_unfilled) { t_unfilled = true; }

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -147,11 +146,7 @@ namespace {
 
 // `j` into `path`, whole (core/files.h).
 void write_json_file(const std::string& path, const nlohmann::json& j) {
-  write_output_file(path, "--summary", [&j](const std::string& to) {
-    std::ofstream out(to);
-    out << j.dump(2) << "\n";
-    if (!out) throw IoError(str("--summary: cannot write '", to, "'"));
-  });
+  write_text_file(path, "--summary", j.dump(2) + "\n");
 }
 
 }  // namespace
