@@ -43,6 +43,7 @@ std::string pad(const std::string& s, size_t width) {
 
 std::string describe_exit(const TaskReport& task) {
   const ExitStatus& s = task.status;
+  if (task.late && !s.ok()) return "stopped by the launcher: the job ended before it joined";
   if (s.signal == 0) {
     std::string meaning = code_meaning(s.code);
     if (task.stopped && s.code != 0) meaning += ", after the launcher stopped it";

@@ -48,6 +48,9 @@ namespace {
 constexpr auto kTick = std::chrono::milliseconds(200);
 constexpr double kKillWait = 5.0;   // seconds to wait for a SIGKILLed task to be reaped
 constexpr double kPipeDrain = 2.0;  // seconds for the pipes to close after the last exit
+// Seconds a worker started again may still run once the chief ended the job (one
+// that joined signed off before the chief ended, and is exiting) before it is stopped.
+constexpr double kLateJoinerWait = 5.0;
 constexpr size_t kReadChunk = 64 * 1024;
 const char* const kOwnVariables[] = {"TF_CONFIG", "DTRAIN_JOB_ID", "DTRAIN_JOB_SECRET",
                                      "DTRAIN_LISTEN_FD", "DTRAIN_INJECT", "DTRAIN_PROGRESS_COLUMNS"};
@@ -178,6 +181,7 @@ class Launcher {
   void check_exits();
   bool first_failure_lost_peer() const;  // the first failed task ended with exit 4
   void start_again(Task& t);
+  void stop_late_joiners();
   void on_signal(int signal);
   void stop_all(int signal);
   size_t running() const;
@@ -197,6 +201,7 @@ class Launcher {
   Clock::time_point deadline_;
   LaunchReport report_;
   int worker_restarts_ = 0;  // lost workers started again alone so far
+  std::optional<Clock::time_point> chief_ended_ok_;  // when the chief was seen to have ended with exit 0
 };
 
 size_t Launcher::running() const {
@@ -281,7 +286,7 @@ void Launcher::check_exits() {
     t->report.status = t->process->status();
     t->report.exit_seconds = since(start_);
     t->report.ended_utc = utc_now();
-    if (t->report.status.ok()) continue;
+    if (t->report.status.ok() || t->report.late) continue;
     if (!report_.first_failure.empty()) {
       // A task that ended with "peer lost" (exit 4) ended because another did:
       // one that fails by itself after it (another exit code, or a signal the
@@ -350,11 +355,33 @@ void Launcher::start_again(Task& t) {
   t.pipes[1] = t.process->take_stderr();
 }
 
+// A worker started again that is still running kLateJoinerWait after the chief
+// ended the job with exit 0 can never join it (the job's store was the chief's,
+// and a task that had joined signed off before the chief ended): it is stopped,
+// and its exit is no failure. (It would wait for the chief until its
+// rendezvous_timeout.)
+void Launcher::stop_late_joiners() {
+  if (phase_ != Phase::kRunning || worker_restarts_ == 0) return;
+  if (!chief_ended_ok_) {
+    const auto chief = std::find_if(tasks_.begin(), tasks_.end(), [&](const auto& t) { return t->name == chief_; });
+    if (chief == tasks_.end() || !(*chief)->process->reaped() || !(*chief)->report.status.ok()) return;
+    chief_ended_ok_ = Clock::now();
+  }
+  if (Clock::now() < *chief_ended_ok_ + std::chrono::duration<double>(kLateJoinerWait)) return;
+  for (auto& t : tasks_)
+    if (!t->process->reaped() && t->report.restarts > 0 && !t->report.late) {
+      note(str(t->name, " was started again, but the chief ended the job before it joined: stopping it"));
+      t->process->signal_group(SIGTERM);
+      t->report.stopped = t->report.late = true;
+    }
+}
+
 void Launcher::watch() {
   bool draining = false;
   Clock::time_point drain_deadline;
   for (;;) {
     check_exits();
+    stop_late_joiners();
     const size_t alive = running();
     if (alive == 0 && !draining) {
       draining = true;

@@ -109,6 +109,7 @@ struct TaskReport {
   bool stopped = false;       // the launcher signalled it (another task failed, or on SIGINT)
   bool expendable = false;    // its failure did not stop the job (an evaluator; a parameter_server worker)
   int restarts = 0;           // times it alone was started again after it was lost (worker_restarts)
+  bool late = false;          // started again, but the chief ended the job before it joined: stopped, no failure
   std::string injection;      // its DTRAIN_INJECT, "" for none
   std::string summary_json;   // the --summary file it wrote, "" when none
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log

@@ -130,12 +130,13 @@ void AuthenticatedConnection::close() {
   on_closed();
 }
 
-void AuthenticatedConnection::reject(const std::string& why) {
+void AuthenticatedConnection::reject(const std::string& why, const std::string& told) {
   if (closed_) return;
   server_.count_rejected();
   log::warn(rules_.log_prefix, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
             ": it ", why);
-  close();
+  if (told.empty()) return close();
+  reply({Op::kError, 0, {told}}, /*close_after=*/true);
 }
 
 void AuthenticatedConnection::write_frame(const Message& m, void (AuthenticatedConnection::*then)()) {
@@ -187,7 +188,8 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
     return reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
   }
   if (!proof_accepted(m, creds, hello_, server_nonce_)) {
-    reject("does not know the job secret (wrong HMAC proof)");
+    // (said, so that the client can tell it from a server that went away)
+    reject("does not know the job secret (wrong HMAC proof)", "wrong proof of the job secret");
     return on_secret_mismatch("sent a proof of another secret");
   }
   ready_ = true;

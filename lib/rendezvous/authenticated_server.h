@@ -118,8 +118,9 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   virtual void on_frame(const Message& m);
   virtual void on_closed() {}
 
-  // Drops the connection, saying why in the server's log ("it <why>"), counted.
-  void reject(const std::string& why);
+  // Drops the connection, saying why in the server's log ("it <why>"), counted;
+  // with `told`, the client is first sent a kError saying that.
+  void reject(const std::string& why, const std::string& told = "");
   // Writes `m` as a frame, then reads the next frame (or closes, with close_after).
   void reply(const Message& m, bool close_after = false);
   // Reads one frame: the handshake's, then on_frame()'s.

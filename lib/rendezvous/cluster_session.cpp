@@ -749,9 +749,13 @@ void ClusterSession::finish() {
     return status == "lost" || status == "absent";  // (absent: an elastic job started without it, and it never came)
   };
   while (true) {
-    if (store_->wait({"finish/all"}, expendable.empty() ? 5.0 : 0.2) &&
-        std::all_of(expendable.begin(), expendable.end(), through))
-      break;
+    if (store_->wait({"finish/all"}, expendable.empty() ? 5.0 : 0.2)) {
+      std::vector<std::string> pending;  // (finish/all is there: wait for these, not again for it)
+      for (const config::TaskId& t : expendable)
+        if (!through(t)) pending.push_back("finish/" + t.str());
+      if (pending.empty()) break;
+      store_->wait(pending, 0.2);  // (bounded: a task lost meanwhile never finishes, its status says so)
+    }
     check_health();
     if (waited.seconds() > 60.0) {
       log::info("rendezvous: waiting for the other tasks to finish");

@@ -114,8 +114,10 @@ struct StoreClient::Impl {
       Message welcome;
       const std::error_code e = read_reply(deadline, welcome);
       if (e == asio::error::timed_out) throw no_answer(proof_pending->proof, timeout);
-      // A server that rejects a proof hangs up: it said so in its log.
-      if (e) throw proof_pending->handshake.rejected_proof();
+      // A server that rejects a proof says so (check_welcome); one that hangs
+      // up without a word is ending or died.
+      if (e) throw PeerLost(str("lost the connection to ", where, " while it checked this task's proof of the job "
+                                "secret (", e.message(), "): that task ended (the job may be over) or died"));
       welcome_number = proof_pending->handshake.check_welcome(welcome);
       proof_pending.reset();
     }

@@ -92,6 +92,13 @@ bool member_loss_may_explain(const Error& e) {
          dynamic_cast<const CommError*>(&e);
 }
 
+// A task that came to an elastic job whose training had ended (the chief set
+// train/final_step): it ends too, with exit 0 (the job succeeded).
+void log_nothing_to_join(ClusterTask& task, const std::string& final_step) {
+  log::warn("elastic: ", task.name(), " came after the job's last step (", final_step,
+            "): its training has ended, there is nothing left to join");
+}
+
 // strategy.elastic: trains one membership after another. Each is planned again
 // for its members (the plan's rank and training tasks count only them),
 // connected under its own keys, and trained by run_training from the state
@@ -107,10 +114,13 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
   elastic.membership_changed = [&] { return session.membership_generation() > membership.generation; };
   const double agree_seconds = job.runtime.heartbeat_timeout + 4.0 * job.runtime.heartbeat_interval + 5.0;
   if (joins_running_job(task)) {
+    if (const std::optional<std::string> final_step = session.store().get(kFinalStepKey))
+      return log_nothing_to_join(task, *final_step);
     log::info("elastic: ", task.name(), " joins the running job; it takes the members' state at their next step's end");
     session.store().set(rendezvous::kRejoinKeyPrefix + task.name(), std::to_string(session.incarnation()));
     membership = agree_on_membership(task, elastic, running_membership(task), PeerLost("joining"),
                                      job.strategy.elastic.min_workers, agree_seconds);
+    if (membership.ended_at_step >= 0) return log_nothing_to_join(task, std::to_string(membership.ended_at_step));
   }
   for (;;) {
     task.set_members(membership.ranks, membership.generation);

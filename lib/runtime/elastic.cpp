@@ -10,6 +10,7 @@
 #include "core/strings.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "runtime/task_roles.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -94,6 +95,19 @@ std::string describe_change(const trainer::MembershipChange& change) {
   return parts.empty() ? std::string("the members connect again") : join(parts, "; ");
 }
 
+// The chief finished training (train/final_step is `final_step`) while this
+// task waited for the members' positions: a joiner is told there is nothing to
+// join; a survivor cannot take part in that ending.
+Membership training_ended(const Membership& before, const std::string& me, const std::string& final_step) {
+  if (before.generation >= 0)
+    throw RuntimeError(str("elastic: the chief finished the job's training at step ", final_step, " while ", me,
+                           " re-formed its group; ", me, " stops without the last epoch's end"));
+  Membership ended;
+  ended.generation = before.generation;
+  ended.ended_at_step = std::stoll(final_step);
+  return ended;
+}
+
 }  // namespace
 
 Membership first_membership(ClusterTask& task) {
@@ -134,11 +148,14 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
     std::vector<std::string> keys;
     for (int r : now.ranks) keys.push_back(prefix + names[static_cast<size_t>(r)]);
     bool all_posted = false;
+    std::optional<std::string> final_step;
     while (!all_posted && agreeing.seconds() < timeout_seconds) {
       all_posted = store.wait(keys, 0.25);
       if (all_posted) break;
       if (read_membership(store, names).generation != now.generation) break;  // another change meanwhile
+      if ((final_step = store.get(kFinalStepKey))) break;                      // the chief will not post
     }
+    if (!all_posted && final_step) return training_ended(before, me, *final_step);
     if (!all_posted) {
       Listed newer = read_membership(store, names);
       if (newer.generation != now.generation) {

@@ -133,7 +133,7 @@ const std::vector<config::KeyDoc>& strategy_keys() {
       {"elastic", "multi_worker_mirrored: `{\"min_workers\": M, \"max_workers\": N, \"settle_seconds\": 30, "
                   "\"batch\": \"global\"}`: a lost worker is survived without a restart: the others agree on who is "
                   "left, connect again and go on from the last step they completed, in memory; a task that comes (back) "
-                  "joins at a step's end; below M training tasks (chief and workers) the job saves a checkpoint and "
+                  "joins at a step's end (after the job's last step it is told the training ended, exit 0); below M training tasks (chief and workers) the job saves a checkpoint and "
                   "stops (exit 4). The job starts when every task joined, or once M did and `settle_seconds` passed "
                   "(torchrun's last call): the others join when they come. `batch` `global` keeps the global batch: the remaining "
                   "tasks take more accumulation steps (train.gradient_accumulation_steps x tasks / remaining tasks "

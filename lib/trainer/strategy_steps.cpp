@@ -83,7 +83,12 @@ bool StrategySteps::advance(Advance& out) {
                                           options_.elastic->point().callbacks_json, epoch_stats_});
   if (options_.on_step) options_.on_step(global_step_);
   checkpointer_.after_step(global_step_, epoch_, step_in_epoch_, global_batch_);
-  if (options_.elastic && options_.elastic->membership_changed && options_.elastic->membership_changed())
+  // (not after the job's last step: a task that comes now is told the job
+  // ended, runtime/elastic.h; some members seeing the change and some not would
+  // leave the ones that did waiting for the others)
+  const bool job_last_step = epoch_ + 1 == job_.train.epochs && step_in_epoch_ == steps_per_epoch_;
+  if (options_.elastic && options_.elastic->membership_changed && !job_last_step &&
+      options_.elastic->membership_changed())
     throw MembershipChanged(str("the job's training tasks changed after step ", global_step_));
   if (strategy_.stop_agreed()) {
     const std::string saved = checkpointer_.save_now(global_step_, epoch_, step_in_epoch_, global_batch_);

@@ -151,9 +151,12 @@ Message read_raw_frame(int fd) {
 }
 }  // namespace
 
-TEST_CASE("a proof sent with the first request that the server rejects fails that request as a config error") {
-  // A server that knows the secret (its challenge proves it) and then hangs up
-  // on the client's proof, as the store does on a proof it rejects.
+namespace {
+// A server that knows the secret (its challenge proves it), reads the client's
+// proof and then, as the store does on a proof it rejects, says so with a
+// kError (`say_so`), or hangs up without a word, as a server that is ending.
+// The client's first request (the proof goes with it) fails with what it threw.
+std::string first_request_after_proof(bool say_so) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -169,19 +172,36 @@ TEST_CASE("a proof sent with the first request that the server rejects fails tha
         encode_frame({Op::kChallenge, 0, {"server-nonce", server_proof(creds(), hello.fields.at(4), "server-nonce")}});
     REQUIRE(::write(fd, challenge.data(), challenge.size()) == static_cast<ssize_t>(challenge.size()));
     CHECK(read_raw_frame(fd).op == Op::kProof);
+    if (say_so) {
+      const std::string error = encode_frame({Op::kError, 0, {"wrong proof of the job secret"}});
+      REQUIRE(::write(fd, error.data(), error.size()) == static_cast<ssize_t>(error.size()));
+    }
     ::close(fd);
   });
   ClientOptions options = client_options("worker:0");
   options.prove_with_first_request = true;
   StoreClient client("127.0.0.1", ntohs(addr.sin_port), options);  // the challenge checks out
+  std::string thrown = "nothing";
   try {
     client.set("k", "v");
-    FAIL("a set went through after the proof was rejected");
   } catch (const ConfigError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("rejected this task's proof"));
+    thrown = std::string("ConfigError: ") + e.what();
+  } catch (const PeerLost& e) {
+    thrown = std::string("PeerLost: ") + e.what();
   }
   server.join();
   ::close(listener);
+  return thrown;
+}
+}  // namespace
+
+TEST_CASE("a proof sent with the first request: one the server rejects is a config error, a hang-up a lost peer") {
+  CHECK_THAT(first_request_after_proof(true),
+             Catch::StartsWith("ConfigError: ") && Catch::Contains("rejected this task's proof"));
+  // (a chief that ends its job while a task that was started again connects)
+  CHECK_THAT(first_request_after_proof(false), Catch::StartsWith("PeerLost: ") &&
+                                                   Catch::Contains("while it checked this task's proof") &&
+                                                   Catch::Contains("the job may be over"));
 }
 
 TEST_CASE("a control connection's welcome says its incarnation: 1, then 2 after it came up again") {
