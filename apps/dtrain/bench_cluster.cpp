@@ -49,6 +49,15 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
   return report.exit_code;
 }
 
+// The benchmark's local cluster fits one launcher (launch::kMaxLaunchTasks).
+void check_local_cluster_size(const std::string& bench, int workers, int ps) {
+  if (workers + ps > launch::kMaxLaunchTasks)
+    throw ConfigError(str(bench, ": --workers ", workers, ps > 0 ? str(" and --ps ", ps, " make ", workers + ps, " tasks")
+                                                             : std::string(),
+                          ": its local cluster runs at most ", launch::kMaxLaunchTasks, " tasks",
+                          " (for more, run `dtrain bench ", bench.substr(6), "` in every task of a cluster you start)"));
+}
+
 }  // namespace
 
 int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime::Environment& env) {
@@ -68,6 +77,7 @@ int bench_allreduce_command(const BenchAllReduceOptions& options, const runtime:
     return 0;
   }
   if (options.workers < 2) throw ConfigError("bench allreduce: --workers must be at least 2");
+  check_local_cluster_size("bench allreduce", options.workers, 0);
   return launch_bench(env, "allreduce", request, options.workers, 0);
 }
 
@@ -79,6 +89,7 @@ int bench_ps_command(const BenchPsOptions& options, const runtime::Environment& 
     return 0;
   }
   if (options.ps < 1) throw ConfigError("bench ps: --ps must be at least 1");
+  check_local_cluster_size("bench ps", options.workers, options.ps);
   return launch_bench(env, "ps", request, options.workers, options.ps);
 }
 

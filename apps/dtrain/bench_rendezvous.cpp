@@ -45,7 +45,7 @@ std::vector<int> parse_task_counts(const std::string& text) {
   while (std::getline(in, item, ',')) {
     if (item.empty() || !all_digits(item) || item.size() > 6 || std::stoi(item) < 2)
       throw ConfigError(str("bench rendezvous: --tasks '", printable(text),
-                            "': give task counts of 2 or more, comma-separated, e.g. 8,64,512,4096"));
+                            "': give task counts from 2 to 999999, comma-separated, e.g. 8,64,512,4096"));
     counts.push_back(std::stoi(item));
   }
   if (counts.empty()) throw ConfigError("bench rendezvous: --tasks is empty; e.g. --tasks 8,64,512,4096");

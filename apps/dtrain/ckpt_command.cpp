@@ -41,7 +41,7 @@ std::string store_dir(const std::string& dir) {
 // status; with `entries` too, stores them there instead of printing them.
 std::string resolve_checkpoint(const std::string& given, bool list,
                                std::vector<checkpoint::CheckpointEntry>* entries_out = nullptr) {
-  if (!fs::is_directory(given)) throw IoError(str("no such checkpoint directory: ", given));
+  checkpoint::require_checkpoint_directory(given, "", "");
   if (is_single_checkpoint(given)) return given;
   const std::string dir = store_dir(given);
   const CheckpointStore store(dir);

@@ -30,22 +30,35 @@ std::string format_number(double v) {
 
 }  // namespace
 
-CLI::Validator whole_between(long long min, long long max) {
-  const std::string range = max == LLONG_MAX ? ">= " + std::to_string(min)
-                                             : "from " + std::to_string(min) + " to " + std::to_string(max);
+namespace {
+
+// A whole number in [min, max]; `open_ended`: the help and the message say
+// ">= min", and a number past max (what an int holds) is said to be too large.
+CLI::Validator whole_in(long long min, long long max, bool open_ended) {
+  const std::string range = open_ended ? ">= " + std::to_string(min)
+                                       : "from " + std::to_string(min) + " to " + std::to_string(max);
   return CLI::Validator(
-      [min, max, range](std::string& text) -> std::string {
+      [min, max, range, open_ended](std::string& text) -> std::string {
         long long v = 0;
-        if (!parse_whole(text, &v) || v < min || v > max) return "expected a whole number " + range + ", got '" + text + "'";
+        const bool whole = parse_whole(text, &v);
+        if (whole && open_ended && v > max)
+          return "expected a whole number " + range + ", got '" + text + "', more than it takes (" +
+                 std::to_string(max) + ")";
+        if (!whole || v < min || v > max) return "expected a whole number " + range + ", got '" + text + "'";
         return "";
       },
-      max != LLONG_MAX ? std::to_string(min) + ".." + std::to_string(max)
-      : min == 1       ? std::string("POSITIVE")
-      : min == 0       ? std::string("NONNEGATIVE")
-                       : ">=" + std::to_string(min));
+      !open_ended ? std::to_string(min) + ".." + std::to_string(max)
+      : min == 1  ? std::string("POSITIVE")
+      : min == 0  ? std::string("NONNEGATIVE")
+                  : ">=" + std::to_string(min));
 }
 
-CLI::Validator whole_at_least(long long min) { return whole_between(min, LLONG_MAX); }
+}  // namespace
+
+CLI::Validator whole_between(long long min, long long max) { return whole_in(min, max, false); }
+
+// (the options it checks are ints)
+CLI::Validator whole_at_least(long long min) { return whole_in(min, INT_MAX, true); }
 
 namespace {
 

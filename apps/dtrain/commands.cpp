@@ -215,6 +215,14 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   const std::string strategy_override = strategy_for_launch(job, options, hosts);
   if (!strategy_override.empty()) task_job.overrides.push_back(strategy_override);
   if (options.min_workers > 0) {  // --workers M:N: elastic from M to N training tasks
+    const std::string type =
+        strategy_override.empty() ? strategy::entry_of(job.strategy).name : std::string("multi_worker_mirrored");
+    if (type != "multi_worker_mirrored")
+      throw ConfigError(str("--workers ", options.workers_text, ": M:N makes the job elastic, and only "
+                            "multi_worker_mirrored is; this job's strategy.type is '", type, "'",
+                            training_tasks_requested(options, hosts) < 2
+                                ? " (one training task trains alone): start 2 or more, e.g. --workers 1:2"
+                                : ": --set strategy.type=\"multi_worker_mirrored\""));
     task_job.overrides.push_back(str("strategy.elastic.min_workers=", options.min_workers));
     task_job.overrides.push_back(str("strategy.elastic.max_workers=", options.workers + (options.chief ? 1 : 0)));
   }
@@ -304,7 +312,7 @@ int validate_command(const ValidateOptions& options, const runtime::Environment&
 }
 
 int cluster_command(const ClusterOptions& options, const runtime::Environment& env) {
-  config::FileCluster file{"<no job file>", {}, {}};
+  config::FileCluster file{"", {}, {}};  // (no job file: "" for its name)
   config::RuntimeSpec runtime;
   if (!options.config.empty()) {
     const job::JobConfig job = job::load_job_config(options.config, options.overrides);

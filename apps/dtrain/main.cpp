@@ -247,8 +247,9 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--checkpoint", generate.checkpoint,
                            "A checkpoint, or a directory of them (default: the job's checkpoint directory)");
   generate_cmd->add_option("--prompt", generate.prompt, "Text the generated text continues");
-  generate_cmd->add_option("--max-tokens", generate.max_tokens, "Tokens (bytes) to generate")
-      ->check(whole_at_least(0));
+  generate_cmd->add_option("--max-tokens", generate.max_tokens,
+                           "Tokens (bytes) to generate, at most 1000000 (printed when all are made)")
+      ->check(whole_between(0, 1000000));
   generate_cmd->add_option("--temperature", generate.temperature, "Softmax temperature; 0: the most likely token")
       ->check(number_at_least(0));
   generate_cmd->add_option("--top-k", generate.top_k, "Sample among the K most likely tokens (0: all)")

@@ -118,6 +118,16 @@ SafetensorsFile assemble(const std::string& path, const Manifest& m, const std::
 
 }  // namespace
 
+void require_checkpoint_directory(const std::string& dir, const std::string& prefix, const std::string& if_missing) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (fs::is_directory(status)) return;
+  if (!fs::exists(status))
+    throw IoError(str(prefix, "no such checkpoint directory: ", dir, if_missing));
+  throw IoError(str(prefix, dir, " is a file, not a checkpoint directory: name the directory the checkpoints were "
+                    "saved in (checkpoint.dir, or output.dir/checkpoints), or one ckpt-* directory inside it"));
+}
+
 std::vector<TensorRef> tensor_refs(const std::vector<nn::Param*>& params) {
   std::vector<TensorRef> refs;
   refs.reserve(params.size());

@@ -38,6 +38,11 @@ inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kDoneFile = "DONE";
 
+// IoError "<prefix>no such checkpoint directory: DIR<if_missing>" when `dir` is
+// not there; when it is a file, one that says to name a directory (a store such as
+// out/checkpoints, or one ckpt-* inside it).
+void require_checkpoint_directory(const std::string& dir, const std::string& prefix, const std::string& if_missing);
+
 // Views of params' values (host float32), named as the params are.
 std::vector<TensorRef> tensor_refs(const std::vector<nn::Param*>& params);
 

@@ -125,9 +125,12 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
       }
       numel *= static_cast<uint64_t>(d);
     }
-    if (numel == UINT64_MAX || numel * 4 != e.end - e.begin)
-      throw fail(str(where, " of shape ", shape_str(e.shape), " needs ", numel == UINT64_MAX ? 0 : numel * 4,
-                     " bytes but data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin));
+    if (numel == UINT64_MAX)
+      throw fail(str(where, " of shape ", shape_str(e.shape), " needs more bytes than the file's ", data_size,
+                     " bytes of data"));
+    if (numel * 4 != e.end - e.begin)
+      throw fail(str(where, " of shape ", shape_str(e.shape), " needs ", numel * 4, " bytes but data_offsets [",
+                     e.begin, ", ", e.end, "] hold ", e.end - e.begin));
     h.entries.push_back(std::move(e));
   }
   std::stable_sort(h.entries.begin(), h.entries.end(),

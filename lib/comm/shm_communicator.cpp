@@ -426,7 +426,7 @@ class ShmCommunicator : public Communicator {
 
   void create(const std::string& name) {
     base_ = create_segment(name, bytes_);
-    header_ = new (base_) Header{kMagic, options_.size, options_.capacity_floats, {0}, {0}, {0}};
+    header_ = new (base_) Header{kMagic, options_.size, options_.capacity_floats, {0}, {0}, {0}, {}};
   }
 
   void attach(const std::string& name) {

@@ -320,7 +320,8 @@ ClusterConfig resolve_cluster(const FileCluster& job, const char* tf_config, con
       throw ConfigError(str(where(""), ": the task ", task->str(),
                             " is given but there is no cluster; add \"cluster\" (task type -> "
                             "list of \"host:port\", e.g. ",
-                            kClusterExample, ") to TF_CONFIG or to ", job.source,
+                            kClusterExample, ") to TF_CONFIG or to ",
+                            job.source.empty() ? std::string("a job file (--config FILE)") : job.source,
                             ", or give no task to run as a single process"));
     return out;  // a single process
   }

@@ -41,6 +41,14 @@ ByteFile::ByteFile(std::string path, std::string json_path, std::string missing_
   if (S_ISDIR(st.st_mode))
     throw IoError(str(json_path_, ": cannot open '", path_,
                       "': it is a directory (name the data file inside it)"));
+  // (a FIFO would block the open until a writer came, and a device or pipe has
+  // no size to check the file's header against)
+  if (!S_ISREG(st.st_mode))
+    throw IoError(str(json_path_, ": cannot read '", path_, "': it is ",
+                      S_ISFIFO(st.st_mode)  ? "a named pipe (FIFO)"
+                      : S_ISSOCK(st.st_mode) ? "a socket"
+                                             : "a device",
+                      ", not a regular file (write the data to a file and name that)"));
   file_size_ = static_cast<uint64_t>(st.st_size);
   errno = 0;
   gzFile f = gzopen(path_.c_str(), "rb");

@@ -41,7 +41,8 @@ int64_t check_fields(const DataSourceSpec& spec) {
     numel *= spec.shape[d];
   }
   if (spec.classes < 1 || spec.classes > std::numeric_limits<int32_t>::max())
-    throw ConfigError(str(spec.path, ".classes: must be >= 1, got ", spec.classes));
+    throw ConfigError(str(spec.path, ".classes: must be from 1 to ", std::numeric_limits<int32_t>::max(), ", got ",
+                          spec.classes));
   if (spec.count < 1)
     throw ConfigError(str(spec.path, ".count: must be >= 1, got ", spec.count,
                           " (the number of samples to generate)"));
@@ -117,6 +118,9 @@ const DataFormat& synthetic_format() {
         spec.shape = r.require("shape", " (the sample shape, e.g. [28, 28, 1])").to_shape();
         spec.count = r.require_int("count", 1);
         spec.classes = r.get_int("classes", spec.classes, 2);
+        if (spec.classes > std::numeric_limits<int32_t>::max())
+          r.fail("classes", str("must be from 2 to ", std::numeric_limits<int32_t>::max(), " (a label is an int32), got ",
+                                spec.classes));
         spec.seed = static_cast<uint64_t>(r.get_int("seed", 0, 0));
       },
       detail::load_synthetic, detail::probe_synthetic, false};

@@ -15,7 +15,9 @@
 namespace dtrain::launch {
 namespace {
 
-constexpr int kMaxTasks = 256;  // four descriptors each in the launcher
+// How to run a job larger than one launcher starts.
+constexpr const char* kBeyondLaunch =
+    " (start a larger job's tasks with Slurm, Kubernetes or by hand: each runs `dtrain run` with its TF_CONFIG)";
 
 // The cluster of the job file or TF_CONFIG (empty when neither has one).
 config::ClusterConfig cluster_from_sources(const config::FileCluster& job, const char* tf_config) {
@@ -37,8 +39,9 @@ config::ClusterSpec requested_spec(const ClusterRequest& r) {
   if (r.workers == 0 && !r.chief)
     throw ConfigError(str("a cluster needs a chief or at least one worker: add --workers N",
                           r.ps > 0 ? " (the ps tasks serve the workers)" : ""));
-  if (r.workers + r.ps + (r.chief ? 1 : 0) + (r.evaluator ? 1 : 0) > kMaxTasks)
-    throw ConfigError(str("dtrain launch starts at most ", kMaxTasks, " tasks"));
+  if (const int64_t n = int64_t{r.workers} + r.ps + (r.chief ? 1 : 0) + (r.evaluator ? 1 : 0); n > kMaxLaunchTasks)
+    throw ConfigError(str("--workers, --ps, --chief and --evaluator ask for ", n, " tasks; dtrain launch starts at most ",
+                          kMaxLaunchTasks, kBeyondLaunch));
   config::ClusterSpec spec;
   auto add = [&spec](const std::string& type, int n) {
     if (n > 0) spec.tasks[type] = std::vector<std::string>(static_cast<size_t>(n));
@@ -100,8 +103,9 @@ ClusterPlan plan_cluster(const config::FileCluster& job, const ClusterRequest& r
             job.source, " or in TF_CONFIG"));
   plan.spec = found.spec;
   plan.source = found.source;
-  if (static_cast<int>(plan.spec.all_tasks().size()) > kMaxTasks)
-    throw ConfigError(str("dtrain launch starts at most ", kMaxTasks, " tasks"));
+  if (const size_t n = plan.spec.all_tasks().size(); n > static_cast<size_t>(kMaxLaunchTasks))
+    throw ConfigError(str("the cluster of ", plan.source, " has ", n, " tasks; dtrain launch starts at most ",
+                          kMaxLaunchTasks, kBeyondLaunch));
   // Check every address before binding any, so the message is about the real problem.
   for (const config::TaskId& task : plan.spec.all_tasks()) {
     const std::string& address = plan.spec.address(task);

@@ -15,6 +15,10 @@
 
 namespace dtrain::launch {
 
+// The most tasks one `dtrain launch` starts (four descriptors each in the
+// launcher, local or an ssh to another host).
+inline constexpr int kMaxLaunchTasks = 256;
+
 // --workers/--ps/--chief/--evaluator.
 struct ClusterRequest {
   int workers = 0;

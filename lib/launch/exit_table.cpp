@@ -45,7 +45,10 @@ std::string describe_exit(const TaskReport& task) {
   const ExitStatus& s = task.status;
   if (task.late && !s.ok()) return "stopped by the launcher: the job ended before it joined";
   if (s.signal == 0) {
-    std::string meaning = code_meaning(s.code);
+    // (ssh's own failure: dtrain never ends with 255)
+    std::string meaning = s.code == 255 && task.over_ssh
+                              ? "ssh failed (exit 255: the host could not be reached or logged in to)"
+                              : code_meaning(s.code);
     if (task.stopped && s.code != 0) meaning += ", after the launcher stopped it";
     return meaning;
   }

@@ -47,6 +47,12 @@ std::vector<HostSlots> read_hostfile(const std::string& path) {
     hosts.push_back(h);
   }
   if (hosts.empty()) throw ConfigError(str("--hostfile: '", path, "' lists no hosts; write one 'HOST slots=N' per line"));
+  int64_t slots = 0;
+  for (const HostSlots& h : hosts) slots += h.slots;
+  if (slots > kMaxLaunchTasks)
+    throw ConfigError(str("--hostfile: '", path, "' asks for ", slots, " tasks (its slots over ", hosts.size(),
+                          " hosts); dtrain launch starts at most ", kMaxLaunchTasks,
+                          ": lower the slots, or start the tasks with Slurm or Kubernetes"));
   return hosts;
 }
 

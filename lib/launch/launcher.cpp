@@ -151,7 +151,7 @@ std::string utc_now() {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm utc{};
   gmtime_r(&seconds, &utc);
-  char text[40];
+  char text[96];  // (room for any int the fields could hold: GCC checks that)
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
                 utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms));
   return text;
@@ -492,7 +492,8 @@ LaunchReport Launcher::run() {
   }
 
   const std::string each = threads == 1 ? ", 1 thread each" : str(", ", threads, " threads each");
-  note(str("job ", report_.job_id, ": ", plan.tasks.size(), " tasks (cluster from ", plan.source,
+  note(str("job ", report_.job_id, ": ", plan.tasks.size(), plan.tasks.size() == 1 ? " task" : " tasks",
+           " (cluster from ", plan.source,
            ", chief ", plan.spec.chief().str(), " at ", plan.spec.address(plan.spec.chief()),
            threads > 0 ? each : "", "); logs in ", log_dir.string()));
   // argv[0] as `ps` shows it: the binary's path rather than /proc/self/exe.
@@ -508,6 +509,7 @@ LaunchReport Launcher::run() {
     t->name = p.task.str();
     t->report.task = p.task;
     t->report.address = p.port.address;
+    t->report.over_ssh = remote;
     t->report.log_path = (log_dir / (file_name(p.task) + ".log")).string();
     for (const Injection& i : injections)
       if (i.task == p.task) t->report.injection = i.value;
@@ -570,6 +572,8 @@ LaunchReport Launcher::run() {
     t->report.summary_json =
         read_whole(str(summaries.path(), "/", file_name(t->report.task), ".json"));
     t->report.last_error = t->output->last_error();
+    if (t->report.last_error.empty() && t->report.over_ssh && t->report.status.code == 255)  // ssh's own words
+      t->report.last_error = t->output->last_stderr_line();
     report_.tasks.push_back(t->report);
   }
   if (report_.interrupted_by != 0) {

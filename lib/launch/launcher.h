@@ -113,7 +113,8 @@ struct TaskReport {
   std::string injection;      // its DTRAIN_INJECT, "" for none
   std::string summary_json;   // the --summary file it wrote, "" when none
   std::string log_path;       // <output.dir>/logs/<type>-<index>.log
-  std::string last_error;     // its last "error:" line on stderr, "" when none
+  bool over_ssh = false;      // started on another host through ssh (--hostfile)
+  std::string last_error;     // its last "error:" line on stderr (ssh's exit 255: its last stderr line)
   std::string ended_utc;      // when it ended, "2026-11-27T19:30:05.123Z" ("" while it runs)
 };
 

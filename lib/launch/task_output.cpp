@@ -102,6 +102,7 @@ void TaskOutput::line(int stream, std::string_view text) {
   }
   const bool error = stream == 2 && own.find("error:") != std::string_view::npos;
   if (error) last_error_.assign(own);
+  if (stream == 2 && own.find_first_not_of(" \t\r") != std::string_view::npos) last_stderr_line_.assign(own);
   const bool important = error || (stream == 2 && own.find("warning:") != std::string_view::npos);
   if (shown_ == ConsoleLines::kAll || important) {
     const bool plain = stream == 1 && console_.plain_stdout();

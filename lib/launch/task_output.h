@@ -90,6 +90,8 @@ class TaskOutput {
   const std::string& log_path() const { return log_path_; }
   // The task's last stderr line with "error:" in it ("" when none), without its prefix.
   const std::string& last_error() const { return last_error_; }
+  // Its last non-empty line on stderr (ssh's own complaint has no "error:").
+  const std::string& last_stderr_line() const { return last_stderr_line_; }
 
  private:
   std::string prefix_;
@@ -98,6 +100,7 @@ class TaskOutput {
   ConsoleLines shown_;
   int log_fd_ = -1;
   std::string last_error_;
+  std::string last_stderr_line_;
   bool log_failed_ = false;
 };
 

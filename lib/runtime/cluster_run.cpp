@@ -118,8 +118,12 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
       return log_nothing_to_join(task, *final_step);
     log::info("elastic: ", task.name(), " joins the running job; it takes the members' state at their next step's end");
     session.store().set(rendezvous::kRejoinKeyPrefix + task.name(), std::to_string(session.incarnation()));
+    // (the members post at their next step's end, which a long step or an epoch's
+    // evaluation may put off past agree_seconds: a joiner waits as long as for the
+    // rendezvous; a member's loss or the job's end ends the wait sooner)
     membership = agree_on_membership(task, elastic, running_membership(task), PeerLost("joining"),
-                                     job.strategy.elastic.min_workers, agree_seconds);
+                                     job.strategy.elastic.min_workers,
+                                     std::max(agree_seconds, job.runtime.rendezvous_timeout));
     if (membership.ended_at_step >= 0) return log_nothing_to_join(task, std::to_string(membership.ended_at_step));
   }
   for (;;) {

@@ -26,7 +26,7 @@ checkpoint::LoadedCheckpoint load_weights(const job::JobConfig& job, const std::
   if (dir.empty())
     throw ConfigError("generate: no checkpoint: pass --checkpoint DIR, or set checkpoint.dir or output.dir in the job "
                       "(where its training saved them)");
-  if (!fs::is_directory(dir)) throw IoError(str("generate: no such checkpoint directory: ", dir, "; train first (dtrain run)"));
+  checkpoint::require_checkpoint_directory(dir, "generate: ", "; train first (dtrain run)");
   if (fs::exists(fs::path(dir) / checkpoint::kManifestFile)) return checkpoint::CheckpointStore::load(dir);
   const auto latest = checkpoint::CheckpointStore(dir).latest_good();
   if (!latest) throw IoError(str("generate: no good checkpoint in ", dir, "; train first (dtrain run)"));

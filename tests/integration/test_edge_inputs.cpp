@@ -5,8 +5,14 @@
 // past what a clock holds (1e10 s wrapped round to "timed out at once"), output
 // paths that are directories (found only after the training), a symbolic link as
 // an output (it was replaced by a file), a host name that ssh would read as an
-// option, and SIGTERM during the rendezvous (ignored until the deadline).
+// option, and SIGTERM during the rendezvous (ignored until the deadline). A
+// data file that is a FIFO (the open blocked forever), more tasks than one
+// launcher starts (a hostfile's slots were not counted), numbers past what an
+// option holds (CLI11's raw "Could not convert"), a file given as a checkpoint
+// directory, --workers M:N blamed on a --set the user never gave, and a remote
+// task whose ssh fails (exit 255, "no error on its stderr").
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -165,6 +171,89 @@ TEST_CASE("SIGTERM during the rendezvous ends the task at once with exit 143", "
   CHECK(r.exit_code == 143);
   CHECK(r.err.find("[worker:0] dtrain: error: stopped by SIGTERM before the first step") != std::string::npos);
   CHECK(std::chrono::duration<double>(child->end_time() - child->start_time()).count() < 30.0);
+}
+
+TEST_CASE("a data file that is a named pipe is exit 3 at once, not an open that waits for a writer", "[integration]") {
+  TempDir tmp;
+  const std::string fifo = tmp.file("images.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  RunSpec quick;
+  quick.deadline_seconds = 30;
+  nlohmann::json job = small_mlp_job();
+  job["data"]["train"]["images"] = fifo;
+  check_error(run_dtrain({"validate", "--config", write_job(tmp, job)}, quick), kFileError,
+              {"data.train.images", fifo, "named pipe (FIFO), not a regular file"});
+}
+
+TEST_CASE("more tasks than one launcher starts are exit 2: --workers, a hostfile's slots, bench allreduce",
+          "[integration]") {
+  TempDir tmp;
+  const std::string config = write_job(tmp, synthetic_job(tmp));
+  check_error(run_dtrain({"launch", "--workers", "300", "--config", config}), kConfigError,
+              {"300 tasks", "at most 256", "Slurm"});
+  // 200 + 100 slots: each host's count is fine, their sum is not (it started 300 ssh processes).
+  const std::string hostfile = tmp.write("hosts", "node1 slots=200\nnode2 slots=100\n");
+  check_error(run_dtrain({"launch", "--hostfile", hostfile, "--config", config}), kConfigError,
+              {"--hostfile", "300 tasks", "2 hosts", "at most 256"});
+  check_error(run_dtrain({"bench", "allreduce", "--workers", "1000"}), kConfigError,
+              {"bench allreduce: --workers 1000", "at most 256"});
+  check_error(run_dtrain({"bench", "rendezvous", "--tasks", "100000000"}), kConfigError, {"from 2 to 999999"});
+}
+
+TEST_CASE("numbers past what an option takes are exit 2 naming the option and its range", "[integration]") {
+  TempDir tmp;
+  const std::string config = write_job(tmp, synthetic_job(tmp));
+  check_error(run_dtrain({"launch", "--workers", "2", "--config", config, "--max-restarts", "99999999999"}),
+              kConfigError, {"--max-restarts", "99999999999", "more than it takes (2147483647)"});
+  const RunOutput tokens = run_dtrain({"generate", "--config", config, "--max-tokens", "2000000"});
+  check_error(tokens, kConfigError, {"--max-tokens", "from 0 to 1000000", "2000000"});
+  CHECK_THAT(tokens.err, !Catch::Contains("Could not convert"));
+  nlohmann::json job = synthetic_job(tmp);
+  job["data"]["train"]["classes"] = 2147483648LL;
+  check_error(run_dtrain({"validate", "--config", write_job(tmp, job)}), kConfigError,
+              {"job.json: data.train.classes", "from 2 to 2147483647", "2147483648"});
+}
+
+TEST_CASE("launch --workers M:N with a job that cannot be elastic names --workers, and a file as checkpoint directory is exit 3",
+          "[integration]") {
+  TempDir tmp;
+  const std::string config = write_job(tmp, synthetic_job(tmp));
+  const RunOutput one = run_dtrain({"launch", "--workers", "1:1", "--config", config});
+  check_error(one, kConfigError, {"--workers 1:1", "elastic", "start 2 or more"});
+  CHECK_THAT(one.err, !Catch::Contains("--set strategy.elastic"));
+  check_error(run_dtrain({"launch", "--workers", "2:3", "--ps", "1", "--config", config}), kConfigError,
+              {"--workers 2:3", "only multi_worker_mirrored is", "'one_device'"});
+  const std::string file = tmp.write("not-a-dir", "x");
+  const std::string gpt = write_job(tmp, tiny_gpt_job(tmp), "gpt.json");
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"ckpt", "inspect", file},
+        std::vector<std::string>{"generate", "--config", gpt, "--checkpoint", file}}) {
+    INFO(command.front());
+    check_error(run_dtrain(command), kFileError, {file, "is a file, not a checkpoint directory"});
+  }
+  // `dtrain cluster --task` with no cluster anywhere: the advice names a job file, not a placeholder.
+  const RunOutput cluster = run_dtrain({"cluster", "--task", "worker:0"});
+  check_error(cluster, kConfigError, {"no cluster", "a job file (--config FILE)"});
+  CHECK_THAT(cluster.err, !Catch::Contains("<no job file>"));
+}
+
+TEST_CASE("a remote task whose ssh fails is reported as ssh's failure (exit 255) with ssh's own words",
+          "[integration]") {
+  TempDir tmp;
+  const std::string config = write_job(tmp, synthetic_job(tmp));
+  // Nothing listens on port 1: ssh ends with 255, "connect to host 127.0.0.1 port 1: Connection refused".
+  const std::string hostfile = tmp.write("hosts", "127.0.0.1 slots=1\n");
+  RunSpec quick;
+  quick.deadline_seconds = 60;
+  const RunOutput r =
+      run_dtrain({"launch", "--hostfile", hostfile, "--ssh-port", "1", "--config", config, "--summary",
+                  tmp.file("launch.json")},
+                 quick);
+  INFO(describe(r));
+  CHECK(r.exit_code == 255);
+  CHECK_THAT(r.err, Catch::Contains("ssh failed (exit 255: the host could not be reached or logged in to)"));
+  CHECK_THAT(r.err, Catch::Contains("its last error: ") && Catch::Contains("Connection refused"));
+  CHECK_THAT(r.err, !Catch::Contains("(none on its stderr)"));
 }
 
 }  // namespace dtrain::integration

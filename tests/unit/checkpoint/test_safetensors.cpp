@@ -126,6 +126,10 @@ TEST_CASE("malformed safetensors files are IoErrors naming the file and the prob
                "begin > end");
   expect_error(make_file(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", floats({1, 2})),
                "needs 12 bytes");
+  // A shape whose size overflows is said to need more than the file holds (not "0 bytes").
+  expect_error(make_file(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                         floats({1, 2})),
+               "needs more bytes than the file's 8 bytes of data");
   expect_error(make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                          R"("y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                          floats({1, 2})),
