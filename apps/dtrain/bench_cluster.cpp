@@ -51,8 +51,8 @@ int launch_bench(const runtime::Environment& env, const std::string& name, const
 
 // The benchmark's local cluster fits one launcher (launch::kMaxLaunchTasks).
 void check_local_cluster_size(const std::string& bench, int workers, int ps) {
-  if (workers + ps > launch::kMaxLaunchTasks)
-    throw ConfigError(str(bench, ": --workers ", workers, ps > 0 ? str(" and --ps ", ps, " make ", workers + ps, " tasks")
+  if (int64_t{workers} + ps > launch::kMaxLaunchTasks)
+    throw ConfigError(str(bench, ": --workers ", workers, ps > 0 ? str(" and --ps ", ps, " make ", int64_t{workers} + ps, " tasks")
                                                              : std::string(),
                           ": its local cluster runs at most ", launch::kMaxLaunchTasks, " tasks",
                           " (for more, run `dtrain bench ", bench.substr(6), "` in every task of a cluster you start)"));

@@ -57,7 +57,8 @@ CLI::Validator whole_in(long long min, long long max, bool open_ended) {
 
 CLI::Validator whole_between(long long min, long long max) { return whole_in(min, max, false); }
 
-// (the options it checks are ints)
+// (capped at what an int holds: most options it checks are ints, and no count
+// of the others is larger)
 CLI::Validator whole_at_least(long long min) { return whole_in(min, INT_MAX, true); }
 
 namespace {

@@ -220,7 +220,7 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
     if (type != "multi_worker_mirrored")
       throw ConfigError(str("--workers ", options.workers_text, ": M:N makes the job elastic, and only "
                             "multi_worker_mirrored is; this job's strategy.type is '", type, "'",
-                            training_tasks_requested(options, hosts) < 2
+                            training_tasks_requested(options, hosts) < 2 && (type == "one_device" || type == "mirrored")
                                 ? " (one training task trains alone): start 2 or more, e.g. --workers 1:2"
                                 : ": --set strategy.type=\"multi_worker_mirrored\""));
     task_job.overrides.push_back(str("strategy.elastic.min_workers=", options.min_workers));

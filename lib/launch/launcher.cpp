@@ -93,6 +93,7 @@ struct Task {
   LineSplitter lines[2];
   std::unique_ptr<TaskOutput> output;
   bool agreed = false;
+  bool rejoined = false;  // started again, it said it joined the running job
   TaskReport report;
   SpawnSpec spawn;  // how it was started (a lost worker is started again from it)
 };
@@ -182,6 +183,7 @@ class Launcher {
   bool first_failure_lost_peer() const;  // the first failed task ended with exit 4
   void start_again(Task& t);
   void stop_late_joiners();
+  bool chief_ended_ok();  // the chief has ended with exit 0 (noted the first time it is seen)
   void on_signal(int signal);
   void stop_all(int signal);
   size_t running() const;
@@ -211,6 +213,9 @@ size_t Launcher::running() const {
 
 void Launcher::on_line(Task& t, int stream, std::string_view line) {
   t.output->line(stream + 1, line);
+  // (runtime/cluster_run.cpp's warning on the task that joined: "elastic: worker:2 joined the job; ...")
+  if (t.report.restarts > 0 && line.find(str("elastic: ", t.name, " joined the job")) != std::string_view::npos)
+    t.rejoined = true;
   if (t.agreed || line.find(agree_line_) == std::string_view::npos) return;
   t.agreed = true;
   if (++agreed_ == tasks_.size()) {
@@ -304,6 +309,10 @@ void Launcher::check_exits() {
       t->report.expendable = true;
       const std::string ended =
           str(t->name, " ended with ", t->report.status.str(), " after ", format_seconds(t->report.exit_seconds));
+      if (id.type == "worker" && worker_restarts_ < options_.worker_restarts && chief_ended_ok()) {
+        note(str(ended, "; the chief has ended the job, so it is not started again"));
+        continue;
+      }
       if (id.type == "worker" && worker_restarts_ < options_.worker_restarts) {
         ++worker_restarts_;
         note(str(ended, "; starting it again alone (restart ", worker_restarts_, " of ", options_.worker_restarts,
@@ -355,21 +364,25 @@ void Launcher::start_again(Task& t) {
   t.pipes[1] = t.process->take_stderr();
 }
 
-// A worker started again that is still running kLateJoinerWait after the chief
-// ended the job with exit 0 can never join it (the job's store was the chief's,
-// and a task that had joined signed off before the chief ended): it is stopped,
-// and its exit is no failure. (It would wait for the chief until its
-// rendezvous_timeout.)
-void Launcher::stop_late_joiners() {
-  if (phase_ != Phase::kRunning || worker_restarts_ == 0) return;
+// A worker started again that has not joined and still runs kLateJoinerWait
+// (or --grace-period, if longer) after the chief ended the job with exit 0 can
+// never join it (the job's store was the chief's): it is stopped, and its exit is
+// no failure. (It would wait for the chief until its rendezvous_timeout.)
+bool Launcher::chief_ended_ok() {
   if (!chief_ended_ok_) {
     const auto chief = std::find_if(tasks_.begin(), tasks_.end(), [&](const auto& t) { return t->name == chief_; });
-    if (chief == tasks_.end() || !(*chief)->process->reaped() || !(*chief)->report.status.ok()) return;
+    if (chief == tasks_.end() || !(*chief)->process->reaped() || !(*chief)->report.status.ok()) return false;
     chief_ended_ok_ = Clock::now();
   }
-  if (Clock::now() < *chief_ended_ok_ + std::chrono::duration<double>(kLateJoinerWait)) return;
+  return true;
+}
+
+void Launcher::stop_late_joiners() {
+  if (phase_ != Phase::kRunning || worker_restarts_ == 0 || !chief_ended_ok()) return;
+  const double wait = std::max(kLateJoinerWait, options_.grace_period);
+  if (Clock::now() < *chief_ended_ok_ + std::chrono::duration<double>(wait)) return;
   for (auto& t : tasks_)
-    if (!t->process->reaped() && t->report.restarts > 0 && !t->report.late) {
+    if (!t->process->reaped() && t->report.restarts > 0 && !t->rejoined && !t->report.late) {
       note(str(t->name, " was started again, but the chief ended the job before it joined: stopping it"));
       t->process->signal_group(SIGTERM);
       t->report.stopped = t->report.late = true;

@@ -131,12 +131,36 @@ void AuthenticatedConnection::close() {
 }
 
 void AuthenticatedConnection::reject(const std::string& why, const std::string& told) {
-  if (closed_) return;
+  if (closed_ || rejected_) return;  // (counted and logged once)
+  rejected_ = true;
   server_.count_rejected();
   log::warn(rules_.log_prefix, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
             ": it ", why);
   if (told.empty()) return close();
-  reply({Op::kError, 0, {told}}, /*close_after=*/true);
+  // Said, then a lingering close: closing with the client's requests unread (it
+  // sends them with its proof) would reset the connection and could discard
+  // the kError before it left. At most 1 s.
+  auto self = shared_from_this();
+  handshake_timer_.expires_after(std::chrono::seconds(1));  // (ends the handshake's own wait)
+  handshake_timer_.async_wait([self](const std::error_code& ec) {
+    if (!ec) self->close();
+  });
+  auto frame = std::make_shared<std::string>(encode_frame({Op::kError, 0, {told}}));
+  asio::async_write(socket_, asio::buffer(*frame), [self, frame](const std::error_code& ec, size_t) {
+    if (ec) return self->close();
+    std::error_code ignored;
+    self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    self->drain();
+  });
+}
+
+void AuthenticatedConnection::drain() {
+  auto self = shared_from_this();
+  body_.resize(4096);
+  socket_.async_read_some(asio::buffer(body_), [self](const std::error_code& ec, size_t) {
+    if (ec) return self->close();  // (end of file: the client hung up)
+    self->drain();
+  });
 }
 
 void AuthenticatedConnection::write_frame(const Message& m, void (AuthenticatedConnection::*then)()) {

@@ -143,6 +143,9 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   void handle_handshake(const Message& m);
   // Writes `m` as a frame, then calls `then` (close() on a write error).
   void write_frame(const Message& m, void (AuthenticatedConnection::*then)());
+  // After a rejection's kError: reads and drops what the client still sends
+  // until it hangs up, then closes (the linger timer closes it sooner).
+  void drain();
 
   asio::ip::tcp::socket socket_;
   // Not owning: the server owns its io_context, whose pending handlers own the
@@ -157,7 +160,7 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   std::string body_;
   std::string peer_, task_, server_nonce_;
   Hello hello_;
-  bool said_hello_ = false, ready_ = false, closed_ = false;
+  bool said_hello_ = false, ready_ = false, closed_ = false, rejected_ = false;
 };
 
 }  // namespace dtrain::rendezvous

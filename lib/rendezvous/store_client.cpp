@@ -114,6 +114,7 @@ struct StoreClient::Impl {
       Message welcome;
       const std::error_code e = read_reply(deadline, welcome);
       if (e == asio::error::timed_out) throw no_answer(proof_pending->proof, timeout);
+      if (e == asio::error::invalid_argument) throw PeerLost(str(where, " sent a malformed reply to this task's proof"));
       // A server that rejects a proof says so (check_welcome); one that hangs
       // up without a word is ending or died.
       if (e) throw PeerLost(str("lost the connection to ", where, " while it checked this task's proof of the job "

@@ -148,6 +148,11 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
       // with this task see it fail and come here too)
       if (!elastic.below_minimum.empty() || !member_loss_may_explain(cause)) throw;
       membership = agree_on_membership(task, elastic, membership, cause, job.strategy.elastic.min_workers, agree_seconds);
+      if (membership.ended_at_step >= 0) {  // (its last collective failed here, not on the chief)
+        log::warn("elastic: the chief finished the job's training at step ", membership.ended_at_step, ", which ",
+                  task.name(), " had done too, while it re-formed its group; it ends with the job");
+        return;
+      }
     }
   }
 }

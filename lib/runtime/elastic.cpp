@@ -96,15 +96,20 @@ std::string describe_change(const trainer::MembershipChange& change) {
 }
 
 // The chief finished training (train/final_step is `final_step`) while this
-// task waited for the members' positions: a joiner is told there is nothing to
-// join; a survivor cannot take part in that ending.
-Membership training_ended(const Membership& before, const std::string& me, const std::string& final_step) {
-  if (before.generation >= 0)
+// task waited for the members' positions: a joiner, or a survivor that had done
+// every step too (its last collective failed here, not on the chief), ends with
+// the job; a survivor behind it cannot catch up alone.
+Membership training_ended(const Membership& before, const trainer::ElasticState& elastic, const std::string& me,
+                          const std::string& final_step) {
+  const int64_t final = std::stoll(final_step);
+  if (before.generation >= 0 && !(elastic.has_snapshot() && elastic.point().global_step >= final))
     throw RuntimeError(str("elastic: the chief finished the job's training at step ", final_step, " while ", me,
-                           " re-formed its group; ", me, " stops without the last epoch's end"));
+                           " re-formed its group after step ",
+                           elastic.has_snapshot() ? elastic.point().global_step : int64_t{0}, "; ", me,
+                           " stops without the steps it missed"));
   Membership ended;
   ended.generation = before.generation;
-  ended.ended_at_step = std::stoll(final_step);
+  ended.ended_at_step = final;
   return ended;
 }
 
@@ -155,7 +160,7 @@ Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic
       if (read_membership(store, names).generation != now.generation) break;  // another change meanwhile
       if ((final_step = store.get(kFinalStepKey))) break;                      // the chief will not post
     }
-    if (!all_posted && final_step) return training_ended(before, me, *final_step);
+    if (!all_posted && final_step) return training_ended(before, elastic, me, *final_step);
     if (!all_posted) {
       Listed newer = read_membership(store, names);
       if (newer.generation != now.generation) {

@@ -32,9 +32,8 @@ struct Membership {
   // Each member as name#incarnation ("worker:2#2"), by rank: a task that left
   // and came back between two agreements is told apart ("" where unknown).
   std::vector<std::string> ids;
-  // A joiner's agreement only: >= 0 when the job's training ended (the chief
-  // finished, at this step) before the members came to another step's end: there
-  // is nothing left to join.
+  // >= 0 when the job's training ended (the chief finished, at this step)
+  // before the members came to another step's end: nothing is left to train.
   int64_t ended_at_step = -1;
 };
 
@@ -58,8 +57,9 @@ Membership running_membership(ClusterTask& task);
 // the job's failure when no training task was lost (ClusterTask::
 // rethrow_collective_failure); PeerLost when this task itself was declared lost;
 // TimeoutError when a member never posts its position. Once the chief has
-// finished training (it never posts again): a joiner (`before.generation` -1)
-// gets a Membership with ended_at_step set, anyone else a RuntimeError.
+// finished training (it never posts again): a joiner (`before.generation` -1),
+// or a member whose snapshot is of the final step, gets a Membership with
+// ended_at_step set; a member behind it a RuntimeError.
 Membership agree_on_membership(ClusterTask& task, trainer::ElasticState& elastic, const Membership& before,
                                const Error& cause, int64_t min_workers, double timeout_seconds);
 
