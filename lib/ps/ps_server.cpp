@@ -36,6 +36,7 @@ struct PsServerState {
     rules.timeout_seconds = options.handshake_timeout;
     rules.max_frame_bytes = 4096;  // a handshake frame; requests are PsHeader-framed
     rules.log_prefix = options.task;
+    server.set_log_prefix(rules.log_prefix);
     live.insert(options.workers.begin(), options.workers.end());
     for (const auto& w : options.workers) clocks[w] = 0;
   }

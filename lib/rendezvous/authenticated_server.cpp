@@ -17,7 +17,7 @@ namespace dtrain::rendezvous {
 
 using asio::ip::tcp;
 
-AsioServer::AsioServer() : acceptor_(io_), accept_retry_(io_) {}
+AsioServer::AsioServer() : acceptor_(io_), accept_retry_(io_), rejection_timer_(io_) {}
 
 AsioServer::~AsioServer() { stop(); }
 
@@ -96,17 +96,72 @@ void AsioServer::stop(const std::function<void()>& on_stop) {
     std::error_code ignored;
     acceptor_.close(ignored);
     accept_retry_.cancel();
+    rejection_timer_.cancel();
+    log_suppressed();
     if (on_stop) on_stop();
     io_.stop();
   });
   thread_.join();
 }
 
+void AsioServer::log_rejection(const std::string& line, bool failed_proof) {
+  ++rejected_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window_start_ >= kRejectionWindow) {
+    log_suppressed();
+    window_start_ = now;
+    window_lines_ = 0;
+  }
+  if (window_lines_ < kRejectionLinesPerWindow) {
+    ++window_lines_;
+    return log::warn(line);
+  }
+  suppressed_proofs_ += failed_proof ? 1 : 0;
+  if (suppressed_++ > 0) return;
+  // The first line past the limit: the window's end says how many followed.
+  rejection_timer_.expires_at(window_start_ + kRejectionWindow);
+  rejection_timer_.async_wait([this](const std::error_code& ec) {
+    if (!ec) log_suppressed();
+  });
+}
+
+void AsioServer::log_suppressed() {
+  if (suppressed_ == 0) return;
+  log::warn(log_prefix_, ": dropped ", suppressed_, " more connection(s) in ", kRejectionWindow.count(),
+            " s without a line each (", suppressed_proofs_, " of them failed the proof of the job secret); at most ",
+            kRejectionLinesPerWindow, " lines per ", kRejectionWindow.count(), " s. The job goes on");
+  suppressed_ = suppressed_proofs_ = 0;
+}
+
+void AsioServer::record_failed_proof(const std::string& task, const std::string& host) {
+  std::lock_guard<std::mutex> lock(failed_mutex_);
+  auto it = failed_.find(task);
+  if (it == failed_.end()) {
+    if (failed_.size() >= kMaxRecordedClaims) return;
+    it = failed_.emplace(task, FailedProofs{}).first;
+  }
+  ++it->second.count;
+  if (it->second.hosts.size() < 4) it->second.hosts.insert(host);
+}
+
+std::string AsioServer::failed_proofs(const std::vector<std::string>& tasks) const {
+  std::lock_guard<std::mutex> lock(failed_mutex_);
+  std::vector<std::string> parts;
+  for (const std::string& task : tasks) {
+    auto it = failed_.find(task);
+    if (it == failed_.end()) continue;
+    parts.push_back(str(task, " (", it->second.count, " failed proof", it->second.count == 1 ? "" : "s", ", from ",
+                        join(std::vector<std::string>(it->second.hosts.begin(), it->second.hosts.end()), ", "), ")"));
+  }
+  return join(parts, "; ");
+}
+
 AuthenticatedConnection::AuthenticatedConnection(tcp::socket socket, AsioServer& server, const HandshakeRules& rules)
     : socket_(std::move(socket)), server_(server), rules_(rules), handshake_timer_(server.io()) {
   std::error_code ec;
   const auto endpoint = socket_.remote_endpoint(ec);
-  peer_ = ec ? "unknown peer" : str(endpoint.address().to_string(), ":", endpoint.port());
+  host_ = ec ? "an unknown address" : endpoint.address().to_string();
+  peer_ = ec ? host_ : str(host_, ":", endpoint.port());
 }
 
 void AuthenticatedConnection::start() {
@@ -115,7 +170,9 @@ void AuthenticatedConnection::start() {
       std::chrono::duration<double>(rules_.timeout_seconds)));
   auto self = shared_from_this();
   handshake_timer_.async_wait([self](const std::error_code& ec) {
-    if (!ec && !self->ready_) self->reject("did not complete the handshake in time");
+    if (ec || self->ready_) return;
+    if (self->said_hello_) return self->fail_proof(str("sent no proof within ", self->rules_.timeout_seconds, " s"));
+    self->reject("did not complete the handshake in time");
   });
   read_frame();
 }
@@ -131,11 +188,23 @@ void AuthenticatedConnection::close() {
 }
 
 void AuthenticatedConnection::reject(const std::string& why, const std::string& told) {
+  const std::string who = task_.empty() ? "" : ready_ ? " (" + task_ + ")" : " (claiming " + task_ + ")";
+  drop(str(rules_.log_prefix, ": dropped the connection from ", peer_, who, ": it ", why), false, told);
+}
+
+void AuthenticatedConnection::fail_proof(const std::string& how, const std::string& told) {
+  if (closed_ || rejected_) return;
+  const std::string claimed = printable(hello_.task);
+  server_.record_failed_proof(claimed, host_);
+  drop(str(rules_.log_prefix, ": a task claiming ", claimed, " from ", host_, " failed the proof: another "
+           "DTRAIN_JOB_SECRET? (it ", how, "). Dropped; nothing it said counts, the job goes on"),
+       true, told);
+}
+
+void AuthenticatedConnection::drop(const std::string& line, bool failed_proof, const std::string& told) {
   if (closed_ || rejected_) return;  // (counted and logged once)
   rejected_ = true;
-  server_.count_rejected();
-  log::warn(rules_.log_prefix, ": dropped the connection from ", peer_, task_.empty() ? "" : " (" + task_ + ")",
-            ": it ", why);
+  server_.log_rejection(line, failed_proof);
   if (told.empty()) return close();
   // Said, then a lingering close: closing with the client's requests unread (it
   // sends them with its proof) would reset the connection and could discard
@@ -179,14 +248,16 @@ void AuthenticatedConnection::reply(const Message& m, bool close_after) {
 void AuthenticatedConnection::read_frame() {
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
-    if (ec && self->said_hello_ && !self->ready_ && self->rules_.hangup_after_challenge_is_rejection) {
-      self->reject("hung up during the handshake (does it have another job secret?)");
-      return self->on_secret_mismatch("hung up after the challenge: it could not verify this task's proof");
-    }
+    // A client that hangs up after the challenge could not check the server's
+    // proof: most likely a task with another secret (which itself says so).
+    if (ec && self->said_hello_ && !self->ready_)
+      return self->fail_proof("hung up after the challenge: it could not verify this server's proof");
     if (ec) return self->close();
     const uint32_t length = decode_length(self->header_);
-    if (length > self->rules_.max_frame_bytes)
-      return self->reject(str("sent a frame of ", length, " bytes (limit ", self->rules_.max_frame_bytes, ")"));
+    const uint32_t limit = self->ready_ ? self->rules_.max_frame_bytes : kMaxHandshakeFrameBytes;
+    if (length > limit)
+      return self->reject(str("sent a frame of ", length, " bytes (limit ", limit,
+                              self->ready_ ? "" : " before it proved the job secret", ")"));
     self->body_.assign(length, '\0');
     asio::async_read(self->socket_, asio::buffer(self->body_), [self](const std::error_code& ec2, size_t) {
       if (ec2) return self->close();
@@ -211,11 +282,9 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
     server_nonce_ = make_nonce();
     return reply({Op::kChallenge, 0, {server_nonce_, server_proof(creds, hello_.client_nonce, server_nonce_)}});
   }
-  if (!proof_accepted(m, creds, hello_, server_nonce_)) {
+  if (!proof_accepted(m, creds, hello_, server_nonce_))
     // (said, so that the client can tell it from a server that went away)
-    reject("does not know the job secret (wrong HMAC proof)", "wrong proof of the job secret");
-    return on_secret_mismatch("sent a proof of another secret");
-  }
+    return fail_proof("sent a wrong proof", "wrong proof of the job secret");
   ready_ = true;
   handshake_timer_.cancel();
   const int64_t number = on_authenticated();

@@ -14,21 +14,38 @@
 //                            handshake is the subclass's: the store reads more
 //                            frames, a ps its own binary requests.
 //
-// Every handler runs on the server's one I/O thread, so neither needs locks.
+// The security rule (docs/cluster.md, "Security model"): nothing a peer says
+// before it proved the secret changes the job. A connection that fails the
+// handshake is dropped with a warning (rate-limited: a flood cannot fill the
+// log) and, when it claimed a task, recorded against that name for the error
+// the chief gives at its rendezvous deadline; the job goes on waiting for the
+// real task. Until then a frame may be at most kMaxHandshakeFrameBytes.
+//
+// Every handler runs on the server's one I/O thread, so neither needs locks
+// (the failed-proof record, read from other threads, has its own).
 // Include only from code that links Asio (lib/rendezvous, lib/ps).
 #pragma once
 
 #include <asio.hpp>
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rendezvous/auth.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
+
+// The largest frame a peer may send before it proved the secret (a hello, a
+// proof): an unauthenticated peer cannot make a server set aside more.
+inline constexpr uint32_t kMaxHandshakeFrameBytes = 4096;
 
 class AsioServer {
  public:
@@ -52,12 +69,31 @@ class AsioServer {
 
   int port() const { return acceptor_.local_endpoint().port(); }
   int rejected() const { return rejected_.load(); }
-  void count_rejected() { ++rejected_; }
   // CPU time the I/O thread has used so far, in seconds (0 before start()).
   double thread_cpu_seconds();
 
+  // How the server's log lines start ("rendezvous", "ps:0"); set before start().
+  void set_log_prefix(std::string prefix) { log_prefix_ = std::move(prefix); }
+  const std::string& log_prefix() const { return log_prefix_; }
+  // A dropped connection: counted, and `line` logged as a warning, at most
+  // kRejectionLinesPerWindow lines per kRejectionWindow; the ones past that are
+  // counted and summed up in one line when the window ends. I/O thread only.
+  void log_rejection(const std::string& line, bool failed_proof);
+  // A connection that claimed `task` from `host` and failed the proof of the
+  // job secret (at most kMaxRecordedClaims names are kept). I/O thread only.
+  void record_failed_proof(const std::string& task, const std::string& host);
+  // The failed proofs recorded for `tasks`, e.g. "worker:1 (2 failed proofs, from
+  // 127.0.0.1)", joined by "; "; "" when none. Any thread.
+  std::string failed_proofs(const std::vector<std::string>& tasks) const;
+
+  static constexpr int kRejectionLinesPerWindow = 5;
+  static constexpr std::chrono::seconds kRejectionWindow{10};
+  static constexpr size_t kMaxRecordedClaims = 256;
+
  private:
   void accept_next();
+  // Logs the count of rejections not logged one by one in this window, if any.
+  void log_suppressed();
 
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
@@ -66,6 +102,21 @@ class AsioServer {
   std::thread thread_;
   std::atomic<int> rejected_{0};
   std::function<void(asio::ip::tcp::socket)> accepted_;
+  std::string log_prefix_ = "server";
+
+  // The rejection log's rate limit (I/O thread only).
+  asio::steady_timer rejection_timer_;  // ends a window with suppressed lines
+  std::chrono::steady_clock::time_point window_start_{};
+  int window_lines_ = 0;
+  int64_t suppressed_ = 0, suppressed_proofs_ = 0;
+
+  // Failed proofs by claimed task (written on the I/O thread, read by any).
+  struct FailedProofs {
+    int64_t count = 0;
+    std::set<std::string> hosts;  // at most 4 kept
+  };
+  mutable std::mutex failed_mutex_;
+  std::map<std::string, FailedProofs> failed_;
 };
 
 // Raises this process's open-file limit to its hard limit, and warns (naming
@@ -77,11 +128,8 @@ struct HandshakeRules {
   std::string magic;        // the protocol's hello (kProtocolMagic, the ps's)
   Credentials credentials;  // the job's id and secret
   double timeout_seconds = 10.0;
-  uint32_t max_frame_bytes = kMaxFrameBytes;
+  uint32_t max_frame_bytes = kMaxFrameBytes;  // after the handshake (before it: kMaxHandshakeFrameBytes)
   std::string log_prefix;  // "rendezvous", "ps:0": how the server's log lines start
-  // A client that hangs up after the challenge could not check the server's
-  // proof: most likely a task with another secret. Say so (the store) or just close.
-  bool hangup_after_challenge_is_rejection = false;
 };
 
 class AuthenticatedConnection : public std::enable_shared_from_this<AuthenticatedConnection> {
@@ -105,13 +153,9 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   virtual bool accept_hello(const Hello& hello) = 0;
   // The client proved it knows the secret: the subclass's bookkeeping, before the
   // welcome. Returns the welcome's number (the store: a control connection's incarnation).
+  // Nothing before this may change the server's state: the hello's words are
+  // unproven (a failed proof is a warning and a record, never a verdict).
   virtual int64_t on_authenticated() { return 0; }
-  // A client that said a hello the subclass accepted (its job, a task of the
-  // cluster) then failed the secret's proof, or hung up after the challenge
-  // (hangup_after_challenge_is_rejection): `why`. Runs after the rejection is
-  // logged; the store fails the job with it (a task with another secret would
-  // otherwise leave the others waiting out the rendezvous timeout).
-  virtual void on_secret_mismatch(const std::string& why) { (void)why; }
   // The welcome is written: the subclass reads its requests (read_frame() for frames).
   virtual void on_ready() = 0;
   // A frame after the handshake, for subclasses that read frames.
@@ -121,6 +165,10 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   // Drops the connection, saying why in the server's log ("it <why>"), counted;
   // with `told`, the client is first sent a kError saying that.
   void reject(const std::string& why, const std::string& told = "");
+  // Drops a connection whose hello claimed a task and that then failed the
+  // proof (`how`: "sent a wrong proof", ...): "a task claiming worker:1 from
+  // HOST failed the proof: another DTRAIN_JOB_SECRET?", recorded for that name.
+  void fail_proof(const std::string& how, const std::string& told = "");
   // Writes `m` as a frame, then reads the next frame (or closes, with close_after).
   void reply(const Message& m, bool close_after = false);
   // Reads one frame: the handshake's, then on_frame()'s.
@@ -143,6 +191,9 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   void handle_handshake(const Message& m);
   // Writes `m` as a frame, then calls `then` (close() on a write error).
   void write_frame(const Message& m, void (AuthenticatedConnection::*then)());
+  // Logs `line` (rate-limited), counts the rejection and closes, after telling
+  // the client `told` when it is not empty.
+  void drop(const std::string& line, bool failed_proof, const std::string& told);
   // After a rejection's kError: reads and drops what the client still sends
   // until it hangs up, then closes (the linger timer closes it sooner).
   void drain();
@@ -158,7 +209,7 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   asio::steady_timer handshake_timer_;
   unsigned char header_[4] = {};
   std::string body_;
-  std::string peer_, task_, server_nonce_;
+  std::string peer_, host_, task_, server_nonce_;  // peer_: "host:port"; host_: its address
   Hello hello_;
   bool said_hello_ = false, ready_ = false, closed_ = false, rejected_ = false;
 };

@@ -394,12 +394,23 @@ std::vector<std::string> ClusterSession::wait_for_joins(const std::vector<std::s
     }
     std::vector<std::string> joined;
     const std::vector<std::string> missing = missing_tasks(found, &joined);
+    // Connections that claimed a missing task but failed the proof changed
+    // nothing; said here, they tell a user who mistyped a secret what happened.
+    const auto failed_text = [&] {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < tasks.size(); ++i)
+        if (!found[i]) names.push_back(tasks[i].str());
+      const std::string failed = server_->failed_proofs(names);
+      return failed.empty() ? "" : str("; failed proofs of the job secret from connections claiming them: ", failed,
+                                       " (another DTRAIN_JOB_SECRET?)");
+    };
     if (started_.seconds() >= rendezvous_timeout_)
       throw TimeoutError(str("rendezvous: after ", rendezvous_timeout_, " s these tasks have not joined: ",
-                             dtrain::join(missing, ", "), "; start them (same job file) or raise runtime.rendezvous_timeout"));
+                             dtrain::join(missing, ", "), failed_text(),
+                             "; start them (same job file and secret) or raise runtime.rendezvous_timeout"));
     if (!said || said->seconds() >= 5.0) {
       const std::string waiting = str(some_of(missing), " (", joined.size(), " of ", tasks.size(), " joined: ",
-                                      some_of(joined), ")");
+                                      some_of(joined), ")", failed_text());
       store_->set("rendezvous/waiting", waiting);
       log::info("rendezvous: waiting for ", waiting);
       said.emplace();

@@ -137,8 +137,6 @@ struct StoreClient::Impl {
 
   // A reply whose kError means the job failed: throws.
   static const Message& checked(const Message& reply) {
-    if (reply.op == Op::kError && reply.number == kJobMisconfigured)
-      throw ConfigError(reply_text(reply, "the tasks' configurations disagree"));
     if (reply.op == Op::kError) throw PeerLost(reply_text(reply, "the job failed"));
     return reply;
   }

@@ -70,7 +70,7 @@ struct ServerState {
     rules.timeout_seconds = options.handshake_timeout;
     rules.max_frame_bytes = kMaxFrameBytes;
     rules.log_prefix = "rendezvous";
-    rules.hangup_after_challenge_is_rejection = true;
+    server.set_log_prefix(rules.log_prefix);
     for (const auto& t : options.tasks) {
       tasks[t.name].address = t.address;
       if (is_training_task(t.name)) members.insert(t.name);
@@ -87,7 +87,6 @@ struct ServerState {
   std::map<std::string, std::string> kv;
   std::map<std::string, TaskState> tasks;
   std::optional<std::string> failure;
-  int64_t failure_kind = kJobFailed;  // kError's number for it
   // A parked `wait`: its keys, how many of them are still absent, and who to answer.
   struct Waiter {
     std::vector<std::string> keys;
@@ -115,7 +114,7 @@ struct ServerState {
   void start();
   void sweep();
   // The job fails with `why` (the first failure only).
-  void fail_job(const std::string& why, int64_t kind = kJobFailed);
+  void fail_job(const std::string& why);
   // A task is gone (`why`): the job fails, unless the task is expendable.
   void task_lost(const std::string& task, const std::string& why);
   // `members` changed (a training task was lost, or asked to train again):
@@ -166,10 +165,8 @@ class Connection final : public AuthenticatedConnection {
   bool accept_hello(const Hello& hello) override {
     const auto& creds = server_->options.credentials;
     if (hello.job_id != creds.job_id) {
-      server_->server.count_rejected();
-      log::warn("rendezvous: dropped the connection from ", peer(), ": it ", other_job_text(hello, creds));
-      reply({Op::kError, 0, {str("this address serves job '", creds.job_id, "', not '", printable(hello.job_id), "'")}},
-            true);
+      reject(other_job_text(hello, creds),
+             str("this address serves job '", creds.job_id, "', not '", printable(hello.job_id), "'"));
       return false;
     }
     if (!server_->tasks.count(hello.task)) {
@@ -198,18 +195,6 @@ class Connection final : public AuthenticatedConnection {
     server_->put("incarnation/" + task(), std::to_string(incarnation));
     server_->put("status/" + task(), "up");
     return incarnation;
-  }
-
-  // A task of this job with another secret: while that task has not joined, the
-  // job cannot start; fail it now with the reason (the others would wait out the
-  // rendezvous timeout). A task that joined already keeps the job: this was
-  // someone else.
-  void on_secret_mismatch(const std::string& why) override {
-    if (server_->tasks[task()].seen) return;
-    server_->fail_job(str(server_->describe(task()), " does not share this task's job secret (it ", why,
-                          "): every task of a job needs the same DTRAIN_JOB_SECRET (or runtime.secret_file); "
-                          "`dtrain launch` gives its tasks one, tasks started by hand need the same value exported"),
-                      kJobMisconfigured);
   }
 
   void on_ready() override { read_frame(); }
@@ -264,7 +249,7 @@ class Connection final : public AuthenticatedConnection {
       }
       case Op::kWait:
       case Op::kWaitGet: {
-        if (s.failure) return reply({Op::kError, s.failure_kind, {*s.failure}});
+        if (s.failure) return reply({Op::kError, kJobFailed, {*s.failure}});
         const auto deadline = Clock::now() + std::chrono::milliseconds(wait_timeout_ms(m));
         return s.park(m.fields, self_as<Connection>(), deadline, m.op == Op::kWaitGet);
       }
@@ -380,14 +365,13 @@ void ServerState::sweep() {
   });
 }
 
-void ServerState::fail_job(const std::string& why, int64_t kind) {
+void ServerState::fail_job(const std::string& why) {
   if (failure) return;  // the first failure is the cause; later ones are its effects
   failure = why;
-  failure_kind = kind;
   // This server runs in the chief, whose own error message says it next: a
   // warning here would say it twice.
   log::debug("rendezvous: the job failed: ", why);
-  for (auto& w : waiters) w.connection->reply({Op::kError, kind, {why}});
+  for (auto& w : waiters) w.connection->reply({Op::kError, kJobFailed, {why}});
   waiters.clear();
   waiting_on.clear();
   update_all_done();
@@ -538,6 +522,10 @@ StoreServer::~StoreServer() {
 int StoreServer::port() const { return impl_->server.port(); }
 
 int StoreServer::rejected_connections() const { return impl_->server.rejected(); }
+
+std::string StoreServer::failed_proofs(const std::vector<std::string>& tasks) const {
+  return impl_->server.failed_proofs(tasks);
+}
 
 int64_t StoreServer::requests_served() const { return impl_->requests.load(); }
 

@@ -7,8 +7,9 @@
 // declares a task lost when that connection closes before the task said it was
 // done, or when no heartbeat came for heartbeat_timeout, and from then on every
 // reply tells the other tasks that the job failed and why. Connections that fail
-// the handshake, send garbage or oversized frames are dropped and logged; the job
-// goes on. All state lives on the server's one I/O thread. Each control
+// the handshake, send garbage or oversized frames are dropped and logged
+// (rate-limited); the job goes on: nothing a connection says before it proved
+// the job secret changes the job (authenticated_server.h). All state lives on the server's one I/O thread. Each control
 // connection that comes up counts in incarnation/<task> and sets status/<task>
 // to "up", so a task restarted into a running job is told apart from its
 // earlier self.
@@ -69,6 +70,11 @@ class StoreServer {
   int port() const;
   // Connections dropped for failing the handshake or the protocol.
   int rejected_connections() const;
+  // The failed proofs of the job secret seen from connections that claimed one
+  // of `tasks`: "worker:1 (2 failed proofs, from 127.0.0.1)", joined by "; ";
+  // "" when none. They change nothing in the job (a warning each when they
+  // happen); the chief names them when it gives up waiting for those tasks.
+  std::string failed_proofs(const std::vector<std::string>& tasks) const;
   // Requests answered so far (heartbeats included; handshakes not), and the CPU
   // time the server's I/O thread has used: `dtrain bench rendezvous` reads both.
   int64_t requests_served() const;

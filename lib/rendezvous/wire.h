@@ -44,15 +44,13 @@ enum class Op : uint8_t {
   kNotFound = 32,
   kTimedOut = 33,
   kStatus = 34,     // heartbeat reply: number 0 = job healthy, 1 = failed; {message}
-  kError = 35,      // {message}; the server closes the connection after it. number: kJobFailed or
-                    // kJobMisconfigured (the failure is a configuration error: a task with another secret)
+  kError = 35,      // {message}; the server closes the connection after it. number: kJobFailed
 };
 
 const char* op_name(Op op);
 
 // kError's number: why the job failed.
 inline constexpr int64_t kJobFailed = 0;         // a task failed or was lost
-inline constexpr int64_t kJobMisconfigured = 2;  // the tasks' configuration disagrees (a ConfigError)
 
 struct Message {
   Op op = Op::kOk;

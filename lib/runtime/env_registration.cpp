@@ -48,13 +48,19 @@ Registration register_addresses(const config::ClusterConfig& partial, const rend
   std::vector<std::string> keys;
   for (const config::TaskId& t : tasks) keys.push_back(address_key(t));
   if (!store.wait(keys, runtime.rendezvous_timeout)) {
-    std::vector<std::string> missing;
+    std::vector<std::string> missing, missing_tasks;
     for (const config::TaskId& t : tasks)
-      if (!store.get(address_key(t))) missing.push_back(std::to_string(t.index));
+      if (!store.get(address_key(t))) {
+        missing.push_back(std::to_string(t.index));
+        missing_tasks.push_back(t.str());
+      }
+    const std::string failed = out.server ? out.server->failed_proofs(missing_tasks) : "";
     throw TimeoutError(str("env://: after runtime.rendezvous_timeout (", runtime.rendezvous_timeout, " s) RANK ",
                            join(missing, ", "), " of WORLD_SIZE ", tasks.size(),
                            " had not registered with the chief at ", partial.spec.address(chief),
-                           "; start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE"));
+                           failed.empty() ? "" : str("; failed proofs of the job secret from connections claiming "
+                                                     "them: ", failed, " (another DTRAIN_JOB_SECRET?)"),
+                           "; start every rank with the same MASTER_ADDR, MASTER_PORT, WORLD_SIZE and secret"));
   }
   for (const config::TaskId& t : tasks) {
     const std::optional<std::string> address = store.get(address_key(t));

@@ -10,8 +10,12 @@
 // rejoins at a step's end), an elastic job that starts with 2 of its 4 workers
 // after its settle time (a third joins later, the fourth never comes), the
 // TF_CONFIG checks of `dtrain
-// validate`, junk sent to the chief's port, and PyTorch's env:// convention
-// (ranks register their addresses; a rank that never comes). Every child runs under a deadline
+// validate`, junk sent to the chief's port, PyTorch's env:// convention
+// (ranks register their addresses; a rank that never comes), and impostors:
+// tasks with another secret and strangers who claim a task (the chief, a
+// worker, a ps task, an elastic job's absent worker) and fail the proof,
+// during the rendezvous and training, and a flood of them: the job ends as
+// an unattacked run does. Every child runs under a deadline
 // (start_dtrain.h) and is killed when its test ends.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,14 +26,17 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "integration/job_files.h"
 #include "integration/start_dtrain.h"
+#include "rendezvous/wire.h"
 
 namespace dtrain::integration {
 namespace {
@@ -277,20 +284,49 @@ TEST_CASE("cluster: tasks whose job configs differ both stop with exit code 2", 
                        " on worker:0 and 2 on worker:1"});
 }
 
-TEST_CASE("cluster: a task with another secret ends the chief's wait at once, with the reason", "[cluster]") {
+TEST_CASE("cluster: a task with another secret is refused at once, the chief warns, waits for the real one, and the "
+          "job ends as an unattacked one",
+          "[cluster][security]") {
+  // The impostor claims worker:1 before the real worker:1 starts: the chief
+  // learns nothing from it that it could trust, so it keeps waiting.
   const LocalCluster cluster({{"worker", 2}});
-  // A rendezvous timeout far beyond the finish deadlines below: the chief must not wait it out.
-  auto chief = start_task(cluster, "worker", 0, {"runtime.rendezvous_timeout=120"});
-  auto other = start_task(cluster, "worker", 1, {"runtime.rendezvous_timeout=120"},
-                          {"DTRAIN_JOB_SECRET=not-the-job-secret"});
-  const RunOutput r1 = other->finish(15.0);
-  const RunOutput r0 = chief->finish(15.0);
-  check_failed(r1, 2, {"secret"});
-  check_failed(r0, 2, {"worker:1 (" + cluster.address("worker", 1) + ") does not share this task's job secret",
-                       "DTRAIN_JOB_SECRET"});
-  INFO(describe(r0));
-  CHECK_THAT(r0.err, Contains("dropped the connection"));
-  CHECK_THAT(r0.err, !Contains("have not joined"));
+  const std::vector<std::string> sets = {"runtime.rendezvous_timeout=120"};
+  auto chief = start_task(cluster, "worker", 0, sets);
+  auto other = start_task(cluster, "worker", 1, sets, {"DTRAIN_JOB_SECRET=not-the-job-secret"});
+  check_failed(other->finish(15.0), 2, {"secret"});  // the user who mistyped it learns it at once
+  const std::string warning = "a task claiming worker:1 from 127.0.0.1 failed the proof: another DTRAIN_JOB_SECRET?";
+  if (!chief->wait_for_err(warning, 15.0)) FAIL("no warning from the chief\n" << chief->err());
+  std::this_thread::sleep_for(500ms);
+  CHECK_FALSE(chief->ended());
+  auto real = start_task(cluster, "worker", 1, sets);
+  const RunOutput r0 = chief->finish(kDeadline);
+  const RunOutput r1 = real->finish(kDeadline);
+  check_succeeded(r0, 2);
+  check_succeeded(r1, 2);
+
+  const LocalCluster quiet({{"worker", 2}});
+  auto q0 = start_task(quiet, "worker", 0, sets);
+  auto q1 = start_task(quiet, "worker", 1, sets);
+  const RunOutput u0 = q0->finish(kDeadline);
+  check_succeeded(u0, 2);
+  check_succeeded(q1->finish(kDeadline), 2);
+  WARN("attacked: " << params_sha256(r0.out) << "; unattacked: " << params_sha256(u0.out));
+  REQUIRE(params_sha256(r0.out).size() == 64);
+  CHECK(params_sha256(r0.out) == params_sha256(u0.out));
+  CHECK(params_sha256(r1.out) == params_sha256(u0.out));
+}
+
+TEST_CASE("cluster: at its rendezvous deadline the chief names the tasks that never joined and the failed proofs "
+          "claiming them",
+          "[cluster][security]") {
+  const LocalCluster cluster({{"worker", 2}});
+  auto chief = start_task(cluster, "worker", 0, {"runtime.rendezvous_timeout=4"});
+  auto other = start_task(cluster, "worker", 1, {}, {"DTRAIN_JOB_SECRET=not-the-job-secret"});
+  check_failed(other->finish(15.0), 2, {"secret"});
+  const RunOutput r0 = chief->finish(20.0);
+  check_failed(r0, 5, {"these tasks have not joined: worker:1",
+                       "failed proofs of the job secret from connections claiming them: worker:1 (",
+                       "from 127.0.0.1) (another DTRAIN_JOB_SECRET?)"});
 }
 
 TEST_CASE("cluster: without a job secret a task stops at once and says how to set one", "[cluster]") {
@@ -647,6 +683,187 @@ TEST_CASE("cluster: an env:// rank that never starts makes the others time out n
   // A RANK outside WORLD_SIZE is a config error naming both.
   check_failed(start_dtrain(job_args("run", {}), env_rank(port, 3, 3))->finish(15.0), 2,
                {"RANK='3' is not below WORLD_SIZE='3'"});
+}
+
+}  // namespace dtrain::integration
+
+// Strangers on the network: they know a job's id (it is no secret: derived
+// from the addresses, or set) and the ports, but not the secret. Whatever they
+// claim, the job must end as it would have without them.
+namespace dtrain::integration {
+namespace {
+
+constexpr const char* kJobId = "impostor-test-job";
+constexpr const char* kStoreMagic = "dtrain-rendezvous-1";  // rendezvous/auth.h
+constexpr const char* kPsMagic = "dtrain-ps-1";             // ps/ps_wire.h
+
+enum class Move { kWrongProof, kHangUp };
+
+// One frame from `s` within 5 s, or nullopt (closed, timed out, malformed).
+std::optional<rendezvous::Message> read_frame(const Socket& s) {
+  std::string bytes;
+  const auto deadline = Child::Clock::now() + 5s;
+  while (Child::Clock::now() < deadline) {
+    if (bytes.size() >= 4) {
+      const uint32_t length = rendezvous::decode_length(reinterpret_cast<const unsigned char*>(bytes.data()));
+      if (bytes.size() >= 4 + length) {
+        rendezvous::Message m;
+        if (!rendezvous::decode_payload(bytes.substr(4, length), m)) return std::nullopt;
+        return m;
+      }
+    }
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::recv(s.fd(), buffer, sizeof buffer, 0);
+    if (n <= 0) return std::nullopt;
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  return std::nullopt;
+}
+
+// Says a hello of `magic` claiming `task` to the server at 127.0.0.1:`port`,
+// then answers its challenge with a wrong proof, or hangs up. Returns whether
+// the server sent a challenge (false: nothing listens, or it refused the hello).
+bool impostor(int port, const std::string& magic, const std::string& task, Move move) {
+  const auto s = try_connect(port);
+  if (!s) return false;
+  const std::string role = magic == kPsMagic ? "ps" : "store";
+  send_all(*s, rendezvous::encode_frame({rendezvous::Op::kHello, 0, {magic, kJobId, task, role, "0123456789abcdef"}}));
+  const auto challenge = read_frame(*s);
+  if (!challenge || challenge->op != rendezvous::Op::kChallenge) return false;
+  if (move == Move::kWrongProof) {
+    send_all(*s, rendezvous::encode_frame({rendezvous::Op::kProof, 0, {std::string(64, 'a')}}));
+    const auto told = read_frame(*s);
+    CHECK((told && told->op == rendezvous::Op::kError));
+  }
+  return true;
+}
+
+struct Target {
+  int port;
+  std::string magic, task;
+};
+
+// Until `stop`: each target in turn, moves alternating, every 20 ms; counts
+// the challenges answered into `attempts`.
+std::thread attack(const std::vector<Target>& targets, const std::atomic<bool>& stop, std::atomic<int>& attempts) {
+  return std::thread([targets, &stop, &attempts] {
+    for (int round = 0; !stop; ++round) {
+      for (const Target& t : targets)
+        if (impostor(t.port, t.magic, t.task, round % 2 ? Move::kHangUp : Move::kWrongProof)) ++attempts;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// The chief's rejection lines stay within the rate limit (5 per 10 s window).
+void check_rate_limited(const RunOutput& r) {
+  const size_t lines = count_of(r.err, "failed the proof: another DTRAIN_JOB_SECRET?");
+  INFO(describe(r));
+  CHECK(lines >= 1);
+  CHECK(lines <= 5 * (static_cast<size_t>(r.seconds / 10.0) + 2));
+}
+
+}  // namespace
+
+TEST_CASE("cluster: impostors claiming the chief, a worker and a ps task, and a flood of failed handshakes, change "
+          "nothing in a parameter_server job",
+          "[cluster][security]") {
+  // One worker: its pushes reach the ps in one order, so the parameters are
+  // those of any other run of the job.
+  const std::vector<std::string> sets = {"strategy.type=parameter_server", "train.epochs=1500"};
+  const std::vector<std::string> env = {std::string("DTRAIN_JOB_ID=") + kJobId};
+  const auto run_job = [&](const LocalCluster& cluster, bool attacked) {
+    auto ps = start_task(cluster, "ps", 0, sets, env);
+    auto chief = start_task(cluster, "chief", 0, sets, env);
+    auto worker = start_task(cluster, "worker", 0, sets, env);
+    std::atomic<bool> stop{false};
+    std::atomic<int> attempts{0};
+    std::thread attacker;
+    if (attacked) {
+      const int chief_port = cluster.port("chief", 0), ps_port = cluster.port("ps", 0);
+      attacker = attack({{chief_port, kStoreMagic, "chief:0"}, {chief_port, kStoreMagic, "worker:0"},
+                         {chief_port, kStoreMagic, "ps:0"}, {ps_port, kPsMagic, "worker:0"},
+                         {ps_port, kPsMagic, "chief:0"}},
+                        stop, attempts);
+      // Once it trains, a flood: 300 wrong proofs at the chief as fast as they go.
+      if (chief->wait_for_err(kJoinedLine, 30.0))
+        for (int i = 0; i < 300; ++i) impostor(chief_port, kStoreMagic, "worker:0", Move::kWrongProof);
+    }
+    const RunOutput rc = chief->finish(60.0);
+    stop = true;
+    if (attacker.joinable()) attacker.join();
+    const RunOutput rw = worker->finish(kDeadline);
+    const RunOutput rp = ps->finish(kDeadline);
+    INFO(describe(rc) << "\n" << describe(rw) << "\n" << describe(rp));
+    CHECK(rc.exit_code == 0);
+    CHECK(rw.exit_code == 0);
+    CHECK(rp.exit_code == 0);
+    if (attacked) {
+      WARN(attempts.load() << " impostor handshakes besides the flood of 300");
+      CHECK(attempts > 10);
+      CHECK_THAT(rc.err, Contains("rendezvous: a task claiming chief:0 from 127.0.0.1 failed the proof"));
+      CHECK_THAT(rc.err, Contains("more connection(s) in 10 s without a line each"));
+      CHECK_THAT(rp.err, Contains("ps:0: a task claiming "));
+      check_rate_limited(rc);
+    }
+    return params_sha256(rc.out);
+  };
+  const std::string attacked = run_job(LocalCluster({{"chief", 1}, {"worker", 1}, {"ps", 1}}), true);
+  const std::string quiet = run_job(LocalCluster({{"chief", 1}, {"worker", 1}, {"ps", 1}}), false);
+  WARN("attacked: " << attacked << "; unattacked: " << quiet);
+  REQUIRE(quiet.size() == 64);
+  CHECK(attacked == quiet);
+}
+
+TEST_CASE("cluster: impostors claiming an elastic job's absent workers never start a new membership",
+          "[cluster][security][elastic]") {
+  // 4 workers, 2 of them started: worker:2 and worker:3 are absent, and a
+  // proven joiner would re-form the job. Unproven ones must not.
+  const std::vector<std::string> sets = {"strategy.elastic.min_workers=2", "strategy.elastic.settle_seconds=1",
+                                         "train.gradient_accumulation_steps=3", "train.epochs=1500"};
+  const std::vector<std::string> env = {std::string("DTRAIN_JOB_ID=") + kJobId};
+  const auto run_job = [&](const LocalCluster& cluster, bool attacked) {
+    auto chief = start_task(cluster, "worker", 0, sets, env);
+    auto worker1 = start_task(cluster, "worker", 1, sets, env);
+    if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
+    std::atomic<bool> stop{false};
+    std::atomic<int> attempts{0};
+    std::thread attacker;
+    if (attacked) {
+      const int port = cluster.port("worker", 0);
+      attacker = attack({{port, kStoreMagic, "worker:2"}, {port, kStoreMagic, "worker:3"},
+                         {port, kStoreMagic, "worker:1"}},
+                        stop, attempts);
+    }
+    const RunOutput r0 = chief->finish(60.0);
+    stop = true;
+    if (attacker.joinable()) attacker.join();
+    const RunOutput r1 = worker1->finish(kDeadline);
+    INFO(describe(r0) << "\n" << describe(r1));
+    CHECK(r0.exit_code == 0);
+    CHECK(r1.exit_code == 0);
+    CHECK_THAT(r0.out, Contains("Done: 1500 steps"));
+    CHECK_THAT(r0.err, !Contains("joined the job") && !Contains("training task(s) go on"));
+    if (attacked) {
+      CHECK(attempts > 5);
+      CHECK_THAT(r0.err, Contains("a task claiming worker:2 from 127.0.0.1 failed the proof"));
+      check_rate_limited(r0);
+    }
+    return params_sha256(r0.out);
+  };
+  const std::string attacked = run_job(LocalCluster({{"worker", 4}}), true);
+  const std::string quiet = run_job(LocalCluster({{"worker", 4}}), false);
+  WARN("attacked: " << attacked << "; unattacked: " << quiet);
+  REQUIRE(quiet.size() == 64);
+  CHECK(attacked == quiet);
 }
 
 }  // namespace dtrain::integration

@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "core/error.h"
@@ -275,9 +277,139 @@ TEST_CASE("a wrong proof of the secret is told so, the connection closed cleanly
   ::close(fd);
   wait_for_rejections(server, 1);
   CHECK(server.rejected_connections() == 1);
+  CHECK(server.failed_proofs({"worker:0", "worker:1"}) == "worker:0 (1 failed proof, from 127.0.0.1)");
   StoreClient good("127.0.0.1", server.port(), client_options("worker:0"));
   good.set("k", "v");
   CHECK(good.get("k") == std::optional<std::string>("v"));
+}
+
+namespace {
+
+// A raw connection that says a hello claiming `task` and reads the challenge.
+int hello_claiming(int port, const std::string& task, const std::string& role = "store") {
+  const int fd = raw_connect(port);
+  const std::string hello = encode_frame({Op::kHello, 0, {kProtocolMagic, "job-test", task, role, "nonce"}});
+  REQUIRE(::write(fd, hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  CHECK(read_raw_frame(fd).op == Op::kChallenge);
+  return fd;
+}
+
+// What this process writes to stderr while `body` runs (the server's log
+// lines); stderr is put back even when `body` throws (a failed REQUIRE).
+template <class Body>
+std::string stderr_of(Body body) {
+  std::fflush(stderr);
+  char path[] = "/tmp/dtrain-test-stderr-XXXXXX";
+  const int file = ::mkstemp(path);
+  REQUIRE(file >= 0);
+  ::unlink(path);
+  struct Restore {
+    int saved = ::dup(2);
+    ~Restore() {
+      std::fflush(stderr);
+      ::dup2(saved, 2);
+      ::close(saved);
+    }
+  };
+  {
+    Restore restore;
+    ::dup2(file, 2);
+    body();
+  }
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  for (off_t at = 0; (n = ::pread(file, buffer, sizeof buffer, at)) > 0; at += n) text.append(buffer, static_cast<size_t>(n));
+  ::close(file);
+  return text;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("connections that claim a task and fail the proof change nothing: the real task joins after them") {
+  StoreServer server("127.0.0.1", 0, server_options(10.0, 1.0));
+  // Another secret (the client gives up on the server's proof and hangs up), a
+  // wrong proof, a hang-up after the challenge, and no proof within the
+  // handshake's deadline: all claim worker:1, none is worker:1.
+  CHECK_THROWS_WITH(StoreClient("127.0.0.1", server.port(), client_options("worker:1", "control", creds("wrong"))),
+                    Catch::Contains("secret"));
+  const int wrong = hello_claiming(server.port(), "worker:1", "control");
+  const std::string proof = encode_frame({Op::kProof, 0, {std::string(64, '0')}});
+  REQUIRE(::write(wrong, proof.data(), proof.size()) == static_cast<ssize_t>(proof.size()));
+  CHECK(read_raw_frame(wrong).op == Op::kError);
+  ::close(wrong);
+  ::close(hello_claiming(server.port(), "worker:1", "control"));
+  const int silent = hello_claiming(server.port(), "worker:1", "control");
+  CHECK(closed_by_server(silent, 5));  // after the 1 s handshake deadline
+  ::close(silent);
+  wait_for_rejections(server, 4);
+  CHECK(server.rejected_connections() == 4);
+  CHECK(server.failed_proofs({"chief:0", "worker:0", "worker:1"}) == "worker:1 (4 failed proofs, from 127.0.0.1)");
+
+  // Nothing counted: the real worker:1 is its first incarnation, the job is healthy.
+  StoreClient observer("127.0.0.1", server.port(), client_options("worker:0"));
+  CHECK_FALSE(observer.get("incarnation/worker:1").has_value());
+  CHECK_FALSE(observer.get("status/worker:1").has_value());
+  StoreClient control("127.0.0.1", server.port(), client_options("worker:1", "control"));
+  CHECK_FALSE(control.heartbeat(0).failure.has_value());
+  CHECK(observer.get("incarnation/worker:1") == std::optional<std::string>("1"));
+  CHECK(observer.get("status/worker:1") == std::optional<std::string>("up"));
+}
+
+TEST_CASE("before a peer proved the secret a frame may be at most 4 KiB, after it the store's limit") {
+  StoreServer server("127.0.0.1", 0, server_options());
+  const int big = raw_connect(server.port());
+  const unsigned char header[4] = {0, 0, 0x20, 0};  // 8 KiB: under the store's 1 MiB, over a hello's 4 KiB
+  REQUIRE(::write(big, header, 4) == 4);
+  CHECK(closed_by_server(big, 5));
+  ::close(big);
+  wait_for_rejections(server, 1);
+  CHECK(server.rejected_connections() == 1);
+  StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+  const std::string value(100 * 1024, 'v');
+  a.set("big", value);
+  CHECK(a.get("big") == std::optional<std::string>(value));
+}
+
+TEST_CASE("a flood of failed proofs is logged at most 5 lines per 10 s, the rest summed up, and the store serves on") {
+  constexpr int kFlood = 200;
+  std::string log;
+  double seconds = 0;
+  log = stderr_of([&] {
+    StoreServer server("127.0.0.1", 0, server_options());
+    Stopwatch t;
+    const std::string proof = encode_frame({Op::kProof, 0, {std::string(64, '0')}});
+    for (int i = 0; i < kFlood; ++i) {
+      const int fd = hello_claiming(server.port(), i % 2 ? "chief:0" : "worker:1");
+      REQUIRE(::write(fd, proof.data(), proof.size()) == static_cast<ssize_t>(proof.size()));
+      CHECK(read_raw_frame(fd).op == Op::kError);
+      ::close(fd);
+    }
+    wait_for_rejections(server, kFlood);
+    seconds = t.seconds();
+    CHECK(server.rejected_connections() == kFlood);
+    StoreClient a("127.0.0.1", server.port(), client_options("worker:0"));
+    a.set("k", "v");
+    CHECK(a.get("k") == std::optional<std::string>("v"));
+  });  // (the server's end logs the last window's sum)
+  INFO(log);
+  const size_t lines = count_of(log, "failed the proof: another DTRAIN_JOB_SECRET?");
+  const size_t windows = static_cast<size_t>(seconds / 10.0) + 1;
+  CHECK(lines >= 5);
+  CHECK(lines <= 5 * windows);
+  // Every failed proof is either a line of its own or counted in a sum.
+  size_t summed = 0;
+  for (size_t at = log.find("rendezvous: dropped "); at != std::string::npos; at = log.find("rendezvous: dropped ", at + 1))
+    summed += std::stoul(log.substr(at + std::strlen("rendezvous: dropped ")));
+  CHECK(lines + summed == kFlood);
 }
 
 TEST_CASE("a client of another job is told so and refused") {
