@@ -14,6 +14,15 @@ What it measures
         torch.optim.AdamW(model.parameters()) does.
     ddp: the same training under DistributedDataParallel, --ddp processes on
         gloo over loopback, --threads each, the global batch split; tokens/s.
+        Other shapes (configs/gpt2_small.json's): --vocab (the embedding's and
+        the head's size; the data stays bytes), --width, --heads, --blocks,
+        --hidden, --gelu tanh (gelu_approximate), --sdpa flash (pin the
+        attention backend), --autocast (bfloat16), --compile. It prints
+        model_flops_per_token (6N + 12LdT, dtrain's formula), achieved
+        TFLOP/s and the peak memory (torch.cuda.max_memory_allocated over the
+        timed steps; the CPU's peak resident set).
+    gemm: the peak-GEMM probe, the best of --steps square torch.mm of
+        --gemm-size in --dtype (float32, tf32 or bfloat16): TFLOP/s.
     attention: one scaled_dot_product_attention(is_causal=True) forward and
         backward on (batch, heads, seq, head_dim) float32 tensors: the mean
         time and the peak memory it adds (ru_maxrss after it, less before it,
@@ -45,8 +54,12 @@ Usage:
     python bench/torch_gpt_reference.py train --threads 2 --steps 100 --warmup 5 [--compile] [--eval]
     python bench/torch_gpt_reference.py attention --seq 512 --threads 2
     python bench/torch_gpt_reference.py ddp --ddp 2 --threads 1 --steps 30
+    python bench/torch_gpt_reference.py train --device cuda --vocab 50304 --seq 1024 --stride 1024 --width 768 \
+        --heads 12 --blocks 12 --gelu tanh --batch 8 --autocast --sdpa flash [--compile]
+    python bench/torch_gpt_reference.py gemm --device cuda --dtype bfloat16 --gemm-size 8192
 """
 import argparse
+import contextlib
 import fnmatch
 import glob
 import json
@@ -81,9 +94,10 @@ def windows(tokens, seq, stride):
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads, hidden):
+    def __init__(self, width, heads, hidden, gelu="exact"):
         super().__init__()
         self.heads = heads
+        self.gelu = "tanh" if gelu == "tanh" else "none"
         self.ln1 = nn.LayerNorm(width, eps=1e-5)
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
@@ -98,15 +112,15 @@ class Block(nn.Module):
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab, seq, width, heads, hidden, blocks):
+    def __init__(self, vocab, seq, width, heads, hidden, blocks, gelu="exact"):
         super().__init__()
         self.tokens = nn.Embedding(vocab, width)
         self.positions = nn.Embedding(seq, width)
-        self.blocks = nn.ModuleList(Block(width, heads, hidden) for _ in range(blocks))
+        self.blocks = nn.ModuleList(Block(width, heads, hidden, gelu) for _ in range(blocks))
         self.ln = nn.LayerNorm(width, eps=1e-5)
         self.head = nn.Linear(width, vocab)
 
@@ -142,7 +156,7 @@ def train(args):
     train_tokens, val_tokens = tokens[:cut], tokens[cut:]
     starts = windows(train_tokens, args.seq, args.stride).to(device)
     offsets = torch.arange(args.seq + 1, device=device)
-    model = Gpt(256, args.seq, args.width, args.heads, 4 * args.width, args.blocks)
+    model = Gpt(args.vocab, args.seq, args.width, args.heads, args.hidden or 4 * args.width, args.blocks, args.gelu)
     if args.init == "keras":
         keras_init(model)
     model.to(device)
@@ -161,8 +175,8 @@ def train(args):
         position += args.batch
         chunk = train_tokens[idx[:, None] + offsets]
         x, y = chunk[:, :-1], chunk[:, 1:]
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast):
-            loss = F.cross_entropy(step_fn(x).reshape(-1, 256), y.reshape(-1))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast), sdpa_backend(args.sdpa):
+            loss = F.cross_entropy(step_fn(x).reshape(-1, args.vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -170,16 +184,25 @@ def train(args):
 
     for _ in range(args.warmup):
         step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     begin = time.perf_counter()
     last = 0.0
     for _ in range(args.steps):
-        last = step()
+        last = step()  # (.item(): each step ends on the host, as dtrain's)
     seconds = time.perf_counter() - begin
+    params = sum(p.numel() for p in model.parameters())
+    flops = 6 * params + 12 * args.blocks * args.width * args.seq  # PaLM's 6N + 12LdT, as dtrain's utilization.h
+    tokens_per_sec = args.steps * args.batch * args.seq / seconds
     result = {"framework": "pytorch", "torch_version": torch.__version__, "mode": "compile" if args.compile else "eager",
-              "autocast": "bfloat16" if args.autocast else "none",
+              "autocast": "bfloat16" if args.autocast else "none", "sdpa": args.sdpa,
               "device": device_name(device), "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+              "vocab": args.vocab, "width": args.width, "blocks": args.blocks, "heads": args.heads, "gelu": args.gelu,
               "warmup": args.warmup, "init": args.init, "seconds": seconds,
-              "tokens_per_sec": args.steps * args.batch * args.seq / seconds, "last_loss": last}
+              "tokens_per_sec": tokens_per_sec, "params": params, "model_flops_per_token": flops,
+              "achieved_tflops": tokens_per_sec * flops / 1e12, "peak_memory_bytes": peak_memory_bytes(device),
+              "last_loss": last}
     if args.eval:
         model.eval()
         vstarts = windows(val_tokens, args.seq, args.seq).to(device)
@@ -188,7 +211,7 @@ def train(args):
             for i in range(0, len(vstarts), 64):
                 chunk = val_tokens[vstarts[i:i + 64, None] + offsets]
                 logits = model(chunk[:, :-1])
-                total += F.cross_entropy(logits.reshape(-1, 256), chunk[:, 1:].reshape(-1), reduction="sum").item()
+                total += F.cross_entropy(logits.reshape(-1, args.vocab), chunk[:, 1:].reshape(-1), reduction="sum").item()
                 count += chunk[:, 1:].numel()
         result["val_loss"] = total / count
         result["val_bits_per_byte"] = total / count / math.log(2)
@@ -205,7 +228,7 @@ def ddp_rank(rank, args, port, queue):
     starts = windows(tokens, args.seq, args.stride)
     offsets = torch.arange(args.seq + 1)
     model = torch.nn.parallel.DistributedDataParallel(
-        Gpt(256, args.seq, args.width, args.heads, 4 * args.width, args.blocks))
+        Gpt(args.vocab, args.seq, args.width, args.heads, args.hidden or 4 * args.width, args.blocks, args.gelu))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     local = args.batch // args.ddp
     gen = torch.Generator().manual_seed(args.seed)
@@ -213,7 +236,7 @@ def ddp_rank(rank, args, port, queue):
     def step():
         idx = starts[torch.randint(len(starts), (args.batch,), generator=gen)][rank * local:(rank + 1) * local]
         chunk = tokens[idx[:, None] + offsets]
-        loss = F.cross_entropy(model(chunk[:, :-1]).reshape(-1, 256), chunk[:, 1:].reshape(-1))
+        loss = F.cross_entropy(model(chunk[:, :-1]).reshape(-1, args.vocab), chunk[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -241,6 +264,44 @@ def ddp(args):
 
 def device_name(device):
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def peak_memory_bytes(device):
+    """The most bytes the run's tensors held on a GPU; the process's peak resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def sdpa_backend(name):
+    """A context that pins scaled_dot_product_attention to one backend ("auto": PyTorch picks)."""
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}[name])
+
+
+def gemm(args):
+    """The peak-GEMM probe: the best of --steps square products of --gemm-size in --dtype."""
+    device = torch.device(args.device)
+    dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
+    n = args.gemm_size
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    best = float("inf")
+    for i in range(args.warmup + args.steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        begin = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= args.warmup:
+            best = min(best, time.perf_counter() - begin)
+    print(json.dumps({"framework": "pytorch", "torch_version": torch.__version__, "op": "mm", "dtype": args.dtype,
+                      "size": n, "device": device_name(device), "threads": args.threads,
+                      "tflops": 2 * n ** 3 / best / 1e12}))
 
 
 def attention(args):
@@ -287,7 +348,7 @@ def attention(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["train", "ddp", "attention"])
+    p.add_argument("what", choices=["train", "ddp", "attention", "gemm"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
@@ -299,6 +360,14 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=32)
     p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=256, help="the embedding's and the head's size (the data is bytes)")
+    p.add_argument("--hidden", type=int, default=0, help="the MLP's width (0: 4 x --width)")
+    p.add_argument("--gelu", choices=["exact", "tanh"], default="exact",
+                   help="GELU's form: exact (dtrain's gelu) or tanh (gelu_approximate, GPT-2's)")
+    p.add_argument("--sdpa", choices=["auto", "flash", "efficient", "math", "cudnn"], default="auto",
+                   help="scaled_dot_product_attention's backend")
+    p.add_argument("--gemm-size", type=int, default=8192, help="gemm: the square product's size")
+    p.add_argument("--dtype", choices=["float32", "tf32", "bfloat16"], default="bfloat16", help="gemm: its dtype")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--compile", action="store_true")
@@ -317,6 +386,8 @@ def main():
         train(args)
     elif args.what == "ddp":
         ddp(args)
+    elif args.what == "gemm":
+        gemm(args)
     else:
         attention(args)
 

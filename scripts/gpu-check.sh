@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The GPU check that fits one device-tool call: runs on a lent GPU machine from the
 # bundle (.gpu/, made by scripts/gpu-bundle.sh here and carried there), most
-# valuable step first, each under its own `timeout`, in at most 8 minutes in all
-# (GPU_CHECK_BUDGET_S, default 470 s: a step that no longer fits in what is left
+# valuable step first, each under its own `timeout`, in at most 9.5 minutes in all
+# (GPU_CHECK_BUDGET_S, default 560 s: a step that no longer fits in what is left
 # gets the rest, or is skipped). A failing step is recorded and the next one runs.
 #
 #   step          at most  what it runs
 #   unpack           (15)  source scripts/gpu-env.sh: unpack the bundle, find CUDA's libraries
 #   version           15   dtrain version, dtrain devices, nvidia-smi, which cuBLASLt/cuDNN/NCCL load
+#   bench-gpt2       240   GPT-2 small's shape (configs/gpt2_small.json, batch 8, sequence 1024): a
+#                          peak-GEMM probe (torch.mm bf16 and fp32), then alternating dtrain float32,
+#                          PyTorch eager float32, dtrain mixed_bfloat16, PyTorch eager bf16 autocast
+#                          with flash SDPA, torch.compile bf16 (AdamW, same shapes): tokens/s, MFU,
+#                          peak memory (bench/gpt2_summary.py's table), then dtrain bench train
+#                          --profile in mixed_bfloat16: where the step's time goes
 #   ops               60   test_gpu_ops: every op on the GPU against the CPU
 #   layers            40   test_gpu_layers: a ResNet-style model's outputs and gradients against the CPU
 #   train-mlp         30   dtrain run, the shipped MLP on the GPU: 4 epochs of 8192 images (256 steps)
@@ -29,7 +35,7 @@
 #                          (bench/torch_gpt_reference.py --device cuda), and attention alone at
 #                          sequence 128, 512 and 2048 (and 2048 on the row kernels) against
 #                          scaled_dot_product_attention: time and the memory it adds
-#                 (sum 695: the budget ends it; the longer benchmarks: scripts/bench-gpu.sh)
+#                 (sum 935: the budget ends it; the longer benchmarks: scripts/bench-gpu.sh)
 #
 # Writes two files to $OUT (the device tool's folder that comes back; ./gpu-check-out
 # when OUT is unset): gpu-check.tsv (step, status pass/fail/skip/timeout, seconds,
@@ -41,9 +47,10 @@
 # and a CUDA build in build/): the same steps with build/dtrain and build/tests/gpu.
 # GPU_CHECK_DEVICE=cpu rehearses the dtrain steps on the CPU (device cpu, Gloo
 # instead of NCCL, no accuracy bar on cuda:0): a check of this script on a machine
-# without a GPU; the test binaries still report skip there.
+# without a GPU; the test binaries still report skip there. GPU_CHECK_STEPS="a b"
+# runs only the steps named.
 # Usage: bash scripts/gpu-check.sh
-#   with the device tool: run(carry [".gpu"], command "bash scripts/gpu-check.sh", timeout_s 540)
+#   with the device tool: run(carry [".gpu"], command "bash scripts/gpu-check.sh", timeout_s 600)
 set -uo pipefail  # no -e: each step's failure is recorded, and the next step runs
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -52,7 +59,7 @@ out="${OUT:-$repo_root/gpu-check-out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 summary="$out/gpu-check.tsv"
-budget="${GPU_CHECK_BUDGET_S:-470}"
+budget="${GPU_CHECK_BUDGET_S:-560}"
 : >"$log"
 printf 'step\tstatus\tseconds\tdetail\n' >"$summary"
 work="$(mktemp -d /tmp/gpu-check.XXXXXX)"
@@ -75,6 +82,8 @@ record() {
 # closing line, else the output's last line.
 step() {
   local name=$1 cap=$2 fn=$3 left rc t0 o detail status
+  # GPU_CHECK_STEPS="version bench-gpt2": only those steps (a rehearsal of one step)
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [[ " $GPU_CHECK_STEPS " != *" $name "* ]]; then return; fi
   left=$(( budget - (SECONDS - t_start) ))
   if [ "$left" -lt 10 ]; then
     record "$name" skip 0 "not started: the ${budget}s budget is spent"
@@ -87,8 +96,8 @@ step() {
   timeout -k 5 "$cap" bash -c "$fn" >"$o" 2>&1 </dev/null
   rc=$?
   cat "$o" >>"$log"
-  detail="$(grep '^DETAIL: ' "$o" | tail -1 | sed 's/^DETAIL: //')"
-  [ -n "$detail" ] || detail="$(grep -E '^(All tests passed|test cases:)' "$o" | tail -1)"
+  detail="$(grep -a '^DETAIL: ' "$o" | tail -1 | sed 's/^DETAIL: //')"
+  [ -n "$detail" ] || detail="$(grep -a -E '^(All tests passed|test cases:)' "$o" | tail -1)"
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     status=timeout
     detail="stopped after ${cap}s; last line: $(grep -v '^\s*$' "$o" | tail -1)"
@@ -408,10 +417,55 @@ sys.exit(0 if ams > 0 and pms > 0 else 1)')" || status=1
   echo "DETAIL: $line"
   return $status
 }
+# GPT-2 small's shape, dtrain against PyTorch (issue 58's measurement). A CPU
+# rehearsal (GPU_CHECK_DEVICE=cpu) takes batch 1 and one timed step per row.
+s_bench_gpt2() {
+  need_gpu
+  local cuda=cuda steps=10 warmup=3 batch=8 gemm=8192 sdpa=flash status=0
+  [ "$GPU_CHECK_DEVICE" = gpu ] || { cuda=cpu; steps=1; warmup=1; batch=1; gemm=2048; sdpa=auto; }
+  local rows="$GPU_CHECK_WORK/gpt2.jsonl" torch=1
+  : >"$rows"
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() or sys.argv[1] == "cpu" else 1)' "$cuda" 2>/dev/null; then
+    echo "no PyTorch with CUDA in $PYTHON: the dtrain rows only"
+    torch=0
+  fi
+  # row LABEL COMMAND...: runs it, adds its last JSON line to the rows with "row": LABEL.
+  # (through a file: `tee /dev/stderr` would reopen, and truncate, the step's output file)
+  row() {
+    local label=$1 out file="$GPU_CHECK_WORK/gpt2-row.out"
+    shift
+    echo "=== $label: $*"
+    "$@" >"$file" 2>&1
+    cat "$file"
+    out=$(grep -a '^{' "$file" | tail -1)
+    [ -n "$out" ] || { echo "$label: no result"; return 1; }
+    printf '%s\n' "$out" | "$PYTHON" -c 'import json, sys; r = json.loads(sys.stdin.read()); r["row"] = sys.argv[1]; print(json.dumps(r))' "$label" >>"$rows"
+  }
+  local reference=(bench/torch_gpt_reference.py train --device "$cuda" --vocab 50304 --seq 1024 --stride 1024
+                   --width 768 --heads 12 --head-dim 64 --blocks 12 --gelu tanh --batch "$batch" --lr 6e-4
+                   --weight-decay 0.1 --steps "$steps" --warmup "$warmup")
+  local bench=("$DTRAIN_TEST_BINARY" bench train --config configs/gpt2_small.json --set "device=$GPU_CHECK_DEVICE"
+               --batch "$batch" --steps "$steps" --warmup "$warmup" --json)
+  if [ "$torch" = 1 ]; then
+    row "gemm bfloat16" "$PYTHON" bench/torch_gpt_reference.py gemm --device "$cuda" --dtype bfloat16 --gemm-size "$gemm" || status=1
+    row "gemm float32" "$PYTHON" bench/torch_gpt_reference.py gemm --device "$cuda" --dtype float32 --gemm-size "$gemm" || status=1
+  fi
+  row "dtrain float32" "${bench[@]}" --set train.precision=float32 || status=1
+  [ "$torch" = 1 ] && { row "torch eager float32" "$PYTHON" "${reference[@]}" || status=1; }
+  row "dtrain mixed_bfloat16" "${bench[@]}" --set train.precision=mixed_bfloat16 || status=1
+  [ "$torch" = 1 ] && { row "torch eager bf16+flash" "$PYTHON" "${reference[@]}" --autocast --sdpa "$sdpa" || status=1; }
+  [ "$torch" = 1 ] && { row "torch compile bf16" "$PYTHON" "${reference[@]}" --autocast --compile || status=1; }
+  "$PYTHON" bench/gpt2_summary.py "$rows" || status=1
+  echo "=== where dtrain's mixed_bfloat16 step goes"
+  "$DTRAIN_TEST_BINARY" bench train --config configs/gpt2_small.json --set "device=$GPU_CHECK_DEVICE" \
+    --set train.precision=mixed_bfloat16 --batch "$batch" --steps 1 --warmup 1 --profile "$warmup" || status=1
+  return $status
+}
 export -f comm_engine links_wanted need_gpu make_job summary_field train_run pair s_version s_ops s_layers s_train_mlp s_train_cnn s_precision \
-  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench s_gpt_tests s_train_gpt s_bench_gpt
+  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench s_gpt_tests s_train_gpt s_bench_gpt s_bench_gpt2
 
 step version 15 s_version
+step bench-gpt2 240 s_bench_gpt2
 step ops 60 s_ops
 step layers 40 s_layers
 step train-mlp 30 s_train_mlp

@@ -383,6 +383,7 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
                         {"seconds", r.seconds},         {"samples_per_sec", r.samples_per_sec},
                         {"precision", r.precision}};
     if (!r.cpu_bf16.empty()) j["cpu_bf16"] = r.cpu_bf16;
+    if (r.utilization) j.update(nlohmann::json::parse(trainer::utilization_json(*r.utilization)));
     if (!r.profile.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (const auto& l : r.profile)
@@ -400,6 +401,11 @@ int bench_train_command(const BenchTrainOptions& options, const runtime::Environ
   std::printf("%s: %s, %s, batch %lld, %d threads, %lld steps in %.3fs: %.1f samples/s\n",
               options.job.config.c_str(), r.device.c_str(), precision.c_str(), static_cast<long long>(r.batch_size),
               r.threads, static_cast<long long>(r.steps), r.seconds, r.samples_per_sec);
+  if (r.utilization)
+    std::printf("%.0f tokens/s, %s; peak memory %s (%s)\n", r.utilization->tokens_per_sec,
+                trainer::utilization_text(*r.utilization).c_str(),
+                format_bytes(static_cast<double>(r.utilization->peak_memory_bytes)).c_str(),
+                r.utilization->peak_memory_kind.c_str());
   if (!r.profile.empty()) print_profile(r);
   return 0;
 }

@@ -96,28 +96,41 @@ void Progress::step(const StepProgress& p) {
   std::fflush(stdout);
 }
 
-void Progress::epoch_done(const EpochReport& r) {
-  if (terminal_ && relay_columns_ == 0) std::printf("\r\033[K");
+std::string epoch_line(const EpochReport& r) {
+  char buffer[512];
   const double ms_per_step = r.steps > 0 ? 1000.0 * r.seconds / static_cast<double>(r.steps) : 0.0;
+  std::string line;
   if (r.label_width > 1) {
     // Per token: a sequence's loss, its perplexity, and the tokens behind the samples.
-    std::printf("Epoch %lld/%lld: %lld steps, %.1fs, %.1fms/step, %.0f samples/s, %.0f tokens/s - loss: %.4f - "
-                "perplexity: %.4f - accuracy: %.4f",
-                static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.steps),
-                r.seconds, ms_per_step, r.samples_per_sec, r.tokens_per_sec, r.loss, std::exp(r.loss), r.accuracy);
-    if (r.has_validation)
-      std::printf(" - val_loss: %.4f - val_perplexity: %.4f - val_accuracy: %.4f", r.val_loss, std::exp(r.val_loss),
-                  r.val_accuracy);
-    std::printf("\n");
-    std::fflush(stdout);
-    return;
+    const std::string mfu = r.mfu > 0 ? str(", MFU ", std::llround(1000.0 * r.mfu) / 10.0, "%") : std::string();
+    std::snprintf(buffer, sizeof buffer,
+                  "Epoch %lld/%lld: %lld steps, %.1fs, %.1fms/step, %.0f samples/s, %.0f tokens/s%s - loss: %.4f - "
+                  "perplexity: %.4f - accuracy: %.4f",
+                  static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.steps),
+                  r.seconds, ms_per_step, r.samples_per_sec, r.tokens_per_sec, mfu.c_str(), r.loss, std::exp(r.loss),
+                  r.accuracy);
+    line = buffer;
+    if (r.has_validation) {
+      std::snprintf(buffer, sizeof buffer, " - val_loss: %.4f - val_perplexity: %.4f - val_accuracy: %.4f", r.val_loss,
+                    std::exp(r.val_loss), r.val_accuracy);
+      line += buffer;
+    }
+    return line;
   }
-  std::printf("Epoch %lld/%lld: %lld steps, %.1fs, %.1fms/step, %.0f samples/s - loss: %.4f - accuracy: %.4f",
-              static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.steps),
-              r.seconds, ms_per_step, r.samples_per_sec, r.loss, r.accuracy);
-  if (r.has_validation)
-    std::printf(" - val_loss: %.4f - val_accuracy: %.4f", r.val_loss, r.val_accuracy);
-  std::printf("\n");
+  std::snprintf(buffer, sizeof buffer, "Epoch %lld/%lld: %lld steps, %.1fs, %.1fms/step, %.0f samples/s - loss: %.4f - accuracy: %.4f",
+                static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.steps),
+                r.seconds, ms_per_step, r.samples_per_sec, r.loss, r.accuracy);
+  line = buffer;
+  if (r.has_validation) {
+    std::snprintf(buffer, sizeof buffer, " - val_loss: %.4f - val_accuracy: %.4f", r.val_loss, r.val_accuracy);
+    line += buffer;
+  }
+  return line;
+}
+
+void Progress::epoch_done(const EpochReport& r) {
+  if (terminal_ && relay_columns_ == 0) std::printf("\r\033[K");
+  std::printf("%s\n", epoch_line(r).c_str());
   std::fflush(stdout);
 }
 

@@ -19,6 +19,7 @@ struct EpochReport {
   // perplexity (exp of the per-token loss) to what is reported.
   int64_t label_width = 1;
   double tokens_per_sec = 0.0;
+  double mfu = 0.0;  // a language model on a GPU: model FLOPs utilisation (utilization.h), else 0
   double loss = 0.0, accuracy = 0.0;
   double learning_rate = 0.0;    // at the epoch's last step (Keras' epoch_learning_rate)
   double step_ms = 0.0;          // the epoch's time per step
@@ -41,6 +42,11 @@ struct StepProgress {
 // accuracy, the time per step, the word "Epoch", the ETA and the loss go, in
 // that order; what still does not fit is cut.
 std::string progress_line(const StepProgress& p, int width);
+
+// An epoch's line, Keras' end-of-epoch line with time, rates and metrics:
+// "Epoch 2/5: 750 steps, 73.2s, 97.6ms/step, 328 samples/s - loss: ...";
+// a sequence's adds tokens/s (and MFU where known) and perplexities.
+std::string epoch_line(const EpochReport& r);
 
 class Progress {
  public:

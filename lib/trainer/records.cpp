@@ -195,6 +195,7 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   // (none on a parameter_server worker: the coordinator's summary has the final parameters')
   j["params_sha256"] = s.params_sha256.empty() ? nlohmann::json() : nlohmann::json(s.params_sha256);
   j["optimizer_state_bytes"] = s.optimizer_state_bytes;
+  if (s.utilization) j["utilization"] = nlohmann::json::parse(utilization_json(*s.utilization));
   if (s.loss_scale) {
     j["loss_scale"] = *s.loss_scale;
     j["loss_scale_skipped_steps"] = s.loss_scale_skipped_steps;

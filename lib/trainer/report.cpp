@@ -35,6 +35,11 @@ void report_run(const job::JobConfig& job, const RunOptions& options, strategy::
   std::printf("Done: %lld steps in %.1fs, %.0f samples/s%s%s, params_sha256 %s\n",
               static_cast<long long>(summary.steps), summary.wall_seconds, summary.train_samples_per_sec,
               tokens.c_str(), details.c_str(), summary.params_sha256.c_str());
+  if (summary.utilization) {
+    const Utilization& u = *summary.utilization;
+    std::printf("Utilization: %s; peak memory %s (%s)\n", utilization_text(u).c_str(),
+                format_bytes(static_cast<double>(u.peak_memory_bytes)).c_str(), u.peak_memory_kind.c_str());
+  }
   if (summary.memory && summary.measured_memory && summary.measured_memory->peak > 0) {
     const RunSummary::MeasuredMemory& m = *summary.measured_memory;
     std::printf("Memory per task (measured): %s resident at the training's peak%s; %s above the process before the "

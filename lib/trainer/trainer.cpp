@@ -180,11 +180,29 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
 
   // The loop.
   StrategySteps steps(job, s, *t.train, checkpointer, options, t.steps_per_epoch, t.global_batch, start.global_step);
-  const LoopContext context{job,           s, checkpointer, callbacks, metrics, t.test.get(), t.steps_per_epoch,
-                            t.global_batch, summary.label_width, options.elastic};
+  LoopContext context{job,           s, checkpointer, callbacks, metrics, t.test.get(), t.steps_per_epoch,
+                      t.global_batch, summary.label_width, options.elastic};
+  // A language model's MFU: on a GPU the peak is known before the loop (its
+  // epoch lines say MFU); on the CPU the GEMM is measured after it.
+  const std::optional<ModelFlops> flops = summary.label_width > 1 ? model_flops(job.model) : std::nullopt;
+  const int devices = plan.training_tasks * plan.local_replicas();
+  std::optional<PeakFlops> peak;
+  if (flops && !device.is_cpu()) {
+    peak = device_peak(device, job.train.precision, plan.threads, /*thorough=*/false);
+    context.flops_per_token = flops->per_token;
+    context.peak_tflops = static_cast<double>(devices) * peak->tflops();
+  }
   summary.measured_memory->peak_from_loop = reset_peak_resident();
   const LoopResult loop = run_epochs(context, steps, start);
   summary.measured_memory->peak = peak_resident_bytes();
+  if (flops && loop.train_seconds > 0) {
+    if (!peak) peak = device_peak(device, job.train.precision, plan.threads, /*thorough=*/false);
+    const double tokens_per_sec = static_cast<double>(loop.train_samples) / loop.train_seconds *
+                                  static_cast<double>(summary.label_width);
+    summary.utilization = utilization(*flops, tokens_per_sec, devices, *peak);
+    read_peak_memory(device, *summary.utilization);
+    if (device.is_cpu()) summary.utilization->peak_memory_bytes = summary.measured_memory->peak;  // (the loop's)
+  }
 
   // The report.
   report_strategy_steps(job, s, steps, loop, summary);

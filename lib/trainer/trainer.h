@@ -13,6 +13,7 @@
 #include "ps/ps_client.h"
 #include "rendezvous/store.h"
 #include "strategy/memory_estimate.h"
+#include "trainer/utilization.h"
 
 namespace dtrain::comm {
 class Communicator;
@@ -155,6 +156,9 @@ struct RunSummary {
   std::optional<MeasuredMemory> measured_memory;
   // strategy.elastic: every change of the training tasks, oldest first.
   std::vector<MembershipChange> membership_changes;
+  // A language model with attention layers: tokens/s, FLOPs per token, MFU
+  // against the device's peak, peak memory (utilization.h).
+  std::optional<Utilization> utilization;
 };
 
 // Trains and evaluates the job as `plan` says (plan/execution_plan.h), printing
@@ -218,6 +222,9 @@ struct BenchResult {
   std::vector<LayerProfile> profile;  // with profile_steps > 0
   double profile_step_ms = 0.0;       // mean step time of the profiled steps (loss, update, data and the
                                       // waits around each layer included)
+  // A language model with attention layers: tokens/s, FLOPs, MFU, peak memory
+  // (utilization.h; the GEMM probe runs after the timed steps).
+  std::optional<Utilization> utilization;
 };
 
 // Times training steps (data pipeline included) on the job's training data.

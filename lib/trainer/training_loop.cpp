@@ -80,6 +80,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
     EpochReport report =
         epoch_report(epoch + 1, job.train.epochs, c.steps_per_epoch, seconds, epoch_stats, c.label_width);
     report.comm_wait_share = source.epoch_comm_wait_share();
+    if (c.peak_tflops > 0) report.mfu = report.tokens_per_sec * c.flops_per_token / 1e12 / c.peak_tflops;
     c.strategy.sync_state();
     r.global_step = source.epoch_end_step(r.global_step);
     report.learning_rate = learning_rate(c.strategy, r.global_step);

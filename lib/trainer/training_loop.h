@@ -67,6 +67,10 @@ struct LoopContext {
   // strategy.elastic: the snapshot taken after each epoch's end, and the
   // membership changes recorded once the first step at the new size is done.
   ElasticState* elastic = nullptr;
+  // A language model on a GPU: FLOPs a token and the job's devices' peak
+  // TFLOP/s, for each epoch's MFU (0: not reported).
+  double flops_per_token = 0.0;
+  double peak_tflops = 0.0;
 };
 
 // What the loop measured, for the report.

@@ -125,6 +125,13 @@ BenchResult bench_train(const job::JobConfig& job, const plan::ExecutionPlan& pl
   // This task's samples; every data shard trains the same number, so the job's
   // rate is this x shards (a pipeline's stages share their copy's samples).
   result.samples_per_sec = samples * num_workers / std::max(result.seconds, 1e-9);
+  if (dataset->label_width > 1)
+    if (const std::optional<ModelFlops> flops = model_flops(job.model)) {
+      const PeakFlops peak = device_peak(device, job.train.precision, plan.threads, /*thorough=*/true);
+      result.utilization = utilization(*flops, result.samples_per_sec * static_cast<double>(dataset->label_width),
+                                       plan.training_tasks * plan.local_replicas(), peak);
+      read_peak_memory(device, *result.utilization);
+    }
   return result;
 }
 

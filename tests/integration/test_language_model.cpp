@@ -3,9 +3,11 @@
 // reports per token (loss, perplexity = exp(loss), tokens/s) on its epoch lines,
 // in metrics.jsonl and in the summary; `validate` shows the labels per sample; a
 // model whose output does not give one row of logits per label is exit 2 naming
-// both; a parameter_server job's work units carry the tokens to the coordinator.
+// both; a parameter_server job's work units carry the tokens to the coordinator;
+// a GPT's bench train --json and run summary report FLOPs per token and MFU.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
@@ -96,6 +98,71 @@ TEST_CASE("parameter_server work units carry the tokens: the coordinator reports
   CHECK(loss > 0.5);
   CHECK(loss < 10.0);
   CHECK(chief["train_perplexity"].get<double>() == Approx(std::exp(loss)));
+}
+
+}  // namespace dtrain::integration
+
+namespace dtrain::integration {
+
+TEST_CASE("bench train --json of a GPT reports tokens/s, its FLOPs per token (6N + 12LdT) and MFU against the measured "
+          "GEMM",
+          "[integration]") {
+  TempDir tmp;
+  const RunOutput r = run_dtrain({"bench", "train", "--config", write_job(tmp, tiny_gpt_job(tmp)), "--steps", "3",
+                                  "--warmup", "1", "--threads", "1", "--json"},
+                                 {120.0, ""});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  // (the tiny GPT: sequence 16, width 16, two blocks)
+  CHECK(j.at("tokens_per_sec").get<double>() == Approx(16 * j.at("samples_per_sec").get<double>()));
+  CHECK(j.at("layers") == 2);
+  CHECK(j.at("width") == 16);
+  CHECK(j.at("sequence") == 16);
+  const double n = j.at("params").get<double>();
+  CHECK(n > 1000);
+  CHECK(j.at("model_flops_per_token").get<double>() == Approx(6 * n + 12.0 * 2 * 16 * 16));
+  const double achieved = j.at("achieved_tflops").get<double>();
+  CHECK(achieved == Approx(j.at("tokens_per_sec").get<double>() * j.at("model_flops_per_token").get<double>() / 1e12));
+  // On the CPU the peak is the GEMM it measured on the job's thread.
+  CHECK(j.at("datasheet_tflops") == 0.0);
+  CHECK(j.at("peak_tflops").get<double>() == j.at("measured_gemm_tflops").get<double>());
+  CHECK(j.at("peak_tflops").get<double>() > 0.0);
+  CHECK_THAT(j.at("peak_source").get<std::string>(), Catch::Contains("oneDNN 2048x2048x2048 float32 GEMM, 1 thread"));
+  CHECK(j.at("mfu").get<double>() == Approx(achieved / j.at("peak_tflops").get<double>()));
+  CHECK(j.at("mfu").get<double>() > 0.0);
+  CHECK(j.at("peak_memory_bytes").get<double>() > 0);
+}
+
+TEST_CASE("a GPT's run says its utilization in the summary and after the Done line; a model without attention does "
+          "not",
+          "[integration]") {
+  TempDir tmp;
+  const std::string summary_path = tmp.file("summary.json");
+  const RunOutput gpt = run_dtrain({"run", "--config", write_job(tmp, tiny_gpt_job(tmp)), "--threads", "1",
+                                    "--summary", summary_path},
+                                   {120.0, ""});
+  INFO(describe(gpt));
+  REQUIRE(gpt.exit_code == 0);
+  CHECK_THAT(gpt.out, Catch::Contains("Utilization: ") && Catch::Contains("6N + 12LdT") && Catch::Contains(", MFU "));
+  const nlohmann::json u = read_json_file(summary_path).at("utilization");
+  INFO(u.dump(2));
+  CHECK(u.at("tokens_per_sec").get<double>() ==
+        Approx(read_json_file(summary_path).at("train_tokens_per_sec").get<double>()));
+  CHECK(u.at("mfu").get<double>() > 0.0);
+  CHECK(u.at("peak_memory_kind") == "process resident");
+  CHECK_THAT(u.at("peak_source").get<std::string>(), Catch::Contains("oneDNN 1024x1024x1024 float32 GEMM"));
+  // The epoch lines say MFU on a GPU only (the CPU's peak is measured after the loop).
+  CHECK_THAT(gpt.out, !Catch::Contains("tokens/s, MFU"));
+
+  TempDir other;
+  const std::string lm_summary = other.file("summary.json");
+  const RunOutput lm = run_dtrain({"run", "--config", write_job(other, language_model_job(other, 1)), "--threads", "1",
+                                   "--summary", lm_summary},
+                                  {120.0, ""});
+  REQUIRE(lm.exit_code == 0);
+  CHECK_THAT(lm.out, !Catch::Contains("Utilization: "));
+  CHECK_FALSE(read_json_file(lm_summary).contains("utilization"));
 }
 
 }  // namespace dtrain::integration

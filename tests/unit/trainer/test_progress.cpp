@@ -43,3 +43,21 @@ TEST_CASE("the progress bar has an ETA and ms/step, and fits every width") {
   p.seconds = 125.0;
   CHECK(progress_line(p, 200).find("] 2m05s 266.5ms/step - loss") != std::string::npos);
 }
+
+TEST_CASE("an epoch's line: a sequence's adds tokens/s, and MFU where it is known (a GPU)") {
+  dtrain::trainer::EpochReport r;
+  r.epoch = 1;
+  r.epochs = 2;
+  r.steps = 750;
+  r.seconds = 73.2;
+  r.samples_per_sec = 328;
+  r.loss = 2.0;
+  r.accuracy = 0.5;
+  CHECK(dtrain::trainer::epoch_line(r) ==
+        "Epoch 1/2: 750 steps, 73.2s, 97.6ms/step, 328 samples/s - loss: 2.0000 - accuracy: 0.5000");
+  r.label_width = 128;
+  r.tokens_per_sec = 41968;
+  CHECK_THAT(dtrain::trainer::epoch_line(r), Catch::Contains("328 samples/s, 41968 tokens/s - loss: 2.0000 - perplexity: 7.3891"));
+  r.mfu = 0.41234;
+  CHECK_THAT(dtrain::trainer::epoch_line(r), Catch::Contains("41968 tokens/s, MFU 41.2% - loss: 2.0000"));
+}
