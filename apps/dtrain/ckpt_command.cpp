@@ -26,6 +26,14 @@ bool is_single_checkpoint(const std::string& dir) {
   return fs::exists(fs::path(dir) / checkpoint::kManifestFile) || fs::exists(fs::path(dir) / checkpoint::kDoneFile);
 }
 
+// A file a run writes into its output.dir that DIR holds ("" when none).
+std::string output_file_in(const std::string& dir) {
+  for (const char* name : {"metrics.jsonl", "summary.json"})
+    if (fs::exists(fs::path(dir) / name)) return name;
+  return "";
+}
+bool is_output_dir(const std::string& dir) { return !output_file_in(dir).empty(); }
+
 // The checkpoint directory DIR names: DIR itself, or DIR/checkpoints when DIR
 // holds no checkpoint but that does (DIR is then a job's output.dir), said on stderr.
 std::string store_dir(const std::string& dir) {
@@ -60,6 +68,10 @@ std::string resolve_checkpoint(const std::string& given, bool list,
   const auto latest = store.latest_good(&skipped);
   if (!list)
     for (const std::string& s : skipped) std::fprintf(stderr, "dtrain: warning: %s\n", s.c_str());
+  if (!latest && store.entries().empty() && is_output_dir(given))
+    throw IoError(str(given, " is a job's output directory (it holds ", output_file_in(given),
+                      ") with no checkpoint in it or in its checkpoints/: that job saved none. A job saves them with "
+                      "checkpoint.every_epochs or checkpoint.every_steps (e.g. --set checkpoint.every_epochs=1)"));
   if (!latest)
     throw IoError(str("no good checkpoint in ", dir,
                       store.entries().empty() ? "; it holds no ckpt-NNNNNNNN directory: give the job's checkpoint.dir "

@@ -2,6 +2,7 @@
 #include "cli_help.h"
 
 #include "config/section.h"
+#include "core/strings.h"
 
 #include <climits>
 #include <cstring>
@@ -106,6 +107,93 @@ std::string check_set_arguments(int argc, char** argv) {
   return "";
 }
 
+namespace {
+
+// The deepest command the line named ("dtrain bench train": bench's train).
+const CLI::App& named_command(const CLI::App& app) {
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+  return *at;
+}
+
+std::string command_path(const CLI::App& app) {
+  std::string path = app.get_name();
+  for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    path += " " + at->get_name();
+  }
+  return path;
+}
+
+// Flags people bring from other tools that are a job's keys here.
+struct FamiliarFlag {
+  const char* flags;  // space-separated
+  const char* key;
+  const char* value;
+};
+constexpr FamiliarFlag kFamiliarFlags[] = {
+    {"--epochs --num-epochs --num_epochs", "train.epochs", "N"},
+    {"--batch-size --batch_size --bs", "train.batch_size_per_replica", "N"},
+    {"--lr --learning-rate --learning_rate", "optimizer.learning_rate", "X"},
+    {"--steps-per-epoch --steps_per_epoch", "train.steps_per_epoch", "N"},
+    {"--precision --mixed-precision", "train.precision", "mixed_bfloat16"},
+    {"--strategy", "strategy.type", "multi_worker_mirrored"},
+    {"--seed", "train.seed", "N"},
+    {"--output --output-dir --output_dir --logdir", "output.dir", "DIR"},
+    {"--device", "device", "gpu"},
+};
+
+std::string familiar_key(const std::string& flag) {
+  const std::string name = flag.substr(0, flag.find('='));
+  for (const FamiliarFlag& f : kFamiliarFlags) {
+    std::istringstream words(f.flags);
+    for (std::string w; words >> w;)
+      if (w == name) return str("--set ", f.key, "=", f.value);
+  }
+  return "";
+}
+
+std::string one_unexpected(const CLI::App& command, const std::string& where, const std::string& word) {
+  if (word.rfind("-", 0) == 0) {
+    if (const std::string key = familiar_key(word); !key.empty())
+      return str("'", word, "' is no option of '", where, "': it is a key of the job file here: ", key);
+    std::vector<std::string> names;
+    for (const CLI::Option* o : command.get_options()) {
+      std::istringstream longs(o->get_name(false, true));
+      for (std::string n; std::getline(longs, n, ',');)
+        if (n.rfind("--", 0) == 0) names.push_back(n);
+    }
+    const std::string guess = closest_match(word.substr(0, word.find('=')), names);
+    return str("unknown option '", printable(word), "' for '", where, "'",
+               guess.empty() ? std::string() : str(" (did you mean '", guess, "'?)"),
+               "; a job's keys are set with --set KEY=VALUE");
+  }
+  std::vector<std::string> names;
+  for (const CLI::App* sub : command.get_subcommands({})) names.push_back(sub->get_name());
+  if (names.empty()) return str("'", printable(word), "' is no argument of '", where, "'");
+  std::string guess = closest_match(word, names);
+  if (guess.empty() && (word == "train" || word == "fit")) guess = "run";  // Keras' word for it
+  return str("unknown command '", printable(word), "' for '", where, "'",
+             guess.empty() ? std::string() : str(" (did you mean '", guess, "'?)"));
+}
+
+}  // namespace
+
+std::string unexpected_arguments_text(const CLI::App& app) {
+  const CLI::App& command = named_command(app);
+  std::vector<std::string> extras = command.remaining();
+  if (extras.empty()) extras = app.remaining();
+  std::vector<std::string> said;
+  for (size_t i = 0; i < extras.size() && said.size() < 3; ++i) {
+    said.push_back(one_unexpected(command, command_path(app), extras[i]));
+    // (after an unknown command, the rest of the line is that command's)
+    if (extras[i].rfind("-", 0) != 0 && !command.get_subcommands({}).empty()) break;
+    // (a familiar flag's value, as in --epochs 1, is not a second mistake)
+    if (extras[i].rfind("-", 0) == 0 && i + 1 < extras.size() && extras[i + 1].rfind("-", 0) != 0) ++i;
+  }
+  return join(said, "; ");
+}
+
 std::string help_command(const CLI::App& app) {
   std::string command = app.get_name();
   // get_subcommands(): the subcommands the command line named (one per level here)
@@ -123,7 +211,7 @@ Examples:
   dtrain run --config job.json --set train.epochs=1 --threads 2 --summary out.json
   dtrain run --config job.json --resume                  # from the newest good checkpoint
   # one task of a cluster, started by hand on each machine (same job file, same secret):
-  export DTRAIN_JOB_SECRET=$(openssl rand -hex 16)       # once; the same value in every task
+  export DTRAIN_JOB_SECRET=$(openssl rand -hex 32)       # once; the same value in every task
   TF_CONFIG='{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}' \
     dtrain run --config configs/fashion_mnist_cnn_multiworker.json
 
@@ -135,9 +223,12 @@ Environment:
   OMP_NUM_THREADS    compute threads when --threads and runtime.threads are not given
   LOCAL_RANK         which local GPU a task takes (cuda:(LOCAL_RANK % GPUs)), as torchrun sets it
   DTRAIN_ALLOW_TF32  0 turns TF32 convolutions off on GPUs
+  OMP_WAIT_POLICY, GOMP_SPINCOUNT  how OpenMP's idle threads wait (unset: dtrain sets GOMP_SPINCOUNT=30000)
   SLURM_*, KUBERNETES_*, MASTER_ADDR...  read by runtime.cluster_resolver (docs/cluster.md)
 Exit codes: 0 done, 1 a failure while running, 2 config or usage, 3 data or file, 4 a task lost,
-  5 a deadline passed, 6 stopped by SIGTERM with a checkpoint (README, "Errors and exit codes")
+  5 a deadline passed, 6 stopped by SIGTERM with a checkpoint, 130 interrupted (Ctrl-C: at a step's
+  end, with the checkpoint the job saves; a second Ctrl-C at once), 143 SIGTERM before the first step
+  (README, "Errors and exit codes")
 )";
 }
 

@@ -22,6 +22,13 @@ std::string check_set_arguments(int argc, char** argv);
 // "dtrain launch --help": the help of the deepest subcommand the command line named.
 std::string help_command(const CLI::App& app);
 
+// What to say for arguments CLI11 could not place (its ExtrasError, after
+// app.parse threw): each unknown word or option of the deepest command the line
+// named, with the closest command or option ("unknown command 'rnu' for 'dtrain'
+// (did you mean 'run'?)"), or the job key a familiar flag sets ("--epochs: the
+// epochs are the job's train.epochs: --set train.epochs=N").
+std::string unexpected_arguments_text(const CLI::App& app);
+
 // Footers of --help: examples and the environment variables dtrain reads.
 std::string run_help_footer();
 std::string launch_help_footer();

@@ -102,6 +102,8 @@ void write_launch_summary(const launch::LaunchReport& report, const std::string&
 // atomic, lock-free and so safe in a handler too.
 std::atomic<bool> g_stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
+// The signal that asked: SIGTERM (preemption: exit 6) or SIGINT (Ctrl-C: 130).
+std::atomic<int> g_stop_signal{0};
 
 void on_sigterm(int) { g_stop_requested = true; }
 
@@ -112,12 +114,22 @@ std::atomic<bool> g_stop_watched{false};
 // SIGTERM before the training loop watches for it (the rendezvous, loading the
 // data): no step to finish and nothing to save, so the task ends now instead of
 // waiting out a deadline (Slurm and Kubernetes follow SIGTERM with SIGKILL).
-[[noreturn]] void stop_before_training() {
+[[noreturn]] void stop_before_training(int signal) {
   std::fflush(stdout);
   const std::string message =
-      log::prefix() + "dtrain: error: stopped by SIGTERM before the first step (nothing to finish or save)\n";
+      signal == SIGINT
+          ? log::prefix() + "dtrain: interrupted (Ctrl-C) before the first step: nothing to finish or save\n"
+          : log::prefix() + "dtrain: error: stopped by SIGTERM before the first step (nothing to finish or save)\n";
   (void)!write(STDERR_FILENO, message.data(), message.size());
-  _exit(143);
+  _exit(signal == SIGINT ? 130 : 143);
+}
+
+// A second Ctrl-C while the step finishes and the checkpoint is written: at once.
+[[noreturn]] void interrupted_again() {
+  std::fflush(stdout);
+  const std::string message = log::prefix() + "dtrain: interrupted again (Ctrl-C): stopped at once, nothing saved\n";
+  (void)!write(STDERR_FILENO, message.data(), message.size());
+  _exit(130);
 }
 
 }  // namespace
@@ -133,16 +145,21 @@ std::function<bool()> stop_on_sigterm() {
   action.sa_handler = on_sigterm;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
+  // Ctrl-C is a stop at the next step's end too (with the checkpoint the job
+  // saves), said as an interruption (exit 130); a second one stops at once.
   sigset_t term;
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
+  sigaddset(&term, SIGINT);
   pthread_sigmask(SIG_BLOCK, &term, nullptr);
   std::thread([term] {
     int signal = 0;
     while (sigwait(&term, &signal) == 0) {
-      if (signal != SIGTERM) continue;
+      if (signal != SIGTERM && signal != SIGINT) continue;
+      if (signal == SIGINT && g_stop_signal.load() == SIGINT) interrupted_again();
+      g_stop_signal = signal;
       g_stop_requested = true;
-      if (!g_stop_watched.load()) stop_before_training();
+      if (!g_stop_watched.load()) stop_before_training(signal);
     }
   }).detach();
   return [] {
@@ -279,7 +296,18 @@ int run_command(const RunOptions& options, const runtime::Environment& env) {
   request.summary_path = options.summary;
   request.task_flag = options.task;
   request.stop_requested = stop_on_sigterm();
-  runtime::run_job(job, env, request);
+  try {
+    runtime::run_job(job, env, request);
+  } catch (const Preempted& e) {
+    if (g_stop_signal.load() != SIGINT) throw;
+    // Asked for: one line, no error. ("stopped by SIGTERM after step N; ...")
+    std::string what = e.what();
+    const std::string stopped = "stopped by SIGTERM";
+    if (what.rfind(stopped, 0) == 0) what = "interrupted (Ctrl-C)" + what.substr(stopped.size());
+    std::fflush(stdout);
+    std::fprintf(stderr, "%sdtrain: %s\n", log::prefix().c_str(), what.c_str());
+    return to_int(ExitCode::kInterrupted);
+  }
   return 0;
 }
 

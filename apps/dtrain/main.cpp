@@ -6,6 +6,7 @@
 
 #include "cli_help.h"
 #include "commands.h"
+#include "openmp_wait.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -38,6 +39,8 @@ int print_error(const std::string& message, ExitCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: it may execute dtrain again with GOMP_SPINCOUNT set (openmp_wait.h).
+  dtrain::app::settle_openmp_wait(argc, argv);
   // Lines reach a pipe (dtrain launch's prefixer, a log collector) as they are
   // printed, not in blocks of 4 KiB at exit (what PYTHONUNBUFFERED asks of Python).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -281,7 +284,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return print_error(std::string(e.what()) + " (run '" + dtrain::app::help_command(app) + "' for usage)",
+    // Words CLI11 could not place ("dtrain train", "run --epochs 1", "bench trian"):
+    // dtrain's own words with the closest command or option; else CLI11's.
+    const std::string said = dtrain::app::unexpected_arguments_text(app);
+    return print_error((said.empty() ? std::string(e.what()) : said) + " (run '" + dtrain::app::help_command(app) +
+                           "' for usage)",
                        ExitCode::kConfig);
   }
 

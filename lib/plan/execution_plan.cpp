@@ -320,7 +320,7 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   p.replicas = plan_devices(job, machine, p.role, devices);
   p.threads = plan_threads(job, machine, p.tasks_on_host, threads);
   p.prefetch = plan_prefetch(job, machine, p.tasks_on_host, p.threads, p.local_replicas(), p.device(), prefetch);
-  p.decisions.insert(p.decisions.end(), {devices, threads, prefetch});
+  p.decisions.insert(p.decisions.end(), {devices, threads, openmp_wait_decision(machine.host), prefetch});
   if (p.role != Role::kTrain) return p;
 
   if (in_group) {

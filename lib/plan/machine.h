@@ -26,6 +26,11 @@ struct HostSettings {
   bool nccl_hostid = false;
   // DTRAIN_ALLOW_TF32 (0 turns TF32 convolutions off); unset leaves the backend's setting.
   std::optional<bool> allow_tf32;
+  // How OpenMP's idle threads wait, and who chose: "GOMP_SPINCOUNT=30000" with
+  // `omp_wait_by_dtrain` (apps/dtrain/openmp_wait.h set it), or the
+  // environment's OMP_WAIT_POLICY / GOMP_SPINCOUNT; "" when neither (OpenMP's default).
+  std::string omp_wait;
+  bool omp_wait_by_dtrain = false;
 };
 
 struct Machine {

@@ -15,6 +15,8 @@ std::vector<Device> plan_devices(const job::JobConfig& job, const Machine& machi
 // Compute threads: runtime.threads, else OMP_NUM_THREADS, else this process's
 // cores divided among the job's `tasks_on_host` tasks on this machine.
 int plan_threads(const job::JobConfig& job, const Machine& machine, int tasks_on_host, Decision& why);
+// How OpenMP's idle threads wait (HostSettings::omp_wait), and who chose it.
+Decision openmp_wait_decision(const HostSettings& host);
 
 // data.prefetch as set, or for "auto": 2 batches when the prefetch thread has a
 // core of its own (a GPU job, whose training thread mostly waits for the GPU; or

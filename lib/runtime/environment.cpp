@@ -48,6 +48,11 @@ Environment Environment::from_process() {
   env.host.local_rank = leading_number("LOCAL_RANK");
   env.host.nccl_hostid = std::getenv("NCCL_HOSTID") != nullptr;
   if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) env.host.allow_tf32 = std::string(tf32) != "0";
+  if (const std::string policy = variable("OMP_WAIT_POLICY"); !policy.empty())
+    env.host.omp_wait = "OMP_WAIT_POLICY=" + policy;
+  else if (const std::string spin = variable("GOMP_SPINCOUNT"); !spin.empty())
+    env.host.omp_wait = "GOMP_SPINCOUNT=" + spin;
+  env.host.omp_wait_by_dtrain = variable("DTRAIN_OPENMP_WAIT") == "dtrain";
   return env;
 }
 

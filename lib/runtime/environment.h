@@ -13,6 +13,8 @@
 //   OMP_NUM_THREADS     compute threads when runtime.threads is 0
 //   LOCAL_RANK          the task's index on its machine (torchrun's name): picks its GPU
 //   DTRAIN_ALLOW_TF32   0 turns TF32 convolutions off
+//   OMP_WAIT_POLICY, GOMP_SPINCOUNT, DTRAIN_OPENMP_WAIT
+//                       how OpenMP's threads wait, and whether dtrain chose it (the plan says)
 #pragma once
 
 #include <optional>

@@ -1,13 +1,16 @@
 // Checkpoints end to end: a 2-worker run killed mid-epoch and resumed ends with
 // exactly the parameters of the same run uninterrupted; a 2-worker checkpoint
 // resumes on 1 and on 4 workers; a corrupt newest checkpoint is skipped for the
-// previous good one.
+// previous good one; SIGTERM and Ctrl-C stop at a step's end with a checkpoint.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
+#include <csignal>
+
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
+#include "integration/start_dtrain.h"
 
 using namespace dtrain::integration;
 using nlohmann::json;
@@ -115,4 +118,24 @@ TEST_CASE("SIGTERM finishes the step, saves a checkpoint and exits 6, and --resu
   INFO(describe(resumed));
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.err, Catch::Contains("resumed from"));
+}
+
+TEST_CASE("Ctrl-C finishes the step, saves a checkpoint, says so in one line and exits 130") {
+  TempDir dir;
+  json job = small_mlp_job(4096, 256);
+  job["train"]["epochs"] = 1000;  // far more than the test waits for
+  job["output"] = {{"dir", dir.file("out")}};
+  auto child = start_dtrain({"run", "--config", write_job(dir, job), "--threads", "1"}, {});
+  if (!child->wait_for_out("Epoch 2/", 60.0)) FAIL("it did not train\n" << child->err());
+  child->send(SIGINT);  // what the terminal sends for Ctrl-C
+  const RunOutput r = child->finish(60.0);
+  INFO(describe(r));
+  CHECK(r.exit_code == 130);
+  CHECK_THAT(r.err, Catch::Contains("dtrain: interrupted (Ctrl-C) after step ") &&
+                        Catch::Contains("saved: resume with --resume"));
+  CHECK_THAT(r.err, !Catch::Contains("error"));
+  bool saved = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("out/checkpoints")))
+    saved = saved || std::filesystem::exists(entry.path() / "DONE");
+  CHECK(saved);
 }

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "comm/nccl_support.h"
@@ -87,6 +89,15 @@ TEST_CASE("usage errors say what an option expects and point to the subcommand's
       {{"run", "--config", "x.json", "--set", "train.epochs", "1"},
        "--set 'train.epochs' has no '=' (then '1'): write --set train.epochs=1"},
       {{"run", "--config", "x.json", "--set", "train.epochs"}, "write --set train.epochs=VALUE"},
+      // Typos and other tools' words: dtrain's own words, with the closest command or option.
+      {{"train", "--config", "x.json"}, "unknown command 'train' for 'dtrain' (did you mean 'run'?) (run 'dtrain --help'"},
+      {{"rnu"}, "unknown command 'rnu' for 'dtrain' (did you mean 'run'?)"},
+      {{"bench", "trian"}, "unknown command 'trian' for 'dtrain bench' (did you mean 'train'?)"},
+      {{"run", "--config", "x.json", "--epochs", "1"},
+       "'--epochs' is no option of 'dtrain run': it is a key of the job file here: --set train.epochs=N"},
+      {{"run", "--confg", "x.json"}, "unknown option '--confg' for 'dtrain run' (did you mean '--config'?)"},
+      {{"bench", "train", "--config", "x.json", "--stesp", "3"},
+       "unknown option '--stesp' for 'dtrain bench train' (did you mean '--steps'?)"},
   };
   for (const Case& c : cases) {
     const RunOutput r = run_dtrain(c.args);
@@ -95,7 +106,37 @@ TEST_CASE("usage errors say what an option expects and point to the subcommand's
     CHECK_THAT(r.err, Catch::Matchers::StartsWith("dtrain: error: "));
     CHECK_THAT(r.err, Catch::Matchers::Contains(c.says));
     CHECK_THAT(r.err, !Catch::Matchers::Contains("17976931348623157"));
+    CHECK_THAT(r.err, !Catch::Matchers::Contains("were not expected"));  // (CLI11's raw words)
   }
+}
+
+TEST_CASE("ckpt inspect on a job's output directory that holds no checkpoint says the job saved none",
+          "[integration]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("out"));
+  const std::string out = dir.file("out");
+  dir.write("out/metrics.jsonl", "{}\n");
+  const RunOutput r = run_dtrain({"ckpt", "inspect", out});
+  check_error(r, 3, {"is a job's output directory (it holds metrics.jsonl) with no checkpoint", "saved none",
+                     "checkpoint.every_epochs"});
+}
+
+TEST_CASE("the plan says how OpenMP's threads wait: dtrain's spin count, or the environment's choice",
+          "[integration]") {
+  TempDir dir;
+  const std::string config = write_job(dir, small_mlp_job(256, 64));
+  const RunOutput chosen = run_dtrain({"validate", "--config", config});
+  INFO(describe(chosen));
+  REQUIRE(chosen.exit_code == 0);
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) {
+    CHECK_THAT(chosen.out, Catch::Contains("openmp wait: ") && Catch::Contains("(the environment's)"));
+  } else {
+    CHECK_THAT(chosen.out, Catch::Contains("openmp wait: GOMP_SPINCOUNT=30000 (dtrain's choice"));
+  }
+  const RunOutput given = run_program("/usr/bin/env", {"OMP_WAIT_POLICY=passive", dtrain_binary(), "validate",
+                                                       "--config", config});
+  INFO(describe(given));
+  CHECK_THAT(given.out, Catch::Contains("openmp wait: OMP_WAIT_POLICY=passive (the environment's)"));
 }
 
 TEST_CASE("dtrain validate accepts the shipped configs and says what it checked", "[integration]") {
@@ -278,6 +319,36 @@ TEST_CASE("dtrain cluster prints the cluster a resolver gives, or names the vari
   std::vector<std::string> bad = step;
   bad[4] = "SLURM_STEP_TASKS_PER_NODE=2(x";
   check_error(run_env(bad, {"cluster"}), 2, {"SLURM_STEP_TASKS_PER_NODE='2(x'", "cannot parse"});
+}
+
+}  // namespace dtrain::integration
+
+namespace dtrain::integration {
+
+TEST_CASE("run --help agrees with the README: every exit code of its table, and the secret's length",
+          "[integration]") {
+  const std::string readme = read_file(std::string(DTRAIN_SOURCE_DIR) + "/README.md");
+  const RunOutput help = run_dtrain({"run", "--help"});
+  REQUIRE(help.exit_code == 0);
+  // The README's table: "| N | what |" lines after "## Errors and exit codes".
+  const size_t table = readme.find("## Errors and exit codes");
+  REQUIRE(table != std::string::npos);
+  std::vector<std::string> codes;
+  for (size_t at = readme.find("\n| ", table); at != std::string::npos && at < readme.find("\n## ", table + 1);
+       at = readme.find("\n| ", at + 1)) {
+    const std::string code = readme.substr(at + 3, readme.find(' ', at + 3) - (at + 3));
+    if (!code.empty() && all_digits(code)) codes.push_back(code);
+  }
+  CHECK(codes.size() >= 9);  // 0-6, 130, 143
+  for (const std::string& code : codes) {
+    INFO("exit code " << code << "\n" << help.out);
+    const bool listed = help.out.find(" " + code + " ") != std::string::npos ||
+                        help.out.find("\n  " + code + " ") != std::string::npos;
+    CHECK(listed);
+  }
+  // The same secret as the README's example makes.
+  CHECK_THAT(readme, Catch::Contains("openssl rand -hex 32"));
+  CHECK_THAT(help.out, Catch::Contains("openssl rand -hex 32") && !Catch::Contains("-hex 16"));
 }
 
 }  // namespace dtrain::integration

@@ -134,7 +134,7 @@ TEST_CASE("bench train --json of a GPT reports tokens/s, its FLOPs per token (6N
   CHECK(j.at("peak_memory_bytes").get<double>() > 0);
 }
 
-TEST_CASE("a GPT's run says its utilization in the summary and after the Done line; a model without attention does "
+TEST_CASE("a GPT's run says its utilization in the summary and after the Done line, and a model without attention does "
           "not",
           "[integration]") {
   TempDir tmp;
