@@ -29,7 +29,7 @@ std::string code_meaning(int code) {
     case 127:
       return "could not be started";
     case 130:
-      return "interrupted";
+      return "interrupted (Ctrl-C): stopped at a step's end, after saving what the job saves";
     default:
       return "failed";
   }
@@ -82,14 +82,19 @@ std::string format_exit_table(const LaunchReport& report) {
     out += p + str("  its last error: ", root->last_error.empty() ? "(none on its stderr)" : root->last_error, "\n");
     out += p + str("  its log: ", root->log_path, "\n");
   }
-  out += p + str("the job failed (exit code ", report.exit_code, "); how each task ended:\n");
+  // Interrupted, and every task stopped as asked: no failure to report.
+  if (report.interrupted_by != 0 && report.first_failure.empty())
+    out += p + str("interrupted by ", signal_name(report.interrupted_by), " (exit code ", report.exit_code,
+                   "): the tasks stopped as asked; how each task ended:\n");
+  else
+    out += p + str("the job failed (exit code ", report.exit_code, "); how each task ended:\n");
   out += p + "  " + pad("task", width) + pad("exit", 22) + "meaning\n";
   for (const TaskReport& t : report.tasks) {
     const bool first = t.task.str() == report.first_failure;
     out += p + "  " + pad(t.task.str(), width) + pad(t.status.str(), 22) + describe_exit(t) +
            (first ? "   <- first failure" : "") + "\n";
   }
-  if (report.interrupted_by != 0)
+  if (report.interrupted_by != 0 && !report.first_failure.empty())
     out += p + str("stopped by ", signal_name(report.interrupted_by), "\n");
   return out;
 }

@@ -180,6 +180,9 @@ class Launcher {
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
+  // After the launcher was interrupted: a task that ended as it was asked to (exit
+  // 130 after SIGINT, 6 after SIGTERM), which is no failure.
+  bool stopped_as_asked(const ExitStatus& status) const;
   bool first_failure_lost_peer() const;  // the first failed task ended with exit 4
   void start_again(Task& t);
   void stop_late_joiners();
@@ -279,10 +282,18 @@ void Launcher::on_signal(int signal) {
   note(str("got ", signal_name(signal),
            ": stopping the job (send it again to kill every task at once)"));
   if (phase_ == Phase::kRunning || phase_ == Phase::kGrace) {
-    stop_all(SIGTERM);
+    // Ctrl-C goes on to the tasks as Ctrl-C: each stops at a step's end, saves
+    // what the job saves and says "interrupted" (exit 130); other signals as
+    // SIGTERM, a preemption (exit 6).
+    stop_all(signal == SIGINT ? SIGINT : SIGTERM);
     phase_ = Phase::kTerminating;
     deadline_ = after(options_.grace_period);
   }
+}
+
+bool Launcher::stopped_as_asked(const ExitStatus& status) const {
+  if (report_.interrupted_by == 0 || status.signal != 0) return false;
+  return status.code == to_int(report_.interrupted_by == SIGINT ? ExitCode::kInterrupted : ExitCode::kPreempted);
 }
 
 void Launcher::check_exits() {
@@ -292,6 +303,7 @@ void Launcher::check_exits() {
     t->report.exit_seconds = since(start_);
     t->report.ended_utc = utc_now();
     if (t->report.status.ok() || t->report.late) continue;
+    if (stopped_as_asked(t->report.status)) continue;  // (an interruption: no task failed)
     if (!report_.first_failure.empty()) {
       // A task that ended with "peer lost" (exit 4) ended because another did:
       // one that fails by itself after it (another exit code, or a signal the

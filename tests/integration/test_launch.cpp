@@ -473,6 +473,31 @@ TEST_CASE("SIGTERM to the launcher stops every task, and none outlives it", "[in
   check_no_process_left(s["job_id"]);
 }
 
+TEST_CASE("Ctrl-C to the launcher is an interruption: every task stops at a step's end and says so once", "[integration]") {
+  TempDir tmp;
+  Background launch(concat({"launch", "--workers", "2", "--summary", tmp.file("launch.json")},
+                           small_job_args(tmp, 500)));
+  const bool up = launch.read_until(60, [](const std::string& out) {
+    return out.find("[worker:0] Epoch 1/") != std::string::npos;
+  });
+  INFO(describe(launch.output()));
+  REQUIRE(up);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(::kill(launch.pid(), SIGINT) == 0);  // what the terminal sends the launcher for Ctrl-C
+  const RunOutput r = launch.finish(30);
+  INFO(describe(r));
+  CHECK(r.exit_code == 130);
+  CHECK_THAT(r.err, Contains("got SIGINT"));
+  // The chief's line on the console (a worker's lines other than errors stay in its log).
+  CHECK_THAT(r.err, Contains("[worker:0] dtrain: interrupted (Ctrl-C) after step "));
+  CHECK_THAT(read_file(tmp.file("out/logs/worker-1.log")), Contains("dtrain: interrupted (Ctrl-C) after step "));
+  CHECK_THAT(r.err, Contains("interrupted by SIGINT (exit code 130): the tasks stopped as asked"));
+  CHECK_THAT(r.err, !Contains("the job failed") && !Contains("root cause") && !Contains("dtrain: error:"));
+  const nlohmann::json s = read_json_file(tmp.file("launch.json"));
+  for (const auto& [task, code] : s["exit_codes"].items()) CHECK(code == 130);
+  check_no_process_left(s["job_id"]);
+}
+
 TEST_CASE("a cluster address that is not local is a config error", "[integration]") {
   TempDir tmp;
   const std::string job = write_job(
