@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/strings.h"
 #include "launch/launcher.h"
 
@@ -49,7 +50,9 @@ std::string describe_exit(const TaskReport& task) {
     std::string meaning = s.code == 255 && task.over_ssh
                               ? "ssh failed (exit 255: the host could not be reached or logged in to)"
                               : code_meaning(s.code);
-    if (task.stopped && s.code != 0) meaning += ", after the launcher stopped it";
+    // (an interrupted task's meaning says it stopped as asked)
+    if (task.stopped && s.code != 0 && s.code != to_int(ExitCode::kInterrupted))
+      meaning += ", after the launcher stopped it";
     return meaning;
   }
   if (s.signal == SIGKILL && !task.injection.empty() && !task.stopped)

@@ -722,22 +722,31 @@ std::optional<rendezvous::Message> read_frame(const Socket& s) {
   return std::nullopt;
 }
 
+// What the server did with an impostor: nothing listened (or it refused the
+// hello), it sent a challenge (and the impostor hung up), or it told a wrong
+// proof so (a kError). A server that is ending with its job may close the
+// connection in between: then neither of the last two.
+enum class Answer { kNone, kChallenged, kToldWrongProof };
+
 // Says a hello of `magic` claiming `task` to the server at 127.0.0.1:`port`,
-// then answers its challenge with a wrong proof, or hangs up. Returns whether
-// the server sent a challenge (false: nothing listens, or it refused the hello).
-bool impostor(int port, const std::string& magic, const std::string& task, Move move) {
+// then answers its challenge with a wrong proof, or hangs up.
+Answer impostor(int port, const std::string& magic, const std::string& task, Move move) {
   const auto s = try_connect(port);
-  if (!s) return false;
+  if (!s) return Answer::kNone;
   const std::string role = magic == kPsMagic ? "ps" : "store";
-  send_all(*s, rendezvous::encode_frame({rendezvous::Op::kHello, 0, {magic, kJobId, task, role, "0123456789abcdef"}}));
+  // (MSG_NOSIGNAL: a server that closes as its job ends must not end the test)
+  const std::string hello =
+      rendezvous::encode_frame({rendezvous::Op::kHello, 0, {magic, kJobId, task, role, "0123456789abcdef"}});
+  if (::send(s->fd(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size()))
+    return Answer::kNone;
   const auto challenge = read_frame(*s);
-  if (!challenge || challenge->op != rendezvous::Op::kChallenge) return false;
-  if (move == Move::kWrongProof) {
-    send_all(*s, rendezvous::encode_frame({rendezvous::Op::kProof, 0, {std::string(64, 'a')}}));
-    const auto told = read_frame(*s);
-    CHECK((told && told->op == rendezvous::Op::kError));
-  }
-  return true;
+  if (!challenge || challenge->op != rendezvous::Op::kChallenge) return Answer::kNone;
+  if (move == Move::kHangUp) return Answer::kChallenged;
+  const std::string proof = rendezvous::encode_frame({rendezvous::Op::kProof, 0, {std::string(64, 'a')}});
+  if (::send(s->fd(), proof.data(), proof.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(proof.size()))
+    return Answer::kChallenged;
+  const auto told = read_frame(*s);
+  return told && told->op == rendezvous::Op::kError ? Answer::kToldWrongProof : Answer::kChallenged;
 }
 
 struct Target {
@@ -746,12 +755,16 @@ struct Target {
 };
 
 // Until `stop`: each target in turn, moves alternating, every 20 ms; counts
-// the challenges answered into `attempts`.
-std::thread attack(const std::vector<Target>& targets, const std::atomic<bool>& stop, std::atomic<int>& attempts) {
-  return std::thread([targets, &stop, &attempts] {
+// the challenges answered into `attempts`, the wrong proofs told so into `told`.
+std::thread attack(const std::vector<Target>& targets, const std::atomic<bool>& stop, std::atomic<int>& attempts,
+                   std::atomic<int>& told) {
+  return std::thread([targets, &stop, &attempts, &told] {
     for (int round = 0; !stop; ++round) {
-      for (const Target& t : targets)
-        if (impostor(t.port, t.magic, t.task, round % 2 ? Move::kHangUp : Move::kWrongProof)) ++attempts;
+      for (const Target& t : targets) {
+        const Answer a = impostor(t.port, t.magic, t.task, round % 2 ? Move::kHangUp : Move::kWrongProof);
+        if (a != Answer::kNone) ++attempts;
+        if (a == Answer::kToldWrongProof) ++told;
+      }
       std::this_thread::sleep_for(20ms);
     }
   });
@@ -785,17 +798,19 @@ TEST_CASE("cluster: impostors claiming the chief, a worker and a ps task, and a 
     auto chief = start_task(cluster, "chief", 0, sets, env);
     auto worker = start_task(cluster, "worker", 0, sets, env);
     std::atomic<bool> stop{false};
-    std::atomic<int> attempts{0};
+    std::atomic<int> attempts{0}, told{0}, flood_told{0};
     std::thread attacker;
     if (attacked) {
       const int chief_port = cluster.port("chief", 0), ps_port = cluster.port("ps", 0);
       attacker = attack({{chief_port, kStoreMagic, "chief:0"}, {chief_port, kStoreMagic, "worker:0"},
                          {chief_port, kStoreMagic, "ps:0"}, {ps_port, kPsMagic, "worker:0"},
                          {ps_port, kPsMagic, "chief:0"}},
-                        stop, attempts);
+                        stop, attempts, told);
       // Once it trains, a flood: 300 wrong proofs at the chief as fast as they go.
       if (chief->wait_for_err(kJoinedLine, 30.0))
-        for (int i = 0; i < 300; ++i) impostor(chief_port, kStoreMagic, "worker:0", Move::kWrongProof);
+        for (int i = 0; i < 300; ++i)
+          if (impostor(chief_port, kStoreMagic, "worker:0", Move::kWrongProof) == Answer::kToldWrongProof)
+            ++flood_told;
     }
     const RunOutput rc = chief->finish(60.0);
     stop = true;
@@ -807,8 +822,11 @@ TEST_CASE("cluster: impostors claiming the chief, a worker and a ps task, and a 
     CHECK(rw.exit_code == 0);
     CHECK(rp.exit_code == 0);
     if (attacked) {
-      WARN(attempts.load() << " impostor handshakes besides the flood of 300");
+      WARN(attempts.load() << " impostor handshakes besides the flood of 300 (" << told.load() << " and "
+                           << flood_told.load() << " wrong proofs told so)");
       CHECK(attempts > 10);
+      CHECK(told > 0);  // (a wrong proof is said, unless the server closed with its job meanwhile)
+      CHECK(flood_told > 0);
       CHECK_THAT(rc.err, Contains("rendezvous: a task claiming chief:0 from 127.0.0.1 failed the proof"));
       CHECK_THAT(rc.err, Contains("more connection(s) in 10 s without a line each"));
       CHECK_THAT(rp.err, Contains("ps:0: a task claiming "));
@@ -835,13 +853,13 @@ TEST_CASE("cluster: impostors claiming an elastic job's absent workers never sta
     auto worker1 = start_task(cluster, "worker", 1, sets, env);
     if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
     std::atomic<bool> stop{false};
-    std::atomic<int> attempts{0};
+    std::atomic<int> attempts{0}, told{0};
     std::thread attacker;
     if (attacked) {
       const int port = cluster.port("worker", 0);
       attacker = attack({{port, kStoreMagic, "worker:2"}, {port, kStoreMagic, "worker:3"},
                          {port, kStoreMagic, "worker:1"}},
-                        stop, attempts);
+                        stop, attempts, told);
     }
     const RunOutput r0 = chief->finish(60.0);
     stop = true;
@@ -854,6 +872,7 @@ TEST_CASE("cluster: impostors claiming an elastic job's absent workers never sta
     CHECK_THAT(r0.err, !Contains("joined the job") && !Contains("training task(s) go on"));
     if (attacked) {
       CHECK(attempts > 5);
+      CHECK(told > 0);
       CHECK_THAT(r0.err, Contains("a task claiming worker:2 from 127.0.0.1 failed the proof"));
       check_rate_limited(r0);
     }
