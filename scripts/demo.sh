@@ -12,5 +12,7 @@ bash scripts/build.sh --target dtrain --log build/demo-build.log
 echo "build: ready in $(( SECONDS - t0 )) s (the tests build with scripts/test.sh)"
 config=configs/fashion_mnist_cnn.json
 echo "== dtrain run --config $config =="
-./build/dtrain run --config "$config" --summary runs/fashion_mnist_cnn/summary.json "$@"
+# (--overwrite: the demo runs again into its own output.dir; a plain second
+# `dtrain run` there is refused rather than overwrite the first run's results)
+./build/dtrain run --config "$config" --summary runs/fashion_mnist_cnn/summary.json --overwrite "$@"
 echo "== summary: runs/fashion_mnist_cnn/summary.json, metrics: runs/fashion_mnist_cnn/metrics.jsonl =="

@@ -105,7 +105,10 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 // The signal that asked: SIGTERM (preemption: exit 6) or SIGINT (Ctrl-C: 130).
 std::atomic<int> g_stop_signal{0};
 
-void on_sigterm(int) { g_stop_requested = true; }
+void on_sigterm(int) {
+  g_stop_signal = SIGTERM;
+  g_stop_requested = true;
+}
 
 // Set at the training loop's first look at the stop request: from then on a
 // SIGTERM stops the job at a step boundary (exit 6); before it, at once (143).
@@ -118,8 +121,8 @@ std::atomic<bool> g_stop_watched{false};
   std::fflush(stdout);
   const std::string message =
       signal == SIGINT
-          ? log::prefix() + "dtrain: interrupted (Ctrl-C) before the first step: nothing to finish or save\n"
-          : log::prefix() + "dtrain: error: stopped by SIGTERM before the first step (nothing to finish or save)\n";
+          ? log::line("", "interrupted (Ctrl-C) before the first step: nothing to finish or save\n")
+          : log::line("error: ", "stopped by SIGTERM before the first step (nothing to finish or save)\n");
   (void)!write(STDERR_FILENO, message.data(), message.size());
   _exit(signal == SIGINT ? 130 : 143);
 }
@@ -127,7 +130,7 @@ std::atomic<bool> g_stop_watched{false};
 // A second Ctrl-C while the step finishes and the checkpoint is written: at once.
 [[noreturn]] void interrupted_again() {
   std::fflush(stdout);
-  const std::string message = log::prefix() + "dtrain: interrupted again (Ctrl-C): stopped at once, nothing saved\n";
+  const std::string message = log::line("", "interrupted again (Ctrl-C): stopped at once, nothing saved\n");
   (void)!write(STDERR_FILENO, message.data(), message.size());
   _exit(130);
 }
@@ -140,7 +143,7 @@ std::atomic<bool> g_stop_watched{false};
 // (a SIGTERM during a step corrupted the heap about one time in five with the
 // ISA capped at AVX2; test_checkpoint_resume found it). The handler stays for a
 // thread started before this call, should the signal go there.
-std::function<bool()> stop_on_sigterm() {
+std::function<int()> stop_on_sigterm() {
   struct sigaction action {};
   action.sa_handler = on_sigterm;
   sigemptyset(&action.sa_mask);
@@ -164,7 +167,7 @@ std::function<bool()> stop_on_sigterm() {
   }).detach();
   return [] {
     g_stop_watched = true;
-    return g_stop_requested.load();
+    return g_stop_requested.load() ? g_stop_signal.load() : 0;
   };
 }
 
@@ -226,6 +229,7 @@ std::vector<std::string> run_task_args(const JobOptions& job, bool resume, const
 int launch_command(const LaunchOptions& options, const runtime::Environment& env) {
   // (quiet: each task prints the job's warnings)
   JobOptions task_job = options.job;
+  if (options.overwrite) task_job.overrides.push_back("output.overwrite=true");
   job::JobConfig job = load_job(task_job, {}, /*quiet=*/true);
   const std::vector<launch::HostSlots> hosts =
       options.hostfile.empty() ? std::vector<launch::HostSlots>{} : launch::read_hostfile(options.hostfile);
@@ -244,8 +248,10 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
     task_job.overrides.push_back(str("strategy.elastic.max_workers=", options.workers + (options.chief ? 1 : 0)));
   }
   if (task_job.overrides.size() != options.job.overrides.size()) job = load_job(task_job, {}, /*quiet=*/true);
+  if (!options.resume) trainer::check_fresh_output(job);  // (said once, before any task starts or log is opened)
   if (job.strategy.elastic.on && options.workers > 0)  // refused here once, not by every task
     strategy::check_elastic_batch(job.strategy.elastic, job.train.gradient_accumulation_steps,
+                                  job.train.batch_size_per_replica,
                                   training_tasks_requested(options, hosts), job.source);
   launch::LaunchOptions launch;
   launch.job = {job.file_cluster(), job.output.dir, job.runtime.threads};
@@ -289,23 +295,22 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
 }
 
 int run_command(const RunOptions& options, const runtime::Environment& env) {
-  const job::JobConfig job =
-      load_job(options.job, options.resume ? std::vector<std::string>{"checkpoint.resume=auto"} : std::vector<std::string>{});
+  std::vector<std::string> flags;
+  if (options.resume) flags.push_back("checkpoint.resume=auto");
+  if (options.overwrite) flags.push_back("output.overwrite=true");
+  const job::JobConfig job = load_job(options.job, flags);
   runtime::RunRequest request;
   if (!options.summary.empty()) prepare_output_file(options.summary, "--summary");  // before the run, not after
   request.summary_path = options.summary;
   request.task_flag = options.task;
-  request.stop_requested = stop_on_sigterm();
+  request.stop_signal = stop_on_sigterm();
   try {
     runtime::run_job(job, env, request);
   } catch (const Preempted& e) {
-    if (g_stop_signal.load() != SIGINT) throw;
-    // Asked for: one line, no error. ("stopped by SIGTERM after step N; ...")
-    std::string what = e.what();
-    const std::string stopped = "stopped by SIGTERM";
-    if (what.rfind(stopped, 0) == 0) what = "interrupted (Ctrl-C)" + what.substr(stopped.size());
+    if (e.exit_code() != ExitCode::kInterrupted) throw;  // (SIGTERM: main's error line, exit 6)
+    // Asked for: one line, no error ("interrupted (Ctrl-C) after step N; checkpoint ... saved").
     std::fflush(stdout);
-    std::fprintf(stderr, "%sdtrain: %s\n", log::prefix().c_str(), what.c_str());
+    std::fprintf(stderr, "%s\n", log::line("", e.what()).c_str());
     return to_int(ExitCode::kInterrupted);
   }
   return 0;

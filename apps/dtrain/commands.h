@@ -24,6 +24,7 @@ struct RunOptions {
   std::string summary;  // --summary FILE
   std::string task;     // --task TYPE:INDEX ("" = from TF_CONFIG or the job file)
   bool resume = false;  // --resume: checkpoint.resume=auto
+  bool overwrite = false;  // --overwrite: output.overwrite=true
 };
 
 struct ValidateOptions {
@@ -79,6 +80,7 @@ struct LaunchOptions {
   std::string remote_dtrain;            // --remote-dtrain PATH ("" = this binary's path)
   std::string console = "lead";         // --console lead|all: which tasks' lines the terminal shows
   bool resume = false;                  // --resume: every task continues from the newest good checkpoint
+  bool overwrite = false;               // --overwrite: output.overwrite=true for every task
 };
 
 // `--workers N` or `M:N` into `options` (workers N, min_workers M); ConfigError
@@ -91,9 +93,10 @@ int validate_command(const ValidateOptions& options, const runtime::Environment&
 // `dtrain cluster`: the resolved cluster, this task and where they came from.
 int cluster_command(const ClusterOptions& options, const runtime::Environment& env);
 
-// Installs a SIGTERM handler and returns the trainer's stop_requested poll: the
-// job finishes its step, saves a checkpoint and exits with code 6 (preemption).
-std::function<bool()> stop_on_sigterm();
+// Installs a SIGTERM handler (and a thread that waits for SIGTERM and SIGINT) and
+// returns the trainer's stop_signal poll: the job finishes its step, saves a
+// checkpoint and exits with code 6 (preemption) or 130 (Ctrl-C).
+std::function<int()> stop_on_sigterm();
 
 int bench_train_command(const BenchTrainOptions& options, const runtime::Environment& env);
 int bench_pipeline_command(const BenchPipelineOptions& options, const runtime::Environment& env);

@@ -31,8 +31,8 @@ void add_job_options(CLI::App* cmd, dtrain::app::JobOptions& job) {
 }
 
 int print_error(const std::string& message, ExitCode code) {
-  // In a cluster the log prefix names the task: "[worker:1] dtrain: error: ...".
-  std::fprintf(stderr, "%s%s%s\n", dtrain::log::prefix().c_str(), dtrain::kErrorPrefix, message.c_str());
+  // In a cluster the log prefix names the task: "dtrain: error: [worker:1] ...".
+  std::fprintf(stderr, "%s\n", dtrain::log::line("error: ", message).c_str());
   return to_int(code);
 }
 
@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--summary", run.summary, "Write a JSON summary of the run to FILE");
   run_cmd->add_option("--task", run.task, "This task, TYPE:INDEX (default: TF_CONFIG's task, else the config's)");
   run_cmd->add_flag("--resume", run.resume, "Continue from the newest good checkpoint (checkpoint.resume=auto)");
+  run_cmd->add_flag("--overwrite", run.overwrite,
+                    "Replace an earlier run's results in output.dir (output.overwrite=true); without it or --resume, "
+                    "a run refuses to overwrite them");
   run_cmd->footer(dtrain::app::run_help_footer());
 
   dtrain::app::LaunchOptions launch;
@@ -87,6 +90,8 @@ int main(int argc, char** argv) {
   launch_cmd->add_flag("--evaluator", launch.evaluator, "With --workers: add an evaluator task");
   launch_cmd->add_flag("--resume", launch.resume,
                        "Every task continues from the job's newest good checkpoint (as dtrain run --resume)");
+  launch_cmd->add_flag("--overwrite", launch.overwrite,
+                       "Replace an earlier run's results in output.dir (as dtrain run --overwrite)");
   launch_cmd
       ->add_option("--console", launch.console,
                    "lead (default): the chief's and an evaluator's lines (the chief's progress bar live on a terminal), the other tasks' "

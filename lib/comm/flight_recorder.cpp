@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "core/trace.h"
 
@@ -147,6 +148,19 @@ std::string flight_record() {
     out += str("#", e.seq, " ", e.group, " ", e.op, " ", e.bytes, " bytes", pair, ": ", e.state, "\n");
   }
   return out;
+}
+
+void log_flight_record(const std::string& task) {
+  const std::string record = flight_record();
+  if (record.empty()) return;
+  const std::string heading = str(task, ": the last collectives it started (oldest first):");
+  if (log::task_log_file().empty()) return log::warn(heading, "\n", record);
+  const std::string log_file = log::write_detail(str("dtrain: ", heading, "\n", record));
+  const size_t last = record.rfind('\n', record.size() - 2);  // (the record ends with a newline)
+  const std::string last_entry = record.substr(last == std::string::npos ? 0 : last + 1);
+  log::warn(log::prefix().empty() ? task + ": " : "", "the last collectives it started are in its log, ", log_file,
+            " (the last: ",
+            last_entry.substr(0, last_entry.size() - 1), ")");
 }
 
 }  // namespace dtrain::comm

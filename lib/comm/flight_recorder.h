@@ -40,5 +40,10 @@ std::unique_ptr<Communicator> make_recorded(std::unique_ptr<Communicator> inner,
 //   "#18 stages send 4096 bytes to rank 1 tag 2050: completed" (point-to-point).
 // A communicator split from a recorded one is recorded as "<group>/split<color>".
 std::string flight_record();
+// Says the record of `task` ("worker:1") when something went wrong: under
+// `dtrain launch` the whole record goes to the task's log file alone and one
+// warning line names that file and the last entry; otherwise the warning
+// carries the whole record. Nothing when nothing was recorded.
+void log_flight_record(const std::string& task);
 
 }  // namespace dtrain::comm

@@ -222,10 +222,11 @@ std::optional<int64_t> parse_byte_size(const std::string& text) {
 OutputSpec read_output(const Value& value) {
   OutputSpec output;
   Section r(value, "the output section");
-  r.expect_keys({"dir", "tensorboard", "trace"});
+  r.expect_keys({"dir", "tensorboard", "trace", "overwrite"});
   if (const auto dir = r.find("dir")) output.dir = dir->to_string(true);
   output.tensorboard = r.get_bool("tensorboard", output.tensorboard);
   output.trace = r.get_bool("trace", output.trace);
+  output.overwrite = r.get_bool("overwrite", output.overwrite);
   if (output.trace && output.dir.empty())
     r.fail("trace", "true needs output.dir, where trace.json is written; set output.dir");
   r.finish();

@@ -105,6 +105,9 @@ struct OutputSpec {
   std::string dir;  // "" = no files written
   bool tensorboard = true;  // the chief writes TensorBoard event files under dir/tensorboard
   bool trace = false;       // each task records a trace timeline (dir/trace.json)
+  // An earlier run's results in dir (metrics.jsonl, checkpoints) may be replaced
+  // (`--overwrite`); false: a run that does not resume is refused there.
+  bool overwrite = false;
 };
 
 // A job file parsed, with the --set overrides applied. root() is its top-level

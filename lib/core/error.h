@@ -66,13 +66,24 @@ class TimeoutError : public Error {
   ExitCode exit_code() const override { return ExitCode::kTimeout; }
 };
 
-// The job was asked to stop (SIGTERM, preemption): the current step finished and
-// a checkpoint was saved; `--resume` continues from it.
+// The job was asked to stop (SIGTERM, preemption; or Ctrl-C, exit code
+// kInterrupted): the current step finished and a checkpoint was saved;
+// `--resume` continues from it. (Ctrl-C is said without "error:": it was asked for.)
 class Preempted : public Error {
  public:
-  explicit Preempted(const std::string& message) : Error(message) {}
-  ExitCode exit_code() const override { return ExitCode::kPreempted; }
+  explicit Preempted(const std::string& message, ExitCode code = ExitCode::kPreempted)
+      : Error(message), code_(code) {}
+  ExitCode exit_code() const override { return code_; }
+
+ private:
+  ExitCode code_;
 };
+
+// How a stop asked by `signal` is said and ends: SIGINT (Ctrl-C) "interrupted
+// (Ctrl-C)", exit 130; SIGTERM "stopped by SIGTERM", exit 6; 0 (another task of
+// the job was asked, this one not) "stopped with the job", exit 6.
+std::string stop_reason(int signal);
+ExitCode stop_exit_code(int signal);
 
 // An internal invariant failed (DT_CHECK). Always a dtrain bug or an unexpected state.
 class InternalError : public Error {

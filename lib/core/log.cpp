@@ -35,10 +35,42 @@ std::string prefix() {
   return g_prefix;
 }
 
+namespace {
+std::string line_locked(const std::string& tag, const std::string& message) {
+  return tag.empty() ? str(g_prefix, "dtrain: ", message) : str("dtrain: ", tag, g_prefix, message);
+}
+}  // namespace
+
+std::string line(const std::string& tag, const std::string& message) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return line_locked(tag, message);
+}
+
+std::string task_log_file() {
+  const char* path = std::getenv("DTRAIN_TASK_LOG");
+  return path ? path : "";
+}
+
+std::string write_detail(const std::string& text) {
+  const std::string log_file = task_log_file();
+  std::string out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    out += str(log_file.empty() ? "" : kLogOnlyTag, text.substr(begin, end - begin), "\n");
+    begin = end + 1;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::fputs(out.c_str(), stderr);
+  std::fflush(stderr);
+  return log_file;
+}
+
 void write(Level level, const std::string& message) {
   const char* tag = level == Level::kWarn ? "warning: " : (level == Level::kDebug ? "debug: " : "");
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(stderr, "%sdtrain: %s%s\n", g_prefix.c_str(), tag, message.c_str());
+  std::fprintf(stderr, "%s\n", line_locked(tag, message).c_str());
   std::fflush(stderr);
 }
 

@@ -19,6 +19,23 @@ Level level();
 void set_prefix(const std::string& prefix);
 std::string prefix();
 
+// One line of this process's stderr, without the newline. A diagnostic says what
+// it is first and then which task: "dtrain: error: [worker:1] ...", "dtrain:
+// warning: [worker:1] ..." (tag "error: ", "warning: ", "debug: "); other lines
+// (tag "") "[worker:1] dtrain: ...". (The README's promise: every error line
+// starts with "dtrain: error:".)
+std::string line(const std::string& tag, const std::string& message);
+
+// Under `dtrain launch` (which sets DTRAIN_TASK_LOG to this task's log file):
+// stderr lines that begin with kLogOnlyTag go to that log file alone, not the
+// console. Long detail a console line points at (a flight record) goes there.
+inline constexpr const char* kLogOnlyTag = "dtrain-log-only: ";
+// This task's log file under `dtrain launch` ("" when not launched).
+std::string task_log_file();
+// Writes `text` (lines) to stderr: under `dtrain launch` to the task's log file
+// alone (each line tagged), else as it is. Returns the log file ("" if none).
+std::string write_detail(const std::string& text);
+
 void write(Level level, const std::string& message);
 
 template <class... Args>

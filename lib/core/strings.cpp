@@ -150,6 +150,12 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+std::string format_fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+
 std::string format_seconds(double seconds) {
   char buf[32];
   if (seconds < 1e-3)

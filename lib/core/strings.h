@@ -49,5 +49,7 @@ std::string shape_str(const std::vector<int64_t>& shape);
 // Human-readable byte counts and durations for logs: "1.5 MiB", "2.31 s".
 std::string format_bytes(double bytes);
 std::string format_seconds(double seconds);
+// `value` with `digits` decimals, as printf's "%.*f": format_fixed(2.345, 1) == "2.3".
+std::string format_fixed(double value, int digits);
 
 }  // namespace dtrain

@@ -120,6 +120,18 @@ struct Pipeline::Impl {
   std::vector<std::vector<float>> spare;  // buffers of samples taken, reused for the next ones kept
   std::vector<float> skipped;        // where samples other shards take are read to
 
+  // The sharding: this shard takes take() consecutive positions of every
+  // block() of the epoch's order, from offset() on.
+  static int64_t block(const PipelineOptions& o) {
+    return o.shard_sizes.empty() ? o.shard_count : std::accumulate(o.shard_sizes.begin(), o.shard_sizes.end(), int64_t{0});
+  }
+  static int64_t take(const PipelineOptions& o) {
+    return o.shard_sizes.empty() ? 1 : o.shard_sizes[static_cast<size_t>(o.shard_index)];
+  }
+  static int64_t offset(const PipelineOptions& o) {
+    return o.shard_sizes.empty() ? o.shard_index
+                                 : std::accumulate(o.shard_sizes.begin(), o.shard_sizes.begin() + o.shard_index, int64_t{0});
+  }
   Batch assemble(int64_t b);
   void copy_streamed(int64_t sample, float* out);
   void restart_stream(int64_t first_position);
@@ -262,7 +274,10 @@ Pipeline::Pipeline(std::shared_ptr<Dataset> dataset, PipelineOptions options)
     }
   }
 
-  impl_->samples = ds.count / options.shard_count;
+  DT_CHECK(options.shard_sizes.empty() || static_cast<int64_t>(options.shard_sizes.size()) == options.shard_count,
+           options.shard_sizes.size(), " shard sizes for ", options.shard_count, " shards");
+  for (const int64_t size : options.shard_sizes) DT_CHECK(size >= 1, "a shard of ", size, " samples a block");
+  impl_->samples = ds.count / impl_->block(options) * impl_->take(options);
   if (impl_->samples == 0)
     throw ConfigError(str(ds.name, ": ", ds.count, " samples cannot give each of ",
                           options.shard_count, " workers one; use more data or fewer workers"));
@@ -292,11 +307,12 @@ void Pipeline::start_range(int64_t epoch, int64_t first, int64_t end) {
   p.stop_worker();  // it reads shard_order: stop it before that changes
   const std::vector<int64_t> order =
       epoch_order(p.dataset->count, p.options.shuffle_buffer, p.options.seed, epoch);
-  // Shard after the shuffle: positions k, k+n, ... of the first samples*n positions.
+  // Shard after the shuffle: positions k, k+n, ... of the first samples*n
+  // positions (or this shard's run of each block).
+  const int64_t block = Impl::block(p.options), take = Impl::take(p.options), offset = Impl::offset(p.options);
   p.shard_order.resize(static_cast<size_t>(p.samples));
   for (int64_t j = 0; j < p.samples; ++j)
-    p.shard_order[static_cast<size_t>(j)] =
-        order[static_cast<size_t>(p.options.shard_index + j * p.options.shard_count)];
+    p.shard_order[static_cast<size_t>(j)] = order[static_cast<size_t>(j / take * block + offset + j % take)];
   if (p.dataset->stream) p.restart_stream(first * p.options.batch_size);
   p.first = first;
   p.end = end;

@@ -3,7 +3,9 @@
 // Each epoch has a fixed sample order computed from (seed, epoch): a TF-style
 // shuffle buffer over the dataset order (a buffer >= count is a full shuffle),
 // then sharding (worker k of n keeps positions k, k+n, k+2n, ... of that order, so
-// all workers see disjoint parts of the same shuffled epoch), then batching. The
+// all workers see disjoint parts of the same shuffled epoch; with shard_sizes,
+// worker k keeps its run of shard_sizes[k] positions in each block of their sum:
+// an elastic group's uneven split), then batching. The
 // batches are identical with and without prefetching; prefetch only moves their
 // assembly onto one background thread.
 #pragma once
@@ -26,6 +28,9 @@ struct PipelineOptions {
   bool cache = true;           // decode byte images to floats once, up front
   int64_t shard_count = 1;
   int64_t shard_index = 0;
+  // Non-empty (shard_count entries): shard k takes shard_sizes[k] consecutive
+  // positions of every block of sum(shard_sizes) (all 1: the same as empty).
+  std::vector<int64_t> shard_sizes = {};
 };
 
 struct Batch {

@@ -53,7 +53,8 @@ constexpr double kPipeDrain = 2.0;  // seconds for the pipes to close after the 
 constexpr double kLateJoinerWait = 5.0;
 constexpr size_t kReadChunk = 64 * 1024;
 const char* const kOwnVariables[] = {"TF_CONFIG", "DTRAIN_JOB_ID", "DTRAIN_JOB_SECRET",
-                                     "DTRAIN_LISTEN_FD", "DTRAIN_INJECT", "DTRAIN_PROGRESS_COLUMNS"};
+                                     "DTRAIN_LISTEN_FD", "DTRAIN_INJECT", "DTRAIN_PROGRESS_COLUMNS",
+                                     "DTRAIN_TASK_LOG"};
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -177,6 +178,7 @@ class Launcher {
   void watch();
   // Joins the tasks' <output_dir>/trace/*.json (output.trace) into <output_dir>/trace.json.
   void merge_task_traces();
+  std::string finished_line() const;
   void read_pipe(Task& t, int stream);
   void on_line(Task& t, int stream, std::string_view line);
   void check_exits();
@@ -555,6 +557,8 @@ LaunchReport Launcher::run() {
                                           str("LOCAL_RANK=", remote ? slots[tasks_.size()].local_rank
                                                                     : static_cast<int>(tasks_.size()))};
     if (!t->report.injection.empty()) variables.push_back("DTRAIN_INJECT=" + t->report.injection);
+    // Where its lines go: its long detail (a flight record) goes there alone (core/log.h).
+    variables.push_back("DTRAIN_TASK_LOG=" + t->report.log_path);
     // On a terminal the lead task's progress bar becomes the console's live line.
     if (lead && progress_columns > 0)
       variables.push_back(str("DTRAIN_PROGRESS_COLUMNS=", progress_columns - static_cast<int>(t->name.size()) - 3));
@@ -613,10 +617,22 @@ LaunchReport Launcher::run() {
   if (report_.exit_code != 0)
     write_all(options_.stderr_fd, format_exit_table(report_));
   else
-    note(str("all ", tasks_.size(), " tasks finished in ", format_seconds(report_.wall_seconds)));
+    note(finished_line());
   report_.attempts = {{report_.job_id, report_.first_failure, report_.exit_code,
                        report_.wall_seconds}};
   return report_;
+}
+
+// "all 4 tasks finished in 8.92 s", or with tasks the job went on without
+// (an elastic job's lost worker, an evaluator): "3 of 4 tasks finished in 8.92 s;
+// the job went on without worker:2 (signal 9 (SIGKILL))".
+std::string Launcher::finished_line() const {
+  std::vector<std::string> without;
+  for (const TaskReport& t : report_.tasks)
+    if (t.expendable && !t.status.ok()) without.push_back(str(t.task.str(), " (", t.status.str(), ")"));
+  if (without.empty()) return str("all ", tasks_.size(), " tasks finished in ", format_seconds(report_.wall_seconds));
+  return str(tasks_.size() - without.size(), " of ", tasks_.size(), " tasks finished in ",
+             format_seconds(report_.wall_seconds), "; the job went on without ", join(without, ", "));
 }
 
 void Launcher::merge_task_traces() {

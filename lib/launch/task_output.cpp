@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/strings.h"
 
 namespace dtrain::launch {
@@ -93,20 +94,42 @@ TaskOutput::~TaskOutput() {
   if (log_fd_ >= 0) ::close(log_fd_);
 }
 
+TaskOutput::Named TaskOutput::without_name(std::string_view text) const {
+  // A task that names itself already ("[worker:1] dtrain: ..." or "dtrain: error:
+  // [worker:1] ...") is not named twice: its name comes out here, and goes back
+  // in where a diagnostic's tag ends (`tag`, 0 for other lines).
+  if (text.substr(0, prefix_.size()) == prefix_) text.remove_prefix(prefix_.size());
+  for (const std::string_view tag : {"dtrain: error: ", "dtrain: warning: ", "dtrain: debug: "}) {
+    if (text.substr(0, tag.size()) != tag) continue;
+    if (text.substr(tag.size(), prefix_.size()) == prefix_)
+      return {str(tag, text.substr(tag.size() + prefix_.size())), tag.size()};
+    return {std::string(text), tag.size()};
+  }
+  return {std::string(text), 0};
+}
+
 void TaskOutput::line(int stream, std::string_view text) {
-  // A task that names itself already ("[worker:1] dtrain: ...") is not named twice.
-  const std::string_view own = text.substr(0, prefix_.size()) == prefix_ ? text.substr(prefix_.size()) : text;
-  if (stream == 1 && own.substr(0, kProgressRelayTag.size()) == kProgressRelayTag) {
-    if (!console_.plain_stdout()) console_.live(str(prefix_, own.substr(kProgressRelayTag.size())), this);
+  if (stream == 1 && text.substr(0, kProgressRelayTag.size()) == kProgressRelayTag) {
+    if (!console_.plain_stdout()) console_.live(str(prefix_, text.substr(kProgressRelayTag.size())), this);
     return;  // a redraw, not a line of the log
   }
-  const bool error = stream == 2 && own.find("error:") != std::string_view::npos;
+  const std::string_view log_only_tag = log::kLogOnlyTag;
+  const bool log_only = stream == 2 && text.substr(0, log_only_tag.size()) == log_only_tag;
+  if (log_only) text.remove_prefix(log_only_tag.size());
+  const Named named = without_name(text);
+  const std::string_view own = named.own;
+  const bool error = stream == 2 && !log_only && own.find("error:") != std::string_view::npos;
   if (error) last_error_.assign(own);
-  if (stream == 2 && own.find_first_not_of(" \t\r") != std::string_view::npos) last_stderr_line_.assign(own);
-  const bool important = error || (stream == 2 && own.find("warning:") != std::string_view::npos);
-  if (shown_ == ConsoleLines::kAll || important) {
+  if (stream == 2 && !log_only && own.find_first_not_of(" \t\r") != std::string_view::npos)
+    last_stderr_line_.assign(own);
+  const bool important = error || (stream == 2 && !log_only && own.find("warning:") != std::string_view::npos);
+  if ((shown_ == ConsoleLines::kAll && !log_only) || important) {
     const bool plain = stream == 1 && console_.plain_stdout();
-    console_.write_line(stream, str(plain ? "" : prefix_, own, "\n"), this);
+    // A diagnostic says what it is first, then the task: "dtrain: error: [worker:1] ...".
+    const std::string shown = plain          ? std::string(own)
+                              : named.tag > 0 ? str(own.substr(0, named.tag), prefix_, own.substr(named.tag))
+                                             : str(prefix_, own);
+    console_.write_line(stream, shown + "\n", this);
   }
   if (!log_failed_ && !write_all(log_fd_, str(own, "\n"))) {
     log_failed_ = true;  // say it once; the job goes on

@@ -66,7 +66,8 @@ class Console {
 // as the Console's live line and keeps it out of the log.
 inline constexpr std::string_view kProgressRelayTag = "dtrain-progress: ";
 
-// Which lines of a task reach the console (the log file has every line).
+// Which lines of a task reach the console (the log file has every line; stderr
+// lines tagged core/log.h's kLogOnlyTag go to the log file alone).
 enum class ConsoleLines {
   kAll,        // every line
   kImportant,  // stderr lines that are warnings or errors ("warning:", "error:")
@@ -94,6 +95,12 @@ class TaskOutput {
   const std::string& last_stderr_line() const { return last_stderr_line_; }
 
  private:
+  struct Named {
+    std::string own;  // the line without the task's name
+    size_t tag = 0;   // the length of its "dtrain: error: " / "dtrain: warning: " (0: not a diagnostic)
+  };
+  Named without_name(std::string_view text) const;
+
   std::string prefix_;
   std::string log_path_;
   Console& console_;

@@ -216,6 +216,24 @@ Decision memory_decision(const TaskMemory& m) {
 // tensor_parallel: what it cannot do yet is refused here, before any task starts
 // (validate, launch), and the split (the strategy applies the same pure
 // function of the model and the stages: tensor_parallel.h).
+// strategy.elastic batch "global": how the current members take the global
+// batch, and how fewer would (down to min_workers).
+Decision elastic_batch_decision(const job::JobConfig& job, int start_tasks, int tasks) {
+  const int64_t accumulation = job.train.gradient_accumulation_steps, batch = job.train.batch_size_per_replica;
+  const strategy::ElasticSplit now = strategy::elastic_split(accumulation, batch, start_tasks, tasks);
+  std::string fewer;
+  bool uneven = !now.even();
+  for (int n = tasks - 1; n >= std::max<int64_t>(1, job.strategy.elastic.min_workers); --n) {
+    const strategy::ElasticSplit split = strategy::elastic_split(accumulation, batch, start_tasks, n);
+    fewer += str("; at ", n, " tasks: ", split.describe());
+    uneven = uneven || !split.even();
+  }
+  return {"elastic batch", str(now.describe(), " by task"),
+          str("the global batch of ", now.global_batch, " samples (", start_tasks, " tasks x ", accumulation, " x ",
+              batch, ") kept at every size", fewer,
+              uneven ? " (unequal shares are weighted by samples: the update is the global batch's)" : "")};
+}
+
 Decision tensor_split_decision(const job::JobConfig& job, const ExecutionPlan& p, bool in_group) {
   // (a pipeline's stages: a Dense pair cut by a boundary stays whole; without
   // the cluster, where strategy.stages names them)
@@ -310,11 +328,14 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
   if (in_group) p.training_tasks = machine.members.empty() ? cluster.spec.world_size() : static_cast<int>(machine.members.size());
   if (job.strategy.elastic.on)
     strategy::check_elastic_batch(job.strategy.elastic, job.train.gradient_accumulation_steps,
+                                  job.train.batch_size_per_replica,
                                   cluster.spec.world_size(), job.source);
   p.decisions.push_back({"role", role_name(p.role),
                          cluster.single_process() ? "one process, no cluster"
                                                   : str(p.task, " of the cluster from ", cluster.source, ", strategy ",
                                                         p.strategy->name)});
+  if (job.strategy.elastic.on && in_group)
+    p.decisions.push_back(elastic_batch_decision(job, cluster.spec.world_size(), p.training_tasks));
 
   Decision devices, threads, prefetch;
   p.replicas = plan_devices(job, machine, p.role, devices);

@@ -22,10 +22,6 @@ namespace dtrain::runtime {
 namespace {
 
 // Writes the collectives this task started last to its log (the flight recorder).
-void log_flight_record(const ClusterTask& task) {
-  const std::string record = comm::flight_record();
-  if (!record.empty()) log::warn(task.name(), ": the last collectives it started (oldest first):\n", record);
-}
 
 // The communicators the plan names for a training task, connected; what the
 // trainer gets of them goes into `run`. Owned here, they outlive the strategy.
@@ -131,11 +127,16 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
     machine.members = membership.ranks;
     machine.host_of_rank = task.host_of_rank();  // (a task that joined since: its machine is known now)
     const plan::ExecutionPlan plan = plan::make_execution_plan(job, session.cluster(), machine);
-    job::JobConfig generation_job = job;  // batch "global": the accumulation steps for this many tasks
-    generation_job.train.gradient_accumulation_steps =
-        strategy::elastic_accumulation(job.train.gradient_accumulation_steps, session.world_size(),
-                                       static_cast<int>(membership.ranks.size()));
-    if (!elastic.changes.empty()) elastic.changes.back().accumulation_steps = generation_job.train.gradient_accumulation_steps;
+    // batch "global": the micro-batches and their samples for this many tasks
+    elastic.split = strategy::elastic_split(job.train.gradient_accumulation_steps, job.train.batch_size_per_replica,
+                                            session.world_size(), static_cast<int>(membership.ranks.size()));
+    job::JobConfig generation_job = job;
+    generation_job.train.gradient_accumulation_steps = elastic.split.accumulation;
+    generation_job.train.batch_size_per_replica = elastic.split.micro_batch.at(static_cast<size_t>(plan.rank));
+    if (!elastic.changes.empty()) {
+      elastic.changes.back().accumulation_steps = elastic.split.accumulation;
+      elastic.changes.back().micro_batches = elastic.split.micro_batch;
+    }
     try {
       TaskConnections connections;
       connect_planned(generation_job, plan, session.cluster(), spec, task, connections, run,
@@ -174,13 +175,13 @@ void run_session(ClusterTask& task, const std::function<void()>& body) {
     try {
       body();
     } catch (const PeerLost& e) {
-      log_flight_record(task);
+      comm::log_flight_record(task.name());
       task.rethrow_collective_failure(e);
     } catch (const TimeoutError& e) {
-      log_flight_record(task);
+      comm::log_flight_record(task.name());
       task.rethrow_collective_failure(e);
     } catch (const CommError& e) {
-      log_flight_record(task);
+      comm::log_flight_record(task.name());
       task.rethrow_collective_failure(e);
     }
     session.finish();

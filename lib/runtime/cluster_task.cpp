@@ -81,11 +81,8 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
   session_.on_failure([task = name_](const std::string& why) {
     std::thread([task, why] {
       std::this_thread::sleep_for(std::chrono::seconds(2));
-      const std::string record = comm::flight_record();
-      if (!record.empty())
-        std::fprintf(stderr, "[%s] dtrain: the last collectives it started (oldest first):\n%s", task.c_str(),
-                     record.c_str());
-      std::fprintf(stderr, "[%s] %s%s\n", task.c_str(), kErrorPrefix, why.c_str());
+      comm::log_flight_record(task);
+      std::fprintf(stderr, "%s\n", log::line("error: ", why).c_str());
       std::fflush(stderr);
       std::_Exit(to_int(ExitCode::kPeerLost));
     }).detach();
@@ -111,16 +108,16 @@ ClusterTask::ClusterTask(const rendezvous::SessionSpec& spec)
         what = "(not a std::exception)";
       }
     }
-    const std::string record = comm::flight_record();
-    if (!record.empty()) std::fprintf(stderr, "dtrain: the last collectives it started (oldest first):\n%s", record.c_str());
-    std::fprintf(stderr,
-                 "%sa thread of the collectives' library failed: %s (when a peer sent more bytes than this task "
-                 "posted, the tasks disagree on a collective's size: see the last collectives above and the "
-                 "others' logs)\n",
-                 kErrorPrefix, what.c_str());
+    ClusterTask* const reporting = g_reporting_task.load();
+    comm::log_flight_record(reporting ? reporting->name() : std::string("this task"));
+    std::fprintf(stderr, "%s\n",
+                 log::line("error: ", str("a thread of the collectives' library failed: ", what,
+                                          " (when a peer sent more bytes than this task posted, the tasks disagree "
+                                          "on a collective's size: see its last collectives and the others' logs)"))
+                     .c_str());
     std::fflush(stderr);
-    if (ClusterTask* task = g_reporting_task.load())
-      task->report_before_exit(str("a thread of the collectives' library failed on ", task->name(), ": ", what));
+    if (reporting)
+      reporting->report_before_exit(str("a thread of the collectives' library failed on ", reporting->name(), ": ", what));
     std::_Exit(to_int(ExitCode::kRuntime));
   });
   g_reporting_task.store(this);

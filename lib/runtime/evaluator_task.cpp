@@ -15,8 +15,9 @@ void run_evaluator_task(const job::JobConfig& job, const plan::ExecutionPlan& pl
   trainer::EvaluatorOptions options;
   options.summary_path = run.summary_path;
   options.training_done = [&]() -> std::optional<int64_t> {
-    if (run.stop_requested && run.stop_requested())
-      throw Preempted("stopped by SIGTERM (an evaluator has nothing to save; the training goes on)");
+    if (const int signal = run.stop_signal ? run.stop_signal() : 0)
+      throw Preempted(stop_reason(signal) + " (an evaluator has nothing to save; the training goes on)",
+                      stop_exit_code(signal));
     session.check_health();
     const std::optional<std::string> step = session.store().get(kFinalStepKey);
     if (!step) return std::nullopt;

@@ -56,7 +56,7 @@ void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster
   // Served before joining, so the workers find it as soon as they look.
   ps::PsServer server(shards, options, env.listen_socket(), "0.0.0.0", address.port);
   ClusterTask task(spec);
-  if (run.stop_requested) (void)run.stop_requested();  // serves on through a SIGTERM (see task_roles.h)
+  if (run.stop_signal) (void)run.stop_signal();  // serves on through a SIGTERM (see task_roles.h)
   align_trace_clock(job, task);
   log::info(task.name(), " serves ", shards.elements(), " floats of variables (",
             job.strategy.mode == ps::UpdateMode::kSync    ? "sync"

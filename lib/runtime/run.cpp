@@ -71,10 +71,15 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   const plan::Machine machine = machine_of(job, env, cluster);
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine);
   if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
+  // The task that writes the job's results refuses to overwrite an earlier run's.
+  if (cluster.single_process() || cluster.task == cluster.spec.chief()) {
+    trainer::check_fresh_output(job);
+    trainer::clear_earlier_results(job);
+  }
   const int64_t kill_step = arm_injected_fault(parse_injected_fault(env.inject));
   trainer::RunOptions run;
   run.summary_path = request.summary_path;
-  run.stop_requested = request.stop_requested;
+  run.stop_signal = request.stop_signal;
   trace::set_thread_name("main");  // names it in hang reports too (trace::activities)
   if (job.output.trace) {
     prepare_output_file(trace_path(job, cluster), "output.trace");  // a path in the way: said now, not after training

@@ -15,10 +15,11 @@ namespace dtrain::runtime {
 struct RunRequest {
   std::string summary_path;  // --summary FILE ("" = none)
   std::string task_flag;     // --task TYPE:INDEX ("" = from TF_CONFIG or the job file)
-  // Polled before every step: true once the process was asked to stop (SIGTERM).
-  // Its first call says the task now handles a stop itself (at a step boundary;
-  // a ps task serves on): `dtrain run` ends a task asked to stop before that at once.
-  std::function<bool()> stop_requested;
+  // Polled before every step: the signal once the process was asked to stop
+  // (SIGTERM, SIGINT), else 0. Its first call says the task now handles a stop
+  // itself (at a step boundary; a ps task serves on): `dtrain run` ends a task
+  // asked to stop before that at once.
+  std::function<int()> stop_signal;
 };
 
 // Trains the job as this process's task (TF's rules pick the task): alone, or as

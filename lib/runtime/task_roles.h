@@ -43,7 +43,7 @@ ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec
 std::vector<std::string> training_workers(const config::ClusterSpec& cluster);
 // A ps task of a parameter_server job: serves its shards until the job ends,
 // then writes its summary to run.summary_path (when not ""). Once it has joined
-// it looks at run.stop_requested once: from then on a SIGTERM does not end it
+// it looks at run.stop_signal once: from then on a SIGTERM does not end it
 // (the workers finish their step and save through it, then the job ends).
 void run_ps_task(const job::JobConfig& job, const config::ClusterConfig& cluster, const Environment& env,
                  rendezvous::SessionSpec spec, int64_t kill_step, const trainer::RunOptions& run);

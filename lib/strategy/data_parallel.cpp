@@ -43,6 +43,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
       accumulation_(job.train.gradient_accumulation_steps),
       batch_per_replica_(job.train.batch_size_per_replica),
       workers_(context.workers),
+      mean_replica_rows_(context.mean_replica_rows),
       loss_(nn::make_loss(job.loss)),
       device_(context.device),
       threads_(std::max(1, context.threads)) {
@@ -280,13 +281,17 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
         r.grad_output = Tensor(output.shape(), r.device);
       // The gradient of the mean loss over this replica's K micro-batches; the
       // all-reduce (mean over replicas) makes it the mean over the global batch.
+      // (Replicas with unequal rows, an elastic group's uneven split: each
+      // sample weighs 1 / (the mean rows x K), so the mean is still per sample.)
       // Under loss scaling, that gradient times the scale (1 without). (The scale
       // is per sample: the loss divides it among a sequence's positions.)
       const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
+      const double mean_rows = mean_replica_rows_ > 0.0 ? mean_replica_rows_ : static_cast<double>(rows);
+      const float per_sample = scale / static_cast<float>(mean_rows * static_cast<double>(k));
       if (vocabulary_loss_)
-        vocabulary_loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
+        vocabulary_loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
       else
-        loss_->compute(output, labels, &r.grad_output, scale / static_cast<float>(rows * k), r.rows[i]);
+        loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
     }
     const bool last = i == k - 1;
     if (!last) {

@@ -156,6 +156,7 @@ class DataParallelStrategy : public Strategy {
   int64_t accumulation_;
   int64_t batch_per_replica_;
   comm::Communicator* workers_;
+  double mean_replica_rows_;  // StrategyContext's (0: rows are equal)
   std::unique_ptr<nn::Loss> loss_;
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaPool> pool_;

@@ -2,6 +2,8 @@
 #include "strategy/registry.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 #include "comm/nccl_support.h"
 #include "core/check.h"
@@ -376,29 +378,48 @@ void check_elastic_cluster(const ElasticSpec& elastic, int training_tasks, const
                           source, ") has ", training_tasks, "; raise max_workers or run fewer workers"));
 }
 
-void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int start_tasks,
-                         const std::string& source) {
-  const auto splits = [&](int64_t steps) {
-    for (int64_t n = std::max<int64_t>(1, elastic.min_workers); n < start_tasks; ++n)
-      if (steps * start_tasks % n != 0) return n;
-    return int64_t{0};
-  };
-  const int64_t tasks = splits(accumulation);
-  if (tasks == 0) return;
-  int64_t fits = accumulation;
-  while (splits(fits) != 0) fits += accumulation;
-  throw ConfigError(str(source, ": strategy.elastic.batch 'global' keeps the global batch of ", start_tasks,
-                        " tasks x ", accumulation, " accumulation step(s) (x train.batch_size_per_replica), which ",
-                        tasks, " tasks cannot split evenly; set train.gradient_accumulation_steps to ", fits,
-                        " (every task count from min_workers ", elastic.min_workers, " to ", start_tasks,
-                        " then takes a whole number of steps)"));
+bool ElasticSplit::even() const {
+  return std::adjacent_find(micro_batch.begin(), micro_batch.end(), std::not_equal_to<>()) == micro_batch.end();
 }
 
-int64_t elastic_accumulation(int64_t accumulation, int start_tasks, int tasks) {
-  const int64_t micro_batches = accumulation * start_tasks;  // per-replica batches in one update
-  DT_CHECK(tasks >= 1 && micro_batches % tasks == 0, "elastic: ", micro_batches, " micro-batches over ", tasks,
-           " tasks (check_elastic_batch let it through)");
-  return micro_batches / tasks;
+int64_t ElasticSplit::micro_step() const { return std::accumulate(micro_batch.begin(), micro_batch.end(), int64_t{0}); }
+
+std::string ElasticSplit::describe() const {
+  std::string sizes;
+  for (size_t i = 0; i < micro_batch.size() && !(even() && i > 0); ++i)
+    sizes += str(i == 0 ? "" : ", ", micro_batch[i]);
+  return str(accumulation, " micro-batch", accumulation == 1 ? "" : "es", " of ", sizes, " samples");
+}
+
+ElasticSplit elastic_split(int64_t accumulation, int64_t batch, int start_tasks, int tasks) {
+  DT_CHECK(accumulation >= 1 && batch >= 1 && start_tasks >= 1 && tasks >= 1, "elastic split of ", accumulation,
+           " x ", batch, " x ", start_tasks, " over ", tasks);
+  const int64_t micro_batches = accumulation * start_tasks;  // of `batch` samples, in one update
+  ElasticSplit split;
+  split.global_batch = micro_batches * batch;
+  // The fewest micro-batches per task, of at most `batch` samples each, whose
+  // micro-steps (one micro-batch of every task) are equal: k divides the global batch.
+  int64_t k = (micro_batches + tasks - 1) / tasks;
+  while (split.global_batch % k != 0) ++k;  // (ends: k = micro_batches divides it)
+  const int64_t step = split.global_batch / k;
+  if (step < tasks)
+    throw ConfigError(str("strategy.elastic.batch 'global': the global batch of ", split.global_batch,
+                          " samples cannot give each of ", tasks, " tasks a sample in each of ", k,
+                          " micro-batches; raise train.batch_size_per_replica or strategy.elastic.min_workers"));
+  split.accumulation = k;
+  for (int64_t i = 0; i < tasks; ++i) split.micro_batch.push_back(step / tasks + (i < step % tasks ? 1 : 0));
+  return split;
+}
+
+void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int64_t batch, int start_tasks,
+                         const std::string& source) {
+  for (int64_t n = std::max<int64_t>(1, elastic.min_workers); n < start_tasks; ++n) {
+    try {
+      elastic_split(accumulation, batch, start_tasks, static_cast<int>(n));
+    } catch (const ConfigError& e) {
+      throw ConfigError(str(source, ": ", e.what(), " (", n, " of the ", start_tasks, " tasks left)"));
+    }
+  }
 }
 
 Communication communication_by_name(const std::string& name) {

@@ -57,14 +57,28 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
 // strategy.elastic against a cluster of `training_tasks` (chief and workers):
 // ConfigError when the count is outside [min_workers, max_workers].
 void check_elastic_cluster(const ElasticSpec& elastic, int training_tasks, const std::string& source);
-// strategy.elastic batch "global": ConfigError unless the global batch of
-// `start_tasks` tasks taking `accumulation` steps splits evenly over every task
-// count from min_workers up (naming the first that does not, and the smallest
-// accumulation that would do).
-void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int start_tasks,
+// strategy.elastic batch "global": how `tasks` tasks take the global batch of
+// `start_tasks` tasks x `accumulation` micro-batches of `batch` samples. When
+// the micro-batches split evenly, each task takes start_tasks x accumulation /
+// tasks of them, of `batch` samples (as before); otherwise every task takes the
+// fewest micro-batches of at most `batch` samples that split the global batch
+// into equal micro-steps, and a micro-step's samples are dealt out as evenly
+// as they go (4 x 64 over 3 tasks: 2 micro-batches of 43, 43 and 42 samples).
+// The gradients are weighted by samples, so the update is the global batch's.
+struct ElasticSplit {
+  int64_t accumulation = 1;          // micro-batches each task takes per step
+  std::vector<int64_t> micro_batch;  // by member rank: the samples of each of its micro-batches
+  int64_t global_batch = 0;          // samples per step across the group (always the start's)
+  bool even() const;                 // every member's micro-batch the same
+  int64_t micro_step() const;        // samples of one micro-batch across the group
+  // "2 micro-batches of 43, 43, 42 samples" / "4 micro-batches of 8 samples"
+  std::string describe() const;
+};
+// ConfigError when no split exists (fewer samples in a micro-step than tasks).
+ElasticSplit elastic_split(int64_t accumulation, int64_t batch, int start_tasks, int tasks);
+// ConfigError unless every task count from min_workers to `start_tasks` has a split.
+void check_elastic_batch(const ElasticSpec& elastic, int64_t accumulation, int64_t batch, int start_tasks,
                          const std::string& source);
-// The accumulation steps that keep that global batch with `tasks` tasks.
-int64_t elastic_accumulation(int64_t accumulation, int start_tasks, int tasks);
 
 // Every strategy, in the README's order.
 const std::vector<StrategyEntry>& strategies();

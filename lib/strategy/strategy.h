@@ -67,6 +67,10 @@ struct StrategyContext {
   // Several local replicas on GPUs reduce in a local NCCL group (the plan's
   // choice, in builds with NCCL); false: through shared memory between threads.
   bool local_nccl = false;
+  // An elastic group that deals a micro-step's samples out unevenly (ElasticSplit):
+  // the mean rows of a micro-batch over the group's replicas, which weights each
+  // replica's gradient by its samples. 0: every replica takes the same rows.
+  double mean_replica_rows = 0.0;
 };
 
 // Whether a strategy for `job` scales the loss (train.precision mixed_float16, or

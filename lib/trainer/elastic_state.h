@@ -23,6 +23,7 @@
 
 #include "comm/communicator.h"
 #include "core/timer.h"
+#include "strategy/registry.h"
 #include "strategy/strategy.h"
 #include "trainer/checkpointing.h"
 #include "trainer/trainer.h"
@@ -53,6 +54,9 @@ class ElasticState {
   int64_t generation = 0;
   int source_rank = -1;      // the member whose snapshot every member takes (-1: none, generation 0)
   std::string source_point;  // its point_json()
+  // How this generation's members take the global batch (batch "global"); the
+  // job given to run_training has its accumulation and this member's micro-batch.
+  strategy::ElasticSplit split;
   std::vector<MembershipChange> changes;  // every change so far, oldest first
   size_t recorded = 0;                    // of them, written to metrics.jsonl
   std::optional<Stopwatch> reforming;     // since the loss was seen, until the first step at the new size
@@ -62,6 +66,14 @@ class ElasticState {
   // Asked after each step's end (its checkpoint saved): true when a newer
   // membership is known (a task came back), which ends this generation.
   std::function<bool()> membership_changed;
+  // The job's figures across generations, so that its totals and epoch lines
+  // count from its start, not from the last re-formation:
+  std::optional<Stopwatch> wall;  // since the first generation began
+  bool described = false;         // the model and data lines printed (once)
+  double train_seconds = 0.0;     // of the epochs ended so far (the loop's totals go on from them)
+  int64_t train_samples = 0;
+  int64_t clock_epoch = -1;       // the epoch epoch_clock times (it goes on when a generation continues it)
+  Stopwatch epoch_clock;
   // The training and test data, loaded once and used by every generation.
   std::shared_ptr<data::Dataset> train_data, test_data;
 

@@ -48,7 +48,8 @@ plan::ExecutionPlan settle_stage_split(const job::JobConfig& job, const plan::Ex
 // after its stage's line for a pipeline); ConfigError (exit 2) naming the figures,
 // the biggest layers and the fixes when it is over runtime.memory_limit (where
 // it is held against it). Call it before the strategy allocates the model.
-strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::TaskMemory& memory);
+// print false: the check alone (an elastic job's re-formed group).
+strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::TaskMemory& memory, bool print = true);
 
 // What the strategy gets: the plan's devices and local group, the communicators
 // the runtime connected (`workers`, `gradients`: nullptr where the plan has none).

@@ -23,15 +23,15 @@ plan::ExecutionPlan settle_stage_split(const job::JobConfig& job, const plan::Ex
   return plan::with_stage_split(plan, job, strategy::measured_split(job.strategy_job(), *workers, fits, *plan.split));
 }
 
-strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::TaskMemory& memory) {
-  if (!memory.heading.empty()) std::printf("%s\n", memory.heading.c_str());
+strategy::MemoryEstimate check_memory(const job::JobConfig& job, const plan::TaskMemory& memory, bool print) {
+  if (print && !memory.heading.empty()) std::printf("%s\n", memory.heading.c_str());
   if (!memory.checked) {
     // No cluster to cut the model over yet (validate without one): the whole model, not checked.
     std::printf("%s  (the whole model; each pipeline stage holds its own layers and is checked on its own)\n",
                 strategy::describe(memory.estimate).c_str());
     return memory.estimate;
   }
-  std::printf("%s", strategy::describe(memory.estimate).c_str());
+  if (print) std::printf("%s", strategy::describe(memory.estimate).c_str());
   std::fflush(stdout);
   const std::string problem = strategy::memory_limit_problem(memory.estimate);
   if (!problem.empty()) {

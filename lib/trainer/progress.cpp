@@ -21,12 +21,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string fixed(double v, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, v);
-  return text;
-}
-
 // "5s", "2m05s", "1h02m"
 std::string duration_text(double seconds) {
   const auto s = static_cast<long long>(std::max(0.0, std::round(seconds)));
@@ -51,9 +45,9 @@ std::string progress_line(const StepProgress& p, int width) {
   const std::string eta =
       p.step < p.steps ? " ETA " + duration_text(ms_per_step * static_cast<double>(p.steps - p.step) / 1000.0)
                        : " " + duration_text(p.seconds);
-  const std::string ms = " " + fixed(ms_per_step, 1) + "ms/step";
-  const std::string loss = " - loss: " + fixed(p.loss, 4), acc = " - accuracy: " + fixed(p.accuracy, 4);
-  const std::string rate = " - " + fixed(p.samples_per_sec, 0) + " samples/s";
+  const std::string ms = " " + format_fixed(ms_per_step, 1) + "ms/step";
+  const std::string loss = " - loss: " + format_fixed(p.loss, 4), acc = " - accuracy: " + format_fixed(p.accuracy, 4);
+  const std::string rate = " - " + format_fixed(p.samples_per_sec, 0) + " samples/s";
   // What a narrower line leaves out, level by level: the samples/s, the accuracy,
   // the time per step, the word "Epoch", the ETA, the loss; the bar takes the room
   // left (10 to 30 columns), and what still does not fit is cut.

@@ -151,9 +151,10 @@ RunSummary run_ps_worker(const job::JobConfig& job, const plan::ExecutionPlan& p
     data::Batch batch;
     ps::UnitResult result;
     while (pipeline.next(batch)) {
-      if (options.stop_requested && options.stop_requested())
-        throw Preempted(str("stopped by SIGTERM after ", summary.steps, " steps of this worker (a parameter_server "
-                            "worker's work unit goes back to the queue; the job goes on)"));
+      if (const int signal = options.stop_signal ? options.stop_signal() : 0)
+        throw Preempted(str(stop_reason(signal), " after ", summary.steps, " steps of this worker (a parameter_server "
+                            "worker's work unit goes back to the queue; the job goes on)"),
+                        stop_exit_code(signal));
       s.strategy->train_step({batch}, unit->epoch * s.plan.steps_per_epoch + batch.index, stats);
       ++summary.steps;
       ++result.steps;

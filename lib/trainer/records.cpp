@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_store.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/log.h"
 #include "core/sha256.h"
 #include "core/strings.h"
 
@@ -74,6 +76,7 @@ nlohmann::json membership_json(const MembershipChange& c) {
   return {{"generation", c.generation},       {"unix_time", c.unix_time},
           {"left", c.left},                   {"joined", c.joined}, {"step", c.step},
           {"training_tasks", c.training_tasks}, {"accumulation_steps", c.accumulation_steps},
+          {"micro_batches", c.micro_batches},
           {"reform_seconds", c.reform_seconds}, {"resumed_unix_time", c.resumed_unix_time}};
 }
 }  // namespace
@@ -242,6 +245,49 @@ void write_summary(const std::string& path, const job::JobConfig& job, const Run
   }
 
   write_json_file(path, j);
+}
+
+void check_fresh_output(const job::JobConfig& job) {
+  if (job.checkpoint.resume || job.output.overwrite) return;
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!job.output.dir.empty()) {
+    const uintmax_t size = std::filesystem::file_size(std::filesystem::path(job.output.dir) / "metrics.jsonl", ec);
+    if (!ec && size > 0) found.push_back("metrics.jsonl");
+  }
+  const std::string checkpoints = checkpoint_dir(job);
+  if (!checkpoints.empty() && std::filesystem::is_directory(checkpoints, ec)) {
+    const std::vector<checkpoint::CheckpointEntry> entries = checkpoint::CheckpointStore(checkpoints).entries();
+    const bool inside = job.checkpoint.dir.empty();  // (output.dir/checkpoints)
+    if (!entries.empty())
+      found.push_back(str(entries.size(), entries.size() == 1 ? " checkpoint" : " checkpoints", " in ",
+                          inside ? std::string("checkpoints/") : checkpoints, ", the newest of step ",
+                          entries.back().step));
+  }
+  if (found.empty()) return;
+  const bool output = !job.output.dir.empty();
+  const std::string where = output ? job.output.dir : checkpoints;
+  throw ConfigError(str(job.source, ": ", output ? "output.dir" : "checkpoint.dir", " '", where,
+                        "' holds an earlier run's results (", join(found, "; "),
+                        ") that this run would overwrite: --resume continues that run, --set ",
+                        output ? "output.dir=" : "checkpoint.dir=", where, "-2 writes a new one, --overwrite "
+                        "replaces them"));
+}
+
+void clear_earlier_results(const job::JobConfig& job) {
+  if (job.checkpoint.resume || !job.output.overwrite) return;
+  std::error_code ec;
+  const std::string checkpoints = checkpoint_dir(job);
+  size_t removed = 0;
+  if (!checkpoints.empty() && std::filesystem::is_directory(checkpoints, ec))
+    for (const checkpoint::CheckpointEntry& e : checkpoint::CheckpointStore(checkpoints).entries())
+      removed += std::filesystem::remove_all(e.path, ec) > 0 ? 1 : 0;
+  if (!job.output.dir.empty()) {
+    const std::filesystem::path dir(job.output.dir);
+    std::filesystem::remove(dir / "metrics.jsonl", ec);
+    if (const std::string events = tensorboard_dir(job); !events.empty()) std::filesystem::remove_all(events, ec);
+  }
+  if (removed > 0) log::info("output: --overwrite: removed the earlier run's ", removed, " checkpoint(s) in ", checkpoints);
 }
 
 }  // namespace dtrain::trainer

@@ -69,7 +69,7 @@ bool StrategySteps::advance(Advance& out) {
   data_seconds_ += data_time.seconds();
   ++trained_steps_;
   nn::LossStats stats;
-  if (options_.stop_requested && options_.stop_requested()) strategy_.request_stop();
+  if (options_.stop_signal && options_.stop_signal() != 0) strategy_.request_stop();
   strategy_.train_step(micro_batches_, global_step_, stats, have_upcoming_ ? &upcoming_ : nullptr);
   if (!std::isfinite(stats.loss_sum))
     throw RuntimeError(str("the loss became ", stats.loss_sum, " at step ", global_step_ + 1, " (epoch ", epoch_ + 1,
@@ -92,9 +92,11 @@ bool StrategySteps::advance(Advance& out) {
     throw MembershipChanged(str("the job's training tasks changed after step ", global_step_));
   if (strategy_.stop_agreed()) {
     const std::string saved = checkpointer_.save_now(global_step_, epoch_, step_in_epoch_, global_batch_);
-    throw Preempted(str("stopped by SIGTERM after step ", global_step_,
+    const int signal = options_.stop_signal ? options_.stop_signal() : 0;
+    throw Preempted(str(stop_reason(signal), " after step ", global_step_,
                         saved.empty() ? std::string("; no checkpoint saved (set checkpoint.dir or output.dir)")
-                                      : str("; checkpoint ", saved, " saved: resume with --resume")));
+                                      : str("; checkpoint ", saved, " saved: resume with --resume")),
+                    stop_exit_code(signal));
   }
   out.global_step = global_step_;
   out.steps_in_epoch = step_in_epoch_;

@@ -39,6 +39,13 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   StrategyTraining t;
   strategy::StrategyContext context = strategy_context(plan, options.workers, options.gradients);
   context.stage_links = options.stage_links;
+  const strategy::ElasticSplit* uneven =
+      options.elastic && !options.elastic->split.micro_batch.empty() && !options.elastic->split.even()
+          ? &options.elastic->split
+          : nullptr;
+  if (uneven)
+    context.mean_replica_rows =
+        static_cast<double>(uneven->micro_step()) / static_cast<double>(uneven->micro_batch.size());
   t.strategy = strategy::make_strategy(job.strategy_job(), context);
   strategy::Strategy& s = *t.strategy;
   nn::Sequential& model = s.model();
@@ -50,9 +57,13 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
     throw ConfigError("data.shard_policy: strategy.elastic deals the rest of an epoch's samples out again over the "
                       "tasks that are left, which sharding by file cannot (each task reads only its own files); set "
                       "data.shard_policy to \"data\"");
-  std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
-              static_cast<long long>(model.count_params(false)), s.name().c_str(), describe_device(device).c_str(),
-              summary.threads, model.summary().c_str());
+  // (an elastic job's re-formed groups train the same model on the same data: said once)
+  const bool describe = !options.elastic || !options.elastic->described;
+  if (options.elastic) options.elastic->described = true;
+  if (describe)
+    std::printf("Model: %lld params, strategy %s, %s, %d threads\n%s",
+                static_cast<long long>(model.count_params(false)), s.name().c_str(), describe_device(device).c_str(),
+                summary.threads, model.summary().c_str());
 
   Stopwatch load_time;
   const int64_t before_data = resident_bytes();
@@ -62,17 +73,25 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   if (!train_data) train_data = load_checked(task_source(job, worker_rank, num_workers), s.model_shapes());
   if (job.data.has_test && !test_data) test_data = load_checked(job.data.test, s.model_shapes());
   if (options.elastic) options.elastic->train_data = train_data, options.elastic->test_data = test_data;
-  t.train = std::make_unique<data::Pipeline>(
-      train_data, train_pipeline_options(job, s, worker_rank, num_workers, plan.prefetch));
+  data::PipelineOptions train_options = train_pipeline_options(job, s, worker_rank, num_workers, plan.prefetch);
+  if (uneven) {  // each member's run of every micro-step's samples
+    DT_CHECK(s.local_replicas() == 1 && static_cast<int>(uneven->micro_batch.size()) == num_workers &&
+                 train_options.batch_size == uneven->micro_batch[static_cast<size_t>(worker_rank)],
+             "elastic: the split of ", uneven->micro_step(), " samples over ", num_workers, " tasks");
+    train_options.shard_sizes = uneven->micro_batch;
+  }
+  t.train = std::make_unique<data::Pipeline>(train_data, train_options);
   if (test_data) t.test = std::make_unique<data::Pipeline>(test_data, eval_pipeline_options(job, plan.prefetch));
-  std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
-              test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
+  if (describe)
+    std::printf("Data: %lld training samples%s (loaded in %.2fs)\n", static_cast<long long>(train_data->count),
+                test_data ? str(", ", test_data->count, " test samples").c_str() : "", load_time.seconds());
   if (summary.measured_memory) summary.measured_memory->data = resident_bytes() - before_data;
 
   const int64_t accumulation = job.train.gradient_accumulation_steps;
   t.steps_per_epoch = steps_per_epoch(job, s, *t.train);
   t.global_batch = job.train.batch_size_per_replica * s.num_replicas_in_sync() * accumulation;
   if (options.elastic) {
+    if (!options.elastic->split.micro_batch.empty()) t.global_batch = options.elastic->split.global_batch;
     // The epoch's steps are those of the whole data at the global batch, the
     // same at every size (batch "global"): a re-formed group continues the
     // epoch's count. Every task's shard holds at least its part of them.
@@ -157,10 +176,13 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   // this task is allocated.
   if (!task_plan.parameter_server()) apply_threads(task_plan);  // (ps_training's own)
   const plan::ExecutionPlan plan = settle_stage_split(job, task_plan, options.workers);
-  const strategy::MemoryEstimate memory = check_memory(job, *plan.memory);
+  // (an elastic job's later generations: the same model, its estimate said once)
+  const strategy::MemoryEstimate memory =
+      check_memory(job, *plan.memory, /*print=*/!options.elastic || !options.elastic->described);
   if (plan.parameter_server())
     return options.ps.coordinator ? run_ps_coordinator(job, plan, options) : run_ps_worker(job, plan, options);
   Stopwatch wall;
+  if (options.elastic && !options.elastic->wall) options.elastic->wall.emplace();  // the job's, across generations
   RunSummary summary;
   summary.memory = memory;
   summary.threads = plan.threads;
@@ -195,7 +217,9 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   summary.measured_memory->peak_from_loop = reset_peak_resident();
   const LoopResult loop = run_epochs(context, steps, start);
   summary.measured_memory->peak = peak_resident_bytes();
-  if (flops && loop.train_seconds > 0) {
+  // (the CPU's GEMM probe takes a moment: only the task that reports the job's
+  // figures, the chief or a lone task, measures it; a GPU's peak is known already)
+  if (flops && loop.train_seconds > 0 && (peak || options.write_metrics)) {
     if (!peak) peak = device_peak(device, job.train.precision, plan.threads, /*thorough=*/false);
     const double tokens_per_sec = static_cast<double>(loop.train_samples) / loop.train_seconds *
                                   static_cast<double>(summary.label_width);
@@ -207,7 +231,7 @@ RunSummary run_training(const job::JobConfig& job, const plan::ExecutionPlan& ta
   // The report.
   report_strategy_steps(job, s, steps, loop, summary);
   if (options.elastic) summary.membership_changes = options.elastic->changes;
-  report_run(job, options, s, loop, wall.seconds(), "", summary);
+  report_run(job, options, s, loop, options.elastic ? options.elastic->wall->seconds() : wall.seconds(), "", summary);
   return summary;
 }
 

@@ -45,9 +45,10 @@ struct RunOptions {
   // pipeline on GPUs (plan.activations kNccl): the NCCL links to the neighbouring
   // stages the runtime connected, where every stage has a GPU of its own; nullptr: Gloo.
   strategy::StageLinks* stage_links = nullptr;
-  // Polled before every step: true once the process was asked to stop (SIGTERM).
-  // The job then stops after the step, saves a checkpoint and throws Preempted.
-  std::function<bool()> stop_requested;
+  // Polled before every step: the signal once the process was asked to stop
+  // (SIGTERM, SIGINT), else 0. The job then stops after the step, saves a
+  // checkpoint and throws Preempted (stop_reason / stop_exit_code of the signal).
+  std::function<int()> stop_signal;
   // Write output.dir/metrics.jsonl: in a cluster only the chief does (as in TF).
   bool write_metrics = true;
   // Save a checkpoint after the last epoch even when checkpoint.every_* would not
@@ -82,6 +83,7 @@ struct MembershipChange {
   int64_t step = 0;                // the step training went on from
   int training_tasks = 0;          // after it
   int64_t accumulation_steps = 1;  // per update after it (batch "global" raises them)
+  std::vector<int64_t> micro_batches;  // each member's micro-batch after it, by rank (strategy::ElasticSplit)
   double reform_seconds = -1.0;    // from the loss seen to the first step done at the new size
   double resumed_unix_time = 0.0;  // when that step was done
 };
@@ -179,6 +181,16 @@ struct EvaluatorOptions {
 // Where the job's checkpoints go: checkpoint.dir, else output.dir/checkpoints,
 // else "" (none). A parameter_server job's ps tasks write their shards there too.
 std::string checkpoint_dir(const job::JobConfig& job);
+// A run that starts afresh (neither checkpoint.resume nor output.overwrite)
+// where an earlier run's results are (a non-empty metrics.jsonl in output.dir,
+// checkpoints in checkpoint_dir): ConfigError naming them and the ways on
+// (--resume, another output.dir, --overwrite). Returns quietly otherwise.
+void check_fresh_output(const job::JobConfig& job);
+// output.overwrite (and not resuming): removes an earlier run's results, so that
+// none of them mixes with this run's (its checkpoints, which a later --resume
+// would take when their steps are higher; its metrics.jsonl; its TensorBoard
+// event files). Logs and files dtrain does not write stay.
+void clear_earlier_results(const job::JobConfig& job);
 
 // Evaluates until the checkpoint of the final step is done, writing one
 // {"kind": "eval"} record per checkpoint to output.dir/eval/metrics.jsonl and the

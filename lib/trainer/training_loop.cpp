@@ -32,8 +32,9 @@ void record_membership(const LoopContext& c) {
     change.reform_seconds = elastic.reforming->seconds();
     change.resumed_unix_time = static_cast<double>(trace::now_us()) / 1e6;
     elastic.reforming.reset();
-    log::info("elastic: training again at ", change.training_tasks, " task(s) (", change.accumulation_steps,
-              " accumulation step(s) each), ", format_seconds(change.reform_seconds), " after the change was seen");
+    log::info("elastic: training again at ", change.training_tasks, " task(s) (a step: ", elastic.split.describe(),
+              " by task, the global batch of ", elastic.split.global_batch, " kept), ",
+              format_seconds(change.reform_seconds), " after the change was seen");
   }
   for (; elastic.recorded < elastic.changes.size() && !elastic.reforming; ++elastic.recorded)
     c.metrics.membership(elastic.changes[elastic.recorded]);
@@ -46,10 +47,18 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
   LoopResult r;
   r.global_step = start.global_step;
   r.epochs = job.train.epochs;
+  if (c.elastic) {  // an elastic job's totals go on from its earlier generations'
+    r.train_seconds = c.elastic->train_seconds;
+    r.train_samples = c.elastic->train_samples;
+  }
   Progress progress;
   const int64_t every = job.train.log_every_steps;
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
     Stopwatch epoch_time, window_time;
+    if (c.elastic) {  // an epoch a re-formed group continues keeps its clock
+      if (c.elastic->clock_epoch != epoch) c.elastic->clock_epoch = epoch, c.elastic->epoch_clock.reset();
+      epoch_time = c.elastic->epoch_clock;
+    }
     nn::LossStats epoch_stats, window_stats;
     // An elastic job's re-formed group continues the epoch's figures.
     if (c.elastic && epoch == start.epoch && start.step_in_epoch > 0) epoch_stats = start.epoch_stats;
@@ -107,8 +116,11 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
       c.checkpointer.after_epoch(r.global_step, epoch + 1, c.global_batch, last, decision.save);
     progress.epoch_done(report);
     c.metrics.epoch(report, r.global_step);
-    if (c.elastic)  // the epoch's end is done: a loss from here on redoes none of it
+    if (c.elastic) {  // the epoch's end is done: a loss from here on redoes none of it
       c.elastic->capture(c.strategy, {r.global_step, epoch + 1, 0, true, c.callbacks.state_json()});
+      c.elastic->train_seconds = r.train_seconds;
+      c.elastic->train_samples = r.train_samples;
+    }
     r.train_loss = report.loss;
     r.train_accuracy = report.accuracy;
     if (decision.stop) r.stopped_epoch = epoch + 1;

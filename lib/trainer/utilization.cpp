@@ -90,12 +90,6 @@ std::vector<std::string> words(const std::string& text) {
   return out;
 }
 
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
-
 }  // namespace
 
 PeakFlops datasheet_peak(const std::string& gpu_name, const std::string& dtype) {
@@ -165,15 +159,15 @@ Utilization utilization(const ModelFlops& model, double tokens_per_sec, int devi
 }
 
 std::string utilization_text(const Utilization& u) {
-  std::string text = str(fixed(u.achieved_tflops, u.achieved_tflops < 1 ? 3 : 1), " TFLOP/s (",
-                         fixed(u.model.per_token / 1e9, 3), " GFLOP a token: 6N + 12LdT, N = ", u.model.params,
+  std::string text = str(format_fixed(u.achieved_tflops, u.achieved_tflops < 1 ? 3 : 1), " TFLOP/s (",
+                         format_fixed(u.model.per_token / 1e9, 3), " GFLOP a token: 6N + 12LdT, N = ", u.model.params,
                          ", L = ", u.model.layers, ", d = ", u.model.width, ", T = ", u.model.sequence, ")");
   if (u.peak.tflops() <= 0) return text;
-  text += str(", MFU ", fixed(100.0 * u.mfu, 1), "% of ", u.devices > 1 ? str(u.devices, " x ") : std::string(),
-              fixed(u.peak.tflops(), u.peak.tflops() < 1 ? 3 : 1), " TFLOP/s (", u.peak.source(), ")");
+  text += str(", MFU ", format_fixed(100.0 * u.mfu, 1), "% of ", u.devices > 1 ? str(u.devices, " x ") : std::string(),
+              format_fixed(u.peak.tflops(), u.peak.tflops() < 1 ? 3 : 1), " TFLOP/s (", u.peak.source(), ")");
   if (u.peak.datasheet_tflops > 0 && u.peak.measured_tflops > 0)
-    text += str("; ", fixed(100.0 * u.mfu_of_measured, 1), "% of the measured GEMM's ",
-                fixed(u.peak.measured_tflops, 1));
+    text += str("; ", format_fixed(100.0 * u.mfu_of_measured, 1), "% of the measured GEMM's ",
+                format_fixed(u.peak.measured_tflops, 1));
   return text;
 }
 

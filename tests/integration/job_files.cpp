@@ -24,6 +24,7 @@ nlohmann::json shrink(nlohmann::json job, int64_t train_take, int64_t test_take)
   job["data"]["test"]["take"] = test_take;
   job["train"]["epochs"] = 1;
   job.erase("output");
+  job.erase("checkpoint");  // (the shipped configs save into their output.dir)
   return job;
 }
 

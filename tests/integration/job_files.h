@@ -28,7 +28,7 @@ nlohmann::json shipped_config(const std::string& file_name);
 std::string fashion_mnist_file(const std::string& file_name);
 
 // The shipped MLP config cut down for a fast test: the first `train_take` and
-// `test_take` samples, 1 epoch, no output directory.
+// `test_take` samples, 1 epoch, no output directory and no checkpoints.
 nlohmann::json small_mlp_job(int64_t train_take = 2000, int64_t test_take = 500);
 // small_mlp_job(4096, 256) for step-by-step comparisons: `batch_size_per_replica`,
 // 10 steps an epoch, `epochs`, a loss record every step, output in dir/out and a

@@ -5,6 +5,8 @@
 // --summary; the test prints the test accuracy and training throughput (WARN, so
 // the figures show in the log even when the test passes) and checks the accuracy.
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
 
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"
@@ -33,6 +35,11 @@ void check_shipped_accuracy(const std::string& name, double floor, double deadli
             << s["train_samples_per_sec"] << " train samples/s, " << s["threads"] << " threads, "
             << s["wall_seconds"] << " s wall");
   CHECK(accuracy >= floor);
+  // The shipped configs save a checkpoint every few epochs, and the last step's.
+  char last[32];
+  std::snprintf(last, sizeof last, "ckpt-%08lld", static_cast<long long>(s["steps"].get<int64_t>()));
+  const std::string output_dir = shipped_config(name)["output"]["dir"];
+  CHECK(std::filesystem::is_directory(tmp.file(output_dir + "/checkpoints/" + last)));
 }
 
 }  // namespace

@@ -9,9 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "comm/nccl_support.h"
@@ -119,6 +122,57 @@ TEST_CASE("ckpt inspect on a job's output directory that holds no checkpoint say
   const RunOutput r = run_dtrain({"ckpt", "inspect", out});
   check_error(r, 3, {"is a job's output directory (it holds metrics.jsonl) with no checkpoint", "saved none",
                      "checkpoint.every_epochs"});
+}
+
+namespace {
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+TEST_CASE("a run does not overwrite an earlier run's results unless asked: --resume, another output.dir, --overwrite",
+          "[integration]") {
+  TempDir dir;
+  nlohmann::json job = small_mlp_job(1024, 128);
+  job["train"]["epochs"] = 2;
+  job["output"] = {{"dir", dir.file("out")}};
+  job["checkpoint"] = {{"every_epochs", 1}};
+  const std::string config = write_job(dir, job);
+  const RunOutput first = run_dtrain({"run", "--config", config, "--threads", "1"});
+  INFO(describe(first));
+  REQUIRE(first.exit_code == 0);
+  const std::string metrics = dir.file("out/metrics.jsonl");
+  const std::string before = file_text(metrics);
+
+  // Again, as it was: refused before anything is written, naming the ways on.
+  const RunOutput again = run_dtrain({"run", "--config", config, "--threads", "1"});
+  check_error(again, 2, {"output.dir '" + dir.file("out") + "' holds an earlier run's results",
+                         "metrics.jsonl; 2 checkpoints in checkpoints/, the newest of step 16",
+                         "--resume continues that run", "--set output.dir=" + dir.file("out") + "-2 writes a new one",
+                         "--overwrite replaces them"});
+  CHECK(file_text(metrics) == before);
+  // launch refuses once, before any task starts.
+  const RunOutput launched = run_dtrain({"launch", "--workers", "2", "--config", config, "--threads", "1"});
+  check_error(launched, 2, {"holds an earlier run's results"});
+  CHECK_THAT(launched.err, !Catch::Contains("[worker:"));
+  CHECK(file_text(metrics) == before);
+
+  // --overwrite: a run of 1 epoch replaces them; the earlier checkpoints (of a
+  // higher step) are gone, so its own is the newest.
+  const RunOutput over = run_dtrain({"run", "--config", config, "--threads", "1", "--overwrite", "--set",
+                                     "train.epochs=1"});
+  INFO(describe(over));
+  REQUIRE(over.exit_code == 0);
+  CHECK_THAT(over.err, Catch::Contains("--overwrite: removed the earlier run's 2 checkpoint(s)"));
+  CHECK(std::filesystem::exists(dir.file("out/checkpoints/ckpt-00000008")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("out/checkpoints/ckpt-00000016")));
+  CHECK(read_json_lines(metrics).size() < static_cast<size_t>(std::count(before.begin(), before.end(), '\n')));
+  // --resume continues it (an epoch more).
+  const RunOutput resumed = run_dtrain({"run", "--config", config, "--threads", "1", "--resume"});
+  INFO(describe(resumed));
+  CHECK(resumed.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.file("out/checkpoints/ckpt-00000016")));
 }
 
 TEST_CASE("the plan says how OpenMP's threads wait: dtrain's spin count, or the environment's choice",

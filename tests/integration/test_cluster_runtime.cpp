@@ -194,7 +194,7 @@ void kill_once_training(Child& chief, Child& victim, const std::string& seen) {
 }
 
 // Checks a task's failure: its exit code, an error line (in a cluster it has the
-// task's prefix, "[worker:1] dtrain: error: ...") and the words it must hold.
+// task's prefix after the tag, "dtrain: error: [worker:1] ...") and the words it must hold.
 void check_failed(const RunOutput& r, int exit_code, const std::vector<std::string>& needles) {
   INFO(describe(r));
   CHECK(r.exit_code == exit_code);

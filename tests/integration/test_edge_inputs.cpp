@@ -169,7 +169,7 @@ TEST_CASE("SIGTERM during the rendezvous ends the task at once with exit 143", "
   const RunOutput r = child->finish(10.0);
   INFO(describe(r));
   CHECK(r.exit_code == 143);
-  CHECK(r.err.find("[worker:0] dtrain: error: stopped by SIGTERM before the first step") != std::string::npos);
+  CHECK(r.err.find("dtrain: error: [worker:0] stopped by SIGTERM before the first step") != std::string::npos);
   CHECK(std::chrono::duration<double>(child->end_time() - child->start_time()).count() < 30.0);
 }
 

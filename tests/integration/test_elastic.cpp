@@ -64,8 +64,8 @@ std::map<int64_t, std::map<int64_t, int>> samples_by_epoch(const TempDir& dir) {
 }
 
 // The audit: each epoch trained on exactly the samples of the uninterrupted
-// run's epoch, each once.
-void check_same_samples(const TempDir& run, const TempDir& straight) {
+// run's epoch (`steps` steps of `global_batch`), each once.
+void check_same_samples(const TempDir& run, const TempDir& straight, size_t steps = 42, size_t global_batch = 96) {
   const auto got = samples_by_epoch(run), want = samples_by_epoch(straight);
   REQUIRE(got.size() == want.size());
   for (const auto& [epoch, samples] : want) {
@@ -76,7 +76,7 @@ void check_same_samples(const TempDir& run, const TempDir& straight) {
       if (times > 1) twice.insert(sample);
     CHECK(twice.empty());
     CHECK(got.at(epoch).size() == samples.size());
-    CHECK(samples.size() == 42 * 96);
+    CHECK(samples.size() == steps * global_batch);
     bool same = true;
     for (const auto& [sample, times] : samples) same = same && got.at(epoch).count(sample);
     CHECK(same);
@@ -210,12 +210,12 @@ TEST_CASE("elastic: a worker started again at the job's last step: whatever the 
     if (r.err.find("worker:2 joined the job") != std::string::npos) {
       outcomes.insert("joined");
       CHECK(s["tasks"]["worker:2"]["steps"] == 84);
-    } else if (r.err.find("[worker:2] dtrain: warning: elastic: worker:2 came after the job's last step (84): its "
+    } else if (r.err.find("dtrain: warning: [worker:2] elastic: worker:2 came after the job's last step (84): its "
                           "training has ended, there is nothing left to join") != std::string::npos) {
       outcomes.insert("told it ended");
       CHECK(again["exit_code"] == 0);
     } else if (again["exit_code"] == 4) {  // its connection came as the chief closed the store
-      CHECK_THAT(r.err, Catch::Contains("[worker:2] dtrain: error: lost the connection to the chief"));
+      CHECK_THAT(r.err, Catch::Contains("dtrain: error: [worker:2] lost the connection to the chief"));
       outcomes.insert("lost the chief as it ended");
     } else {
       CHECK_THAT(r.err, Catch::Contains("worker:2 was started again, but the chief ended the job before it joined"));
@@ -319,14 +319,60 @@ TEST_CASE("elastic: fewer than min_workers left saves a checkpoint and stops wit
   CHECK(std::filesystem::exists(dir.file("out/checkpoints/ckpt-00000025/manifest.json")));
 }
 
+TEST_CASE("elastic: a global batch the task count does not divide is dealt out unevenly, every sample once",
+          "[integration][elastic]") {
+  // 4 workers of 8 samples, no accumulation: 32 a step, 128 steps an epoch. At 3
+  // tasks: 2 micro-steps of 16 samples, 6 + 5 + 5 (no task above its 8).
+  const auto job_of = [](const TempDir& dir) {
+    json job = elastic_job(dir);
+    job["train"]["gradient_accumulation_steps"] = 1;
+    return job;
+  };
+  TempDir straight, killed;
+  const RunOutput a = launch(straight, job_of(straight), "2:4", {});
+  INFO(describe(a));
+  REQUIRE(a.exit_code == 0);
+  const RunOutput r = launch(killed, job_of(killed), "2:4", {"--inject", "kill:worker:2@step=50"});
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("3 training task(s) go on from step 50"));
+  CHECK_THAT(r.out + r.err, Catch::Contains("elastic: training again at 3 task(s) (a step: 2 micro-batches of 6, 5, "
+                                            "5 samples by task, the global batch of 32 kept)"));
+  const json s = read_json_file(killed.file("launch.json"));
+  const json& chief = s["tasks"]["worker:0"];
+  CHECK(chief["steps"] == 256);
+  REQUIRE(chief["membership_changes"].size() == 1);
+  const json& change = chief["membership_changes"][0];
+  CHECK(change["accumulation_steps"] == 2);
+  CHECK(change["micro_batches"] == json::array({6, 5, 5}));
+  survivors_hash(s, 3);
+  check_same_samples(killed, straight, 128, 32);
+  CHECK_THAT(r.err, Catch::Contains("dtrain: launch: 3 of 4 tasks finished in ") &&
+                        Catch::Contains("; the job went on without worker:2 (signal 9 (SIGKILL))"));
+  // The job's figures, not the last group's: the model said once; the wall time
+  // and the samples a second over both epochs, the re-forming included.
+  size_t models = 0;
+  for (size_t at = r.out.find("Model: "); at != std::string::npos; at = r.out.find("Model: ", at + 1)) ++models;
+  CHECK(models == 1);
+  double epoch_seconds = 0.0;
+  for (const json& record : read_json_lines(killed.file("out/metrics.jsonl")))
+    if (record["kind"] == "epoch") epoch_seconds += record["seconds"].get<double>();
+  CHECK(chief["wall_seconds"].get<double>() >= epoch_seconds);
+  CHECK(chief["train_samples_per_sec"].get<double>() * epoch_seconds == Approx(2 * 128 * 32).epsilon(0.02));
+  // Each sample weighs the same: the accuracy is the uninterrupted run's, within noise.
+  const double want = read_json_file(straight.file("launch.json"))["tasks"]["worker:0"]["test_accuracy"];
+  CHECK(chief["test_accuracy"].get<double>() == Approx(want).margin(0.03));
+}
+
 TEST_CASE("elastic: what it cannot do is refused before training", "[integration][elastic]") {
   TempDir dir;
   json job = elastic_job(dir);
-  SECTION("a global batch the smaller sizes cannot split") {
-    job["train"]["gradient_accumulation_steps"] = 1;  // 4 micro-batches over 3 tasks
+  SECTION("a global batch too small to give every task a sample") {
+    job["train"]["batch_size_per_replica"] = 1;
+    job["train"]["gradient_accumulation_steps"] = 1;  // 4 samples a step: at 3 tasks 2 micro-steps of 2
     const RunOutput r = launch(dir, job, "2:4", {});
-    check_error(r, 2, {"strategy.elastic.batch 'global'", "3 tasks cannot split evenly",
-                       "set train.gradient_accumulation_steps to 3"});
+    check_error(r, 2, {"strategy.elastic.batch 'global'", "cannot give each of 3 tasks",
+                       "raise train.batch_size_per_replica"});
     CHECK_THAT(r.err, !Catch::Contains("[worker:"));  // refused by the launcher, before any task started
   }
   SECTION("ZeRO-1") {

@@ -127,11 +127,11 @@ TEST_CASE("evaluator: a job without checkpoints or without evaluation data is ex
   job.erase("output");
   job.erase("checkpoint");
   const std::string no_dir = write_job(tmp, job, "no_dir.json");
-  // A task's error line carries its name: "[evaluator:0] dtrain: error: ...".
+  // A task's error line carries its name: "dtrain: error: [evaluator:0] ...".
   const auto check_task_error = [](const RunOutput& r, const std::vector<std::string>& needles) {
     INFO(describe(r));
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Contains("dtrain: error: the cluster has an evaluator task"));
+    CHECK_THAT(r.err, Contains("dtrain: error: ") && Contains("the cluster has an evaluator task"));
     for (const std::string& n : needles) CHECK_THAT(r.err, Contains(n));
   };
   check_task_error(run_dtrain({"run", "--config", no_dir}), {"set checkpoint.dir or output.dir"});

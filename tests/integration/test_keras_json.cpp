@@ -22,8 +22,10 @@ std::vector<json> run_both(const TempDir& dir, const json& dtrain_job, const jso
   for (const json* job : {&dtrain_job, &keras_job}) {
     const std::string name = std::to_string(summaries.size());
     const std::string summary = dir.file("summary" + name + ".json");
+    json own = *job;  // (each run its own output.dir: a second run into one is refused)
+    if (own.contains("output")) own["output"]["dir"] = dir.file("out" + name);
     const RunOutput run = run_dtrain(
-        {"run", "--config", write_job(dir, *job, "job" + name + ".json"), "--threads", "1", "--summary", summary},
+        {"run", "--config", write_job(dir, own, "job" + name + ".json"), "--threads", "1", "--summary", summary},
         {120.0, ""});
     INFO(describe(run));
     REQUIRE(run.exit_code == 0);

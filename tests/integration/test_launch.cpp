@@ -439,7 +439,7 @@ TEST_CASE("a task killed mid-run: the others report the lost peer with exit code
     // Its own error line names the lost task and the step.
     bool named = false;
     for (const std::string& line : lines_of(r.err))
-      if (line.rfind(std::string("[") + task + "] dtrain: error: ", 0) == 0)
+      if (line.rfind(std::string("dtrain: error: [") + task + "] ", 0) == 0)
         named =
             line.find("worker:1") != std::string::npos && line.find("step") != std::string::npos;
     CHECK(named);

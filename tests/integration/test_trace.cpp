@@ -8,6 +8,8 @@
 //  - a worker killed mid-training: the survivor's log lists the collectives it
 //    started last, the one it was in when the peer was lost included.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <iterator>
 
 #include <filesystem>
 
@@ -73,8 +75,15 @@ TEST_CASE("a lost worker: the survivor's log lists the collectives it started la
                                    {120.0, ""});
   INFO(describe(run));
   CHECK(run.exit_code != 0);
-  CHECK_THAT(run.err + run.out, Contains("[worker:0] dtrain: warning: worker:0: the last collectives it started (oldest first)") &&
-                                    Contains(" workers all_reduce "));
-  // The collective the peer was lost in is the newest one, and it did not complete.
-  CHECK_THAT(run.err + run.out, Contains("bytes: failed") || Contains("bytes: started"));
+  // One console line points at the record in the task's log, with its last entry:
+  // the collective the peer was lost in, which did not complete.
+  const std::string log = dir.file("out/logs/worker-0.log");
+  CHECK_THAT(run.err, Contains("dtrain: warning: [worker:0] the last collectives it started are in its log, " + log +
+                               " (the last: #") &&
+                          (Contains("bytes: failed") || Contains("bytes: started")));
+  CHECK_THAT(run.err + run.out, !Contains("] #1 workers all_reduce"));  // the record itself: the log's
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Contains("dtrain: worker:0: the last collectives it started (oldest first):\n#") &&
+                       Contains(" workers all_reduce ") && !Contains("dtrain-log-only"));
 }

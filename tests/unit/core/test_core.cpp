@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "core/strings.h"
@@ -91,4 +92,14 @@ TEST_CASE("DT_CHECK_EQ reports both values and the location") {
 TEST_CASE("format helpers give readable units") {
   CHECK(format_bytes(1536) == "1.5 KiB");
   CHECK(format_seconds(0.0025) == "2.5 ms");
+}
+
+TEST_CASE("a diagnostic line says what it is first, then the task; other lines name the task first") {
+  log::set_prefix("");
+  CHECK(log::line("error: ", "bad input") == "dtrain: error: bad input");
+  log::set_prefix("[worker:1] ");
+  CHECK(log::line("error: ", "bad input") == "dtrain: error: [worker:1] bad input");
+  CHECK(log::line("warning: ", "slow") == "dtrain: warning: [worker:1] slow");
+  CHECK(log::line("", "rendezvous: joined") == "[worker:1] dtrain: rendezvous: joined");
+  log::set_prefix("");
 }

@@ -173,6 +173,47 @@ TEST_CASE("pipeline: shards are disjoint and cover the first floor(count/n)*n po
   CHECK(all == expected);
 }
 
+TEST_CASE("pipeline: shard_sizes give each shard its run of every block, disjoint, all 1 as without") {
+  const int64_t count = 103;
+  const auto order = epoch_order(count, 32, 9, 1);
+  const auto options = [](std::vector<int64_t> sizes, int64_t index, int64_t batch) {
+    PipelineOptions o;
+    o.batch_size = batch;
+    o.shuffle_buffer = 32;
+    o.seed = 9;
+    o.shard_count = static_cast<int64_t>(sizes.size());
+    o.shard_index = index;
+    o.shard_sizes = sizes;
+    return o;
+  };
+  // 3, 3 and 2 of every block of 8: 12 blocks, 96 positions.
+  const std::vector<int64_t> sizes = {3, 3, 2};
+  std::vector<int32_t> all;
+  int64_t offset = 0;
+  for (int64_t k = 0; k < 3; ++k) {
+    Pipeline p(index_dataset(count), options(sizes, k, sizes[k]));
+    CHECK(p.samples_per_epoch() == 12 * sizes[k]);
+    CHECK(p.batches_per_epoch() == 12);  // a batch of its run for every block
+    const std::vector<int32_t> labels = epoch_labels(p, 1);
+    REQUIRE(labels.size() == static_cast<size_t>(12 * sizes[k]));
+    for (int64_t j = 0; j < 12 * sizes[k]; ++j)
+      CHECK(labels[j] == order[j / sizes[k] * 8 + offset + j % sizes[k]]);
+    all.insert(all.end(), labels.begin(), labels.end());
+    offset += sizes[k];
+  }
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  std::vector<int32_t> expected(order.begin(), order.begin() + 96);
+  std::sort(expected.begin(), expected.end());
+  CHECK(all == expected);
+  // Sizes of 1 are shard_count / shard_index's interleaving.
+  PipelineOptions plain = options({1, 1, 1, 1}, 2, 5);
+  Pipeline ones(index_dataset(count), plain);
+  plain.shard_sizes.clear();
+  Pipeline without(index_dataset(count), plain);
+  CHECK(epoch_labels(ones, 1) == epoch_labels(without, 1));
+}
+
 TEST_CASE("pipeline: each epoch visits every sample once, in an order that changes") {
   PipelineOptions o;
   o.batch_size = 10;

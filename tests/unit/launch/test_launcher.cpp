@@ -241,7 +241,7 @@ TEST_CASE("a task that ignores SIGTERM is killed one grace period later", "[unit
   CHECK(r.tasks[1].status.signal == SIGKILL);
   CHECK(r.tasks[1].stopped);
   CHECK(r.tasks[1].exit_seconds >= r.tasks[0].exit_seconds + 0.9);
-  CHECK_THAT(f.err(), Contains("[worker:0] dtrain: error: failing on purpose"));
+  CHECK_THAT(f.err(), Contains("dtrain: error: [worker:0] failing on purpose"));
   CHECK_THAT(f.err(), Contains("dtrain: launch:   its last error: dtrain: error: failing on purpose"));
   CHECK(r.tasks[0].last_error == "dtrain: error: failing on purpose");
   CHECK_THAT(f.err(), Contains("sent SIGTERM to the 1 task still running"));
@@ -380,8 +380,8 @@ TEST_CASE("the console shows the chief's lines and the others' warnings, and eac
   INFO(out << err);
   CHECK_THAT(out, Contains("[worker:0] env TF_CONFIG="));
   CHECK_THAT(out, !Contains("[worker:1] ") && !Contains("[worker:2] "));
-  CHECK_THAT(err, Contains("[worker:1] dtrain: warning: a warning from worker:1"));
-  CHECK_THAT(err, Contains("[worker:2] dtrain: warning: a warning from worker:2"));
+  CHECK_THAT(err, Contains("dtrain: warning: [worker:1] a warning from worker:1"));
+  CHECK_THAT(err, Contains("dtrain: warning: [worker:2] a warning from worker:2"));
   CHECK_THAT(err, !Contains("[worker:1] dtrain: rendezvous"));  // the others' info lines: their logs only
   CHECK_THAT(err, Contains("dtrain: launch: all 3 tasks past the agreement barrier"));
   for (const char* name : {"worker-0", "worker-1", "worker-2"}) {
@@ -392,6 +392,33 @@ TEST_CASE("the console shows the chief's lines and the others' warnings, and eac
     CHECK_THAT(log, Contains("\ndtrain: warning: a warning from "));  // its own "[worker:N] " prefix taken off
     CHECK_THAT(log, !Contains("[worker:"));
   }
+}
+
+TEST_CASE("a task's diagnostics name it after their tag, and its log-only lines stay out of the console", "[unit]") {
+  Fixture f;
+  Console console(f.out_fd, f.err_fd, /*plain_stdout=*/false);
+  TaskOutput chief("[worker:0] ", f.dir + "/chief.log", console, ConsoleLines::kAll);
+  TaskOutput other("[worker:1] ", f.dir + "/other.log", console, ConsoleLines::kImportant);
+  chief.line(2, "dtrain: error: [worker:0] it named itself after the tag");
+  chief.line(2, "[worker:0] dtrain: error: it named itself first");
+  chief.line(2, "[worker:0] dtrain: rendezvous: an info line");
+  chief.line(2, "dtrain-log-only: dtrain: worker:0: the last collectives it started (oldest first):");
+  chief.line(2, "dtrain-log-only: #7 workers all_reduce 40 bytes: failed");
+  other.line(2, "dtrain: warning: did not name itself");
+  other.line(2, "dtrain-log-only: #3 workers error: not a console line");
+  const std::string err = f.err();
+  CHECK(err == "dtrain: error: [worker:0] it named itself after the tag\n"
+               "dtrain: error: [worker:0] it named itself first\n"
+               "[worker:0] dtrain: rendezvous: an info line\n"
+               "dtrain: warning: [worker:1] did not name itself\n");
+  CHECK(Fixture::read(f.dir + "/chief.log") ==
+        "dtrain: error: it named itself after the tag\ndtrain: error: it named itself first\n"
+        "dtrain: rendezvous: an info line\ndtrain: worker:0: the last collectives it started (oldest first):\n"
+        "#7 workers all_reduce 40 bytes: failed\n");
+  CHECK(Fixture::read(f.dir + "/other.log") ==
+        "dtrain: warning: did not name itself\n#3 workers error: not a console line\n");
+  CHECK(other.last_error().empty());  // a log-only line is no error line
+  CHECK(chief.last_error() == "dtrain: error: it named itself first");
 }
 
 TEST_CASE("a task's progress relay lines become the console's one live line, kept out of its log", "[unit]") {
@@ -414,7 +441,7 @@ TEST_CASE("a task's progress relay lines become the console's one live line, kep
                "\r\033[K"  // before worker:1's warning (on stderr)
                "[worker:0] Epoch 1/2 20/100 [====>.....] ETA 4s 1.0ms/step"
                "\r\033[K[worker:0] Epoch 1/2: 100 steps, 0.1s\n");
-  CHECK(err == "[worker:1] dtrain: warning: slow disk\n");
+  CHECK(err == "dtrain: warning: [worker:1] slow disk\n");
   CHECK(Fixture::read(f.dir + "/chief.log") == "Epoch 1/2: 100 steps, 0.1s\n");
   CHECK(Fixture::read(f.dir + "/other.log") == "dtrain: warning: slow disk\nEpoch 1/2: 100 steps\n");
 }

@@ -3,13 +3,16 @@
 // gradients go and how a pipeline's activations travel; then the errors the plan
 // finds before anything is connected, a plan made again after the tasks met, a
 // measured pipeline split, and the plan's text and JSON.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "comm/nccl_support.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "plan/execution_plan.h"
 #include "plan_fixtures.h"
+#include "strategy/registry.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
@@ -225,10 +228,24 @@ TEST_CASE("plan: an elastic job's membership: rank and training tasks among the 
   CHECK(one_machine.machines == 1);
   CHECK(one_machine.tasks == TasksGroup::kHierarchical);
 
-  // accumulation 1: 4 micro-batches cannot be split over 3 tasks.
-  CHECK_THROWS_WITH(plan::make_execution_plan(job, cluster, test::plan_machine(2)),
-                    Contains("strategy.elastic.batch 'global'") && Contains("3 tasks cannot split evenly") &&
-                        Contains("set train.gradient_accumulation_steps to 3"));
+  // accumulation 1: 4 micro-batches over 3 tasks are dealt out unevenly, and the plan says how.
+  machine.members = {0, 2, 3};
+  const plan::ExecutionPlan uneven = plan::make_execution_plan(job, cluster, machine);
+  const auto decision = std::find_if(uneven.decisions.begin(), uneven.decisions.end(),
+                                     [](const plan::Decision& d) { return d.what == "elastic batch"; });
+  REQUIRE(decision != uneven.decisions.end());
+  const int64_t batch = job.train.batch_size_per_replica;
+  const strategy::ElasticSplit three = strategy::elastic_split(1, batch, 4, 3);
+  CHECK(decision->choice == three.describe() + " by task");
+  CHECK_THAT(decision->why, Contains(str("the global batch of ", 4 * batch, " samples (4 tasks x 1 x ", batch, ")")) &&
+                                Contains("at 2 tasks: 2 micro-batches of " + std::to_string(batch) + " samples") &&
+                                Contains("weighted by samples"));
+  // A micro-step with fewer samples than tasks is refused when the job is planned.
+  job::JobConfig tiny = job;
+  tiny.train.batch_size_per_replica = 1;  // 4 samples a step; at 3 tasks 2 micro-steps of 2 samples
+  CHECK_THROWS_WITH(plan::make_execution_plan(tiny, cluster, test::plan_machine(2)),
+                    Contains("strategy.elastic.batch 'global'") && Contains("cannot give each of 3 tasks") &&
+                        Contains("raise train.batch_size_per_replica"));
   // The cluster outside [min_workers, max_workers].
   CHECK_THROWS_WITH(plan::make_execution_plan(
                         test::plan_job(R"("type": "multi_worker_mirrored", "elastic": {"min_workers": 3})"),

@@ -36,6 +36,16 @@ data::Batch batch(int64_t step, int64_t first, int64_t rows) { return test::tiny
 
 constexpr int kSteps = 6;
 
+// Rank `rank` of a Gloo group of `size` that meets through `store`.
+std::unique_ptr<comm::Communicator> workers_group(rendezvous::Store& store, int rank, int size) {
+  comm::GlooOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.prefix = "comm/workers/";
+  o.timeout_seconds = 30.0;
+  return comm::make_gloo_communicator(store, o);
+}
+
 }  // namespace
 
 TEST_CASE("registry: every strategy.type has an entry, and unknown names are ConfigErrors") {
@@ -70,12 +80,7 @@ TEST_CASE("multi_worker_mirrored on two ranks over an in-memory store equals one
   std::vector<std::string> hashes(2);
   std::vector<double> evals(2);
   const auto problems = test::run_on_threads(2, [&](int rank) -> std::string {
-    comm::GlooOptions o;
-    o.rank = rank;
-    o.size = 2;
-    o.prefix = "comm/workers/";
-    o.timeout_seconds = 30.0;
-    auto workers = comm::make_gloo_communicator(store, o);
+    auto workers = workers_group(store, rank, 2);
     const job::JobConfig mwm = job_of("multi_worker_mirrored");
     auto s = strategy::make_strategy(mwm.strategy_job(), {workers.get(), 1});
     if (s->num_replicas_in_sync() != 2) return "not 2 replicas in sync";
@@ -261,5 +266,81 @@ TEST_CASE("rmsprop's and adagrad's slots go through load_state: a resumed run eq
       resumed->train_step({batch(step, 0, 8)}, step, stats);
     }
     CHECK(resumed->model().params_sha256() == whole->model().params_sha256());
+  }
+}
+
+TEST_CASE("elastic split: whole micro-batches when they divide, else the fewest even micro-steps dealt out") {
+  const strategy::ElasticSplit even = strategy::elastic_split(3, 8, 4, 3);  // 12 micro-batches of 8 over 3
+  CHECK(even.accumulation == 4);
+  CHECK(even.micro_batch == std::vector<int64_t>{8, 8, 8});
+  CHECK(even.global_batch == 96);
+  CHECK(even.even());
+  CHECK(even.describe() == "4 micro-batches of 8 samples");
+  const strategy::ElasticSplit start = strategy::elastic_split(2, 16, 4, 4);  // the start: as configured
+  CHECK(start.accumulation == 2);
+  CHECK(start.micro_batch == std::vector<int64_t>{16, 16, 16, 16});
+  // 4 x 64 over 3: 2 micro-steps of 128 samples, 43 + 43 + 42 (at most the configured 64 each).
+  const strategy::ElasticSplit uneven = strategy::elastic_split(1, 64, 4, 3);
+  CHECK(uneven.accumulation == 2);
+  CHECK(uneven.micro_batch == std::vector<int64_t>{43, 43, 42});
+  CHECK(uneven.micro_step() == 128);
+  CHECK(uneven.global_batch == 256);
+  CHECK_FALSE(uneven.even());
+  CHECK(uneven.describe() == "2 micro-batches of 43, 43, 42 samples");
+  // 5 x 6 = 30 over 4: 2 micro-steps (30 is even) of 15: 4, 4, 4, 3.
+  CHECK(strategy::elastic_split(1, 6, 5, 4).micro_batch == std::vector<int64_t>{4, 4, 4, 3});
+  // 3 x 7 = 21 over 2: k = 2 does not divide 21, so 3 micro-steps of 7: 4 + 3.
+  const strategy::ElasticSplit odd = strategy::elastic_split(1, 7, 3, 2);
+  CHECK(odd.accumulation == 3);
+  CHECK(odd.micro_batch == std::vector<int64_t>{4, 3});
+  // 4 samples a step cannot give 3 tasks one each in 2 micro-steps.
+  CHECK_THROWS_WITH(strategy::elastic_split(1, 1, 4, 3), Contains("cannot give each of 3 tasks"));
+}
+
+TEST_CASE("multi_worker_mirrored with unequal rows weighted by samples (an elastic split) equals one_device") {
+  // The reference: one replica on 2 micro-batches of 8 rows a step.
+  job::JobConfig one_job = job_of("one_device");
+  one_job.train.gradient_accumulation_steps = 2;
+  std::vector<double> reference_loss;
+  std::vector<float> reference_params;
+  {
+    auto one = strategy::make_strategy(one_job.strategy_job(), {nullptr, 1});
+    for (int64_t s = 0; s < kSteps; ++s) {
+      nn::LossStats stats;
+      one->train_step({batch(2 * s, 0, 8), batch(2 * s + 1, 0, 8)}, s, stats);
+      reference_loss.push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    for (nn::Param* p : one->model().params())
+      reference_params.insert(reference_params.end(), p->value.data(), p->value.data() + p->value.numel());
+  }
+  // 3 ranks take 3, 3 and 2 rows of each micro-batch of 8.
+  const std::vector<int64_t> rows = {3, 3, 2}, first = {0, 3, 6};
+  rendezvous::InMemoryStore store;
+  std::vector<std::vector<double>> losses(3);
+  std::vector<std::vector<float>> params(3);
+  const auto problems = test::run_on_threads(3, [&](int rank) -> std::string {
+    auto workers = workers_group(store, rank, 3);
+    job::JobConfig mwm = job_of("multi_worker_mirrored");
+    mwm.train.gradient_accumulation_steps = 2;
+    mwm.train.batch_size_per_replica = rows[rank];
+    strategy::StrategyContext context{workers.get(), 1};
+    context.mean_replica_rows = 8.0 / 3.0;
+    auto s = strategy::make_strategy(mwm.strategy_job(), context);
+    for (int64_t step = 0; step < kSteps; ++step) {
+      nn::LossStats stats;
+      s->train_step({batch(2 * step, first[rank], rows[rank]), batch(2 * step + 1, first[rank], rows[rank])}, step,
+                    stats);
+      losses[rank].push_back(stats.loss_sum / static_cast<double>(stats.count));
+    }
+    for (nn::Param* p : s->model().params())
+      params[rank].insert(params[rank].end(), p->value.data(), p->value.data() + p->value.numel());
+    return "";
+  });
+  test::check_all_ok(problems);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    REQUIRE(params[rank].size() == reference_params.size());
+    for (size_t i = 0; i < reference_params.size(); ++i) CHECK(params[rank][i] == Approx(reference_params[i]).margin(1e-5));
+    for (int step = 0; step < kSteps; ++step) CHECK(losses[rank][step] == Approx(reference_loss[step]).epsilon(1e-5));
   }
 }
