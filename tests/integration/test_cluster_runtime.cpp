@@ -187,10 +187,10 @@ std::unique_ptr<Child> start_task(const LocalCluster& cluster, const std::string
 // Once the chief is training (its 100th epoch line), kills `victim` (SIGKILL)
 // and waits until the chief's stderr holds `seen` (the loss noticed).
 void kill_once_training(Child& chief, Child& victim, const std::string& seen) {
-  if (!chief.wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start training\n" << chief.err());
+  if (!chief.wait_for_out("Epoch 100/", 90.0)) FAIL("the job did not start training\n" << chief.err());
   victim.send(SIGKILL);
   victim.finish(5.0, SIGKILL);
-  if (!chief.wait_for_err(seen, 15.0)) FAIL("the chief did not see the task go (" << seen << ")\n" << chief.err());
+  if (!chief.wait_for_err(seen, 45.0)) FAIL("the chief did not see the task go (" << seen << ")\n" << chief.err());
 }
 
 // Checks a task's failure: its exit code, an error line (in a cluster it has the
@@ -472,7 +472,7 @@ TEST_CASE("cluster: an elastic job's worker killed and started again rejoins, an
 
   // The job's own config: it joins at the next step's end and trains to the end with the others.
   auto again = start_task(cluster, "worker", 2, sets);
-  if (!chief->wait_for_err("worker:2 joined the job", 30.0))
+  if (!chief->wait_for_err("worker:2 joined the job", 60.0))
     FAIL("worker:2 did not rejoin\n" << chief->err() << "\n--- worker:2 ---\n" << again->err());
   const RunOutput r0 = chief->finish(60.0);
   const RunOutput r1 = worker1->finish(kDeadline);
@@ -498,11 +498,11 @@ TEST_CASE("cluster: an elastic job starts without the workers that have not come
   auto chief = start_task(cluster, "worker", 0, sets);
   auto worker1 = start_task(cluster, "worker", 1, sets);
   // worker:2 comes later, worker:3 never.
-  if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
+  if (!chief->wait_for_out("Epoch 100/", 90.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
   CHECK_THAT(chief->err(), Contains("2 of 4 tasks joined and agree") && Contains("the job starts without worker:2") &&
                                Contains("worker:3"));
   auto worker2 = start_task(cluster, "worker", 2, sets);
-  if (!chief->wait_for_err("worker:2 joined the job", 30.0))
+  if (!chief->wait_for_err("worker:2 joined the job", 60.0))
     FAIL("worker:2 did not join\n" << chief->err() << "\n--- worker:2 ---\n" << worker2->err());
   const RunOutput r0 = chief->finish(60.0);
   const RunOutput r1 = worker1->finish(kDeadline);
@@ -851,7 +851,7 @@ TEST_CASE("cluster: impostors claiming an elastic job's absent workers never sta
   const auto run_job = [&](const LocalCluster& cluster, bool attacked) {
     auto chief = start_task(cluster, "worker", 0, sets, env);
     auto worker1 = start_task(cluster, "worker", 1, sets, env);
-    if (!chief->wait_for_out("Epoch 100/", 30.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
+    if (!chief->wait_for_out("Epoch 100/", 90.0)) FAIL("the job did not start with 2 of 4 tasks\n" << chief->err());
     std::atomic<bool> stop{false};
     std::atomic<int> attempts{0}, told{0};
     std::thread attacker;

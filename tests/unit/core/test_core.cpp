@@ -94,7 +94,7 @@ TEST_CASE("format helpers give readable units") {
   CHECK(format_seconds(0.0025) == "2.5 ms");
 }
 
-TEST_CASE("a diagnostic line says what it is first, then the task; other lines name the task first") {
+TEST_CASE("a diagnostic line says what it is first, then the task, and other lines name the task first") {
   log::set_prefix("");
   CHECK(log::line("error: ", "bad input") == "dtrain: error: bad input");
   log::set_prefix("[worker:1] ");
