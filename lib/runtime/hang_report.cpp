@@ -36,6 +36,7 @@ struct Report {
   int64_t step = -1;
   std::vector<Thread> threads;
   std::map<std::string, Collective> last;  // group -> its newest collective
+  std::map<std::string, std::map<uint64_t, Collective>> recorded;  // group -> seq -> every recorded one
 };
 
 std::vector<std::string> split_tabs(const std::string& line) {
@@ -61,6 +62,7 @@ Report parse(const std::string& text) {
                    static_cast<size_t>(std::strtoull(f[4].c_str(), nullptr, 10)), std::strtod(f[6].c_str(), nullptr) / 1000};
       Collective& newest = r.last[c.group];
       if (c.seq >= newest.seq) newest = c;
+      r.recorded[c.group][c.seq] = c;
     }
   }
   return r;
@@ -102,9 +104,46 @@ std::string where_text(const Report& r, bool stacks = false) {
   return parts.empty() ? "no thread of it is inside a traced span" : join(parts, ", ");
 }
 
-// The findings of one group's newest collectives across the tasks.
+// The first collective of `group` that the tasks entered differently (the
+// lowest sequence number two or more of them recorded with another op or size):
+// the task that differs from what most entered is named. False when they agree
+// on every one they have in common. (The newest alone can mislead: a task whose
+// collective completed may have moved on to the next, a broadcast say, while the
+// others still wait in the one they disagree on.)
+bool first_disagreement(const std::string& group, const std::map<std::string, Report>& reports,
+                        std::vector<std::string>& findings) {
+  std::set<uint64_t> seqs;
+  for (const auto& [task, r] : reports)
+    if (auto it = r.recorded.find(group); it != r.recorded.end())
+      for (const auto& [seq, c] : it->second) seqs.insert(seq);
+  for (const uint64_t seq : seqs) {
+    std::map<std::string, const Collective*> entered;  // task -> its collective #seq
+    std::map<std::pair<std::string, size_t>, int> kinds;
+    for (const auto& [task, r] : reports)
+      if (auto g = r.recorded.find(group); g != r.recorded.end())
+        if (auto c = g->second.find(seq); c != g->second.end()) {
+          entered[task] = &c->second;
+          ++kinds[{c->second.op, c->second.bytes}];
+        }
+    if (kinds.size() < 2) continue;
+    const auto most = std::max_element(kinds.begin(), kinds.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    for (const auto& [task, c] : entered)
+      if (std::make_pair(c->op, c->bytes) != most->first)
+        findings.push_back(str(task, " entered ", group, " #", seq, " as ", c->op, " of ",
+                               format_bytes(static_cast<double>(c->bytes)), " where the others have ",
+                               most->first.first, " of ", format_bytes(static_cast<double>(most->first.second)),
+                               ": the tasks disagree on the collectives (a bucket size or a skipped call)"));
+    return true;
+  }
+  return false;
+}
+
+// The findings of one group's collectives across the tasks: the first they
+// disagree on, else who has not entered the newest.
 void diagnose_group(const std::string& group, const std::map<std::string, Report>& reports,
                     std::vector<std::string>& findings) {
+  if (first_disagreement(group, reports, findings)) return;
   uint64_t newest = 0;
   for (const auto& [task, r] : reports)
     if (auto it = r.last.find(group); it != r.last.end()) newest = std::max(newest, it->second.seq);
@@ -129,11 +168,6 @@ void diagnose_group(const std::string& group, const std::map<std::string, Report
       const std::string last = it == r.last.end() ? "none" : str("#", it->second.seq, " ", it->second.state);
       findings.push_back(str(task, " has not entered ", collective_text(*reference), ", which the others entered ",
                              seconds_text(oldest_age), " ago (its last: ", last, "); its ", where_text(r, true)));
-    } else if (it->second.op != reference->op || it->second.bytes != reference->bytes) {
-      findings.push_back(str(task, " entered ", group, " #", newest, " as ", it->second.op, " of ",
-                             format_bytes(static_cast<double>(it->second.bytes)), " where the others have ",
-                             reference->op, " of ", format_bytes(static_cast<double>(reference->bytes)),
-                             ": the tasks disagree on the collectives (a bucket size or a skipped call)"));
     }
   }
 }

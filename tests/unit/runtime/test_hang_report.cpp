@@ -53,8 +53,28 @@ TEST_CASE("hang report: a task that entered the collective with another size is 
   };
   const std::string d = runtime::diagnose("asked for with SIGUSR1", reports);
   INFO(d);
-  CHECK_THAT(d, Contains("worker:1 entered workers #12 as all_reduce of 976.6 KiB where the others have all_reduce of 3.8 MiB"));
+  // (the first they disagree on: #11, the one before, had the same sizes)
+  CHECK_THAT(d, Contains("worker:1 entered workers #11 as all_reduce of 976.6 KiB where the others have all_reduce of 3.8 MiB"));
   CHECK_THAT(d, !Contains("worker:0 entered"));
+}
+
+TEST_CASE("hang report: the first collective the tasks disagree on names the odd task, though another moved on") {
+  // worker:1 posts smaller buckets; worker:0's all_reduce #6 completed (its
+  // peers sent what it posted) and it moved on to a broadcast #7: the newest
+  // collective is the chief's alone, the disagreement is at #6.
+  const std::string moved_on = report(7, "step > gradient wait", 3000, 6, "all_reduce", 4000000, "completed", 3100) +
+                               "collective\tworkers\t7\tbroadcast\t40\tstarted\t3000\n";
+  const std::map<std::string, std::string> reports = {
+      {"worker:0", moved_on},
+      {"worker:1", report(7, "step > gradient wait", 3000, 6, "all_reduce", 1000000, "started", 3000)},
+      {"worker:2", report(7, "step > gradient wait", 3000, 6, "all_reduce", 4000000, "started", 3000)},
+  };
+  const std::string d = runtime::diagnose("a thread of the collectives' library failed on worker:1", reports);
+  INFO(d);
+  CHECK_THAT(d, Contains("worker:1 entered workers #5 as all_reduce of 976.6 KiB where the others have all_reduce of 3.8 MiB"));
+  CHECK_THAT(d, !Contains("worker:0 entered"));
+  CHECK_THAT(d, !Contains("worker:2 entered"));
+  CHECK_THAT(d, !Contains("has not entered"));
 }
 
 TEST_CASE("hang report: a task that did not answer is named, and a moving job is said to be moving") {
