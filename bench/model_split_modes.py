@@ -62,7 +62,8 @@ def run(dtrain, config, tasks, strategy, batch, steps, trace_dir=None):
         out = trace_dir or f"{tmp}/out"
         summary = os.path.join(tmp, "launch.json")
         sets = [f"strategy.type={strategy['type']}", f"train.batch_size_per_replica={batch}",
-                "train.epochs=1", f"train.steps_per_epoch={steps}", f"output.dir={out}"]
+                "train.epochs=1", f"train.steps_per_epoch={steps}", f"output.dir={out}",
+                "output.overwrite=true"]  # (a trace directory may hold an earlier run's)
         if trace_dir:
             sets.append("output.trace=true")
         for key, value in strategy.items():

@@ -30,7 +30,7 @@ rate() {  # rate SUMMARY: the training samples/s in a run summary
   python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["train_samples_per_sec"]))' "$1"
 }
 
-timeout 900 build/dtrain launch --workers "$workers" --config "$config" "${sets[@]}" \
+timeout 900 build/dtrain launch --workers "$workers" --config "$config" "${sets[@]}" --set output.dir="$out/launch" \
   --summary "$out/launch.json" >"$out/launch.log" 2>&1 || { echo "launch failed:"; tail -20 "$out/launch.log"; exit 1; }
 launch_rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tasks"]["worker:0"]["train_samples_per_sec"]))' "$out/launch.json")
 
@@ -48,7 +48,8 @@ unset OMP_NUM_THREADS OMP_WAIT_POLICY OMP_PROC_BIND GOMP_SPINCOUNT DTRAIN_LAUNCH
 pids=()
 for i in $(seq 0 $((workers - 1))); do
   TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-    timeout 900 build/dtrain run --config "$config" "${sets[@]}" --summary "$out/plain$i.json" >"$out/plain$i.log" 2>&1 &
+    timeout 900 build/dtrain run --config "$config" "${sets[@]}" --set output.dir="$out/plain" \
+      --summary "$out/plain$i.json" >"$out/plain$i.log" 2>&1 &
   pids+=($!)
 done
 for i in "${!pids[@]}"; do

@@ -209,7 +209,7 @@ train_run() {
   shift 3
   local dir="$GPU_CHECK_WORK/$name"
   mkdir -p "$dir"
-  make_job "$base" "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" "$@" || return 1
+  make_job "$base" "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" "output.overwrite=true" "$@" || return 1
   "$DTRAIN_TEST_BINARY" run --config "$dir/job.json" --summary "$dir/summary.json" 2>&1 | tee "$dir/run.log"
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "DETAIL: $name: dtrain run exited $rc: $(grep -v '^\s*$' "$dir/run.log" | tail -1)"; return 1; }
@@ -274,7 +274,7 @@ pair() {
   shift
   local dir="$GPU_CHECK_WORK/$name"
   mkdir -p "$dir"
-  make_job configs/fashion_mnist_mlp.json "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" \
+  make_job configs/fashion_mnist_mlp.json "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" output.overwrite=true \
     data.train.take=2048 data.test.take=1000 train.epochs=2 train.log_every_steps=4 "$@" || return 1
   local port=$(( 20000 + RANDOM % 20000 ))
   local cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$(( port + 1 ))\"]}"
@@ -361,7 +361,7 @@ s_train_gpt() {
   # (a CPU rehearsal trains 20 steps an epoch and has no loss bar)
   [ "$GPU_CHECK_DEVICE" = gpu ] || { steps=20; bar=9; }
   "$DTRAIN_TEST_BINARY" run --config configs/gpt_fortunes.json --set "device=$GPU_CHECK_DEVICE" \
-    --set "output.dir=$dir/out" --set "train.steps_per_epoch=$steps" --summary "$dir/summary.json" 2>&1 |
+    --set "output.dir=$dir/out" --overwrite --set "train.steps_per_epoch=$steps" --summary "$dir/summary.json" 2>&1 |
     tee "$dir/run.log"
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "DETAIL: dtrain run exited $rc: $(grep -v '^\s*$' "$dir/run.log" | tail -1)"; return 1; }
