@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <set>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "plan/plan_parts.h"
 #include "strategy/fully_sharded.h"
+#include "strategy/parallel_grid.h"
 #include "strategy/tensor_parallel.h"
 #include "strategy/vocabulary_loss.h"
 
@@ -234,6 +236,18 @@ Decision elastic_batch_decision(const job::JobConfig& job, int start_tasks, int 
               uneven ? " (unequal shares are weighted by samples: the update is the global batch's)" : "")};
 }
 
+// The training tasks as copies x stages x tensor parts (strategy/parallel_grid.h)
+// and where this task is in it: its place and every group it belongs to.
+Decision grid_decision(const job::JobConfig& job, const ExecutionPlan& p) {
+  const int parts = static_cast<int>(job.strategy.tensor_parallel);
+  const int stages = p.split ? static_cast<int>(p.split->stages()) : 1;
+  const int copies = p.strategy->point_to_point ? strategy::pipeline_copies(job.strategy, p.training_tasks)
+                                                : p.training_tasks / parts;
+  const strategy::ParallelGrid grid(copies, stages, parts);
+  DT_CHECK(grid.size() == p.training_tasks, "the grid ", grid.describe(), " of ", p.training_tasks, " training tasks");
+  return {"parallel grid", grid.describe(), grid.describe_task(p.rank)};
+}
+
 Decision tensor_split_decision(const job::JobConfig& job, const ExecutionPlan& p, bool in_group) {
   // (a pipeline's stages: a Dense pair cut by a boundary stays whole; without
   // the cluster, where strategy.stages names them)
@@ -363,6 +377,7 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
   }
   if (job.strategy.tensor_parallel > 1) p.decisions.push_back(tensor_split_decision(job, p, in_group));
+  if (in_group && p.training_tasks > 1 && p.rank >= 0) p.decisions.push_back(grid_decision(job, p));
   if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
     // What ZeRO-2/3 cannot do yet is refused before any task starts (validate, launch).
     if (in_group)

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "strategy/parallel_grid.h"
 #include "strategy/registry.h"
 #include "strategy/tensor_parallel.h"
 #include "strategy/vocabulary_loss.h"
@@ -141,8 +142,9 @@ TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, 
   // inputs, for the forward run again before their backward).
   const std::vector<nn::LayerInfo> layers = nn::describe_layers(job.model);
   const int stages = static_cast<int>(split->stages());
-  const strategy::StagePlace place =
-      strategy::stage_of_task(rank, stages, static_cast<int>(job.strategy.tensor_parallel));
+  const int parts = static_cast<int>(job.strategy.tensor_parallel);
+  const strategy::GridPlace place =
+      strategy::ParallelGrid(std::max(1, training_tasks / (stages * parts)), stages, parts).place(rank);
   const size_t first = split->starts[static_cast<size_t>(place.stage)];
   const size_t end = split->end_of(static_cast<size_t>(place.stage), layers.size());
   const int64_t m = job.strategy.micro_batches;
@@ -155,7 +157,7 @@ TaskMemory task_memory(const job::JobConfig& job, int training_tasks, int rank, 
           str("Pipeline stage ", place.stage, " of ", stages, ": layers ", layers[first].name, "..",
               layers[end - 1].name,
               job.strategy.tensor_parallel > 1
-                  ? str(", part ", place.tensor, " of ", job.strategy.tensor_parallel, " of its split layers")
+                  ? str(", part ", place.part, " of ", job.strategy.tensor_parallel, " of its split layers")
                   : ""),
           true, training_tasks};
 }

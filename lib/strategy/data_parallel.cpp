@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "optim/clipping.h"
 #include "strategy/fully_sharded.h"
+#include "strategy/parallel_grid.h"
 #include "strategy/registry.h"
 #include "strategy/shard_pieces.h"
 #include "strategy/tensor_parallel.h"
@@ -65,13 +66,14 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   const bool tensor_parallel = job.strategy.tensor_parallel > 1 && workers_;
   if (tensor_parallel) {
     check_tensor_parallel(job, workers_->size());
-    // A grid of copies x tensor_parallel: task r holds part r % T of copy r / T.
-    const int t = static_cast<int>(job.strategy.tensor_parallel), copy = workers_->rank() / t;
-    if (workers_->size() == t) {
+    // A grid of copies x tensor_parallel (parallel_grid.h): task r holds part r % T of copy r / T.
+    const int t = static_cast<int>(job.strategy.tensor_parallel), rank = workers_->rank();
+    const ParallelGrid grid(workers_->size() / t, 1, t);
+    if (grid.data() == 1) {
       tensor_group_ = comm::borrow(*workers_);  // (one copy: no split, and any group will do)
     } else {
-      tensor_group_ = workers_->split(copy, workers_->rank() % t);
-      copies_group_ = workers_->split(workers_->rank() % t, copy);
+      tensor_group_ = workers_->split(grid.group_color(GridAxis::kTensor, rank), grid.index_in_group(GridAxis::kTensor, rank));
+      copies_group_ = workers_->split(grid.group_color(GridAxis::kData, rank), grid.index_in_group(GridAxis::kData, rank));
     }
     clipnorm_ = job.optimizer.clipnorm;
     global_clipnorm_ = job.optimizer.global_clipnorm;

@@ -79,12 +79,15 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   }
   const int stages = static_cast<int>(split.stages());
   const int tensors = static_cast<int>(spec_.tensor_parallel);
-  const StagePlace place = stage_of_task(workers_->rank(), stages, tensors);
+  grid_ = ParallelGrid(pipeline_copies(spec_, workers_->size()), stages, tensors);
+  DT_CHECK(grid_.size() == workers_->size(), "the pipeline's grid ", grid_.describe(), " over ", workers_->size(),
+           " tasks");
+  const GridPlace place = grid_.place(workers_->rank());
   stats_.stages = stages;
-  stats_.copies = pipeline_copies(spec_, workers_->size());
+  stats_.copies = grid_.data();
   stats_.stage = place.stage;
   stats_.copy = place.copy;
-  stats_.tensor = place.tensor;
+  stats_.tensor = place.part;
   stats_.tensors = tensors;
   check_micro_batches(spec_, job.train.batch_size_per_replica);
   const size_t first = split.starts[static_cast<size_t>(stats_.stage)];
@@ -100,8 +103,9 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
               micro_batches_, " micro-batches, ", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
 
   // (with tensor_parallel, one pipeline per part: part p of each stage talks to part p of the next)
-  pipe_ = workers_->split(stats_.copy * tensors + stats_.tensor, stats_.stage);
-  peers_ = workers_->split(stats_.stage * tensors + stats_.tensor, stats_.copy);
+  const int rank = workers_->rank();
+  pipe_ = workers_->split(grid_.group_color(GridAxis::kPipeline, rank), grid_.index_in_group(GridAxis::kPipeline, rank));
+  peers_ = workers_->split(grid_.group_color(GridAxis::kData, rank), grid_.index_in_group(GridAxis::kData, rank));
   DT_CHECK(pipe_ && pipe_->size() == stages && pipe_->rank() == stats_.stage, "the pipeline group is malformed");
   DT_CHECK(peers_ && peers_->size() == stats_.copies, "the stage's group is malformed");
 
@@ -137,7 +141,8 @@ void PipelineStrategy::split_tensors(const StrategyJob& job, const StageSplit& s
   if (!device_.is_cpu())
     throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
                           device_.str(), "; set \"device\": \"cpu\""));
-  tensor_group_ = workers_->split(stats_.copy * stats_.stages + stats_.stage, stats_.tensor);
+  const int rank = workers_->rank();
+  tensor_group_ = workers_->split(grid_.group_color(GridAxis::kTensor, rank), grid_.index_in_group(GridAxis::kTensor, rank));
   DT_CHECK(tensor_group_ && tensor_group_->size() == stats_.tensors && tensor_group_->rank() == stats_.tensor,
            "the stage's tensor group is malformed");
   const std::vector<SplitLayer> plan = tensor_split_plan(job.model, stats_.tensors, job.strategy.tensor_whole,

@@ -8,7 +8,7 @@
 // stage feeds their images in, the last takes their labels for the loss.
 //
 // With strategy.tensor_parallel T, each stage is held by T neighbouring tasks
-// (stage_of_task: rank = (copy x S + stage) x T + part) that split its layers
+// (parallel_grid.h: rank = (copy x S + stage) x T + part) that split its layers
 // as tensor_parallel.h does (a Dense pair cut by a stage boundary stays whole),
 // over the stage's tensor group. Each stage's output is whole on each of its T
 // tasks, so part p of stage s sends to part p of stage s + 1 (the pipeline
@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "strategy/parallel_grid.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
 #include "tensor/memory_scope.h"
@@ -148,6 +149,7 @@ class PipelineStrategy : public Strategy {
   int64_t micro_batches_;
   Device device_;
   comm::Communicator* workers_;
+  ParallelGrid grid_;  // copies x stages x tensor parts over the training tasks
   std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
   std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage (and part), rank = copy
   std::unique_ptr<comm::Communicator> tensor_group_;  // this stage's tasks of this copy, rank = part (tensor_parallel)

@@ -1,5 +1,6 @@
 // Implementation of pipeline_links.h: the host links (a sender thread over the
 // copy's Gloo group) and the NCCL links (two-rank device groups per direction).
+#include "strategy/parallel_grid.h"
 #include "strategy/pipeline_links.h"
 
 #include <condition_variable>
@@ -228,10 +229,11 @@ std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& w
   std::memcpy(raw, digest.data(), sizeof raw);
   workers.all_gather(raw, 16, all.data());
   // The identities of this task's copy's stages, in stage order.
-  const StagePlace mine = stage_of_task(workers.rank(), stages);
+  const ParallelGrid grid(tasks / stages, stages, 1);  // (NCCL links: no tensor parts)
+  const GridPlace mine = grid.place(workers.rank());
   std::vector<std::string> identities(static_cast<size_t>(stages));
   for (int r = 0; r < tasks; ++r) {
-    const StagePlace place = stage_of_task(r, stages);
+    const GridPlace place = grid.place(r);
     if (place.copy != mine.copy) continue;
     const std::string id(reinterpret_cast<const char*>(&all[16 * static_cast<size_t>(r)]), 64);
     identities[static_cast<size_t>(place.stage)] = id == std::string(64, ' ') ? "" : id;

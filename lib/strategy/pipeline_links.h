@@ -63,7 +63,7 @@ std::unique_ptr<StageLinks> make_nccl_links(int stage, int stages, int copy, con
 // The NCCL links of this task's stage where every stage of its pipeline copy
 // has a GPU of its own, else nullptr (the stages then use host links). The
 // training tasks compare their GPUs first: collective over `workers` (every
-// training task, rank = task rank; `stages` stages per copy, stage_of_task's
+// training task, rank = task rank; `stages` stages per copy, ParallelGrid's
 // order). The runtime calls it where the plan says NCCL may link the stages and
 // hands the strategy the result (StrategyContext::stage_links).
 std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& workers, int stages,

@@ -111,11 +111,6 @@ StageSplit pipeline_split(const StrategySpec& strategy, const std::vector<nn::La
   return balanced_split(cost, stages, "auto: parameter bytes");
 }
 
-StagePlace stage_of_task(int rank, int stages, int tensor_parallel) {
-  const int holder = rank / tensor_parallel;  // (the stage's holder within the copy's pipeline)
-  return {holder % stages, holder / stages, rank % tensor_parallel};
-}
-
 int64_t micro_batches_in_flight(PipelineSchedule schedule, int stage, int stages, int64_t micro_batches) {
   if (schedule == PipelineSchedule::kGpipe) return micro_batches;
   return std::min<int64_t>(stages - stage, micro_batches);

@@ -46,16 +46,6 @@ StageSplit balanced_split(const std::vector<double>& cost, int stages, const std
 // layers without parameters are spread too).
 StageSplit pipeline_split(const StrategySpec& strategy, const std::vector<nn::LayerInfo>& layers, int training_tasks);
 
-// The stage (of stages) that training task `rank` holds, its pipeline copy and
-// its part of the stage's split layers (of `tensor_parallel`). The tensor index
-// runs fastest, then the stage, then the copy: rank = (copy x S + stage) x T +
-// tensor, so a stage's T tasks are neighbours (Megatron-LM's order) and with T =
-// 1 consecutive tasks form one pipeline.
-struct StagePlace {
-  int stage = 0, copy = 0, tensor = 0;
-};
-StagePlace stage_of_task(int rank, int stages, int tensor_parallel = 1);
-
 // The most micro-batch inputs stage `stage` of `stages` holds at once under the
 // schedule, with `micro_batches` per step: gpipe all, 1f1b S - s (at most all).
 int64_t micro_batches_in_flight(PipelineSchedule schedule, int stage, int stages, int64_t micro_batches);

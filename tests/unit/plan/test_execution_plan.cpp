@@ -304,3 +304,24 @@ TEST_CASE("plan: the text and the JSON name every decision and why") {
   CHECK(j["decisions"].size() == p.decisions.size());
   CHECK(j["memory"]["total_bytes"].get<int64_t>() == p.memory->estimate.total);
 }
+
+TEST_CASE("plan: the parallel grid and this task's place and groups in it") {
+  // 4 tasks as 2 copies x tensor_parallel 2 (tiny_dense_job's Dense pair splits).
+  const job::JobConfig job = test::plan_job(R"("type": "multi_worker_mirrored", "tensor_parallel": 2)");
+  const plan::ExecutionPlan p = plan::make_execution_plan(job, test::plan_cluster(4, 1, {"worker", 3}),
+                                                          test::plan_machine(2));
+  const plan::Decision* grid = p.decision("parallel grid");
+  REQUIRE(grid);
+  CHECK(grid->choice == "2 data x 1 pipeline x 2 tensor (4 tasks)");
+  CHECK(grid->why == "rank 3: copy 1, part 1; tensor group [2, 3], data group [1, 3]");
+  // Plain data parallelism: one data group of every task.
+  const plan::ExecutionPlan data = plan::make_execution_plan(test::plan_job(R"("type": "multi_worker_mirrored")"),
+                                                             test::plan_cluster(3, 1, {"worker", 1}),
+                                                             test::plan_machine(2));
+  REQUIRE(data.decision("parallel grid"));
+  CHECK(data.decision("parallel grid")->why == "rank 1: copy 1; data group [0, 1, 2]");
+  // One task alone has none.
+  CHECK_FALSE(plan::make_execution_plan(test::plan_job(R"("type": "one_device")"), config::ClusterConfig{},
+                                        test::plan_machine(2))
+                  .decision("parallel grid"));
+}

@@ -5,6 +5,7 @@
 // sums in the same order), and 2 stages x 2 copies match one_device on both
 // copies' batches. Also the stage split's errors and the schedules' order.
 #include <catch2/catch.hpp>
+#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "core/strings.h"
 #include "job/job_config.h"
 #include "rendezvous/store.h"
+#include "strategy/parallel_grid.h"
 #include "strategy/pipeline.h"
 #include "strategy/pipeline_links.h"
 #include "strategy/pipeline_profile.h"
@@ -273,13 +275,41 @@ TEST_CASE("pipeline: clipnorm and global_clipnorm take their norms over the whol
   }
 }
 
+TEST_CASE("the parallel grid: places, groups and split colors in Megatron's order, tensor innermost") {
+  const strategy::ParallelGrid grid(2, 2, 2);  // 2 data x 2 pipeline x 2 tensor
+  CHECK(grid.size() == 8);
+  CHECK(grid.describe() == "2 data x 2 pipeline x 2 tensor (8 tasks)");
+  for (int r = 0; r < 8; ++r) CHECK(grid.rank_of(grid.place(r)) == r);
+  using strategy::GridAxis;
+  CHECK(grid.group(GridAxis::kTensor, 5) == std::vector<int>{4, 5});
+  CHECK(grid.group(GridAxis::kPipeline, 5) == std::vector<int>{5, 7});
+  CHECK(grid.group(GridAxis::kData, 5) == std::vector<int>{1, 5});
+  CHECK(grid.describe_task(5) == "rank 5: copy 1, stage 0, part 1; tensor group [4, 5], pipeline [5, 7], data group [1, 5]");
+  // The members of a group share its color, other groups' differ, and the index is the place along the axis.
+  for (const GridAxis axis : {GridAxis::kData, GridAxis::kPipeline, GridAxis::kTensor}) {
+    INFO(strategy::axis_name(axis));
+    std::set<int> colors;
+    for (int r = 0; r < 8; ++r) {
+      const std::vector<int> members = grid.group(axis, r);
+      for (size_t i = 0; i < members.size(); ++i) {
+        CHECK(grid.group_color(axis, members[i]) == grid.group_color(axis, r));
+        CHECK(grid.index_in_group(axis, members[i]) == static_cast<int>(i));
+      }
+      colors.insert(grid.group_color(axis, r));
+    }
+    CHECK(colors.size() == 4);  // 8 tasks in groups of 2
+  }
+  CHECK(strategy::ParallelGrid().describe_task(0) == "rank 0: the only task");
+  CHECK(strategy::ParallelGrid(4, 1, 1).describe_task(2) == "rank 2: copy 2; data group [0, 1, 2, 3]");
+}
+
 TEST_CASE("pipeline x tensor_parallel: the stage's tensor group, the task layout and the task count's error") {
   // rank = (copy x S + stage) x T + part
-  const strategy::StagePlace p = strategy::stage_of_task(5, 2, 2);
-  CHECK(p.tensor == 1);
+  const strategy::GridPlace p = strategy::ParallelGrid(2, 2, 2).place(5);
+  CHECK(p.part == 1);
   CHECK(p.stage == 0);
   CHECK(p.copy == 1);
-  CHECK(strategy::stage_of_task(5, 2).stage == 1);  // T = 1: consecutive tasks form one pipeline
+  CHECK(strategy::ParallelGrid(3, 2, 1).place(5).stage == 1);  // T = 1: consecutive tasks form one pipeline
   auto spec = [](const std::string& section) { return deep_job(section).strategy; };
   CHECK(strategy::pipeline_stage_count(spec(R"({"type": "pipeline", "stages": "auto", "tensor_parallel": 2})"), 8) == 4);
   CHECK_THROWS_WITH(
