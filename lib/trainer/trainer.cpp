@@ -114,7 +114,7 @@ void report_strategy_steps(const job::JobConfig& job, strategy::Strategy& s, con
   if (steps.trained_steps() > 0) {
     const double ms = 1000.0 / static_cast<double>(steps.trained_steps());
     StepBreakdown b;
-    b.step = loop.train_seconds * ms;  // epochs' time, evaluation excluded
+    b.step = loop.own_seconds * ms;  // the epochs' time of these steps, evaluation excluded
     b.data = steps.data_seconds() * ms;
     b.compute = timings.compute_seconds * ms;
     b.gradient_wait = timings.comm_wait_seconds * ms;

@@ -54,7 +54,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
   Progress progress;
   const int64_t every = job.train.log_every_steps;
   for (int64_t epoch = start.epoch; epoch < job.train.epochs; ++epoch) {
-    Stopwatch epoch_time, window_time;
+    Stopwatch epoch_time, window_time, own_time;
     if (c.elastic) {  // an epoch a re-formed group continues keeps its clock
       if (c.elastic->clock_epoch != epoch) c.elastic->clock_epoch = epoch, c.elastic->epoch_clock.reset();
       epoch_time = c.elastic->epoch_clock;
@@ -84,6 +84,7 @@ LoopResult run_epochs(const LoopContext& c, StepSource& source, const ResumePoin
     }
     const double seconds = epoch_time.seconds();
     r.train_seconds += seconds;
+    r.own_seconds += own_time.seconds();
     r.train_samples += epoch_stats.count;
 
     EpochReport report =

@@ -79,7 +79,8 @@ struct LoopResult {
   int64_t epochs = 0;          // trained to (fewer than train.epochs after early stopping)
   int64_t stopped_epoch = 0;   // early stopping's epoch (1-based), else 0
   int64_t restored_epoch = 0;  // restore_best_weights' epoch, else 0
-  double train_seconds = 0.0;  // the epochs' time, evaluation excluded
+  double train_seconds = 0.0;  // the epochs' time, evaluation excluded (an elastic job's: since its start)
+  double own_seconds = 0.0;    // of it, this call's (an elastic job's current group's steps)
   int64_t train_samples = 0;
   double train_loss = 0.0, train_accuracy = 0.0;  // the last epoch's
   double test_loss = -1.0, test_accuracy = -1.0;  // -1 without test data
