@@ -90,11 +90,12 @@ TasksGroup plan_tasks_group(const job::JobConfig& job, const ExecutionPlan& p, D
   TasksGroup group = training_tasks_group(job.strategy.communication, p.strategy->point_to_point,
                                           p.training_tasks, p.machines, &why);
   if (job.strategy.tensor_parallel > 1 && p.training_tasks > job.strategy.tensor_parallel &&
-      group == TasksGroup::kHierarchical) {
-    // (shared memory's group cannot be split into the copies' and the parts' groups)
+      group == TasksGroup::kHierarchical && p.machines > 1) {
+    // (a group of the grid across machines is a Gloo sub-group: the hierarchical one cannot be split)
     group = TasksGroup::kGloo;
     why = str("strategy.tensor_parallel ", job.strategy.tensor_parallel, " over ", p.training_tasks,
-              " training tasks: the copies' and the parts' groups are Gloo sub-groups, whatever communication says");
+              " training tasks on ", p.machines, " machines: the copies' and the parts' groups across machines are "
+              "Gloo sub-groups, whatever communication says");
   }
   d.choice = tasks_group_name(group);
   d.why = str(why, p.met || group == TasksGroup::kGlooRing ? "" : " (machines by the addresses; the rendezvous confirms)");
@@ -238,14 +239,28 @@ Decision elastic_batch_decision(const job::JobConfig& job, int start_tasks, int 
 
 // The training tasks as copies x stages x tensor parts (strategy/parallel_grid.h)
 // and where this task is in it: its place and every group it belongs to.
-Decision grid_decision(const job::JobConfig& job, const ExecutionPlan& p) {
+strategy::ParallelGrid plan_grid(const job::JobConfig& job, const ExecutionPlan& p) {
   const int parts = static_cast<int>(job.strategy.tensor_parallel);
   const int stages = p.split ? static_cast<int>(p.split->stages()) : 1;
   const int copies = p.strategy->point_to_point ? strategy::pipeline_copies(job.strategy, p.training_tasks)
                                                 : p.training_tasks / parts;
   const strategy::ParallelGrid grid(copies, stages, parts);
   DT_CHECK(grid.size() == p.training_tasks, "the grid ", grid.describe(), " of ", p.training_tasks, " training tasks");
-  return {"parallel grid", grid.describe(), grid.describe_task(p.rank)};
+  return grid;
+}
+
+Decision grid_decision(const strategy::ParallelGrid& grid, const ExecutionPlan& p) {
+  Decision d{"parallel grid", grid.describe(), grid.describe_task(p.rank)};
+  if (grid.pipeline() == 1 && grid.tensor() == 1) return d;  // (plain data parallelism: the training tasks' group)
+  std::vector<std::string> how;
+  if (grid.pipeline() > 1) how.push_back("pipeline: a Gloo sub-group (its stages send to each other)");
+  const char* within = p.machines == 1 ? "shared memory (one machine)"
+                                       : "shared memory where every group of the axis lies on one machine, else a "
+                                         "Gloo sub-group";
+  if (grid.data() > 1 && grid.data() < grid.size()) how.push_back(str("data: ", within));
+  if (grid.tensor() > 1 && grid.tensor() < grid.size()) how.push_back(str("tensor: ", within));
+  if (!how.empty()) d.why += str("; groups built once by the runtime: ", join(how, ", "));
+  return d;
 }
 
 Decision tensor_split_decision(const job::JobConfig& job, const ExecutionPlan& p, bool in_group) {
@@ -286,7 +301,7 @@ TasksGroup training_tasks_group(strategy::Communication communication, bool poin
                                  " machine", machines == 1 ? "" : "s");
   if (point_to_point) {
     group = TasksGroup::kGlooRing;
-    reason = "a pipeline's stages use Gloo's sub-groups and point-to-point sends, whatever communication says";
+    reason = "a pipeline's stages send to each other over Gloo's sub-groups, whatever communication says";
   } else {
     switch (communication) {
       case Communication::kRing:
@@ -377,7 +392,11 @@ ExecutionPlan make_execution_plan(const job::JobConfig& job, const config::Clust
     p.decisions.push_back(split_decision(*p.split, p.measure_split, job));
   }
   if (job.strategy.tensor_parallel > 1) p.decisions.push_back(tensor_split_decision(job, p, in_group));
-  if (in_group && p.training_tasks > 1 && p.rank >= 0) p.decisions.push_back(grid_decision(job, p));
+  if (in_group && p.training_tasks > 1 && p.rank >= 0) {
+    const strategy::ParallelGrid grid = plan_grid(job, p);
+    if (grid.pipeline() > 1 || grid.tensor() > 1) p.grid = grid;
+    p.decisions.push_back(grid_decision(grid, p));
+  }
   if (job.strategy.shard == strategy::ShardMode::kGradients || job.strategy.shard == strategy::ShardMode::kParameters) {
     // What ZeRO-2/3 cannot do yet is refused before any task starts (validate, launch).
     if (in_group)

@@ -24,6 +24,7 @@
 #include "plan/machine.h"
 #include "plan/plan_memory.h"
 #include "strategy/memory_estimate.h"
+#include "strategy/parallel_grid.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/registry.h"
 #include "tensor/device.h"
@@ -104,6 +105,10 @@ struct ExecutionPlan {
   // "auto", to be measured when the tasks meet (with_stage_split then replaces it).
   std::optional<strategy::StageSplit> split;
   bool measure_split = false;
+  // The training tasks as copies x stages x tensor parts, where they are a grid
+  // (a pipeline, tensor_parallel): the runtime builds this task's groups in it
+  // (strategy/grid_groups.h) before the strategy. nullopt otherwise.
+  std::optional<strategy::ParallelGrid> grid;
   // This task's memory estimate, held against runtime.memory_limit before the
   // model is allocated (training tasks only).
   std::optional<TaskMemory> memory;

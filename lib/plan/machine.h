@@ -20,10 +20,10 @@ struct HostSettings {
   // tasks started by hand on one machine do not fight over them.
   int tasks_on_host = 1;
   int local_rank = -1;  // LOCAL_RANK (-1 = unset): a task's GPU is LOCAL_RANK % GPUs
-  // NCCL_HOSTID is set: NCCL tells processes apart by it, so tasks sharing a GPU
-  // may still form a group (over sockets, with NCCL_P2P_DISABLE=1
-  // NCCL_SHM_DISABLE=1, as nccl-tests runs several ranks on one GPU).
-  bool nccl_hostid = false;
+  // NCCL_HOSTID when set (nullopt: unset): NCCL tells processes apart by it, so
+  // tasks sharing a GPU may still form a group (over sockets, with
+  // NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as nccl-tests runs several ranks on one GPU).
+  std::optional<std::string> nccl_hostid;
   // DTRAIN_ALLOW_TF32 (0 turns TF32 convolutions off); unset leaves the backend's setting.
   std::optional<bool> allow_tf32;
   // How OpenMP's idle threads wait, and who chose: "GOMP_SPINCOUNT=30000" with

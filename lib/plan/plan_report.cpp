@@ -87,6 +87,19 @@ std::string to_json(const ExecutionPlan& plan) {
   if (plan.split) {
     j["pipeline_split"] = {{"starts", plan.split->starts}, {"how", plan.split->how}, {"measured_at_start", plan.measure_split}};
   }
+  if (plan.grid) {  // every training rank's place and groups (rank r: the r-th of chief, workers)
+    const strategy::ParallelGrid& g = *plan.grid;
+    nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
+    for (int r = 0; r < g.size(); ++r) {
+      const strategy::GridPlace place = g.place(r);
+      tasks.push_back({{"rank", r}, {"copy", place.copy}, {"stage", place.stage}, {"part", place.part},
+                       {"data_group", g.group(strategy::GridAxis::kData, r)},
+                       {"pipeline_group", g.group(strategy::GridAxis::kPipeline, r)},
+                       {"tensor_group", g.group(strategy::GridAxis::kTensor, r)}});
+    }
+    j["grid"] = {{"data", g.data()}, {"pipeline", g.pipeline()}, {"tensor", g.tensor()}, {"expert", g.expert()},
+                 {"order", "tensor fastest, then pipeline, then data"}, {"tasks", tasks}};
+  }
   if (plan.memory) {
     j["memory"] = {{"total_bytes", plan.memory->estimate.total},
                    {"of", plan.memory->heading.empty() ? "this task" : plan.memory->heading},

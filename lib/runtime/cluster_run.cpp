@@ -14,6 +14,7 @@
 #include "runtime/env_registration.h"
 #include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
+#include "strategy/grid_groups.h"
 #include "strategy/pipeline_links.h"
 #include "strategy/registry.h"
 #include "trainer/elastic_state.h"
@@ -27,20 +28,25 @@ namespace {
 // trainer gets of them goes into `run`. Owned here, they outlive the strategy.
 struct TaskConnections {
   std::unique_ptr<comm::Communicator> workers, gradients;
+  std::optional<strategy::GridGroups> grid;
   std::unique_ptr<strategy::StageLinks> stage_links;
   std::unique_ptr<ps::PsGroup> ps;
 };
 
 // `prefix`: where the groups' keys go in the job's store ("comm/"; an elastic
 // job's later memberships "comm/g<generation>/").
-void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan, const config::ClusterConfig& cluster,
-                     const rendezvous::SessionSpec& spec, ClusterTask& task, TaskConnections& c,
-                     trainer::RunOptions& run, const std::string& prefix = "comm/") {
+void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan, const plan::Machine& machine,
+                     const config::ClusterConfig& cluster, const rendezvous::SessionSpec& spec, ClusterTask& task,
+                     TaskConnections& c, trainer::RunOptions& run, const std::string& prefix = "comm/") {
   rendezvous::ClusterSession& session = task.session();
   const double timeout = job.runtime.heartbeat_timeout + 20.0;
   if (plan.needs_tasks_group()) {
     c.workers = task.connect_training_tasks(prefix + "workers/", timeout, plan.tasks);
     run.workers = c.workers.get();
+  }
+  if (plan.grid && c.workers) {
+    c.grid = task.connect_grid_groups(*plan.grid, *c.workers, prefix + "grid/", timeout);
+    run.grid = &*c.grid;
   }
   if (plan.gradients == plan::Gradients::kNccl) {
     // NCCL's group lives on the plan's GPU: made ready first.
@@ -53,7 +59,7 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
     // its own (the tasks compare their GPUs first), else the strategy's Gloo links.
     const Device device = kernels::select_device(plan.device().str());
     c.stage_links = strategy::connect_nccl_links_if_distinct(
-        *c.workers, static_cast<int>(plan.split->stages()), device,
+        *c.workers, static_cast<int>(plan.split->stages()), device, machine.host.nccl_hostid,
         [&task, timeout, device](const std::string& name, int rank) {
           return task.connect_nccl_pair(name, timeout, device, rank);
         });
@@ -139,7 +145,7 @@ void train_elastic(const job::JobConfig& job, plan::Machine machine, const rende
     }
     try {
       TaskConnections connections;
-      connect_planned(generation_job, plan, session.cluster(), spec, task, connections, run,
+      connect_planned(generation_job, plan, machine, session.cluster(), spec, task, connections, run,
                       membership.generation == 0 ? "comm/" : str("comm/g", membership.generation, "/"));
       const trainer::RunSummary summary = trainer::run_training(generation_job, plan, run);
       if (session.is_chief()) session.store().set(kFinalStepKey, std::to_string(summary.steps));
@@ -235,7 +241,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
     }
     if (job.strategy.elastic.on) return train_elastic(job, machine, spec, task, run);
     TaskConnections connections;
-    connect_planned(job, plan, session.cluster(), spec, task, connections, run);
+    connect_planned(job, plan, machine, session.cluster(), spec, task, connections, run);
     // Injected (bytes_per_pack=N): another bucket size than the job's, after the tasks agreed on it.
     job::JobConfig injected = job;
     if (fault.bytes_per_pack > 0) injected.strategy.bytes_per_pack = fault.bytes_per_pack;

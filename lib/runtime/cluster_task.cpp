@@ -17,6 +17,7 @@
 #include "comm/nccl_communicator.h"
 #endif
 #include "comm/shm_communicator.h"
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -179,27 +180,14 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
   if (group != plan::TasksGroup::kHierarchical)
     return comm::make_recorded(comm::make_gloo_communicator(session_.store(), gloo), "workers");
 
-  // Which machine each member is on, as each task said at the rendezvous.
-  std::vector<std::string> hosts = host_of_rank();
-  if (!members_.empty()) {
-    std::vector<std::string> of_members;
-    for (int r : members_) of_members.push_back(hosts.at(static_cast<size_t>(r)));
-    hosts = std::move(of_members);
-  }
-  const comm::HostLayout layout = comm::HostLayout::from_keys(hosts);
+  const comm::HostLayout layout = comm::HostLayout::from_keys(member_hosts());
   const int host = layout.host_of[static_cast<size_t>(gloo.rank)];
-  comm::ShmOptions shm;
-  shm.rank = layout.local_rank_of[static_cast<size_t>(gloo.rank)];
-  shm.size = static_cast<int>(std::count(layout.host_of.begin(), layout.host_of.end(), host));
-  shm.prefix = str(prefix, "host", host, "/");
-  shm.job_id = job_id_;
-  shm.timeout_seconds = timeout_seconds;
-  // A member killed mid-collective leaves no mark in the segment: the heartbeats
-  // tell the waits (PeerLost, as Gloo's broken connection would).
-  shm.peer_lost = [this] { return peer_lost_now(); };
-  std::unique_ptr<comm::Communicator> local = comm::make_shm_communicator(session_.store(), shm);
+  const int local_rank = layout.local_rank_of[static_cast<size_t>(gloo.rank)];
+  std::unique_ptr<comm::Communicator> local =
+      connect_shared_memory(str(prefix, "host", host, "/"), timeout_seconds, local_rank,
+                            static_cast<int>(std::count(layout.host_of.begin(), layout.host_of.end(), host)));
   std::unique_ptr<comm::Communicator> leaders;
-  if (shm.rank == 0) {  // this machine's leader: one Gloo rank per machine
+  if (local_rank == 0) {  // this machine's leader: one Gloo rank per machine
     comm::GlooOptions across = gloo;
     across.rank = host;
     across.size = layout.hosts();
@@ -211,6 +199,45 @@ std::unique_ptr<comm::Communicator> ClusterTask::connect_training_tasks(const st
               " tasks; shared memory within a machine, Gloo between their leaders");
   return comm::make_recorded(
       comm::make_hierarchical_communicator(gloo.rank, layout, std::move(local), std::move(leaders)), "workers");
+}
+
+std::vector<std::string> ClusterTask::member_hosts() const {
+  std::vector<std::string> hosts = host_of_rank();
+  if (members_.empty()) return hosts;
+  std::vector<std::string> of_members;
+  for (int r : members_) of_members.push_back(hosts.at(static_cast<size_t>(r)));
+  return of_members;
+}
+
+std::unique_ptr<comm::Communicator> ClusterTask::connect_shared_memory(const std::string& prefix,
+                                                                       double timeout_seconds, int rank, int size) {
+  comm::ShmOptions shm;
+  shm.rank = rank;
+  shm.size = size;
+  shm.prefix = prefix;
+  shm.job_id = job_id_;
+  shm.timeout_seconds = timeout_seconds;
+  // A member killed mid-collective leaves no mark in the segment: the heartbeats
+  // tell the waits (PeerLost, as Gloo's broken connection would).
+  shm.peer_lost = [this] { return peer_lost_now(); };
+  return comm::make_shm_communicator(session_.store(), shm);
+}
+
+strategy::GridGroups ClusterTask::connect_grid_groups(const strategy::ParallelGrid& grid, comm::Communicator& workers,
+                                                      const std::string& prefix, double timeout_seconds) {
+  const std::vector<std::string> hosts = member_hosts();
+  strategy::GroupMaker maker;
+  maker.how = "shared memory";
+  maker.make = [&](strategy::GridAxis axis, int color, int index, int size) -> std::unique_ptr<comm::Communicator> {
+    // (a pipeline's stages send to each other: Gloo, which shared memory cannot)
+    if (axis == strategy::GridAxis::kPipeline || !strategy::axis_on_one_machine(grid, axis, hosts)) return nullptr;
+    const std::string group = str(prefix, strategy::axis_name(axis), "/", color, "/");
+    return comm::make_recorded(connect_shared_memory(group, timeout_seconds, index, size),
+                               str("workers/", strategy::axis_name(axis), color));
+  };
+  strategy::GridGroups groups = strategy::make_grid_groups(workers, grid, maker);
+  if (workers.rank() == 0) log::info("comm: the grid's groups (", grid.describe(), "): ", groups.describe());
+  return groups;
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "rendezvous/cluster_session.h"
 #include "runtime/environment.h"
+#include "strategy/grid_groups.h"
 
 namespace dtrain::runtime {
 
@@ -56,6 +57,14 @@ class ClusterTask {
   // The machine of each training rank (chief 0, then the workers), as each task
   // said at the rendezvous: the execution plan's input once the tasks met.
   std::vector<std::string> host_of_rank() const;
+
+  // This task's groups in `grid` (the plan's), made once from `workers` (the
+  // training tasks' group) under `prefix`: a data or tensor group lies on one
+  // machine wherever every group of its axis does, and is then a shared-memory
+  // group; the others (a pipeline's, whose stages send to each other, and groups
+  // across machines) are Gloo sub-groups of `workers` (strategy/grid_groups.h).
+  strategy::GridGroups connect_grid_groups(const strategy::ParallelGrid& grid, comm::Communicator& workers,
+                                           const std::string& prefix, double timeout_seconds);
 
   // strategy.elastic: the training tasks the communicators connect from now on,
   // by cluster rank (ascending; this task among them). Until set: all of them.
@@ -107,6 +116,11 @@ class ClusterTask {
   // What a group's wait asks between polls: the job's failure, or (elastic) a
   // newer membership than the groups were made for; nullopt: wait on.
   std::optional<std::string> peer_lost_now();
+  // The machine of each member (host_of_rank of the members, in member order).
+  std::vector<std::string> member_hosts() const;
+  // A shared-memory group under `prefix` of the job's store: this task `rank` of `size`.
+  std::unique_ptr<comm::Communicator> connect_shared_memory(const std::string& prefix, double timeout_seconds,
+                                                            int rank, int size);
 };
 
 }  // namespace dtrain::runtime

@@ -46,7 +46,7 @@ Environment Environment::from_process() {
   env.progress_columns = std::max(0, leading_number("DTRAIN_PROGRESS_COLUMNS"));
   env.host.omp_num_threads = std::max(0, leading_number("OMP_NUM_THREADS"));
   env.host.local_rank = leading_number("LOCAL_RANK");
-  env.host.nccl_hostid = std::getenv("NCCL_HOSTID") != nullptr;
+  if (const char* id = std::getenv("NCCL_HOSTID")) env.host.nccl_hostid = id;
   if (const char* tf32 = std::getenv("DTRAIN_ALLOW_TF32")) env.host.allow_tf32 = std::string(tf32) != "0";
   if (const std::string policy = variable("OMP_WAIT_POLICY"); !policy.empty())
     env.host.omp_wait = "OMP_WAIT_POLICY=" + policy;

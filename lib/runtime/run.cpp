@@ -116,6 +116,12 @@ void validate_task(const job::JobConfig& job, const Environment& env, const std:
     return;
   }
   std::printf("plan for %s:\n%s", plan.task.empty() ? "this process" : plan.task.c_str(), plan::describe(plan).c_str());
+  if (plan.grid) {  // every task's place and groups, by training rank
+    std::printf("parallel grid, every training task (%s):\n", plan.grid->describe().c_str());
+    for (const config::TaskId& t : cluster.spec.all_tasks())
+      if (const int r = cluster.spec.rank(t); r >= 0 && r < plan.grid->size())
+        std::printf("  %-10s %s\n", t.str().c_str(), plan.grid->describe_task(r).c_str());
+  }
 }
 
 }  // namespace dtrain::runtime

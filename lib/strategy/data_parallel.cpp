@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "optim/clipping.h"
 #include "strategy/fully_sharded.h"
+#include "strategy/grid_groups.h"
 #include "strategy/parallel_grid.h"
 #include "strategy/registry.h"
 #include "strategy/shard_pieces.h"
@@ -67,14 +68,10 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (tensor_parallel) {
     check_tensor_parallel(job, workers_->size());
     // A grid of copies x tensor_parallel (parallel_grid.h): task r holds part r % T of copy r / T.
-    const int t = static_cast<int>(job.strategy.tensor_parallel), rank = workers_->rank();
-    const ParallelGrid grid(workers_->size() / t, 1, t);
-    if (grid.data() == 1) {
-      tensor_group_ = comm::borrow(*workers_);  // (one copy: no split, and any group will do)
-    } else {
-      tensor_group_ = workers_->split(grid.group_color(GridAxis::kTensor, rank), grid.index_in_group(GridAxis::kTensor, rank));
-      copies_group_ = workers_->split(grid.group_color(GridAxis::kData, rank), grid.index_in_group(GridAxis::kData, rank));
-    }
+    const int t = static_cast<int>(job.strategy.tensor_parallel);
+    GridGroups& groups = grid_groups(context.grid, *workers_, ParallelGrid(workers_->size() / t, 1, t), own_grid_);
+    tensor_group_ = comm::borrow(groups.of(GridAxis::kTensor));
+    if (groups.grid.data() > 1) copies_group_ = comm::borrow(groups.of(GridAxis::kData));
     clipnorm_ = job.optimizer.clipnorm;
     global_clipnorm_ = job.optimizer.global_clipnorm;
     if (n > 1 || !devices[0].is_cpu())

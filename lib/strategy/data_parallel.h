@@ -44,12 +44,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "optim/loss_scale.h"
 #include "strategy/central_copy.h"
 #include "strategy/gradient_reducer.h"
+#include "strategy/grid_groups.h"
 #include "strategy/replica_pool.h"
 #include "strategy/strategy.h"
 
@@ -175,8 +177,10 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
   std::unique_ptr<FullShard> full_;  // strategy.shard "gradients" / "parameters"
   std::unique_ptr<TensorParallel> tp_;  // strategy.tensor_parallel
+  // tensor_parallel: the grid's groups where this strategy made them (no runtime's).
+  std::optional<GridGroups> own_grid_;
   // tensor_parallel: this task's copy's tasks (rank: its part), and the tasks
-  // holding its part in the other copies (nullptr with one copy).
+  // holding its part in the other copies (nullptr with one copy); the grid's groups.
   std::unique_ptr<comm::Communicator> tensor_group_, copies_group_;
   // tensor_parallel with the output layer split by its classes: the loss over the
   // tensor group (vocabulary_loss.h).

@@ -34,6 +34,7 @@ class ParallelGrid {
   int tensor() const { return tensor_; }
   int expert() const { return 1; }
   int size() const { return data_ * pipeline_ * tensor_; }
+  bool operator==(const ParallelGrid& other) const = default;
 
   GridPlace place(int rank) const;
   int rank_of(const GridPlace& place) const;

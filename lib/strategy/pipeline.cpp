@@ -103,14 +103,14 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
               micro_batches_, " micro-batches, ", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
 
   // (with tensor_parallel, one pipeline per part: part p of each stage talks to part p of the next)
-  const int rank = workers_->rank();
-  pipe_ = workers_->split(grid_.group_color(GridAxis::kPipeline, rank), grid_.index_in_group(GridAxis::kPipeline, rank));
-  peers_ = workers_->split(grid_.group_color(GridAxis::kData, rank), grid_.index_in_group(GridAxis::kData, rank));
+  GridGroups& groups = grid_groups(context.grid, *workers_, grid_, own_grid_);
+  pipe_ = comm::borrow(groups.of(GridAxis::kPipeline));
+  peers_ = comm::borrow(groups.of(GridAxis::kData));
   DT_CHECK(pipe_ && pipe_->size() == stages && pipe_->rank() == stats_.stage, "the pipeline group is malformed");
   DT_CHECK(peers_ && peers_->size() == stats_.copies, "the stage's group is malformed");
 
   model_ = std::make_unique<nn::Sequential>(job.model, seed_, first, end);
-  if (tensors > 1) split_tensors(job, split);
+  if (tensors > 1) split_tensors(job, split, groups.of(GridAxis::kTensor));
   // Norms over more than this stage's own whole tensors (global_clipnorm: every
   // stage's; a split tensor: its parts') are clip_split_by_norm's; the optimizer
   // clips the rest itself (clipnorm of whole tensors, clipvalue).
@@ -127,22 +127,29 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   for (nn::Param* p : model_->params())
     if (!p->trainable()) state_.push_back(p);
   for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
+  for (const auto& layer : model_->layers()) {
+    layer_params_.emplace_back();
+    for (nn::Param* p : layer->params())
+      if (p->trainable()) layer_params_.back().push_back(p);
+  }
   norm_counted_ = tp_ ? tp_->norm_counted(trainable_) : std::vector<bool>(trainable_.size(), true);
   if (last_stage() && !vocabulary_loss_) loss_ = nn::make_loss(job.loss);
   if (loss_scaling_on(job, context)) loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
+  // (float32 on the wire, as the per-parameter all-reduce it replaces)
+  if (peers_->size() > 1 && device_.is_cpu())
+    reducer_ = std::make_unique<GradientReducer>(trainable_, *peers_, job.strategy.bytes_per_pack);
   connect_links(context);
 }
 
-void PipelineStrategy::split_tensors(const StrategyJob& job, const StageSplit& split) {
+void PipelineStrategy::split_tensors(const StrategyJob& job, const StageSplit& split, comm::Communicator& group) {
   check_tensor_parallel(job, workers_->size(), split.starts);
   if (!device_.is_cpu())
     throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU so far, and this task's device is ",
                           device_.str(), "; set \"device\": \"cpu\""));
-  const int rank = workers_->rank();
-  tensor_group_ = workers_->split(grid_.group_color(GridAxis::kTensor, rank), grid_.index_in_group(GridAxis::kTensor, rank));
+  tensor_group_ = comm::borrow(group);
   DT_CHECK(tensor_group_ && tensor_group_->size() == stats_.tensors && tensor_group_->rank() == stats_.tensor,
            "the stage's tensor group is malformed");
   const std::vector<SplitLayer> plan = tensor_split_plan(job.model, stats_.tensors, job.strategy.tensor_whole,
@@ -268,19 +275,26 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
       resident = op.micro;
       ++stats_.recomputed;
     }
-    const Tensor dx = model_->backward(grad, {}, /*input_grad=*/!first_stage());
     // Summed in micro-batch order as one_device's gradient accumulation does: the
-    // earlier ones into the buffers, the buffers into the last one's gradients.
+    // earlier ones into the buffers, the buffers into the last one's gradients,
+    // layer by layer as its backward finishes them, each then ready for the
+    // copies' bucketed all-reduce.
     const bool last_backward = ++backwards == count;
-    for (size_t j = 0; j < trainable_.size(); ++j) {
-      if (count == 1) break;
-      if (!last_backward) {
-        kernels::axpy(1.0f, trainable_[j]->grad, accumulated_[j]);
-      } else {
-        kernels::axpy(1.0f, accumulated_[j], trainable_[j]->grad);
-        accumulated_[j].zero();
+    if (last_backward && reducer_) reducer_->begin_step();
+    const auto on_layer_done = [&](size_t layer) {
+      for (nn::Param* p : layer_params_[layer]) {
+        if (count > 1) {
+          const size_t j = std::find(trainable_.begin(), trainable_.end(), p) - trainable_.begin();
+          kernels::axpy(1.0f, accumulated_[j], p->grad);
+          accumulated_[j].zero();
+        }
+        if (reducer_) reducer_->param_ready(p);
       }
-    }
+    };
+    const Tensor dx = model_->backward(grad, last_backward ? std::function<void(size_t)>(on_layer_done) : nullptr,
+                                       /*input_grad=*/!first_stage());
+    if (!last_backward)
+      for (size_t j = 0; j < trainable_.size(); ++j) kernels::axpy(1.0f, trainable_[j]->grad, accumulated_[j]);
     busy += compute.seconds();
     inputs[m] = Tensor();
     grads[m] = Tensor();
@@ -292,6 +306,10 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     links_->drain();
     timings_.comm_wait_seconds += wait.seconds();
   }
+  // The copies' mean gradients (the last bucket's all-reduce, and any still in
+  // flight), before anything reads them: the non-finite count below is over the
+  // mean, which is inf or NaN wherever any copy's gradient was.
+  if (reducer_) timings_.comm_wait_seconds += reducer_->finish_step();
 
   // The loss and accuracy of the step's whole batch (the last stages', part 0's
   // of each: the parts compute the same), the stop flag and, under loss scaling,
@@ -315,7 +333,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   if (loss_scale_) loss_scale_->update(apply);
 
   // The copies of this stage average their gradients, then each applies the same update.
-  if (apply && peers_->size() > 1) {
+  if (apply && peers_->size() > 1 && !reducer_) {
     Stopwatch wait;
     for (nn::Param* p : trainable_) peers_->all_reduce(p->grad, comm::ReduceOp::kMean);
     timings_.comm_wait_seconds += wait.seconds();

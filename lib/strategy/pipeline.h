@@ -58,9 +58,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "strategy/gradient_reducer.h"
+#include "strategy/grid_groups.h"
 #include "strategy/parallel_grid.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
@@ -136,7 +139,7 @@ class PipelineStrategy : public Strategy {
   // Picks and connects the links to the neighbouring stages (collective over the copy).
   void connect_links(const StrategyContext& context);
   // With tensor_parallel: the stage's tensor group, and its layers split over it.
-  void split_tensors(const StrategyJob& job, const StageSplit& split);
+  void split_tensors(const StrategyJob& job, const StageSplit& split, comm::Communicator& group);
   // The last stage's loss on `out` (the vocabulary-parallel one for split logits).
   void compute_loss(const Tensor& out, const Tensor& labels, Tensor* grad, float scale, nn::LossRows& rows);
   // What nn::Sequential::hash_input feeds for this stage, with whole tensors
@@ -150,6 +153,7 @@ class PipelineStrategy : public Strategy {
   Device device_;
   comm::Communicator* workers_;
   ParallelGrid grid_;  // copies x stages x tensor parts over the training tasks
+  std::optional<GridGroups> own_grid_;  // the grid's groups where this strategy made them (no runtime's)
   std::unique_ptr<comm::Communicator> pipe_;   // this copy's stages, rank = stage
   std::unique_ptr<comm::Communicator> peers_;  // the copies' tasks holding this stage (and part), rank = copy
   std::unique_ptr<comm::Communicator> tensor_group_;  // this stage's tasks of this copy, rank = part (tensor_parallel)
@@ -163,6 +167,12 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // mixed_float16 (or a test's loss_scaling)
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
+  std::vector<std::vector<nn::Param*>> layer_params_;  // each layer's trainable params (model_'s order)
+  // Several copies on the CPU: the copies' gradients averaged in buckets over
+  // peers_ as the last micro-batch's backward produces them (overlapped; PyTorch
+  // DDP's scheme, as data parallelism's). nullptr: one copy, or a GPU stage (one
+  // all-reduce per parameter after the step).
+  std::unique_ptr<GradientReducer> reducer_;
   // Keras' clipnorm / global_clipnorm where clip_split_by_norm takes them (each
   // norm over the stage's parts, the global one over every stage too); 0 where
   // the optimizer clips by itself.

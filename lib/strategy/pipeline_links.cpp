@@ -214,9 +214,11 @@ std::unique_ptr<StageLinks> make_nccl_links(int stage, int stages, int copy, con
 }
 
 std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& workers, int stages,
-                                                           const Device& device, const DevicePairConnector& connect) {
+                                                           const Device& device,
+                                                           const std::optional<std::string>& nccl_hostid,
+                                                           const DevicePairConnector& connect) {
   // Each task's identity as a SHA-256 (64 hex characters, 16 floats' bytes); the CPU: none.
-  const std::string own = device_identity(device);
+  const std::string own = device_identity(device, nccl_hostid);
   std::string digest(64, ' ');
   if (!own.empty()) {
     Sha256 h;
@@ -254,21 +256,20 @@ bool stages_on_distinct_gpus(const std::vector<std::string>& identities) {
   return identities.size() >= 2;
 }
 
-std::string nccl_host_identity() {
+std::string nccl_host_identity(const std::optional<std::string>& nccl_hostid) {
   // NCCL tells hosts apart by NCCL_HOSTID when it is set (else by hostname and
   // boot id): two processes with different NCCL_HOSTIDs are two hosts to NCCL,
   // which then lets them share a GPU (scripts/gpu-check.sh runs a pipeline's two
   // stages on one GPU that way, with NCCL's shared-memory and P2P paths off).
-  const char* id = std::getenv("NCCL_HOSTID");
-  if (id && *id) return str("NCCL_HOSTID=", id);
+  if (nccl_hostid && !nccl_hostid->empty()) return str("NCCL_HOSTID=", *nccl_hostid);
   return host_identity();
 }
 
-std::string device_identity(const Device& device) {
+std::string device_identity(const Device& device, const std::optional<std::string>& nccl_hostid) {
   if (device.is_cpu()) return "";
   for (const kernels::GpuInfo& gpu : kernels::list_gpus().gpus)
-    if (gpu.index == device.index) return str(nccl_host_identity(), " ", gpu.pci_bus_id);
-  return str(nccl_host_identity(), " ", device.str());
+    if (gpu.index == device.index) return str(nccl_host_identity(nccl_hostid), " ", gpu.pci_bus_id);
+  return str(nccl_host_identity(nccl_hostid), " ", device.str());
 }
 
 }  // namespace dtrain::strategy

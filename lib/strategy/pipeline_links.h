@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,20 +67,24 @@ std::unique_ptr<StageLinks> make_nccl_links(int stage, int stages, int copy, con
 // training task, rank = task rank; `stages` stages per copy, ParallelGrid's
 // order). The runtime calls it where the plan says NCCL may link the stages and
 // hands the strategy the result (StrategyContext::stage_links).
+// `nccl_hostid`: NCCL_HOSTID as the Environment read it (nullopt: unset).
 std::unique_ptr<StageLinks> connect_nccl_links_if_distinct(comm::Communicator& workers, int stages,
-                                                           const Device& device, const DevicePairConnector& connect);
+                                                           const Device& device,
+                                                           const std::optional<std::string>& nccl_hostid,
+                                                           const DevicePairConnector& connect);
 
 // Whether NCCL may link a copy's stages: every stage on a GPU (a non-empty
 // identity) and no two on the same one (NCCL refuses two ranks on one GPU).
 // identities[s]: stage s's device identity (device_identity()).
 bool stages_on_distinct_gpus(const std::vector<std::string>& identities);
 
-// The machine as NCCL sees it: "NCCL_HOSTID=<value>" when that variable is set
-// (NCCL then takes it for the host), else core/host.h's host_identity().
-std::string nccl_host_identity();
+// The machine as NCCL sees it: "NCCL_HOSTID=<value>" when NCCL_HOSTID is set and
+// not empty (`nccl_hostid`, as the Environment read it; NCCL then takes it for
+// the host), else core/host.h's host_identity().
+std::string nccl_host_identity(const std::optional<std::string>& nccl_hostid);
 
 // This task's device as other tasks can compare it: "" for the CPU, else the
 // machine (nccl_host_identity()) and the GPU's PCI bus id.
-std::string device_identity(const Device& device);
+std::string device_identity(const Device& device, const std::optional<std::string>& nccl_hostid);
 
 }  // namespace dtrain::strategy

@@ -27,6 +27,7 @@
 namespace dtrain::strategy {
 
 class StageLinks;  // pipeline_links.h
+struct GridGroups;  // grid_groups.h
 
 // What a strategy is built from: the parts of the job it needs.
 struct StrategyJob {
@@ -61,6 +62,11 @@ struct StrategyContext {
   // connected (pipeline_links.h; owned by it, they outlive the strategy);
   // nullptr: the stages' tensors travel through Gloo on the copy's group.
   StageLinks* stage_links = nullptr;
+  // A grid of pipeline stages or tensor parts: this task's groups in it, which
+  // the runtime built (shared memory where a group lies on one machine; owned by
+  // it, they outlive the strategy). nullptr: the strategy makes them by splitting
+  // `workers` (in-process groups: tests).
+  GridGroups* grid = nullptr;
   // The device of each local replica, as the execution plan decided (plan/):
   // mirrored on GPUs has one GPU per replica. Empty: every replica on `device`.
   std::vector<Device> replicas = {};

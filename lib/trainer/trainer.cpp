@@ -39,6 +39,7 @@ StrategyTraining set_up(const job::JobConfig& job, const plan::ExecutionPlan& pl
   StrategyTraining t;
   strategy::StrategyContext context = strategy_context(plan, options.workers, options.gradients);
   context.stage_links = options.stage_links;
+  context.grid = options.grid;
   const strategy::ElasticSplit* uneven =
       options.elastic && !options.elastic->split.micro_batch.empty() && !options.elastic->split.even()
           ? &options.elastic->split

@@ -20,6 +20,7 @@ class Communicator;
 }
 namespace dtrain::strategy {
 class StageLinks;
+struct GridGroups;
 }
 
 namespace dtrain::trainer {
@@ -45,6 +46,8 @@ struct RunOptions {
   // pipeline on GPUs (plan.activations kNccl): the NCCL links to the neighbouring
   // stages the runtime connected, where every stage has a GPU of its own; nullptr: Gloo.
   strategy::StageLinks* stage_links = nullptr;
+  // A grid (plan.grid): this task's groups in it, which the runtime built.
+  strategy::GridGroups* grid = nullptr;
   // Polled before every step: the signal once the process was asked to stop
   // (SIGTERM, SIGINT), else 0. The job then stops after the step, saves a
   // checkpoint and throws Preempted (stop_reason / stop_exit_code of the signal).

@@ -48,6 +48,10 @@ TEST_CASE("tensor_parallel on 2 and 4 tasks, and 2 copies of 2, follows one_devi
     TempDir split;
     const json s = launch_job(split, mlp_job(split, t, 1, copies), t * copies);
     require_close(step_losses(split, 10), want, 1e-4, "tensor_parallel vs one_device");
+    // The runtime built the grid's groups once; on one machine the copies' and the parts' are shared memory.
+    CHECK_THAT(read_file(split.file("out/logs/worker-0.log")),
+               Catch::Contains(copies == 1 ? "data: one task, tensor: workers"
+                                           : "data: shared memory (2 tasks), tensor: shared memory (2 tasks)"));
     for (const auto& [task, summary] : s["tasks"].items()) {
       INFO(task);
       CHECK(summary["optimizer_state_bytes"] == optimizer_bytes(t));
@@ -81,7 +85,9 @@ TEST_CASE("tensor_parallel on 2 and 4 tasks, and 2 copies of 2, follows one_devi
   CHECK(c["tasks"]["worker:7"]["pipeline"]["copy"] == 1);
   CHECK(c["tasks"]["worker:7"]["global_batch_size"] == 128);
   CHECK_THAT(read_file(cube.file("out/logs/worker-0.log")),
-             Catch::Contains("2 data x 2 pipeline x 2 tensor: 2 copies of the model, each stage held by 2 tasks"));
+             Catch::Contains("2 data x 2 pipeline x 2 tensor: 2 copies of the model, each stage held by 2 tasks") &&
+                 Catch::Contains("pipeline: split of workers (2 tasks), data: shared memory (2 tasks), "
+                                 "tensor: shared memory (2 tasks)"));
 }
 
 TEST_CASE("tensor_parallel checkpoints resume under one_device and another split with the same parameters, "

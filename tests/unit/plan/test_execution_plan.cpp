@@ -54,7 +54,7 @@ TEST_CASE("plan: every strategy's placement and wiring, on made-up machines") {
   const plan::Machine gpus2_rank1 = test::plan_machine(8, 2, true, 1);
   const plan::Machine gpus1 = test::plan_machine(8, 1, true);
   plan::Machine gpus1_hostid = gpus1;
-  gpus1_hostid.host.nccl_hostid = true;
+  gpus1_hostid.host.nccl_hostid = "stage-1";
   const std::vector<Row> rows = {
       {"one_device alone", R"("type": "one_device")", "auto", 0, 1, cpu2, Role::kTrain, "cpu:0", 2,
        TasksGroup::kNone, Gradients::kNone, Activations::kNone},
@@ -313,13 +313,26 @@ TEST_CASE("plan: the parallel grid and this task's place and groups in it") {
   const plan::Decision* grid = p.decision("parallel grid");
   REQUIRE(grid);
   CHECK(grid->choice == "2 data x 1 pipeline x 2 tensor (4 tasks)");
-  CHECK(grid->why == "rank 3: copy 1, part 1; tensor group [2, 3], data group [1, 3]");
+  CHECK(grid->why == "rank 3: copy 1, part 1; tensor group [2, 3], data group [1, 3]; groups built once by the "
+                     "runtime: data: shared memory (one machine), tensor: shared memory (one machine)");
+  REQUIRE(p.grid);
+  CHECK(*p.grid == strategy::ParallelGrid(2, 1, 2));
+  // On one machine the training tasks' group is shared memory too (nothing is split from it) ...
+  CHECK(p.tasks == plan::TasksGroup::kHierarchical);
+  // ... on two, the groups that cross machines are Gloo sub-groups of a Gloo group.
+  const plan::ExecutionPlan two = plan::make_execution_plan(job, test::plan_cluster(4, 2, {"worker", 3}),
+                                                            test::plan_machine(2));
+  CHECK(two.tasks == plan::TasksGroup::kGloo);
+  CHECK_THAT(two.decision("parallel grid")->why,
+             Catch::Contains("data: shared memory where every group of the axis lies on one machine, else a Gloo "
+                             "sub-group"));
   // Plain data parallelism: one data group of every task.
   const plan::ExecutionPlan data = plan::make_execution_plan(test::plan_job(R"("type": "multi_worker_mirrored")"),
                                                              test::plan_cluster(3, 1, {"worker", 1}),
                                                              test::plan_machine(2));
   REQUIRE(data.decision("parallel grid"));
   CHECK(data.decision("parallel grid")->why == "rank 1: copy 1; data group [0, 1, 2]");
+  CHECK_FALSE(data.grid);  // (no groups but the training tasks' own)
   // One task alone has none.
   CHECK_FALSE(plan::make_execution_plan(test::plan_job(R"("type": "one_device")"), config::ClusterConfig{},
                                         test::plan_machine(2))

@@ -366,19 +366,13 @@ TEST_CASE("pipeline: NCCL links only where every stage of a copy has a GPU of it
   CHECK_FALSE(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0", "host-a 0000:3b:00.0"}));  // one GPU, two ranks
   CHECK_FALSE(strategy::stages_on_distinct_gpus({"", "host-a 0000:3b:00.0"}));  // a stage on the CPU
   CHECK_FALSE(strategy::stages_on_distinct_gpus({"host-a 0000:3b:00.0"}));
-  CHECK(strategy::device_identity(Device::cpu()).empty());
+  CHECK(strategy::device_identity(Device::cpu(), std::nullopt).empty());
 }
 
 TEST_CASE("pipeline: NCCL_HOSTID makes a process another host, as NCCL counts hosts") {
-  const char* before = std::getenv("NCCL_HOSTID");
-  const std::string saved = before ? before : "";
-  ::unsetenv("NCCL_HOSTID");
-  CHECK(strategy::nccl_host_identity() == host_identity());
-  ::setenv("NCCL_HOSTID", "stage-1", 1);
-  CHECK(strategy::nccl_host_identity() == "NCCL_HOSTID=stage-1");
-  ::setenv("NCCL_HOSTID", "", 1);  // empty: NCCL's own default again
-  CHECK(strategy::nccl_host_identity() == host_identity());
-  if (before) ::setenv("NCCL_HOSTID", saved.c_str(), 1); else ::unsetenv("NCCL_HOSTID");
+  CHECK(strategy::nccl_host_identity(std::nullopt) == host_identity());
+  CHECK(strategy::nccl_host_identity("stage-1") == "NCCL_HOSTID=stage-1");
+  CHECK(strategy::nccl_host_identity("") == host_identity());  // empty: NCCL's own default again
 }
 
 TEST_CASE("pipeline: a CPU job's stages send through Gloo, and say so") {
@@ -389,7 +383,7 @@ TEST_CASE("pipeline: a CPU job's stages send through Gloo, and say so") {
     const job::JobConfig job = deep_job(R"({"type": "pipeline", "stages": ["dense_2"], "micro_batches": 2})");
     // CPU stages have no GPU identity: no NCCL links, and the connector is never called.
     const auto links_made = strategy::connect_nccl_links_if_distinct(
-        *workers, 2, Device::cpu(), [](const std::string&, int) -> std::unique_ptr<comm::Communicator> {
+        *workers, 2, Device::cpu(), std::nullopt, [](const std::string&, int) -> std::unique_ptr<comm::Communicator> {
           throw std::runtime_error("the NCCL pair connector was called for a CPU pipeline");
         });
     if (links_made) return "NCCL links were made for CPU stages";

@@ -1,0 +1,103 @@
+// The rules docs/architecture.md states about the code, checked over the source
+// tree (DTRAIN_SOURCE_DIR): a rule broken by a change fails here, naming the file
+// and line. Each rule's scanner is first shown a line that breaks it, so a
+// scanner that matches nothing fails too.
+//   - no communicator is split outside comm/ (the backends), runtime/ (which
+//     builds every group once) and strategy/grid_groups.cpp (the one function
+//     that makes a grid's groups, the runtime's and in-process tests');
+//   - the process environment is read in runtime/environment.cpp only, besides
+//     the few places listed below, each for its stated reason;
+//   - Asio appears only in rendezvous/ and ps/ sources.
+// (The direction of dependencies between modules is the build's: each module
+// sees only the include roots of what it links, docs/architecture.md.)
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// "path:line: text" of every line of the .h/.cpp/.inc files under `dirs` (from
+// the source root) that matches `pattern`, outside `allowed` (path prefixes),
+// comment lines left out.
+std::vector<std::string> find_lines(const std::vector<std::string>& dirs, const std::regex& pattern,
+                                    const std::vector<std::string>& allowed) {
+  const fs::path root = DTRAIN_SOURCE_DIR;
+  std::vector<std::string> found;
+  for (const std::string& dir : dirs)
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".inc")) continue;
+      const std::string rel = fs::relative(entry.path(), root).string();
+      bool skip = false;
+      for (const std::string& a : allowed) skip = skip || rel.rfind(a, 0) == 0;
+      if (skip) continue;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        const size_t text = line.find_first_not_of(" \t");
+        if (text == std::string::npos || line.compare(text, 2, "//") == 0) continue;
+        if (std::regex_search(line, pattern)) found.push_back(rel + ":" + std::to_string(n) + ": " + line);
+      }
+    }
+  return found;
+}
+
+// A Communicator::split call: `x->split(` or `x.split(`, but not a layer's
+// split (nn::Dense, Embedding, attention: tensor_parallel.cpp's `dense->split(`).
+const std::regex kSplitCall(R"((->|\.)split\()");
+const std::regex kLayerSplit(R"(\b(dense|table|tokens|attention)->split\()");
+std::vector<std::string> communicator_splits(const std::vector<std::string>& lines) {
+  std::vector<std::string> out;
+  for (const std::string& l : lines)
+    if (!std::regex_search(l, kLayerSplit)) out.push_back(l);
+  return out;
+}
+
+std::string lines_text(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("architecture: no communicator is split outside the runtime, the backends and the grid's one function") {
+  // The scanner sees a split, and tells a layer's from a communicator's.
+  CHECK(std::regex_search("  peers_ = workers_->split(color, key);", kSplitCall));
+  CHECK(communicator_splits({"a.cpp:1:   dense->split({kind, parts});"}).empty());
+  CHECK(communicator_splits({"a.cpp:1:   auto g = workers.split(c, i);"}).size() == 1);
+  const std::vector<std::string> found = communicator_splits(find_lines(
+      {"lib", "apps"}, kSplitCall, {"lib/comm/", "lib/runtime/", "lib/strategy/grid_groups.cpp"}));
+  INFO("communicator splits outside runtime/, comm/ and strategy/grid_groups.cpp:\n" << lines_text(found));
+  CHECK(found.empty());
+}
+
+TEST_CASE("architecture: the environment is read once, by runtime::Environment, but for the listed exceptions") {
+  const std::regex reads(R"(\bgetenv\s*\(|\benviron\b)");
+  CHECK(std::regex_search("  const char* id = std::getenv(\"NCCL_HOSTID\");", reads));
+  CHECK_FALSE(std::regex_search("  env.host.nccl_hostid = id;", reads));
+  const std::vector<std::string> allowed = {
+      "lib/runtime/environment.",  // the one reader
+      "lib/launch/",               // dtrain launch hands its environment on to the tasks it starts
+      "lib/core/log.cpp",          // DTRAIN_LOG_LEVEL / DTRAIN_TASK_LOG, read at the first log line
+      "apps/dtrain/openmp_wait.cpp",      // before main(): whether to re-exec with an OpenMP wait policy
+      "apps/dtrain/bench_rendezvous.cpp",  // hands the environment on to the tasks it starts
+  };
+  const std::vector<std::string> found = find_lines({"lib", "apps"}, reads, allowed);
+  INFO("environment read outside runtime/environment.cpp:\n" << lines_text(found));
+  CHECK(found.empty());
+}
+
+TEST_CASE("architecture: Asio only in the rendezvous and parameter-server modules") {
+  const std::regex asio(R"(#include\s*[<"]asio)");
+  CHECK(std::regex_search("#include <asio.hpp>", asio));
+  const std::vector<std::string> found = find_lines({"lib", "apps"}, asio, {"lib/rendezvous/", "lib/ps/"});
+  INFO("Asio included outside rendezvous/ and ps/:\n" << lines_text(found));
+  CHECK(found.empty());
+}
