@@ -205,14 +205,14 @@ int training_tasks_requested(const LaunchOptions& options, const std::vector<lau
 // Returns the override to add ("" when none).
 std::string strategy_for_launch(const job::JobConfig& job, const LaunchOptions& options,
                                 const std::vector<launch::HostSlots>& hosts) {
-  const std::string type = strategy::entry_of(job.strategy).name;
+  const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
   const int tasks = training_tasks_requested(options, hosts);
-  if (tasks < 2 || options.ps > 0 || (type != "one_device" && type != "mirrored")) return "";
+  if (tasks < 2 || options.ps > 0 || entry.across_tasks.empty()) return "";
   std::fprintf(stderr,
                "dtrain: launch: strategy.type '%s' trains in one task; the %d training tasks run "
-               "multi_worker_mirrored (synchronous all-reduce) instead: --set strategy.type=... to choose\n",
-               type.c_str(), tasks);
-  return "strategy.type=multi_worker_mirrored";
+               "%s (synchronous all-reduce) instead: --set strategy.type=... to choose\n",
+               entry.name.c_str(), tasks, entry.across_tasks.c_str());
+  return "strategy.type=" + entry.across_tasks;
 }
 
 // The arguments `dtrain launch` gives each task: `run` with the launch's own job
@@ -236,12 +236,13 @@ int launch_command(const LaunchOptions& options, const runtime::Environment& env
   const std::string strategy_override = strategy_for_launch(job, options, hosts);
   if (!strategy_override.empty()) task_job.overrides.push_back(strategy_override);
   if (options.min_workers > 0) {  // --workers M:N: elastic from M to N training tasks
-    const std::string type =
-        strategy_override.empty() ? strategy::entry_of(job.strategy).name : std::string("multi_worker_mirrored");
-    if (type != "multi_worker_mirrored")
+    const strategy::StrategyEntry& entry = strategy::entry_of(job.strategy);
+    const strategy::StrategyEntry& runs =
+        strategy_override.empty() ? entry : strategy::find_strategy(entry.across_tasks);
+    if (!runs.elastic)
       throw ConfigError(str("--workers ", options.workers_text, ": M:N makes the job elastic, and only "
-                            "multi_worker_mirrored is; this job's strategy.type is '", type, "'",
-                            training_tasks_requested(options, hosts) < 2 && (type == "one_device" || type == "mirrored")
+                            "multi_worker_mirrored is; this job's strategy.type is '", runs.name, "'",
+                            training_tasks_requested(options, hosts) < 2 && !runs.across_tasks.empty()
                                 ? " (one training task trains alone): start 2 or more, e.g. --workers 1:2"
                                 : ": --set strategy.type=\"multi_worker_mirrored\""));
     task_job.overrides.push_back(str("strategy.elastic.min_workers=", options.min_workers));

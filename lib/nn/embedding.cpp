@@ -215,8 +215,9 @@ Tensor PositionEmbedding::decode(const Tensor& x, int64_t position) {
 InputVocabulary input_vocabulary(const ModelSpec& spec) {
   if (spec.layers.empty()) return {};
   const LayerSpec& first = spec.layers.front();
-  if (first.type_name() == "Embedding") return {first.options_as<EmbeddingOptions>().input_dim, first.path + ".input_dim"};
-  if (first.type_name() == "TokenAndPositionEmbedding")
+  if (first.kind() == LayerKind::kEmbedding)
+    return {first.options_as<EmbeddingOptions>().input_dim, first.path + ".input_dim"};
+  if (first.kind() == LayerKind::kTokenAndPositionEmbedding)
     return {first.options_as<TokenAndPositionEmbeddingOptions>().vocabulary_size, first.path + ".vocabulary_size"};
   return {};
 }

@@ -8,13 +8,13 @@
 
 namespace dtrain::nn {
 
-#define DT_LAYER_TYPE(function) const LayerType& function();
+#define DT_LAYER_TYPE(kind, function) const LayerType& function();
 #include "nn/layer_types.inc"
 #undef DT_LAYER_TYPE
 
 const std::vector<const LayerType*>& layer_types() {
   static const std::vector<const LayerType*> all = {
-#define DT_LAYER_TYPE(function) &function(),
+#define DT_LAYER_TYPE(kind, function) &function(),
 #include "nn/layer_types.inc"
 #undef DT_LAYER_TYPE
   };

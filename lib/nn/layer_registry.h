@@ -6,7 +6,8 @@
 //
 // Adding a layer: a file lib/nn/<name>.cpp with the layer class and a function
 // `const LayerType& <name>_layer_type()` returning its entry, that file in
-// lib/nn/CMakeLists.txt, and one DT_LAYER_TYPE line in layer_types.inc.
+// lib/nn/CMakeLists.txt, and one DT_LAYER_TYPE line in layer_types.inc (its
+// LayerKind and that function).
 #pragma once
 
 #include <functional>

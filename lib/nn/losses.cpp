@@ -69,8 +69,8 @@ const std::vector<LossType>& loss_types() {
     return std::make_unique<Loss>(spec.from_logits ? LossKind::kCrossEntropyLogits : LossKind::kCrossEntropyProbabilities);
   };
   static const std::vector<LossType> table = {
-      {"sparse_categorical_crossentropy", "cross-entropy against integer labels", logits, cross_entropy},
-      {"categorical_crossentropy", "cross-entropy against the labels' one-hot form", logits, cross_entropy},
+      {"sparse_categorical_crossentropy", "cross-entropy against integer labels", logits, cross_entropy, true},
+      {"categorical_crossentropy", "cross-entropy against the labels' one-hot form", logits, cross_entropy, true},
       {"mse", "mean squared error against the one-hot labels", {},
        [](const LossSpec&) { return std::make_unique<Loss>(LossKind::kMse); }},
   };
@@ -112,12 +112,13 @@ namespace {
 
 // The activation a layer spec ends with (linear for a layer without one).
 kernels::Activation last_activation(const LayerSpec& layer) {
-  const std::string& type = layer.type_name();
-  if (type == "Dense") return layer.options_as<DenseOptions>().activation;
-  if (type == "Conv2D") return layer.options_as<Conv2DOptions>().activation;
-  if (type == "Residual") return layer.options_as<ResidualOptions>().activation;
-  if (type == "Activation") return layer.options_as<ActivationOptions>().activation;
-  return kernels::Activation::kLinear;
+  switch (layer.kind()) {
+    case LayerKind::kDense: return layer.options_as<DenseOptions>().activation;
+    case LayerKind::kConv2D: return layer.options_as<Conv2DOptions>().activation;
+    case LayerKind::kResidual: return layer.options_as<ResidualOptions>().activation;
+    case LayerKind::kActivation: return layer.options_as<ActivationOptions>().activation;
+    default: return kernels::Activation::kLinear;
+  }
 }
 
 }  // namespace

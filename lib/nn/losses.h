@@ -76,6 +76,9 @@ struct LossType {
   std::string doc;                   // one line for the README's table
   std::vector<config::KeyDoc> keys;  // beyond "type"
   std::function<std::unique_ptr<Loss>(const LossSpec&)> make;
+  // A cross-entropy over class scores: from logits, a tensor-parallel output layer
+  // may keep its logits split by class (the vocabulary-parallel loss takes them).
+  bool cross_entropy = false;
 };
 const std::vector<LossType>& loss_types();
 // The entry named `name`; ConfigError listing the valid names otherwise.

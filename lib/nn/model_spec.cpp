@@ -4,6 +4,7 @@
 // valid key, or "'units' belongs to Dense layers"), not as a missing one.
 #include "nn/model_spec.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <map>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "nn/keras_model.h"
@@ -56,6 +58,13 @@ std::string read_keras_file(const std::string& file, const config::Context& job)
 }
 
 }  // namespace
+
+LayerKind LayerSpec::kind() const {
+  const std::vector<const LayerType*>& all = layer_types();
+  const auto found = std::find(all.begin(), all.end(), type);
+  DT_CHECK(found != all.end(), path, ": a layer spec without its registry entry");
+  return static_cast<LayerKind>(found - all.begin());
+}
 
 const std::string& LayerSpec::type_name() const {
   static const std::string none = "(no type)";

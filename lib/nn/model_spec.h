@@ -22,6 +22,14 @@ struct LayerOptions {
   virtual ~LayerOptions() = default;
 };
 
+// Every layer type as a value, in layer_types.inc's order: what code compares
+// after parsing (never a type's name, outside the readers).
+enum class LayerKind {
+#define DT_LAYER_TYPE(kind, function) kind,
+#include "nn/layer_types.inc"
+#undef DT_LAYER_TYPE
+};
+
 // One entry of model.layers.
 struct LayerSpec {
   std::string path;                 // "model.layers[3]"
@@ -30,6 +38,7 @@ struct LayerSpec {
   std::shared_ptr<const LayerOptions> options;
 
   const std::string& type_name() const;
+  LayerKind kind() const;  // its entry's place in the registry
   // The options as the type's own struct (a wrong type is an InternalError).
   template <class T>
   const T& options_as() const {

@@ -23,7 +23,7 @@ std::vector<LayerInfo> describe_layers(const ModelSpec& spec) {
     const auto& ls = spec.layers[i];
     const std::string name = ls.name.empty() ? auto_layer_name(ls.type_name(), name_counts) : ls.name;
     const std::unique_ptr<Layer> layer = make_layer(ls, shape, name, i, name_counts);
-    LayerInfo info{layer->name(), layer->type(), shape, layer->output_shape()};
+    LayerInfo info{layer->name(), layer->type(), ls.kind(), shape, layer->output_shape()};
     for (const Param* p : layer->params()) {
       info.params += p->value.numel();
       if (p->trainable()) info.trainable_params += p->value.numel();

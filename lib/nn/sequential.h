@@ -17,6 +17,7 @@ namespace dtrain::nn {
 // layer is built on its own (for its name, shapes and param count) and dropped.
 struct LayerInfo {
   std::string name, type;
+  LayerKind kind = LayerKind::kDense;  // (type's registry value: what code compares)
   Shape input_shape, output_shape;
   int64_t params = 0;            // elements of all its params (trainable and state)
   int64_t trainable_params = 0;  // elements of its trainable params

@@ -128,6 +128,19 @@ bool first_disagreement(const std::string& group, const std::map<std::string, Re
     if (kinds.size() < 2) continue;
     const auto most = std::max_element(kinds.begin(), kinds.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (std::count_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.second == most->second; }) > 1) {
+      // No majority among the tasks that entered it (one of them against one, a
+      // third not there yet): which is the odd one cannot be told; say what each did.
+      std::vector<std::string> views, absent;
+      for (const auto& [task, c] : entered)
+        views.push_back(str(task, " entered it as ", c->op, " of ", format_bytes(static_cast<double>(c->bytes))));
+      for (const auto& [task, r] : reports)
+        if (!entered.count(task)) absent.push_back(task);
+      findings.push_back(str(group, " #", seq, ": ", join(views, ", "),
+                             absent.empty() ? "" : str(" (", join(absent, ", "), " not yet)"),
+                             ": the tasks disagree on the collectives (a bucket size or a skipped call)"));
+      return true;
+    }
     for (const auto& [task, c] : entered)
       if (std::make_pair(c->op, c->bytes) != most->first)
         findings.push_back(str(task, " entered ", group, " #", seq, " as ", c->op, " of ",

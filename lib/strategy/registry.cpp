@@ -36,28 +36,48 @@ std::unique_ptr<Strategy> central_storage(const StrategyJob& job, const Strategy
 
 const std::vector<StrategyEntry>& strategies() {
   static const std::vector<StrategyEntry> table = {
-      {"one_device", "one replica on one device", CrossTask::kNothing, false, data_parallel},
-      {"mirrored", "N replicas on threads of one process, gradients averaged in shared memory",
-       CrossTask::kNothing, true, data_parallel, /*point_to_point=*/false, /*central_copy=*/false,
-       /*gpu_per_replica=*/true},
-      {"multi_worker_mirrored",
-       "one replica per training task (or `replicas` per task, reduced in the process first), gradients "
-       "averaged with a bucketed all-reduce",
-       CrossTask::kAllReduce, true, data_parallel},
-      {"central_storage",
-       "N replicas on threads of one process read one central copy of the variables on the host; their mean "
-       "gradient updates it once per step",
-       CrossTask::kNothing, true, central_storage, /*point_to_point=*/false, /*central_copy=*/true,
-       /*gpu_per_replica=*/false, /*scales_loss=*/false},
-      {"parameter_server",
-       "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take work units from "
-       "the coordinator",
-       CrossTask::kParameterServer, false, parameter_server, /*point_to_point=*/false, /*central_copy=*/false,
-       /*gpu_per_replica=*/false, /*scales_loss=*/false},
-      {"pipeline",
-       "the model's layers cut into stages, one per training task; micro-batches flow through them (1F1B or GPipe), "
-       "`data_parallel` copies of the pipeline all-reduce each stage's gradients",
-       CrossTask::kAllReduce, false, pipeline, /*point_to_point=*/true},
+      {.name = "one_device",
+       .description = "one replica on one device",
+       .cross_task = CrossTask::kNothing,
+       .make = data_parallel,
+       .across_tasks = "multi_worker_mirrored"},
+      {.name = "mirrored",
+       .description = "N replicas on threads of one process, gradients averaged in shared memory",
+       .cross_task = CrossTask::kNothing,
+       .local_replicas = true,
+       .make = data_parallel,
+       .gpu_per_replica = true,
+       .across_tasks = "multi_worker_mirrored"},
+      {.name = "multi_worker_mirrored",
+       .description = "one replica per training task (or `replicas` per task, reduced in the process first), "
+                      "gradients averaged with a bucketed all-reduce",
+       .cross_task = CrossTask::kAllReduce,
+       .local_replicas = true,
+       .make = data_parallel,
+       .elastic = true,
+       .shards_state = true,
+       .splits_layers = true},
+      {.name = "central_storage",
+       .description = "N replicas on threads of one process read one central copy of the variables on the host; "
+                      "their mean gradient updates it once per step",
+       .cross_task = CrossTask::kNothing,
+       .local_replicas = true,
+       .make = central_storage,
+       .central_copy = true,
+       .scales_loss = false},
+      {.name = "parameter_server",
+       .description = "variables (and the optimizer) on ps tasks; workers pull values, push gradients and take "
+                      "work units from the coordinator",
+       .cross_task = CrossTask::kParameterServer,
+       .make = parameter_server,
+       .scales_loss = false},
+      {.name = "pipeline",
+       .description = "the model's layers cut into stages, one per training task; micro-batches flow through them "
+                      "(1F1B or GPipe), `data_parallel` copies of the pipeline all-reduce each stage's gradients",
+       .cross_task = CrossTask::kAllReduce,
+       .make = pipeline,
+       .point_to_point = true,
+       .splits_layers = true},
   };
   return table;
 }
@@ -194,7 +214,7 @@ ps::PartitionerSpec read_partitioner(const config::Value& value) {
 // the same as shard "optimizer_state").
 void read_shard(config::Section& r, const StrategyEntry& entry, StrategySpec& strategy) {
   for (const char* key : {"shard", "prefetch", "min_unit_params"})
-    if (r.has(key) && entry.name != "multi_worker_mirrored")
+    if (r.has(key) && !entry.shards_state)
       r.fail(key, str("only multi_worker_mirrored shards its state over tasks; '", entry.name, "' does not"));
   const std::string shard = r.get_choice("shard", strategy.shard_optimizer_state ? "optimizer_state" : "none",
                                          {"none", "optimizer_state", "gradients", "parameters"}, "shard mode");
@@ -218,11 +238,11 @@ ElasticSpec read_elastic(const config::Value& value, const StrategyEntry& entry,
   r.expect_keys({"min_workers", "max_workers", "settle_seconds", "batch"});
   ElasticSpec e;
   e.on = true;
-  if (entry.name != "multi_worker_mirrored")
+  if (!entry.elastic)
     value.fail(str("only multi_worker_mirrored is elastic; '", entry.name, "' is not",
-                   entry.name == "parameter_server"
+                   entry.cross_task == CrossTask::kParameterServer
                        ? " (parameter_server survives a lost worker by itself: its work units go to the others)"
-                   : entry.name == "pipeline"
+                   : entry.point_to_point
                        ? " (its stages would have to be cut again over the survivors, which is not built)"
                        : ""));
   if (strategy.tensor_parallel > 1)
@@ -296,12 +316,12 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("max_staleness", "applies only to \"mode\": \"stale\"");
   strategy.steps_per_unit = r.get_int("steps_per_work_unit", strategy.steps_per_unit, 1);
   if (const auto p = r.find("variable_partitioner")) strategy.partitioner = read_partitioner(*p);
-  if (r.has("shard_optimizer_state") && entry.name != "multi_worker_mirrored")
+  if (r.has("shard_optimizer_state") && !entry.shards_state)
     r.fail("shard_optimizer_state", str("only multi_worker_mirrored shards its optimizer state; '", entry.name,
                                         "' does not (a pipeline's stages already hold only their own layers' state)"));
   strategy.shard_optimizer_state = r.get_bool("shard_optimizer_state", false);
   read_shard(r, entry, strategy);
-  if (r.has("tensor_parallel") && entry.name != "multi_worker_mirrored" && entry.name != "pipeline")
+  if (r.has("tensor_parallel") && !entry.splits_layers)
     r.fail("tensor_parallel", str("only multi_worker_mirrored and pipeline split layers over tasks; '", entry.name,
                                   "' does not"));
   strategy.tensor_parallel = r.get_int("tensor_parallel", 1, 1);
@@ -316,7 +336,7 @@ StrategySpec read_strategy_spec(const config::Value& value) {
     r.fail("tensor_parallel", str("does not go with shard \"", shard_mode_name(strategy.shard),
                                   "\" yet (ZeRO over a tensor-parallel model is not built); drop `shard` and "
                                   "shard_optimizer_state"));
-  const bool pipeline = entry.name == "pipeline";
+  const bool pipeline = entry.point_to_point;
   for (const char* key : {"stages", "micro_batches", "schedule", "data_parallel"})
     if (!pipeline && r.has(key)) r.fail(key, str("only pipeline takes '", key, "'; '", entry.name, "' does not"));
   if (const auto stages = r.find("stages")) {

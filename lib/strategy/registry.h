@@ -43,6 +43,13 @@ struct StrategyEntry {
   // Not where updates happen away from the replicas' decision (central_storage,
   // parameter_server).
   bool scales_loss = true;
+  // Trains in one task: the strategy `dtrain launch --workers N` (N >= 2) runs
+  // instead, across the tasks, as TF's MirroredStrategy becomes
+  // MultiWorkerMirroredStrategy ("" : none, the job is refused as it is).
+  std::string across_tasks = {};
+  bool elastic = false;        // strategy.elastic: its group re-forms over the tasks left
+  bool shards_state = false;   // strategy.shard / shard_optimizer_state (ZeRO-1/2/3)
+  bool splits_layers = false;  // strategy.tensor_parallel
   bool available() const { return static_cast<bool>(make); }
 };
 

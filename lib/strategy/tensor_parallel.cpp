@@ -45,32 +45,33 @@ std::vector<SplitLayer> tensor_split_plan(const nn::ModelSpec& spec, int parts, 
   };
   for (size_t i = 0; i < layers.size(); ++i) {
     const nn::LayerSpec& ls = spec.layers[i];
-    const std::string& type = layers[i].type;
+    const nn::LayerKind kind = layers[i].kind;
     const std::string& name = layers[i].name;
     if (kept(name)) continue;
-    if ((type == "Embedding" && ls.options_as<nn::EmbeddingOptions>().input_dim % parts == 0) ||
-        (type == "TokenAndPositionEmbedding" &&
+    if ((kind == nn::LayerKind::kEmbedding && ls.options_as<nn::EmbeddingOptions>().input_dim % parts == 0) ||
+        (kind == nn::LayerKind::kTokenAndPositionEmbedding &&
          ls.options_as<nn::TokenAndPositionEmbeddingOptions>().vocabulary_size % parts == 0)) {
       plan.push_back({name, TensorCut::kVocabulary});
       continue;
     }
     // The output layer's logits, by the classes, when the loss can take them split.
-    if (type == "Dense" && i + 1 == layers.size() && vocabulary_loss && layers[i].output_shape.back() % parts == 0 &&
+    if (kind == nn::LayerKind::kDense && i + 1 == layers.size() && vocabulary_loss && layers[i].output_shape.back() % parts == 0 &&
         ls.options_as<nn::DenseOptions>().activation == nn::Activation::kLinear) {
       plan.push_back({name, TensorCut::kOutputColumns});
       continue;
     }
     // (a softmax needs every column: such a layer does not split by columns)
-    if (type == "Dense" && i + 1 < layers.size() && layers[i + 1].type == "Dense" && !kept(layers[i + 1].name) &&
+    if (kind == nn::LayerKind::kDense && i + 1 < layers.size() && layers[i + 1].kind == nn::LayerKind::kDense &&
+        !kept(layers[i + 1].name) &&
         !stage_begins(i + 1) && layers[i].output_shape.back() % parts == 0 &&
         ls.options_as<nn::DenseOptions>().activation != nn::Activation::kSoftmax) {
       plan.push_back({name, TensorCut::kColumns});
       plan.push_back({layers[i + 1].name, TensorCut::kRows});
       ++i;  // (the second is taken: a layer is in one pair at most)
-    } else if (type == "MultiHeadAttention") {
+    } else if (kind == nn::LayerKind::kMultiHeadAttention) {
       const auto& o = ls.options_as<nn::MultiHeadAttentionOptions>();
       if (o.num_heads % parts == 0 && o.dropout == 0.0) plan.push_back({name, TensorCut::kHeads});
-    } else if (type == "TransformerDecoder") {
+    } else if (kind == nn::LayerKind::kTransformerDecoder) {
       const auto& o = ls.options_as<nn::TransformerDecoderOptions>();
       const std::string attention = name + "/self_attention", first = name + "/feedforward_intermediate_dense",
                         second = name + "/feedforward_output_dense";
@@ -89,7 +90,7 @@ void check_tensor_split_names(const nn::ModelSpec& spec, const StrategySpec& str
   std::vector<std::string> names;
   for (const nn::LayerInfo& layer : nn::describe_layers(spec)) {
     names.push_back(layer.name);
-    if (layer.type == "TransformerDecoder")
+    if (layer.kind == nn::LayerKind::kTransformerDecoder)
       for (const char* part : {"/self_attention", "/feedforward_intermediate_dense", "/feedforward_output_dense"})
         names.push_back(layer.name + part);
   }

@@ -10,8 +10,7 @@
 namespace dtrain::strategy {
 
 bool vocabulary_parallel_loss(const nn::LossSpec& loss) {
-  const std::string& type = nn::loss_type_of(loss).name;
-  return loss.from_logits && (type == "sparse_categorical_crossentropy" || type == "categorical_crossentropy");
+  return loss.from_logits && nn::loss_type_of(loss).cross_entropy;
 }
 
 VocabularyParallelLoss::VocabularyParallelLoss(comm::Communicator& group, int64_t classes)

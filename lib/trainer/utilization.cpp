@@ -24,7 +24,7 @@ std::optional<ModelFlops> model_flops(const nn::ModelSpec& spec) {
   ModelFlops f;
   for (const nn::LayerInfo& layer : nn::describe_layers(spec)) {
     f.params += layer.trainable_params;
-    if (layer.type != "TransformerDecoder" && layer.type != "MultiHeadAttention") continue;
+    if (layer.kind != nn::LayerKind::kTransformerDecoder && layer.kind != nn::LayerKind::kMultiHeadAttention) continue;
     const Shape& in = layer.input_shape;
     if (in.size() < 2) continue;
     ++f.layers;

@@ -7,7 +7,10 @@
 //     that makes a grid's groups, the runtime's and in-process tests');
 //   - the process environment is read in runtime/environment.cpp only, besides
 //     the few places listed below, each for its stated reason;
-//   - Asio appears only in rendezvous/ and ps/ sources.
+//   - Asio appears only in rendezvous/ and ps/ sources;
+//   - no layer, loss or strategy type is compared by its name outside the
+//     readers (the Keras file readers, the strategy section's reader): after
+//     parsing they are LayerKind values and registry facts.
 // (The direction of dependencies between modules is the build's: each module
 // sees only the include roots of what it links, docs/architecture.md.)
 #include <catch2/catch.hpp>
@@ -99,5 +102,21 @@ TEST_CASE("architecture: Asio only in the rendezvous and parameter-server module
   CHECK(std::regex_search("#include <asio.hpp>", asio));
   const std::vector<std::string> found = find_lines({"lib", "apps"}, asio, {"lib/rendezvous/", "lib/ps/"});
   INFO("Asio included outside rendezvous/ and ps/:\n" << lines_text(found));
+  CHECK(found.empty());
+}
+
+TEST_CASE("architecture: layer, loss and strategy types are compared as kinds and facts, not names, after parsing") {
+  const std::regex by_name(
+      R"re([!=]=\s*"(Dense|Conv2D|MaxPooling2D|AveragePooling2D|GlobalAveragePooling2D|Flatten|Dropout|)re"
+      R"re(BatchNormalization|Activation|Residual|Embedding|TokenAndPositionEmbedding|PositionEmbedding|)re"
+      R"re(LayerNormalization|MultiHeadAttention|TransformerDecoder|sparse_categorical_crossentropy|)re"
+      R"re(categorical_crossentropy|mse|one_device|mirrored|multi_worker_mirrored|central_storage|)re"
+      R"re(parameter_server|pipeline)")re");
+  CHECK(std::regex_search(R"(    if (layer.type == "TransformerDecoder"))", by_name));
+  CHECK(std::regex_search(R"(  if (type != "one_device" && type != "mirrored"))", by_name));
+  CHECK_FALSE(std::regex_search(R"(    if (layer.kind == nn::LayerKind::kTransformerDecoder))", by_name));
+  const std::vector<std::string> found = find_lines(
+      {"lib", "apps"}, by_name, {"lib/nn/keras_model.cpp", "lib/nn/keras_graph.cpp", "lib/strategy/registry.cpp"});
+  INFO("type names compared outside the readers:\n" << lines_text(found));
   CHECK(found.empty());
 }

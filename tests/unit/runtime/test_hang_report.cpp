@@ -77,6 +77,22 @@ TEST_CASE("hang report: the first collective the tasks disagree on names the odd
   CHECK_THAT(d, !Contains("has not entered"));
 }
 
+TEST_CASE("hang report: one task against one at the first disagreement, a third not there: each view, no verdict") {
+  // worker:0 answered before entering #6; worker:1 and worker:2 entered it with
+  // different sizes: which of them is odd cannot be told from these reports.
+  const std::string before = report(7, "step > gradient wait", 3000, 5, "all_reduce", 4000000, "completed", 3100);
+  const std::map<std::string, std::string> reports = {
+      {"worker:0", before},
+      {"worker:1", before + "collective\tworkers\t6\tall_reduce\t1000000\tstarted\t3000\n"},
+      {"worker:2", before + "collective\tworkers\t6\tall_reduce\t4000000\tstarted\t3000\n"},
+  };
+  const std::string d = runtime::diagnose("a thread of the collectives' library failed on worker:1", reports);
+  INFO(d);
+  CHECK_THAT(d, Contains("workers #6: worker:1 entered it as all_reduce of 976.6 KiB, worker:2 entered it as "
+                         "all_reduce of 3.8 MiB (worker:0 not yet): the tasks disagree"));
+  CHECK_THAT(d, !Contains("where the others have"));
+}
+
 TEST_CASE("hang report: a task that did not answer is named, and a moving job is said to be moving") {
   const std::string stuck = runtime::diagnose(
       "stall", {{"chief:0", report(3, "step > gradient wait", 5000, 4, "all_reduce", 64, "started", 5000)},
