@@ -132,12 +132,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     r.model->place(r.device, zero || full ? 0 : r.optimizer->slots_per_param(), gradient_memory);
     r.trainable = r.model->trainable_params();
     if (!zero && !full) r.optimizer->create_state(r.trainable, r.model->arena());
-    for (const auto& layer : r.model->layers()) {
-      std::vector<nn::Param*> ps;
-      for (nn::Param* p : layer->params())
-        if (p->trainable()) ps.push_back(p);
-      r.layer_params.push_back(ps);
-    }
+    r.layer_params = trainable_indices_by_layer(*r.model, r.trainable);
     if (accumulation_ > 1 && !full)  // (ZeRO-2/3 sum the micro-batches in their shard)
       for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), r.device);
     if (!local.empty()) r.local = std::move(local[i]);
@@ -303,9 +298,9 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
     if (r.reducer) r.reducer->begin_step();
     trace::Span backward_span("backward", "compute");
     r.model->backward(r.grad_output, [&](size_t layer) {
-      for (nn::Param* p : r.layer_params[layer]) {
+      for (const size_t j : r.layer_params[layer]) {
+        nn::Param* p = r.trainable[j];
         if (k > 1 && !full_) {
-          const size_t j = std::find(r.trainable.begin(), r.trainable.end(), p) - r.trainable.begin();
           kernels::axpy(1.0f, r.accumulated[j], p->grad);
           r.accumulated[j].zero();
         }

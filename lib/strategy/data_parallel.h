@@ -118,7 +118,7 @@ class DataParallelStrategy : public Strategy {
     std::unique_ptr<nn::Sequential> model;
     std::unique_ptr<optim::Optimizer> optimizer;
     std::vector<nn::Param*> trainable;
-    std::vector<std::vector<nn::Param*>> layer_params;  // trainable params of each layer
+    std::vector<std::vector<size_t>> layer_params;  // each layer's trainable params, as places in `trainable`
     std::vector<Tensor> accumulated;                     // gradient sums over micro-batches (K > 1)
     Tensor grad_output;
     std::vector<nn::LossRows> rows;             // per micro-batch, read after the step is issued

@@ -22,6 +22,21 @@ size_t count_non_finite(const float* data, size_t n) {
   return count;
 }
 
+std::vector<std::vector<size_t>> trainable_indices_by_layer(const nn::Sequential& model,
+                                                            const std::vector<nn::Param*>& trainable) {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& layer : model.layers()) {
+    out.emplace_back();
+    for (nn::Param* p : layer->params())
+      if (p->trainable()) {
+        const auto found = std::find(trainable.begin(), trainable.end(), p);
+        DT_CHECK(found != trainable.end(), "a trainable param of layer ", layer->name(), " is not among the model's");
+        out.back().push_back(static_cast<size_t>(found - trainable.begin()));
+      }
+  }
+  return out;
+}
+
 size_t count_non_finite_gradients(const std::vector<nn::Param*>& params) {
   if (!params.empty() && !params[0]->grad.device().is_cpu()) {
     Tensor flag({1}, params[0]->grad.device());  // zero-filled

@@ -51,6 +51,7 @@
 
 #include "comm/communicator.h"
 #include "nn/layer.h"
+#include "nn/sequential.h"
 #include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
@@ -61,6 +62,12 @@ size_t count_non_finite(const float* data, size_t n);
 // for host gradients; for GPU gradients 0 or 1, from one flag set on the GPU
 // (kernels::flag_non_finite) and read back as one float, not every gradient.
 size_t count_non_finite_gradients(const std::vector<nn::Param*>& params);
+
+// For each layer of `model`, the places in `trainable` (its trainable params, in
+// model order) of the layer's trainable params: how a backward hook reaches a
+// layer's gradients and their accumulation buffers without searching.
+std::vector<std::vector<size_t>> trainable_indices_by_layer(const nn::Sequential& model,
+                                                            const std::vector<nn::Param*>& trainable);
 
 class GradientReducer {
  public:

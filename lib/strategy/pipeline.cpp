@@ -127,11 +127,7 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   for (nn::Param* p : model_->params())
     if (!p->trainable()) state_.push_back(p);
   for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
-  for (const auto& layer : model_->layers()) {
-    layer_params_.emplace_back();
-    for (nn::Param* p : layer->params())
-      if (p->trainable()) layer_params_.back().push_back(p);
-  }
+  layer_params_ = trainable_indices_by_layer(*model_, trainable_);
   norm_counted_ = tp_ ? tp_->norm_counted(trainable_) : std::vector<bool>(trainable_.size(), true);
   if (last_stage() && !vocabulary_loss_) loss_ = nn::make_loss(job.loss);
   if (loss_scaling_on(job, context)) loss_scale_ = std::make_unique<optim::DynamicLossScale>();
@@ -282,13 +278,12 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     const bool last_backward = ++backwards == count;
     if (last_backward && reducer_) reducer_->begin_step();
     const auto on_layer_done = [&](size_t layer) {
-      for (nn::Param* p : layer_params_[layer]) {
+      for (const size_t j : layer_params_[layer]) {
         if (count > 1) {
-          const size_t j = std::find(trainable_.begin(), trainable_.end(), p) - trainable_.begin();
-          kernels::axpy(1.0f, accumulated_[j], p->grad);
+          kernels::axpy(1.0f, accumulated_[j], trainable_[j]->grad);
           accumulated_[j].zero();
         }
-        if (reducer_) reducer_->param_ready(p);
+        if (reducer_) reducer_->param_ready(trainable_[j]);
       }
     };
     const Tensor dx = model_->backward(grad, last_backward ? std::function<void(size_t)>(on_layer_done) : nullptr,

@@ -167,7 +167,7 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // mixed_float16 (or a test's loss_scaling)
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
-  std::vector<std::vector<nn::Param*>> layer_params_;  // each layer's trainable params (model_'s order)
+  std::vector<std::vector<size_t>> layer_params_;  // each layer's trainable params, as places in trainable_
   // Several copies on the CPU: the copies' gradients averaged in buckets over
   // peers_ as the last micro-batch's backward produces them (overlapped; PyTorch
   // DDP's scheme, as data parallelism's). nullptr: one copy, or a GPU stage (one
