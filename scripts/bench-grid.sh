@@ -3,6 +3,8 @@
 # as 4 tasks on this machine, laid out three ways, under two dtrain binaries in
 # one run (a build before a change and one after it):
 #   data_parallel   multi_worker_mirrored over 4 tasks: the reference
+#   data_ring       the same over Gloo's ring (strategy.communication ring), as
+#                   across machines: the gradient buckets as views of the arena
 #   data_x_tensor   2 copies x tensor_parallel 2 (the 2 x 2 grid)
 #   pipe_x_data     pipeline of 2 stages x 2 copies
 # Each row: the chief's mean step time and its parts (launch summary), and the
@@ -31,6 +33,7 @@ trap 'rm -rf "$out"' EXIT
 layout_args() {
   case "$1" in
     data_parallel) echo "--set strategy.type=multi_worker_mirrored" ;;
+    data_ring) echo "--set strategy.type=multi_worker_mirrored --set strategy.communication=ring" ;;
     data_x_tensor) echo "--set strategy.type=multi_worker_mirrored --set strategy.tensor_parallel=2" ;;
     pipe_x_data) echo "--set strategy.type=pipeline --set strategy.stages=[\"dense_1\"]" ;;
   esac
@@ -69,7 +72,7 @@ best() {
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "== grid benchmark: shipped MLP, 4 tasks, global batch 256, $steps steps, best of $repeat; $cpu, $(nproc) cores"
 printf "%-14s %-7s %9s %9s %9s %9s %7s\n" layout binary "step ms" compute "grad wait" update ratio
-for layout in data_parallel data_x_tensor pipe_x_data; do
+for layout in data_parallel data_ring data_x_tensor pipe_x_data; do
   b=""
   if [ -n "$before" ]; then
     b=$(best "$before" "$layout" before)

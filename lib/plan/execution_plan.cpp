@@ -108,84 +108,81 @@ std::string units_text(const strategy::StrategySpec& strategy) {
   return str(", layers grouped into units of at least ", strategy.min_unit_params, " parameters");
 }
 
-Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, const ExecutionPlan& p, Decision& d) {
-  d.what = "gradients";
-  const strategy::StrategyEntry& entry = *p.strategy;
+// Why the plan's gradients go where strategy::gradient_path sends them.
+std::string gradients_why(Gradients g, const job::JobConfig& job, const ExecutionPlan& p, const std::string& shared) {
+  const strategy::StrategySpec& s = job.strategy;
   const int n = p.local_replicas();
   const bool on_gpu = !p.device().is_cpu();
-  Gradients g = Gradients::kNone;
-  if (entry.cross_task == CrossTask::kParameterServer) {
-    g = Gradients::kParameterServers;
-    d.why = str("parameter_server, mode ", job.strategy.mode == ps::UpdateMode::kSync    ? "sync"
-                                           : job.strategy.mode == ps::UpdateMode::kStale ? "stale"
-                                                                                         : "async");
-  } else if (entry.point_to_point) {
-    const int copies = strategy::pipeline_copies(job.strategy, p.training_tasks);
-    g = copies > 1 ? Gradients::kStageCopies : Gradients::kStageAlone;
-    d.why = str("strategy.data_parallel ", copies, job.strategy.data_parallel == 0 ? " (the rest of the tasks)" : "",
-                job.strategy.tensor_parallel > 1
-                    ? str(", tensor_parallel ", job.strategy.tensor_parallel,
-                          ": each part of a stage's gradients averaged over the copies' tasks holding it")
-                    : "");
-  } else if (entry.central_copy) {
-    g = Gradients::kCentralCopy;
-    d.why = str(entry.name, " with ", n, " replica", n == 1 ? "" : "s");
-  } else if (p.needs_tasks_group()) {
-    if (job.strategy.tensor_parallel > 1 && p.training_tasks > job.strategy.tensor_parallel) {
-      g = Gradients::kTasks;
-      d.why = str("strategy.tensor_parallel ", job.strategy.tensor_parallel, ": each part's gradients all-reduced over "
-                  "the ", p.training_tasks / job.strategy.tensor_parallel, " tasks holding it, one in each copy");
-    } else if (job.strategy.tensor_parallel > 1) {
-      g = Gradients::kNone;
-      d.why = "strategy.tensor_parallel: each task's gradients are of its own part of the split layers, or the same "
-              "on every task for the others; the split layers' all-reduces run inside them";
-    } else if (job.strategy.shard_optimizer_state) {
-      g = Gradients::kShardedOptimizer;
-      d.why = "strategy.shard_optimizer_state";
-    } else if (job.strategy.shard == strategy::ShardMode::kGradients) {
-      g = Gradients::kShardedGradients;
-      d.why = str("strategy.shard \"gradients\"", units_text(job.strategy));
-    } else if (job.strategy.shard == strategy::ShardMode::kParameters) {
-      g = Gradients::kShardedParameters;
-      d.why = str("strategy.shard \"parameters\"", job.strategy.prefetch ? ", the next unit's gather prefetched" : "",
-                  units_text(job.strategy));
-    } else if (n > 1) {
-      g = Gradients::kReplicasThenTasks;
-      d.why = str(n, " replicas in each task");
-    } else if (const std::string shared = on_gpu ? shared_gpu(machine, p) : ""; !shared.empty()) {
-      if (job.strategy.communication == Communication::kNccl)
-        throw ConfigError(str(job.strategy.path, ".communication: 'nccl', but ", shared,
-                              " (\"Duplicate GPU detected\"); give each task a GPU of its own, use \"auto\" (Gloo "
-                              "through host copies), or give each task its own NCCL_HOSTID with NCCL_P2P_DISABLE=1 "
-                              "NCCL_SHM_DISABLE=1"));
-      g = Gradients::kTasks;
-      d.why = str(shared, ": through host copies and Gloo");
-    } else if (on_gpu && nccl_allowed(job, machine)) {
-      g = Gradients::kNccl;
-      d.why = str("a GPU job, strategy.communication ",
-                  job.strategy.communication == Communication::kNccl ? "nccl" : "auto", ", a build with NCCL");
-    } else {
-      g = Gradients::kTasks;
-      d.why = on_gpu ? "a GPU job without NCCL (strategy.communication, or the build): through host copies"
-                     : "one replica per task";
-    }
-  } else if (n > 1) {
-    if (on_gpu && nccl_allowed(job, machine)) {
-      g = Gradients::kLocalNccl;
-      d.why = str(n, " replicas on GPUs, a build with NCCL");
-    } else if (on_gpu && job.strategy.communication == Communication::kNccl) {
-      throw ConfigError(
-          str(job.strategy.path, ".communication: 'nccl' needs a build of dtrain with NCCL; use \"auto\""));
-    } else {
-      g = Gradients::kLocalSharedMemory;
-      d.why = str(n, " replicas in this process", on_gpu ? " (GPU gradients through host copies)" : "");
-    }
-  } else {
-    d.why = entry.cross_task == CrossTask::kAllReduce
-                ? str(entry.name, " needs a cluster: run the job with `dtrain launch` or give every task TF_CONFIG")
-                : "one replica";
+  switch (g) {
+    case Gradients::kParameterServers:
+      return str("parameter_server, mode ", s.mode == ps::UpdateMode::kSync    ? "sync"
+                                            : s.mode == ps::UpdateMode::kStale ? "stale"
+                                                                               : "async");
+    case Gradients::kStageCopies:
+    case Gradients::kStageAlone:
+      return str("strategy.data_parallel ", strategy::pipeline_copies(s, p.training_tasks),
+                 s.data_parallel == 0 ? " (the rest of the tasks)" : "",
+                 s.tensor_parallel > 1 ? str(", tensor_parallel ", s.tensor_parallel,
+                                             ": each part of a stage's gradients averaged over the copies' tasks "
+                                             "holding it")
+                                       : "");
+    case Gradients::kCentralCopy: return str(p.strategy->name, " with ", n, " replica", n == 1 ? "" : "s");
+    case Gradients::kShardedOptimizer: return "strategy.shard_optimizer_state";
+    case Gradients::kShardedGradients: return str("strategy.shard \"gradients\"", units_text(s));
+    case Gradients::kShardedParameters:
+      return str("strategy.shard \"parameters\"", s.prefetch ? ", the next unit's gather prefetched" : "",
+                 units_text(s));
+    case Gradients::kReplicasThenTasks: return str(n, " replicas in each task");
+    case Gradients::kNccl:
+      return str("a GPU job, strategy.communication ", s.communication == Communication::kNccl ? "nccl" : "auto",
+                 ", a build with NCCL");
+    case Gradients::kLocalNccl: return str(n, " replicas on GPUs, a build with NCCL");
+    case Gradients::kLocalSharedMemory:
+      return str(n, " replicas in this process", on_gpu ? " (GPU gradients through host copies)" : "");
+    case Gradients::kTasks:
+      if (s.tensor_parallel > 1)
+        return str("strategy.tensor_parallel ", s.tensor_parallel, ": each part's gradients all-reduced over the ",
+                   p.training_tasks / s.tensor_parallel, " tasks holding it, one in each copy");
+      if (!shared.empty()) return str(shared, ": through host copies and Gloo");
+      return on_gpu ? "a GPU job without NCCL (strategy.communication, or the build): through host copies"
+                    : "one replica per task";
+    case Gradients::kNone:
+      if (s.tensor_parallel > 1 && p.needs_tasks_group())
+        return "strategy.tensor_parallel: each task's gradients are of its own part of the split layers, or the "
+               "same on every task for the others; the split layers' all-reduces run inside them";
+      return p.strategy->cross_task == CrossTask::kAllReduce
+                 ? str(p.strategy->name,
+                       " needs a cluster: run the job with `dtrain launch` or give every task TF_CONFIG")
+                 : "one replica";
   }
+  return "";
+}
+
+// Where this task's gradients are combined: strategy::gradient_path's rule with
+// what this machine offers, after the choices it cannot make (ConfigError).
+Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, const ExecutionPlan& p, Decision& d) {
+  d.what = "gradients";
+  const bool on_gpu = !p.device().is_cpu();
+  strategy::GradientInputs in;
+  in.local_replicas = p.local_replicas();
+  in.training_tasks = p.training_tasks;
+  in.tasks_group = p.needs_tasks_group();
+  in.nccl_tasks = in.nccl_local = on_gpu && nccl_allowed(job, machine);
+  Gradients g = strategy::gradient_path(job.strategy, *p.strategy, in);
+  const std::string shared = g == Gradients::kNccl ? shared_gpu(machine, p) : "";
+  if (!shared.empty()) {  // Gloo through host copies, unless NCCL was asked for by name
+    if (job.strategy.communication == Communication::kNccl)
+      throw ConfigError(str(job.strategy.path, ".communication: 'nccl', but ", shared,
+                            " (\"Duplicate GPU detected\"); give each task a GPU of its own, use \"auto\" (Gloo "
+                            "through host copies), or give each task its own NCCL_HOSTID with NCCL_P2P_DISABLE=1 "
+                            "NCCL_SHM_DISABLE=1"));
+    g = Gradients::kTasks;
+  }
+  if (g == Gradients::kLocalSharedMemory && on_gpu && job.strategy.communication == Communication::kNccl)
+    throw ConfigError(
+        str(job.strategy.path, ".communication: 'nccl' needs a build of dtrain with NCCL; use \"auto\""));
   d.choice = gradients_name(g);
+  d.why = gradients_why(g, job, p, shared);
   return g;
 }
 

@@ -23,6 +23,7 @@
 #include "job/job_config.h"
 #include "plan/machine.h"
 #include "plan/plan_memory.h"
+#include "strategy/gradient_path.h"
 #include "strategy/memory_estimate.h"
 #include "strategy/parallel_grid.h"
 #include "strategy/pipeline_stages.h"
@@ -49,22 +50,10 @@ enum class TasksGroup {
   kHierarchical,  // shared memory among each machine's tasks, Gloo between one leader per machine
 };
 
-// Where this task's gradients are combined.
-enum class Gradients {
-  kNone,               // one replica, nothing to combine
-  kLocalSharedMemory,  // the replicas of this process, through shared memory between their threads
-  kLocalNccl,          // the replicas of this process on several GPUs, in a local NCCL group
-  kCentralCopy,        // the replicas' mean updates one central copy on the host (central_storage)
-  kTasks,              // all-reduced over the training tasks' group
-  kReplicasThenTasks,  // the replicas in the process first, then replica 0 over the tasks' group
-  kNccl,               // all-reduced on the GPU, in an NCCL group of the training tasks
-  kShardedOptimizer,   // reduce-scattered over the tasks' group, parameters all-gathered (ZeRO-1)
-  kShardedGradients,   // reduce-scattered layer by layer as backward goes, parameters all-gathered (ZeRO-2)
-  kShardedParameters,  // reduce-scattered layer by layer; each layer's parameters gathered before it runs (ZeRO-3)
-  kStageCopies,        // a pipeline stage's, all-reduced with the same stage of the other copies
-  kStageAlone,         // a pipeline stage's, applied as they are (one copy of the pipeline)
-  kParameterServers,   // pushed to the ps tasks, which apply them
-};
+// Where this task's gradients are combined: the strategy module's rule
+// (strategy/gradient_path.h), which the plan applies and explains.
+using strategy::Gradients;
+using strategy::gradients_name;
 
 // How a pipeline's stages send activations and their gradients to each other.
 enum class Activations {
@@ -160,7 +149,6 @@ std::string to_json(const ExecutionPlan& plan);
 // Names, as describe() and to_json() write them.
 const char* role_name(Role role);
 const char* tasks_group_name(TasksGroup group);
-const char* gradients_name(Gradients gradients);
 const char* activations_name(Activations activations);
 
 }  // namespace dtrain::plan

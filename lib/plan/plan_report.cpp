@@ -27,28 +27,6 @@ const char* tasks_group_name(TasksGroup group) {
   return "?";
 }
 
-const char* gradients_name(Gradients gradients) {
-  switch (gradients) {
-    case Gradients::kNone: return "none";
-    case Gradients::kLocalSharedMemory: return "averaged in shared memory between the replicas' threads";
-    case Gradients::kLocalNccl: return "averaged in a local NCCL group of the replicas' GPUs";
-    case Gradients::kCentralCopy: return "averaged into the central copy";
-    case Gradients::kTasks: return "all-reduced over the training tasks' group";
-    case Gradients::kReplicasThenTasks: return "reduced in the process, then over the training tasks' group";
-    case Gradients::kNccl: return "all-reduced with NCCL on the GPU";
-    case Gradients::kShardedOptimizer: return "reduce-scattered, parameters all-gathered (ZeRO-1)";
-    case Gradients::kShardedGradients:
-      return "reduce-scattered layer by layer as backward goes, parameters all-gathered after the update (ZeRO-2)";
-    case Gradients::kShardedParameters:
-      return "reduce-scattered layer by layer; each layer's parameters all-gathered before it runs, freed after "
-             "(ZeRO-3)";
-    case Gradients::kStageCopies: return "each stage's all-reduced over its copies";
-    case Gradients::kStageAlone: return "each stage's applied by the stage";
-    case Gradients::kParameterServers: return "pushed to the ps tasks";
-  }
-  return "?";
-}
-
 const char* activations_name(Activations activations) {
   switch (activations) {
     case Activations::kNone: return "none";

@@ -39,7 +39,7 @@ std::vector<nn::Param*> state_params(const nn::Sequential& model) {
 
 }  // namespace
 
-DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context, Combine combine)
+DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const StrategyContext& context)
     : name_(entry_of(job.strategy).name),
       seed_(job.train.seed),
       accumulation_(job.train.gradient_accumulation_steps),
@@ -58,12 +58,15 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   for (const Device& d : devices)
     if (!d.is_cpu()) kernels::select_device(d.str());
   device_ = devices[0];  // replica 0's: evaluation, staging, the strategy's device
-  if (combine == Combine::kCentral) central_ = std::make_unique<CentralCopy>(job);
+  const Gradients path = context.gradient_path.value_or(gradient_path(
+      job.strategy, entry_of(job.strategy),
+      {n, workers_ ? workers_->size() : 1, workers_ != nullptr, context.gradients != nullptr, context.local_nccl}));
+  if (path == Gradients::kCentralCopy) central_ = std::make_unique<CentralCopy>(job);
   // ZeRO-1: no full optimizer state anywhere (ZeroShard creates the slots of this task's slice).
-  const bool zero = job.strategy.shard_optimizer_state && workers_;
+  const bool zero = path == Gradients::kShardedOptimizer;
   // ZeRO-2/3: FullShard keeps this task's chunks of the gradients (and values) and their slots.
-  const bool full = workers_ && (job.strategy.shard == ShardMode::kGradients ||
-                                 job.strategy.shard == ShardMode::kParameters);
+  const bool full = path == Gradients::kShardedGradients || path == Gradients::kShardedParameters;
+  DT_CHECK(!(zero || full) || workers_, "ZeRO without the training tasks' group");
   const bool tensor_parallel = job.strategy.tensor_parallel > 1 && workers_;
   if (tensor_parallel) {
     check_tensor_parallel(job, workers_->size());
@@ -72,8 +75,6 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     GridGroups& groups = grid_groups(context.grid, *workers_, ParallelGrid(workers_->size() / t, 1, t), own_grid_);
     tensor_group_ = comm::borrow(groups.of(GridAxis::kTensor));
     if (groups.grid.data() > 1) copies_group_ = comm::borrow(groups.of(GridAxis::kData));
-    clipnorm_ = job.optimizer.clipnorm;
-    global_clipnorm_ = job.optimizer.global_clipnorm;
     if (n > 1 || !devices[0].is_cpu())
       throw ConfigError(str(job.strategy.path, ".tensor_parallel: runs on the CPU, one replica per task, so far; set "
                                                "\"device\": \"cpu\""));
@@ -94,47 +95,13 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
   if (n > 1 && !central_) local = make_local_group(devices, context.local_nccl);
   // Whether the workers' all-reduce takes the gradients where they lie (the
   // same answer on every task: it asks them all for a shared area at once).
-  const bool shared_gradients = workers_ && n == 1 && !zero && !full && !tensor_parallel && !context.gradients && devices[0].is_cpu() &&
+  const bool shared_gradients = path == Gradients::kTasks && !tensor_parallel && devices[0].is_cpu() &&
                                 job.strategy.allreduce_dtype == AllreduceDType::kFloat32;
   replicas_.resize(n);
   for (int i = 0; i < n; ++i) {
     Replica& r = replicas_[i];
     r.device = devices[static_cast<size_t>(i)];
-    // Same seed: every replica starts from the same parameters.
-    r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
-    if (tensor_parallel) {  // this task's parts of the split layers (the whole model's initial values)
-      const std::vector<SplitLayer> plan = tensor_split_plan(job.model, tensor_group_->size(),
-                                                             job.strategy.tensor_whole, vocabulary_parallel_loss(job.loss));
-      tp_ = std::make_unique<TensorParallel>(plan, *r.model, *tensor_group_);
-      DT_CHECK(tp_->plan().size() == plan.size(), "tensor_parallel: the model lacks a layer its plan splits");
-      if (tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
-        vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
-      if (workers_->rank() == 0)
-        log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
-                  describe_tensor_split(job.model, tp_->plan()));
-    }
-    r.optimizer = optim::make_optimizer(zero || full ? ZeroShard::optimizer_spec(job.optimizer)
-                                        : tensor_parallel ? optim::without_norm_clipping(job.optimizer)
-                                                          : job.optimizer);
-    // Params, grads and optimizer slots in one allocation on the device; the
-    // grads of a task's single host replica in the workers' shared area where
-    // they have one (tasks sharing a machine: shared memory), where the
-    // all-reduce sums them without copying them in or out.
-    Tensor gradient_memory;
-    if (shared_gradients) {
-      const int64_t floats = r.model->gradient_floats();
-      if (std::shared_ptr<float> area = workers_->shared_area(static_cast<size_t>(floats))) {
-        gradient_memory = Tensor::over_host_memory(std::move(area), floats);
-        if (workers_->rank() == 0)
-          log::info("comm: gradients in shared memory, all-reduced where they lie (", floats * 4, " bytes a task)");
-      }
-    }
-    r.model->place(r.device, zero || full ? 0 : r.optimizer->slots_per_param(), gradient_memory);
-    r.trainable = r.model->trainable_params();
-    if (!zero && !full) r.optimizer->create_state(r.trainable, r.model->arena());
-    r.layer_params = trainable_indices_by_layer(*r.model, r.trainable);
-    if (accumulation_ > 1 && !full)  // (ZeRO-2/3 sum the micro-batches in their shard)
-      for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), r.device);
+    place_replica(r, job, path, shared_gradients);
     if (!local.empty()) r.local = std::move(local[i]);
   }
   if (workers_ && n > 1) {
@@ -155,54 +122,7 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
     // The chief's parameters are the starting point of every worker.
     for (nn::Param* p : replicas_[0].model->params()) workers_->broadcast(p->value, 0);
   }
-  if (zero)
-    zero_ = std::make_unique<ZeroShard>(replicas_[0].trainable, *workers_, job.optimizer, *replicas_[0].optimizer);
-  if (full)
-    full_ = std::make_unique<FullShard>(*replicas_[0].model, *workers_, job.optimizer, *replicas_[0].optimizer,
-                                        job.strategy.shard, job.strategy.prefetch, job.strategy.min_unit_params);
-  // A group of one (multi_worker_mirrored with one task) has nothing to reduce:
-  // no reducer, so no hand-off to a communication thread every step.
-  // On GPUs with NCCL (context.gradients) a task's single replica reduces its
-  // gradients there, on the device; everything else stays on `workers`. So do
-  // mirrored replicas on several GPUs, through their local NCCL group.
-  const bool device_gradients = workers_ && n == 1 && context.gradients && !zero_;
-  for (Replica& r : replicas_)
-    if (comm::Communicator* group = device_gradients ? context.gradients : tp_ ? copies_group_.get() : group_of(r);
-        !zero_ && !full_ && group && group->size() > 1) {
-      r.reducer = std::make_unique<GradientReducer>(r.trainable, *group, job.strategy.bytes_per_pack,
-                                                    job.strategy.allreduce_dtype);
-      if (loss_scale_) r.reducer->track_non_finite();
-    }
-  // The step's loss sums and the stop flag ride along with the last gradient
-  // bucket: no collective of their own on the step's critical path. Not when the
-  // buckets travel as bfloat16, which would round the sums and counts.
-  // Under ZeRO they take a small all-reduce of their own, before the reduce-scatter.
-  // (tensor_parallel: the stop flag must reach every task, not only the copies' group)
-  metrics_ride_along_ = zero_ || (workers_ && !tp_ && replicas_.size() == 1 && replicas_[0].reducer &&
-                                  job.strategy.allreduce_dtype == AllreduceDType::kFloat32);
-  // Loss scaling: each replica's count of non-finite gradient values rides along
-  // too (after the metrics), so all replicas agree on skipping a step.
-  non_finite_extra_ = metrics_ride_along_ ? 4 : 0;
-  const size_t extras = non_finite_extra_ + (loss_scale_ ? 1 : 0);
-  for (size_t i = 0; i < replicas_.size(); ++i) {
-    if ((!replicas_[i].reducer && !zero_) || extras == 0) continue;
-    auto fill = [this, i](float* out) {
-      Replica& r = replicas_[i];
-      if (metrics_ride_along_) {
-        // The replica's stats are read here, once (train_step does not read them again).
-        for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
-        out[0] = static_cast<float>(r.stats.loss_sum);
-        out[1] = static_cast<float>(r.stats.correct);
-        out[2] = static_cast<float>(r.stats.count);
-        out[3] = stop_requested_ ? 1.0f : 0.0f;
-      }
-      if (loss_scale_)
-        out[non_finite_extra_] = static_cast<float>(zero_ ? zero_->non_finite() : r.reducer->non_finite());
-    };
-    if (zero_) zero_->ride_along(extras, fill);
-    else replicas_[i].reducer->ride_along(extras, fill);
-  }
-  if (zero_ && loss_scale_) zero_->track_non_finite();
+  make_syncs(job, context, path);
   if (n > 1) {
     threads_each_ = std::max(1, threads_ / n);
     pool_ = std::make_unique<ReplicaPool>(n, threads_each_);
@@ -210,6 +130,98 @@ DataParallelStrategy::DataParallelStrategy(const StrategyJob& job, const Strateg
 }
 
 DataParallelStrategy::~DataParallelStrategy() = default;
+
+void DataParallelStrategy::place_replica(Replica& r, const StrategyJob& job, Gradients path, bool shared_gradients) {
+  const bool sharded = path == Gradients::kShardedOptimizer || path == Gradients::kShardedGradients ||
+                       path == Gradients::kShardedParameters;
+  // Same seed: every replica starts from the same parameters.
+  r.model = std::make_unique<nn::Sequential>(job.model, job.train.seed);
+  if (tensor_group_) {  // this task's parts of the split layers (the whole model's initial values)
+    const std::vector<SplitLayer> plan = tensor_split_plan(job.model, tensor_group_->size(), job.strategy.tensor_whole,
+                                                           vocabulary_parallel_loss(job.loss));
+    tp_ = std::make_unique<TensorParallel>(plan, *r.model, *tensor_group_);
+    DT_CHECK(tp_->plan().size() == plan.size(), "tensor_parallel: the model lacks a layer its plan splits");
+    if (tp_->split_classes() > 0)  // the output's logits stay split: the loss takes them so
+      vocabulary_loss_ = std::make_unique<VocabularyParallelLoss>(*tensor_group_, tp_->split_classes());
+    if (workers_->rank() == 0)
+      log::info("tensor_parallel: ", grid_text(workers_->size(), tensor_group_->size()), ": ",
+                describe_tensor_split(job.model, tp_->plan()));
+  }
+  // (ZeRO and tensor_parallel clip by norms over the slices and parts: UpdateStep)
+  r.optimizer = optim::make_optimizer(sharded ? ZeroShard::optimizer_spec(job.optimizer)
+                                      : tp_   ? optim::without_norm_clipping(job.optimizer)
+                                              : job.optimizer);
+  // Params, grads and optimizer slots in one allocation on the device; the
+  // grads of a task's single host replica in the workers' shared area where
+  // they have one (tasks sharing a machine: shared memory), where the
+  // all-reduce sums them without copying them in or out.
+  Tensor gradient_memory;
+  if (shared_gradients) {
+    const int64_t floats = r.model->gradient_floats();
+    if (std::shared_ptr<float> area = workers_->shared_area(static_cast<size_t>(floats))) {
+      gradient_memory = Tensor::over_host_memory(std::move(area), floats);
+      if (workers_->rank() == 0)
+        log::info("comm: gradients in shared memory, all-reduced where they lie (", floats * 4, " bytes a task)");
+    }
+  }
+  // (ZeRO creates the slots of this task's slices itself)
+  r.model->place(r.device, sharded ? 0 : r.optimizer->slots_per_param(), gradient_memory);
+  r.trainable = r.model->trainable_params();
+  if (!sharded) r.optimizer->create_state(r.trainable, r.model->arena());
+  r.layer_params = trainable_indices_by_layer(*r.model, r.trainable);
+  const bool sums_itself = path == Gradients::kShardedGradients || path == Gradients::kShardedParameters;
+  if (accumulation_ > 1 && !sums_itself)  // (ZeRO-2/3 sum the micro-batches in their shard)
+    for (nn::Param* p : r.trainable) r.accumulated.emplace_back(p->value.shape(), r.device);
+}
+
+void DataParallelStrategy::make_syncs(const StrategyJob& job, const StrategyContext& context, Gradients path) {
+  Replica& first = replicas_[0];
+  if (path == Gradients::kShardedOptimizer) {
+    auto zero = std::make_unique<ZeroShard>(first.trainable, *workers_, job.optimizer, *first.optimizer);
+    zero_ = zero.get();
+    first.sync = std::move(zero);
+  } else if (path == Gradients::kShardedGradients || path == Gradients::kShardedParameters) {
+    auto full = std::make_unique<FullShard>(*first.model, *workers_, job.optimizer, *first.optimizer,
+                                            job.strategy.shard, job.strategy.prefetch, job.strategy.min_unit_params);
+    full_ = full.get();
+    first.sync = std::move(full);
+  } else {
+    // The group the plan's path reduces over: the tasks' NCCL group on their GPUs
+    // (the other collectives stay on `workers`), the copies holding this task's
+    // part (tensor_parallel), else the replica's (local, hierarchical, the tasks').
+    DT_CHECK(path != Gradients::kNccl || context.gradients, "the plan's NCCL group was not connected");
+    for (Replica& r : replicas_) {
+      comm::Communicator* group = path == Gradients::kNccl ? context.gradients
+                                  : tp_                    ? copies_group_.get()
+                                                           : group_of(r);
+      r.sync = make_gradient_sync(path, r.trainable, group, job.strategy.bytes_per_pack, job.strategy.allreduce_dtype);
+    }
+  }
+  std::optional<SplitNorms> split;  // tensor_parallel: norms over the parts (the optimizer clips by value only)
+  if (tp_)
+    split = SplitNorms{tp_->norm_counted(first.trainable), tensor_group_.get(), nullptr, job.optimizer.clipnorm,
+                       job.optimizer.global_clipnorm};
+  for (Replica& r : replicas_) {
+    if (loss_scale_) r.sync->track_non_finite();
+    r.update_step.emplace(*r.optimizer, loss_scale_.get(), split);
+  }
+  // The step's loss sums and the stop flag ride along with the gradients'
+  // collective (the last bucket's all-reduce; ZeRO-1's small all-reduce): no
+  // collective of their own on the step's critical path. Not where the buckets
+  // travel as bfloat16, which would round the sums and counts (carries_sums).
+  // (tensor_parallel: the stop flag must reach every task, not only the copies' group)
+  metrics_ride_along_ = workers_ && !tp_ && replicas_.size() == 1 && first.sync->carries_sums();
+  if (metrics_ride_along_)
+    first.sync->ride_along(4, [this](float* out) {
+      // The replica's stats are read here, once (train_step does not read them again).
+      Replica& r = replicas_[0];
+      for (const nn::LossRows& rows : r.rows) nn::Loss::add_stats(rows, r.stats);
+      out[0] = static_cast<float>(r.stats.loss_sum);
+      out[1] = static_cast<float>(r.stats.correct);
+      out[2] = static_cast<float>(r.stats.count);
+      out[3] = stop_requested_ ? 1.0f : 0.0f;
+    });
+}
 
 int DataParallelStrategy::num_replicas_in_sync() const {
   if (tp_) return workers_->size() / tensor_group_->size();  // the copies
@@ -246,6 +258,32 @@ comm::Communicator* DataParallelStrategy::group_of(Replica& r) {
   return r.local.get();
 }
 
+void DataParallelStrategy::forward_and_loss(Replica& r, int index, const data::Batch& task_batch, int64_t i,
+                                            int64_t k, nn::StepContext& ctx) {
+  const int64_t rows = task_batch.size() / local_replicas();
+  DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
+  const data::Batch mine = task_batch.slice(rows * index, rows);  // with each sample's labels
+  const auto [images, labels] = on_device(mine, r.device);
+  const trace::Span forward_span("forward", "compute");
+  ctx.weights_changed = i == 0;  // one update's micro-batches share the weights' bf16 copies
+  const Tensor output = r.model->forward(images, ctx);
+  if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
+    r.grad_output = Tensor(output.shape(), r.device);
+  // The gradient of the mean loss over this replica's K micro-batches; the
+  // all-reduce (mean over replicas) makes it the mean over the global batch.
+  // (Replicas with unequal rows, an elastic group's uneven split: each
+  // sample weighs 1 / (the mean rows x K), so the mean is still per sample.)
+  // Under loss scaling, that gradient times the scale (1 without). (The scale
+  // is per sample: the loss divides it among a sequence's positions.)
+  const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
+  const double mean_rows = mean_replica_rows_ > 0.0 ? mean_replica_rows_ : static_cast<double>(rows);
+  const float per_sample = scale / static_cast<float>(mean_rows * static_cast<double>(k));
+  if (vocabulary_loss_)
+    vocabulary_loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
+  else
+    loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
+}
+
 void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches,
                                         int64_t step) {
   kernels::use_device(r.device);  // this thread issues the replica's ops on its GPU
@@ -260,92 +298,42 @@ void DataParallelStrategy::replica_step(Replica& r, int index, const std::vector
   const uint64_t replica_id = static_cast<uint64_t>(index + local_replicas() * replica_of_task);
   nn::StepContext ctx{true, replica_id == 0 ? seed_ : hash_u64(seed_, replica_id), step};
   const int64_t k = static_cast<int64_t>(micro_batches.size());
+  // Summed over the micro-batches here, unless the sync sums them (ZeRO-2/3's shards).
+  const bool accumulate = k > 1 && !r.sync->sums_micro_batches();
   r.rows.resize(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) {
-    const data::Batch& task_batch = micro_batches[i];
-    const int64_t rows = task_batch.size() / local_replicas();
-    DT_CHECK_EQ(rows * local_replicas(), task_batch.size());
-    const data::Batch mine = task_batch.slice(rows * index, rows);  // with each sample's labels
-    const auto [images, labels] = on_device(mine, r.device);
-    {
-      const trace::Span forward_span("forward", "compute");
-      ctx.weights_changed = i == 0;  // one update's micro-batches share the weights' bf16 copies
-      const Tensor output = r.model->forward(images, ctx);
-      if (!r.grad_output.defined() || r.grad_output.shape() != output.shape())
-        r.grad_output = Tensor(output.shape(), r.device);
-      // The gradient of the mean loss over this replica's K micro-batches; the
-      // all-reduce (mean over replicas) makes it the mean over the global batch.
-      // (Replicas with unequal rows, an elastic group's uneven split: each
-      // sample weighs 1 / (the mean rows x K), so the mean is still per sample.)
-      // Under loss scaling, that gradient times the scale (1 without). (The scale
-      // is per sample: the loss divides it among a sequence's positions.)
-      const float scale = loss_scale_ ? static_cast<float>(loss_scale_->scale()) : 1.0f;
-      const double mean_rows = mean_replica_rows_ > 0.0 ? mean_replica_rows_ : static_cast<double>(rows);
-      const float per_sample = scale / static_cast<float>(mean_rows * static_cast<double>(k));
-      if (vocabulary_loss_)
-        vocabulary_loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
-      else
-        loss_->compute(output, labels, &r.grad_output, per_sample, r.rows[i]);
-    }
-    const bool last = i == k - 1;
-    if (!last) {
+    forward_and_loss(r, index, micro_batches[i], i, k, ctx);
+    if (i < k - 1) {
       const trace::Span backward_span("backward", "compute");
       r.model->backward(r.grad_output);
-      if (!full_)  // (ZeRO-2/3: the layers' hooks reduce-scatter each micro-batch's gradients into the shard)
+      if (accumulate)
         for (size_t j = 0; j < r.trainable.size(); ++j) kernels::axpy(1.0f, r.trainable[j]->grad, r.accumulated[j]);
       continue;
     }
-    if (r.reducer) r.reducer->begin_step();
+    // The last backward hands each layer's gradients to the sync as it finishes them.
+    r.sync->begin_backward();
     trace::Span backward_span("backward", "compute");
     r.model->backward(r.grad_output, [&](size_t layer) {
       for (const size_t j : r.layer_params[layer]) {
         nn::Param* p = r.trainable[j];
-        if (k > 1 && !full_) {
+        if (accumulate) {
           kernels::axpy(1.0f, r.accumulated[j], p->grad);
           r.accumulated[j].zero();
         }
-        if (r.reducer) r.reducer->param_ready(p);
+        r.sync->param_ready(p);
       }
     });
     backward_span.end();
-    if (r.reducer) r.comm_wait = r.reducer->finish_step();
-    if (zero_) r.comm_wait = zero_->reduce_gradients();
-    if (full_) r.comm_wait = full_->finish_backward();
+    r.comm_wait = r.sync->finish_backward();
   }
   if (tp_) r.comm_wait += tp_->comm_seconds() - tp_seconds_before;  // the split layers' all-reduces
   r.compute = compute.seconds() - r.comm_wait;
   const trace::Span update_span("update", "compute");
   Stopwatch update;
-  r.finite = !loss_scale_ || gradients_finite(r);
-  if (!central_ && r.finite) {
-    if (zero_) zero_->clip_norms();  // each param's norm over every task's slice of it
-    if (full_) full_->clip_norms();
-    if (tp_) clip_split_by_norm(r.trainable, tp_->norm_counted(r.trainable), tensor_group_.get(), nullptr, clipnorm_,
-                                global_clipnorm_);
-    r.optimizer->apply(zero_ ? zero_->pieces() : full_ ? full_->pieces() : r.trainable,
-                       loss_scale_ ? loss_scale_->applied_before(step) : step);
-  }
+  r.finite = !loss_scale_ || r.sync->all_finite();
+  const bool applied = r.sync->updates_replica() && r.update_step->run(*r.sync, r.finite, step);
   r.update = update.seconds();
-  if (full_) r.comm_wait += full_->after_update();  // ZeRO-2: every task's new values to every task
-  // ZeRO: every task's updated slice to every task (a skipped step changed nothing anywhere).
-  if (zero_ && r.finite) r.comm_wait += zero_->gather_values();
-}
-
-bool DataParallelStrategy::gradients_finite(Replica& r) {
-  size_t non_finite = 0;
-  if (r.reducer || zero_) {
-    // The job-wide count, from the last bucket's all-reduce (a mean times the group
-    // size), or ZeRO's all-reduce of the extras.
-    non_finite = (zero_ ? zero_->extras() : r.reducer->extras())[non_finite_extra_] > 0.0f ? 1 : 0;
-    if (!zero_ && r.reducer->on_device()) non_finite = r.reducer->non_finite();  // checked after the all-reduce
-  } else {
-    non_finite = count_non_finite_gradients(r.trainable);
-  }
-  if (non_finite > 0) return false;
-  const float scale = static_cast<float>(loss_scale_->scale());
-  // (ZeRO: only this task's slice holds the job's gradient.)
-  for (nn::Param* p : zero_ ? zero_->pieces() : r.trainable) kernels::divide(p->grad, scale);
-  return true;
+  r.comm_wait += r.sync->after_update(applied);
 }
 
 std::pair<Tensor, Tensor> DataParallelStrategy::on_device(const data::Batch& b, const Device& device) {
@@ -426,7 +414,7 @@ void DataParallelStrategy::train_step(const std::vector<data::Batch>& micro_batc
     // samples times it, and need no place in the all-reduce.)
     float s[4] = {static_cast<float>(local.loss_sum), static_cast<float>(local.correct),
                   static_cast<float>(local.count), stop_requested_ ? 1.0f : 0.0f};
-    if (metrics_ride_along_) std::copy_n((zero_ ? zero_->extras() : replicas_[0].reducer->extras()).begin(), 4, s);
+    if (metrics_ride_along_) std::copy_n(replicas_[0].sync->extras().begin(), 4, s);
     else workers_->all_reduce(s, 4, comm::ReduceOp::kSum);
     const auto samples = static_cast<int64_t>(s[2] + 0.5f);
     local = {s[0], static_cast<int64_t>(s[1] + 0.5f), samples, samples * micro_batches[0].label_width};

@@ -50,18 +50,13 @@
 
 #include "optim/loss_scale.h"
 #include "strategy/central_copy.h"
-#include "strategy/gradient_reducer.h"
+#include "strategy/gradient_sync.h"
 #include "strategy/grid_groups.h"
 #include "strategy/replica_pool.h"
 #include "strategy/strategy.h"
+#include "strategy/update_step.h"
 
 namespace dtrain::strategy {
-
-// Where the replicas' gradients meet.
-enum class Combine {
-  kAllReduce,  // every replica gets the mean and applies the same update (mirrored, multi-worker)
-  kCentral,    // the mean goes into one central copy, updated once (central_storage)
-};
 
 class ZeroShard;
 class FullShard;
@@ -70,8 +65,10 @@ class VocabularyParallelLoss;
 
 class DataParallelStrategy : public Strategy {
  public:
-  DataParallelStrategy(const StrategyJob& job, const StrategyContext& context,
-                       Combine combine = Combine::kAllReduce);
+  // The gradient sync is the plan's (context.gradient_path; without one, the
+  // same rule on the context): central_storage's central copy, ZeRO-1/2/3, the
+  // bucketed all-reduce over the group it names, or none.
+  DataParallelStrategy(const StrategyJob& job, const StrategyContext& context);
   ~DataParallelStrategy() override;
 
   std::string name() const override { return name_; }
@@ -126,7 +123,8 @@ class DataParallelStrategy : public Strategy {
     // multi_worker_mirrored with several replicas per task: the local group first,
     // then (replica 0) the tasks' group: a hierarchical communicator
     std::unique_ptr<comm::Communicator> group;
-    std::unique_ptr<GradientReducer> reducer;   // absent for a single replica with no workers
+    std::unique_ptr<GradientSync> sync;         // where its gradients are combined (gradient_sync.h)
+    std::optional<UpdateStep> update_step;      // unscale or skip, clip, apply (update_step.h)
     nn::LossStats stats;
     double comm_wait = 0.0;  // this step's: waiting for the gradient all-reduces
     double compute = 0.0;    // forward, loss, backward
@@ -134,10 +132,17 @@ class DataParallelStrategy : public Strategy {
     bool finite = true;      // this step's gradients were finite on every replica (loss scaling)
   };
 
+  // A replica's model (tensor_parallel: its parts), optimizer and placement;
+  // its gradients in the workers' shared area where `shared_gradients`.
+  void place_replica(Replica& r, const StrategyJob& job, Gradients path, bool shared_gradients);
+  // Each replica's gradient sync and update step for `path`; the metrics'
+  // ride-along where the sync carries sums.
+  void make_syncs(const StrategyJob& job, const StrategyContext& context, Gradients path);
   void replica_step(Replica& r, int index, const std::vector<data::Batch>& micro_batches, int64_t step);
-  // Loss scaling: whether every replica's gradient of this step is finite, then
-  // the gradients unscaled when they are.
-  bool gradients_finite(Replica& r);
+  // The replica's micro-batch `i` of `k`: forward and loss, the gradient of the
+  // loss into r.grad_output; returns nothing (r.rows[i] gets the loss rows).
+  void forward_and_loss(Replica& r, int index, const data::Batch& task_batch, int64_t i, int64_t k,
+                        nn::StepContext& ctx);
   comm::Communicator* group_of(Replica& r);
   // The local replicas' group: NCCL over their GPUs (one communicator each) where
   // the plan says so (StrategyContext::local_nccl), else shared memory.
@@ -173,9 +178,10 @@ class DataParallelStrategy : public Strategy {
   bool stop_agreed_ = false;
   bool metrics_ride_along_ = false;  // the loss sums and stop flag go with the last gradient bucket
   std::unique_ptr<optim::DynamicLossScale> loss_scale_;  // train.precision mixed_float16 only
-  size_t non_finite_extra_ = 0;  // where the non-finite count rides among the extras
-  std::unique_ptr<ZeroShard> zero_;  // strategy.shard_optimizer_state
-  std::unique_ptr<FullShard> full_;  // strategy.shard "gradients" / "parameters"
+  // ZeRO-1 (strategy.shard_optimizer_state) / ZeRO-2/3 (strategy.shard "gradients"
+  // / "parameters"): replica 0's sync, for the sharded checkpoint's pieces.
+  ZeroShard* zero_ = nullptr;
+  FullShard* full_ = nullptr;
   std::unique_ptr<TensorParallel> tp_;  // strategy.tensor_parallel
   // tensor_parallel: the grid's groups where this strategy made them (no runtime's).
   std::optional<GridGroups> own_grid_;
@@ -185,9 +191,6 @@ class DataParallelStrategy : public Strategy {
   // tensor_parallel with the output layer split by its classes: the loss over the
   // tensor group (vocabulary_loss.h).
   std::unique_ptr<VocabularyParallelLoss> vocabulary_loss_;
-  // tensor_parallel: the job's clipnorm / global_clipnorm, clipped over the parts
-  // (the optimizer itself clips by value only then).
-  double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
 };
 
 }  // namespace dtrain::strategy

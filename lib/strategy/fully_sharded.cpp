@@ -336,7 +336,7 @@ void FullShard::clip_norms() {
   clip_pieces_by_norm(piece_pointers_, piece_of_, params_.size(), workers_, clipnorm_, global_clipnorm_);
 }
 
-double FullShard::after_update() {
+double FullShard::after_update(bool /*applied*/) {  // (the same after a skipped step)
   shard_grads_.zero();
   Stopwatch waited;
   if (stage3_) {
@@ -359,7 +359,7 @@ void FullShard::load(const Strategy::TensorLookup& model, const Strategy::Tensor
   queue_->wait_all();
   load_pieces(piece_pointers_, piece_of_, params_, model, "model");
   load_pieces(optimizer_of_pieces.state(), piece_of_, params_, optimizer, "optimizer state");
-  after_update();  // the arena's whole values are of the state before
+  after_update(true);  // the arena's whole values are of the state before
 }
 
 void FullShard::with_whole_model(const std::function<void()>& use) {

@@ -53,13 +53,14 @@
 #include "core/work_queue.h"
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
+#include "strategy/gradient_sync.h"
 #include "strategy/shard_pieces.h"
 #include "strategy/strategy.h"
 #include "tensor/arena.h"
 
 namespace dtrain::strategy {
 
-class FullShard {
+class FullShard : public GradientSync {
  public:
   // `model`: placed (nn::Sequential::place) with no optimizer slots in the arena.
   // Keeps this task's chunks, creates `optimizer`'s slots for pieces(), frees the
@@ -76,18 +77,22 @@ class FullShard {
   static void check_supported(const StrategyJob& job, int local_replicas, const Device& device);
 
   // The pieces this task updates (the optimizer's params), in model order.
-  const std::vector<nn::Param*>& pieces() const { return piece_pointers_; }
+  const std::vector<nn::Param*>& pieces() const override { return piece_pointers_; }
+  // The layers' hooks add each backward's gradients into this task's chunks.
+  bool sums_micro_batches() const override { return true; }
+  // (check_supported refuses loss scaling: the step is never skipped)
+  bool all_finite() override { return true; }
 
   // After the step's last backward: waits for the queued reduce-scatters (and
   // gathers). Returns the seconds the step waited for collectives since the
   // last call (here and in the layers' hooks).
-  double finish_backward();
+  double finish_backward() override;
   // clipnorm / global_clipnorm over every task's pieces. Collective.
-  void clip_norms();
+  void clip_norms() override;
   // After the optimizer's update (or a skipped one): the shard gradients start
   // again from zero; stage 2 gathers every unit's new values, stage 3 drops any
   // gathered one. Returns the seconds spent in collectives.
-  double after_update();
+  double after_update(bool applied) override;
 
   // Checkpoint pieces: this task's chunks of the trainable tensors and of their
   // slots (the non-trainable state is not here).

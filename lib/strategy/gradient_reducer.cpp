@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "tensor/arena.h"
 
 namespace dtrain::strategy {
 
@@ -86,13 +87,15 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
               std::all_of(params.begin(), params.end(), [](const nn::Param* p) {
                 return p->grad.device().is_cpu() && p->grad.dtype() == DType::kF32;
               });
+  const bool host_float32 = !device_ && !in_place_ && dtype == AllreduceDType::kFloat32;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     size_t floats = 0;
     for (const nn::Param* p : buckets_[b].params) {
       bucket_of_[p] = b;
       floats += static_cast<size_t>(p->grad.numel());
     }
-    if (!device_ && !in_place_) buckets_[b].buffer.resize(floats);
+    if (host_float32) set_view(buckets_[b]);
+    if (!device_ && !in_place_ && !buckets_[b].view) buckets_[b].buffer.resize(floats);
   }
   if (!device_) {
     thread_ = std::thread([this] { comm_loop(); });
@@ -105,6 +108,24 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
     if (dtype_ == AllreduceDType::kBfloat16) bucket.wire = bfloat16_like(bucket.device_buffer);
   }
   non_finite_flag_ = Tensor({1}, buckets_.front().device_buffer.device());
+}
+
+size_t GradientReducer::view_buckets() const {
+  return static_cast<size_t>(std::count_if(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.view; }));
+}
+
+void GradientReducer::set_view(Bucket& bucket) {
+  // The bucket's params are in reverse model order: the range starts at the last
+  // one's gradient and each next one's follows the one before (its padding apart).
+  const std::vector<nn::Param*>& params = bucket.params;
+  for (const nn::Param* p : params)
+    if (!p->grad.device().is_cpu() || p->grad.dtype() != DType::kF32) return;
+  for (size_t i = params.size() - 1; i > 0; --i) {
+    const Tensor& before = params[i]->grad;
+    if (params[i - 1]->grad.data() != before.data() + TensorArena::padded(before.numel())) return;
+  }
+  bucket.view = params.back()->grad.data();
+  bucket.view_count = static_cast<size_t>(params.front()->grad.data() + params.front()->grad.numel() - bucket.view);
 }
 
 GradientReducer::~GradientReducer() {
@@ -127,6 +148,13 @@ void GradientReducer::ride_along(size_t count, std::function<void(float* values)
     return;
   }
   if (!device_) {
+    if (last.view) {  // the values need a buffer to travel with: the last bucket is packed
+      last.view = nullptr;
+      last.view_count = 0;
+      size_t floats = 0;
+      for (const nn::Param* p : last.params) floats += static_cast<size_t>(p->grad.numel());
+      last.buffer.resize(floats);
+    }
     last.buffer.resize(last.buffer.size() + count);
     return;
   }
@@ -160,6 +188,11 @@ void GradientReducer::param_ready(const nn::Param* p) {
       fill_extras_(riding_.data());
       bucket.pieces.push_back({riding_.data(), riding_.size()});
     }
+  } else if (bucket.view) {
+    // Nothing to pack: the bucket's range of the arena is reduced where it lies.
+    if (track_non_finite_)
+      for (const nn::Param* q : bucket.params)
+        non_finite_ += count_non_finite(q->grad.data(), static_cast<size_t>(q->grad.numel()));
   } else {
     pack(bucket, last);
   }
@@ -321,6 +354,13 @@ void GradientReducer::reduce_bucket(size_t b) {
     comm_.all_reduce_pieces(bucket.pieces, comm::ReduceOp::kMean);
     if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
       for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = riding_[i] * static_cast<float>(comm_.size());
+    return;
+  }
+  if (bucket.view) {
+    const trace::Span span("all-reduce", "comm",
+                           trace::enabled() ? str("bucket ", b, ", ", bucket.view_count * 4, " bytes, in place")
+                                            : std::string());
+    comm_.all_reduce(bucket.view, bucket.view_count, comm::ReduceOp::kMean);
     return;
   }
   const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;

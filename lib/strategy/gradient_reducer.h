@@ -6,8 +6,13 @@
 // finish_step() unless the communication thread is still busy.
 //
 // Buckets are filled in reverse model order, the order backward produces
-// gradients. A bucket's gradients are copied into one flat buffer, all-reduced
-// (mean), and copied back; or, on a communicator that reduces pieces in place
+// gradients. Where a bucket's float32 host gradients lie back to back in the
+// model's gradient arena (nn::Sequential::place; the arena's padding between
+// them is zero) the bucket is a view of that range, all-reduced (mean) where it
+// lies: no copies (PyTorch DDP's gradient_as_bucket_view). Otherwise (GPU
+// gradients through host copies, bfloat16 on the wire, scattered tensors; the
+// last bucket when values ride along with it) the gradients are copied into one
+// flat buffer, all-reduced and copied back; or, on a communicator that reduces pieces in place
 // (shared memory: Communicator::reduces_pieces_in_place) with float32 gradients
 // in host memory, handed to it as they lie (all_reduce_pieces): it copies them
 // straight into its segment and the mean straight back, two copies fewer.
@@ -80,6 +85,8 @@ class GradientReducer {
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   size_t bucket_count() const { return buckets_.size(); }
+  // Buckets reduced where their gradients lie in the arena (views), for tests.
+  size_t view_buckets() const;
 
   // `count` floats travel with the last bucket (the one backward finishes last):
   // `fill` writes them when that bucket is packed, on the thread running
@@ -105,13 +112,17 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<nn::Param*> params;
-    std::vector<float> buffer;  // the host path's (not when reducing in place)
+    std::vector<float> buffer;  // the host path's (not when reducing in place or a view)
+    float* view = nullptr;      // the host path's arena range of the gradients, reduced there (or nullptr)
+    size_t view_count = 0;
     std::vector<comm::Piece> pieces;  // in place: the gradients, then the ride-along values
     size_t ready = 0;
     Tensor device_buffer;       // the device path's: the gradients, then the extras
     Tensor wire;                // the device path's bfloat16 copy of it (allreduce_dtype bfloat16)
     std::unique_ptr<comm::DeviceWork> work;  // the device path's all-reduce in flight
   };
+  // Makes `bucket` a view of the arena where its gradients lie back to back.
+  static void set_view(Bucket& bucket);
   void comm_loop();
   // Takes the next queued bucket (lock held on entry and exit, released while
   // reducing) and reduces it on the calling thread; an error ends the reducer.

@@ -114,13 +114,8 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   // Norms over more than this stage's own whole tensors (global_clipnorm: every
   // stage's; a split tensor: its parts') are clip_split_by_norm's; the optimizer
   // clips the rest itself (clipnorm of whole tensors, clipvalue).
-  if (tp_ || job.optimizer.global_clipnorm > 0.0) {
-    spec_clipnorm_ = job.optimizer.clipnorm;
-    spec_global_clipnorm_ = job.optimizer.global_clipnorm;
-  }
-  optimizer_ = optim::make_optimizer(spec_clipnorm_ > 0.0 || spec_global_clipnorm_ > 0.0
-                                         ? optim::without_norm_clipping(job.optimizer)
-                                         : job.optimizer);
+  const bool split_norms = tp_ || job.optimizer.global_clipnorm > 0.0;
+  optimizer_ = optim::make_optimizer(split_norms ? optim::without_norm_clipping(job.optimizer) : job.optimizer);
   model_->place(device_, optimizer_->slots_per_param());
   trainable_ = model_->trainable_params();
   optimizer_->create_state(trainable_, model_->arena());
@@ -128,15 +123,22 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
     if (!p->trainable()) state_.push_back(p);
   for (nn::Param* p : trainable_) accumulated_.emplace_back(p->value.shape(), device_);
   layer_params_ = trainable_indices_by_layer(*model_, trainable_);
-  norm_counted_ = tp_ ? tp_->norm_counted(trainable_) : std::vector<bool>(trainable_.size(), true);
   if (last_stage() && !vocabulary_loss_) loss_ = nn::make_loss(job.loss);
   if (loss_scaling_on(job, context)) loss_scale_ = std::make_unique<optim::DynamicLossScale>();
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
-  // (float32 on the wire, as the per-parameter all-reduce it replaces)
-  if (peers_->size() > 1 && device_.is_cpu())
-    reducer_ = std::make_unique<GradientReducer>(trainable_, *peers_, job.strategy.bytes_per_pack);
+  const Gradients path = context.gradient_path.value_or(stats_.copies > 1 ? Gradients::kStageCopies
+                                                                          : Gradients::kStageAlone);
+  DT_CHECK(path == Gradients::kStageCopies || path == Gradients::kStageAlone, "a pipeline's gradients go ",
+           gradients_name(path));
+  sync_ = make_gradient_sync(path, trainable_, peers_.get(), job.strategy.bytes_per_pack,
+                             job.strategy.allreduce_dtype);
+  std::optional<SplitNorms> split_norm;
+  if (split_norms)
+    split_norm = SplitNorms{tp_ ? tp_->norm_counted(trainable_) : std::vector<bool>(trainable_.size(), true),
+                            tensor_group_.get(), pipe_.get(), job.optimizer.clipnorm, job.optimizer.global_clipnorm};
+  update_step_.emplace(*optimizer_, loss_scale_.get(), std::move(split_norm));
   connect_links(context);
 }
 
@@ -276,14 +278,14 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
     // layer by layer as its backward finishes them, each then ready for the
     // copies' bucketed all-reduce.
     const bool last_backward = ++backwards == count;
-    if (last_backward && reducer_) reducer_->begin_step();
+    if (last_backward) sync_->begin_backward();
     const auto on_layer_done = [&](size_t layer) {
       for (const size_t j : layer_params_[layer]) {
         if (count > 1) {
           kernels::axpy(1.0f, accumulated_[j], trainable_[j]->grad);
           accumulated_[j].zero();
         }
-        if (reducer_) reducer_->param_ready(trainable_[j]);
+        sync_->param_ready(trainable_[j]);
       }
     };
     const Tensor dx = model_->backward(grad, last_backward ? std::function<void(size_t)>(on_layer_done) : nullptr,
@@ -304,7 +306,7 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   // The copies' mean gradients (the last bucket's all-reduce, and any still in
   // flight), before anything reads them: the non-finite count below is over the
   // mean, which is inf or NaN wherever any copy's gradient was.
-  if (reducer_) timings_.comm_wait_seconds += reducer_->finish_step();
+  timings_.comm_wait_seconds += sync_->finish_backward();
 
   // The loss and accuracy of the step's whole batch (the last stages', part 0's
   // of each: the parts compute the same), the stop flag and, under loss scaling,
@@ -323,25 +325,12 @@ void PipelineStrategy::train_step(const std::vector<data::Batch>& batches, int64
   stop_agreed_ = s[3] > 0.0f;
   timings_.metrics_seconds += metrics.seconds();
   // A step with an inf or NaN on any stage is skipped everywhere (Keras' rule).
-  const bool apply = !loss_scale_ || s[4] == 0.0f;
-  const int64_t optimizer_step = loss_scale_ ? loss_scale_->applied_before(step) : step;
-  if (loss_scale_) loss_scale_->update(apply);
-
-  // The copies of this stage average their gradients, then each applies the same update.
-  if (apply && peers_->size() > 1 && !reducer_) {
-    Stopwatch wait;
-    for (nn::Param* p : trainable_) peers_->all_reduce(p->grad, comm::ReduceOp::kMean);
-    timings_.comm_wait_seconds += wait.seconds();
-  }
+  const bool finite = !loss_scale_ || s[4] == 0.0f;
   Stopwatch update;
-  if (apply) {
-    if (loss_scale_)
-      for (nn::Param* p : trainable_) kernels::divide(p->grad, loss_scale);
-    clip_split_by_norm(trainable_, norm_counted_, tensor_group_.get(), pipe_.get(), spec_clipnorm_,
-                       spec_global_clipnorm_);
-    optimizer_->apply(trainable_, optimizer_step);
-  }
+  const bool applied = update_step_->run(*sync_, finite, step);
   timings_.update_seconds += update.seconds();
+  timings_.comm_wait_seconds += sync_->after_update(applied);
+  if (loss_scale_) loss_scale_->update(finite);
 
   stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, step_memory_.peak(device_.type));
   const double seconds = step_time.seconds();

@@ -62,11 +62,12 @@
 #include <string>
 #include <vector>
 
-#include "strategy/gradient_reducer.h"
+#include "strategy/gradient_sync.h"
 #include "strategy/grid_groups.h"
 #include "strategy/parallel_grid.h"
 #include "strategy/pipeline_stages.h"
 #include "strategy/strategy.h"
+#include "strategy/update_step.h"
 #include "tensor/memory_scope.h"
 
 namespace dtrain::strategy {
@@ -168,16 +169,15 @@ class PipelineStrategy : public Strategy {
   std::vector<nn::Param*> trainable_, state_;
   std::vector<Tensor> accumulated_;  // gradient sums over a step's micro-batches
   std::vector<std::vector<size_t>> layer_params_;  // each layer's trainable params, as places in trainable_
-  // Several copies on the CPU: the copies' gradients averaged in buckets over
-  // peers_ as the last micro-batch's backward produces them (overlapped; PyTorch
-  // DDP's scheme, as data parallelism's). nullptr: one copy, or a GPU stage (one
-  // all-reduce per parameter after the step).
-  std::unique_ptr<GradientReducer> reducer_;
-  // Keras' clipnorm / global_clipnorm where clip_split_by_norm takes them (each
-  // norm over the stage's parts, the global one over every stage too); 0 where
-  // the optimizer clips by itself.
-  double spec_clipnorm_ = 0.0, spec_global_clipnorm_ = 0.0;
-  std::vector<bool> norm_counted_;  // clip_split_by_norm's, per trainable param
+  // The plan's gradient path (gradient_sync.h): several copies average their
+  // gradients in buckets over peers_ as the last micro-batch's backward produces
+  // them (overlapped; the bucketed all-reduce data parallelism uses; on GPUs
+  // through host copies), one copy applies them as they are.
+  std::unique_ptr<GradientSync> sync_;
+  // Unscale or skip, clip, apply (update_step.h). Keras' clipnorm / global_clipnorm
+  // are clip_split_by_norm's where a norm spans more than this stage's whole
+  // tensors (a split tensor's parts; global_clipnorm: every stage).
+  std::optional<UpdateStep> update_step_;
   ModelShapes shapes_;
   Shape stage_input_, stage_output_;  // per sample
   PipelineStats stats_;

@@ -28,10 +28,6 @@ std::unique_ptr<Strategy> pipeline(const StrategyJob& job, const StrategyContext
   return std::make_unique<PipelineStrategy>(job, context);
 }
 
-std::unique_ptr<Strategy> central_storage(const StrategyJob& job, const StrategyContext& context) {
-  return std::make_unique<DataParallelStrategy>(job, context, Combine::kCentral);
-}
-
 }  // namespace
 
 const std::vector<StrategyEntry>& strategies() {
@@ -62,7 +58,7 @@ const std::vector<StrategyEntry>& strategies() {
                       "their mean gradient updates it once per step",
        .cross_task = CrossTask::kNothing,
        .local_replicas = true,
-       .make = central_storage,
+       .make = data_parallel,  // (its gradient path is the central copy: gradient_path.h)
        .central_copy = true,
        .scales_loss = false},
       {.name = "parameter_server",

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "ps/ps_client.h"
+#include "strategy/gradient_path.h"
 #include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
@@ -77,6 +79,10 @@ struct StrategyContext {
   // the mean rows of a micro-batch over the group's replicas, which weights each
   // replica's gradient by its samples. 0: every replica takes the same rows.
   double mean_replica_rows = 0.0;
+  // Where the gradients are combined, as the execution plan decided it (the
+  // strategy builds that gradient sync, gradient_sync.h). nullopt (built without
+  // a plan: in-process tests): the same rule (gradient_path.h) on this context.
+  std::optional<Gradients> gradient_path = std::nullopt;
 };
 
 // Whether a strategy for `job` scales the loss (train.precision mixed_float16, or

@@ -82,12 +82,17 @@ ZeroShard::ZeroShard(const std::vector<nn::Param*>& params, comm::Communicator& 
 }
 
 void ZeroShard::ride_along(size_t count, std::function<void(float* values)> fill) {
-  DT_CHECK(extras_.empty() && count > 0, "ride_along is set once");
-  extras_.assign(count, 0.0f);
+  DT_CHECK(!fill_extras_ && count > 0, "ride_along is set once");
+  count_ = count;
   fill_extras_ = std::move(fill);
 }
 
-double ZeroShard::reduce_gradients() {
+bool ZeroShard::all_finite() {
+  DT_CHECK(track_non_finite_, "all_finite without track_non_finite");
+  return extras_[count_] <= 0.0f;  // every task's count, summed
+}
+
+double ZeroShard::finish_backward() {
   const bool one = workers_.size() == 1;  // the local gradients are the mean already
   non_finite_ = 0;
   if (!one || track_non_finite_) {
@@ -96,7 +101,9 @@ double ZeroShard::reduce_gradients() {
     std::fill(whole_.begin() + flat_, whole_.end(), 0.0f);  // the padding past G
     if (track_non_finite_) non_finite_ = count_non_finite(whole_.data(), static_cast<size_t>(flat_));
   }
+  extras_.assign(count_ + (track_non_finite_ ? 1 : 0), 0.0f);
   if (fill_extras_) fill_extras_(extras_.data());
+  if (track_non_finite_) extras_[count_] = static_cast<float>(non_finite_);
   if (one) return 0.0;
   const trace::Span span("reduce-scatter", "comm");
   Stopwatch waited;

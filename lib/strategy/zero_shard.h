@@ -33,13 +33,14 @@
 #include "comm/communicator.h"
 #include "nn/layer.h"
 #include "optim/optimizer.h"
+#include "strategy/gradient_sync.h"
 #include "strategy/shard_pieces.h"
 #include "strategy/strategy.h"
 #include "tensor/arena.h"
 
 namespace dtrain::strategy {
 
-class ZeroShard {
+class ZeroShard : public GradientSync {
  public:
   // `params`: the model's trainable params, placed (nn::Sequential::place) with
   // no optimizer slots in the arena. Creates `optimizer`'s slots for pieces().
@@ -56,28 +57,30 @@ class ZeroShard {
   static optim::OptimizerSpec optimizer_spec(optim::OptimizerSpec spec);
 
   // The pieces this task updates (the optimizer's params), in model order.
-  const std::vector<nn::Param*>& pieces() const { return piece_pointers_; }
+  const std::vector<nn::Param*>& pieces() const override { return piece_pointers_; }
   // This task's slice of the flat (padded) range, and that range's length.
   int64_t slice_begin() const { return lo_; }
   int64_t slice_end() const { return hi_; }
   int64_t flat_size() const { return flat_; }
 
-  // As GradientReducer's: `count` floats filled by `fill` after backward, summed
-  // over the tasks in reduce_gradients(), read with extras().
-  void ride_along(size_t count, std::function<void(float* values)> fill);
-  const std::vector<float>& extras() const { return extras_; }
-  void track_non_finite() { track_non_finite_ = true; }
-  size_t non_finite() const { return non_finite_; }
+  // The caller's values (and, under loss scaling, the count of non-finite
+  // gradient values) take one small all-reduce of their own in finish_backward():
+  // a reduce-scatter leaves each task only its own slice of anything in it.
+  bool carries_sums() const override { return true; }
+  void ride_along(size_t count, std::function<void(float* values)> fill) override;
+  std::span<const float> extras() const override { return {extras_.data(), count_}; }
+  void track_non_finite() override { track_non_finite_ = true; }
+  bool all_finite() override;
 
   // Steps 1 and 2: after backward, this task's slice of the gradients becomes the
   // job's mean. Returns the seconds spent in the collectives.
-  double reduce_gradients();
+  double finish_backward() override;
   // clipnorm / global_clipnorm of the job's spec on the pieces' gradients, with
   // each param's norm over every task's pieces. Collective; nothing without them.
-  void clip_norms();
-  // Step 4: every task's slice of the values into the whole range. Returns the
-  // seconds spent.
-  double gather_values();
+  void clip_norms() override;
+  // Step 4 (after an applied update): every task's slice of the values into the
+  // whole range. Returns the seconds spent.
+  double after_update(bool applied) override { return applied ? gather_values() : 0.0; }
 
   // The optimizer's slots as checkpoint pieces: each with its whole tensor's
   // name and shape and its offset inside it.
@@ -101,8 +104,11 @@ class ZeroShard {
   std::vector<float> whole_;  // N * chunk: the gradients to reduce-scatter, then the gathered values
   std::vector<float> mine_;   // chunk: this task's reduced gradients, then its values
   double clipnorm_ = 0.0, global_clipnorm_ = 0.0;
+  double gather_values();
+
   std::function<void(float*)> fill_extras_;
-  std::vector<float> extras_;
+  size_t count_ = 0;           // the caller's values riding along
+  std::vector<float> extras_;  // theirs, then the non-finite count (loss scaling)
   bool track_non_finite_ = false;
   size_t non_finite_ = 0;
 };

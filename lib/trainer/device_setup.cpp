@@ -67,6 +67,7 @@ strategy::StrategyContext strategy_context(const plan::ExecutionPlan& plan, comm
   strategy::StrategyContext context{workers, plan.threads, plan.device()};
   context.replicas = plan.replicas;
   context.local_nccl = plan.gradients == plan::Gradients::kLocalNccl;
+  context.gradient_path = plan.gradients;
   context.gradients = gradients;
   if (plan.split) {
     context.stage_starts = plan.split->starts;

@@ -22,6 +22,7 @@
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
+#include "tensor/arena.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
@@ -183,6 +184,55 @@ TEST_CASE("gradient buckets average the gradients, and values riding along come 
     INFO("rank " << rank);
     CHECK(extras[rank] == std::vector<float>{30.0f, 1.0f});  // 0 + 10 + 20, and the stop flag seen by all
     CHECK(grads[rank] == std::vector<float>(4, 2.0f));       // the mean of 1, 2, 3 (twice: it stays 2)
+  }
+}
+
+TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie; a ride-along packs the last") {
+  constexpr int kRanks = 2;
+  auto group = comm::make_local_group(kRanks, 30.0);
+  for (const bool ride : {false, true}) {
+    INFO("ride along " << ride);
+    std::vector<std::vector<float>> whole(kRanks);
+    std::vector<size_t> views(kRanks);
+    test::check_all_ok(test::run_on_threads(kRanks, [&](int rank) -> std::string {
+      // Three gradients of 5, 20 and 3 floats back to back in one arena (padded),
+      // in buckets of at least 80 bytes: {p2, p1} and {p0}.
+      Tensor base({3 * TensorArena::kAlignFloats});
+      TensorArena arena(base);
+      std::vector<nn::Param> params(3);
+      const int64_t sizes[3] = {5, 20, 3};
+      for (int i = 0; i < 3; ++i) {
+        params[i].name = "p" + std::to_string(i);
+        params[i].grad = arena.take({sizes[i]});
+        for (int64_t e = 0; e < sizes[i]; ++e)
+          params[i].grad.data()[e] = static_cast<float>((rank + 1) * (i + 1)) + static_cast<float>(e);
+      }
+      std::vector<nn::Param*> pointers = {&params[0], &params[1], &params[2]};
+      strategy::GradientReducer reducer(pointers, *group[rank], 80);
+      if (reducer.bucket_count() != 2) return "expected 2 buckets";
+      if (ride) reducer.ride_along(1, [rank](float* out) { out[0] = static_cast<float>(rank); });
+      views[rank] = reducer.view_buckets();
+      reducer.begin_step();
+      for (int i = 2; i >= 0; --i) reducer.param_ready(&params[i]);
+      reducer.finish_step();
+      if (ride && reducer.extras() != std::vector<float>{1.0f}) return "the ride-along's sum is wrong";
+      whole[rank].assign(base.data(), base.data() + base.numel());
+      return "";
+    }));
+    CHECK(views[0] == (ride ? 1u : 2u));
+    // The mean of rank 0's and rank 1's values (factors 1 and 2: 1.5x), the padding still zero.
+    const int64_t padded[3] = {TensorArena::padded(5), TensorArena::padded(20), TensorArena::padded(3)};
+    int64_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      for (int64_t e = 0; e < padded[i]; ++e) {
+        const float expected = e < (i == 0 ? 5 : i == 1 ? 20 : 3)
+                                   ? 1.5f * static_cast<float>(i + 1) + static_cast<float>(e)
+                                   : 0.0f;
+        CHECK(whole[0][static_cast<size_t>(at + e)] == expected);
+      }
+      at += padded[i];
+    }
+    CHECK(whole[0] == whole[1]);
   }
 }
 
