@@ -25,6 +25,8 @@
 #   pair-reducer      45   two processes on the one GPU, each its own NCCL_HOSTID, P2P and SHM off:
 #                          multi_worker_mirrored with the gradients on NCCL (NCCL's socket transport)
 #   pair-pipeline     45   the same two processes as a 2-stage pipeline whose links are NCCL
+#   quad-pipeline     45   four such processes as 2 stages x 2 copies: the copies' gradients in
+#                          the bucketed all-reduce through host copies (gradient_sync.h)
 #   bench             45   dtrain bench train against PyTorch eager (bench/torch_gpu_reference.py),
 #                          the MLP and the CNN at batch 256; skipped without PyTorch on CUDA
 #   gpt-tests         60   test_gpu_training's tiny GPT: the CPU's losses on the GPU (dropout too),
@@ -35,7 +37,7 @@
 #                          (bench/torch_gpt_reference.py --device cuda), and attention alone at
 #                          sequence 128, 512 and 2048 (and 2048 on the row kernels) against
 #                          scaled_dot_product_attention: time and the memory it adds
-#                 (sum 935: the budget ends it; the longer benchmarks: scripts/bench-gpu.sh)
+#                 (sum 980: the budget ends it; the longer benchmarks: scripts/bench-gpu.sh)
 #
 # Writes two files to $OUT (the device tool's folder that comes back; ./gpu-check-out
 # when OUT is unset): gpu-check.tsv (step, status pass/fail/skip/timeout, seconds,
@@ -276,36 +278,40 @@ pair() {
   mkdir -p "$dir"
   make_job configs/fashion_mnist_mlp.json "$dir/job.json" "device=$GPU_CHECK_DEVICE" "output.dir=$dir/out" output.overwrite=true \
     data.train.take=2048 data.test.take=1000 train.epochs=2 train.log_every_steps=4 "$@" || return 1
-  local port=$(( 20000 + RANDOM % 20000 ))
-  local cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$(( port + 1 ))\"]}"
+  local n=${pair_tasks:-2} port=$(( 20000 + RANDOM % 20000 )) addresses="" i
+  for ((i = 0; i < n; ++i)); do addresses+="${addresses:+, }\"127.0.0.1:$(( port + i ))\""; done
+  local cluster="{\"worker\": [$addresses]}"
   export DTRAIN_JOB_SECRET
   DTRAIN_JOB_SECRET=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-  local pids=() i
-  for i in 0 1; do
+  local pids=()
+  for ((i = 0; i < n; ++i)); do
     TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" LOCAL_RANK=0 \
     NCCL_HOSTID="dtrain-check-$i" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
     NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=WARN \
       "$DTRAIN_TEST_BINARY" run --config "$dir/job.json" --summary "$dir/summary-$i.json" >"$dir/task-$i.log" 2>&1 &
     pids+=($!)
   done
-  local rcs=() status=0
-  for i in 0 1; do
+  local rcs=() status=0 failed=0
+  for ((i = 0; i < n; ++i)); do
     wait "${pids[$i]}"
     rcs+=($?)
+    [ "${rcs[$i]}" = 0 ] || failed=1
   done
-  for i in 0 1; do echo "--- task $i (exit ${rcs[$i]})"; cat "$dir/task-$i.log"; done
-  if [ "${rcs[0]}" != 0 ] || [ "${rcs[1]}" != 0 ]; then
+  for ((i = 0; i < n; ++i)); do echo "--- task $i (exit ${rcs[$i]})"; cat "$dir/task-$i.log"; done
+  if [ "$failed" = 1 ]; then
     echo "DETAIL: exits ${rcs[*]}: $(grep -h -m1 -i -E 'error|NCCL WARN' "$dir"/task-*.log | head -1)"
     return 1
   fi
-  local h0 h1
+  local h0 hi
   h0=$(summary_field "$dir/summary-0.json" params_sha256)
-  h1=$(summary_field "$dir/summary-1.json" params_sha256)
   pair_detail="world size $(summary_field "$dir/summary-0.json" world_size), test accuracy $(summary_field "$dir/summary-0.json" test_accuracy)"
-  if [ "${pair_want_same:-1}" = 1 ] && [ "$h0" != "$h1" ]; then
-    echo "DETAIL: the two tasks end with different parameters ($h0 vs $h1)"
-    return 1
-  fi
+  for ((i = 1; i < n; ++i)); do
+    hi=$(summary_field "$dir/summary-$i.json" params_sha256)
+    if [ "${pair_want_same:-1}" = 1 ] && [ "$h0" != "$hi" ]; then
+      echo "DETAIL: tasks 0 and $i end with different parameters ($h0 vs $hi)"
+      return 1
+    fi
+  done
   return $status
 }
 s_pair_reducer() {
@@ -325,6 +331,17 @@ s_pair_pipeline() {
   l1=$(summary_field "$GPU_CHECK_WORK/pair-pipeline/summary-1.json" pipeline.links)
   echo "DETAIL: pipeline links: $l0 / $l1; $pair_detail"
   [ "$l0" = "$(links_wanted)" ] && [ "$l1" = "$(links_wanted)" ]
+}
+s_quad_pipeline() {
+  need_gpu
+  # 2 stages x 2 copies: each stage's copies average their gradients with the
+  # bucketed all-reduce (gradient_sync.h) through host copies over Gloo, while
+  # the stages' activations go over NCCL links.
+  # (params_sha256 is the whole model's, gathered from the stages: the same on every task)
+  pair_tasks=4 pair quad-pipeline \
+    "strategy={\"type\": \"pipeline\", \"stages\": [\"dense_1\"], \"data_parallel\": 2, \"micro_batches\": 4, \"communication\": \"$(comm_engine)\"}" ||
+    return 1
+  echo "DETAIL: 2 stages x 2 copies on one $GPU_CHECK_DEVICE, the copies' gradients bucketed: the same parameters on every task; $pair_detail"
 }
 comm_engine() { if [ "$GPU_CHECK_DEVICE" = gpu ]; then echo nccl; else echo ring; fi; }
 links_wanted() { if [ "$GPU_CHECK_DEVICE" = gpu ]; then echo nccl; else echo gloo; fi; }
@@ -462,7 +479,7 @@ s_bench_gpt2() {
   return $status
 }
 export -f comm_engine links_wanted need_gpu make_job summary_field train_run pair s_version s_ops s_layers s_train_mlp s_train_cnn s_precision \
-  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_bench s_gpt_tests s_train_gpt s_bench_gpt s_bench_gpt2
+  s_train_tests s_nccl s_nccl_train s_pair_reducer s_pair_pipeline s_quad_pipeline s_bench s_gpt_tests s_train_gpt s_bench_gpt s_bench_gpt2
 
 step version 15 s_version
 step bench-gpt2 240 s_bench_gpt2
@@ -476,6 +493,7 @@ step nccl 45 s_nccl
 step nccl-train 30 s_nccl_train
 step pair-reducer 45 s_pair_reducer
 step pair-pipeline 45 s_pair_pipeline
+step quad-pipeline 45 s_quad_pipeline
 step bench 45 s_bench
 step gpt-tests 60 s_gpt_tests
 step train-gpt 90 s_train_gpt

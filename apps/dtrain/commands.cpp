@@ -24,7 +24,7 @@
 #include "runtime/run.h"
 #include "strategy/registry.h"
 #include "strategy/strategy_spec.h"
-#include "trainer/generate.h"
+#include "trainer/tasks/generate.h"
 #include "trainer/trainer.h"
 
 namespace dtrain::app {

@@ -167,7 +167,7 @@ struct BenchAttentionOptions {
 int bench_attention_command(const BenchAttentionOptions& options);
 
 // `dtrain generate --config F [--checkpoint DIR] --prompt TEXT ...`: text from a
-// trained byte-level language model (trainer/generate.h).
+// trained byte-level language model (trainer/tasks/generate.h).
 struct GenerateCommandOptions {
   JobOptions job;
   std::string checkpoint;

@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
   // Lines reach a pipe (dtrain launch's prefixer, a log collector) as they are
   // printed, not in blocks of 4 KiB at exit (what PYTHONUNBUFFERED asks of Python).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // Every environment variable dtrain reads, read once (runtime/environment.h);
+  // logging's first (DTRAIN_LOG_LEVEL, DTRAIN_TASK_LOG) before any line.
+  const dtrain::runtime::Environment env = dtrain::runtime::Environment::from_process();
+  dtrain::log::set_level(dtrain::log::level_named(env.log_level));
+  dtrain::log::set_task_log_file(env.task_log);
   CLI::App app{"dtrain: distributed deep-learning training from a JSON job description", "dtrain"};
   app.require_subcommand(0, 1);  // none: the help (below)
   app.footer(dtrain::app::main_help_footer());
@@ -298,8 +303,6 @@ int main(int argc, char** argv) {
   }
 
   try {
-    // Every environment variable dtrain reads, read once (runtime/environment.h).
-    const dtrain::runtime::Environment env = dtrain::runtime::Environment::from_process();
     if (run_cmd->parsed()) return dtrain::app::run_command(run, env);
     if (bench_rendezvous_cmd->parsed()) return dtrain::app::bench_rendezvous_command(bench_rendezvous);
     if (launch_cmd->parsed()) return dtrain::app::launch_command(launch, env);

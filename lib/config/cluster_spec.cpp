@@ -146,6 +146,23 @@ std::string format_cluster(const ClusterSpec& spec) {
   return str("{", join(lists, ", "), "}");
 }
 
+const char* task_type_name(TaskType type) {
+  switch (type) {
+    case TaskType::kChief: return "chief";
+    case TaskType::kWorker: return "worker";
+    case TaskType::kPs: return "ps";
+    case TaskType::kEvaluator: return "evaluator";
+  }
+  return "?";
+}
+
+TaskType task_type_of(const std::string& name) {
+  for (const TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator})
+    if (name == task_type_name(t)) return t;
+  DT_CHECK(false, "a task type that no reader accepted: '", printable(name), "'");
+  return TaskType::kWorker;
+}
+
 int ClusterSpec::count(const std::string& type) const {
   const auto it = tasks.find(type);
   return it == tasks.end() ? 0 : static_cast<int>(it->second.size());

@@ -16,9 +16,19 @@
 
 namespace dtrain::config {
 
+// The four task types of TF_CONFIG, as a kind: code compares kinds, never names
+// (the readers check the names; tests/unit/architecture keeps it so).
+enum class TaskType { kChief, kWorker, kPs, kEvaluator };
+// TF's name of a kind ("ps").
+const char* task_type_name(TaskType type);
+// The kind of a task type name the readers accepted (InternalError for another).
+TaskType task_type_of(const std::string& name);
+
 struct TaskId {
-  std::string type;  // chief | worker | ps | evaluator
+  std::string type;  // chief | worker | ps | evaluator (TF's name, as read)
   int index = 0;
+  TaskType kind() const { return task_type_of(type); }
+  bool is(TaskType t) const { return kind() == t; }
   std::string str() const { return type + ":" + std::to_string(index); }  // "worker:1"
   bool operator==(const TaskId& other) const = default;
 };
@@ -30,6 +40,7 @@ struct ClusterSpec {
 
   bool empty() const { return tasks.empty(); }
   int count(const std::string& type) const;
+  int count(TaskType type) const { return count(task_type_name(type)); }
   const std::string& address(const TaskId& task) const;  // task must exist
   bool contains(const TaskId& task) const;
   // Every task: chief first, then workers, ps, evaluator, each by index.

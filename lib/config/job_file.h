@@ -81,7 +81,7 @@ struct RuntimeSpec {
   std::vector<std::pair<std::string, int>> slurm_jobs;
   KubernetesOptions kubernetes;      // kubernetes: job, service, replicas, port (else their variables)
   // Bytes a training task may hold by dtrain's memory estimate (parameters, gradients,
-  // optimizer slots, activations: strategy/memory_estimate.h); a job over it stops
+  // optimizer slots, activations: strategy/planning/memory_estimate.h); a job over it stops
   // before training. 0 = no limit. Written as bytes or "512MiB", "2GiB", "1.5GB".
   int64_t memory_limit = 0;
 };

@@ -2,28 +2,26 @@
 #include "core/log.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 namespace dtrain::log {
 namespace {
 
-Level initial_level() {
-  const char* env = std::getenv("DTRAIN_LOG_LEVEL");
-  if (env && std::strcmp(env, "debug") == 0) return Level::kDebug;
-  if (env && std::strcmp(env, "warn") == 0) return Level::kWarn;
-  return Level::kInfo;
-}
-
 std::mutex g_mutex;
-Level g_level = initial_level();
+Level g_level = Level::kInfo;
 std::string g_prefix;
+std::string g_task_log;  // under g_mutex
 
 }  // namespace
 
 void set_level(Level level) { g_level = level; }
 Level level() { return g_level; }
+
+Level level_named(const std::string& name) {
+  if (name == "debug") return Level::kDebug;
+  if (name == "warn") return Level::kWarn;
+  return Level::kInfo;
+}
 
 void set_prefix(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -46,9 +44,14 @@ std::string line(const std::string& tag, const std::string& message) {
   return line_locked(tag, message);
 }
 
+void set_task_log_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_task_log = path;
+}
+
 std::string task_log_file() {
-  const char* path = std::getenv("DTRAIN_TASK_LOG");
-  return path ? path : "";
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_task_log;
 }
 
 std::string write_detail(const std::string& text) {

@@ -11,9 +11,12 @@ namespace dtrain::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2 };
 
-// Messages below this level are dropped. Default: kInfo (DTRAIN_LOG_LEVEL=debug lowers it).
+// Messages below this level are dropped. Default: kInfo (main() sets
+// DTRAIN_LOG_LEVEL's, which runtime::Environment read: level_named()).
 void set_level(Level level);
 Level level();
+// "debug", "info", "warn" as a Level; kInfo for anything else ("" too).
+Level level_named(const std::string& name);
 
 // Text put in front of every line, e.g. "[worker:1] ". Empty by default.
 void set_prefix(const std::string& prefix);
@@ -30,7 +33,9 @@ std::string line(const std::string& tag, const std::string& message);
 // stderr lines that begin with kLogOnlyTag go to that log file alone, not the
 // console. Long detail a console line points at (a flight record) goes there.
 inline constexpr const char* kLogOnlyTag = "dtrain-log-only: ";
-// This task's log file under `dtrain launch` ("" when not launched).
+// This task's log file under `dtrain launch` ("" when not launched): main() sets
+// DTRAIN_TASK_LOG's, which runtime::Environment read.
+void set_task_log_file(const std::string& path);
 std::string task_log_file();
 // Writes `text` (lines) to stderr: under `dtrain launch` to the task's log file
 // alone (each line tagged), else as it is. Returns the log file ("" if none).

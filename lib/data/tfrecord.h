@@ -8,7 +8,7 @@
 // where masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (TensorFlow's
 // crc32c::Mask). The reader checks both CRCs of every record; a bad CRC or a
 // record cut short is an IoError naming the file and the record's byte offset.
-// TensorBoard's event files use the same framing (trainer/tensorboard.h).
+// TensorBoard's event files use the same framing (trainer/reporting/tensorboard.h).
 #pragma once
 
 #include <cstdint>

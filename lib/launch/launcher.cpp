@@ -319,15 +319,15 @@ void Launcher::check_exits() {
     }
     const config::TaskId& id = t->report.task;
     if (phase_ == Phase::kRunning && !t->report.stopped &&
-        (id.type == "evaluator" || (options_.workers_expendable && id.type == "worker" && t->name != chief_))) {
+        (id.is(config::TaskType::kEvaluator) || (options_.workers_expendable && id.is(config::TaskType::kWorker) && t->name != chief_))) {
       t->report.expendable = true;
       const std::string ended =
           str(t->name, " ended with ", t->report.status.str(), " after ", format_seconds(t->report.exit_seconds));
-      if (id.type == "worker" && worker_restarts_ < options_.worker_restarts && chief_ended_ok()) {
+      if (id.is(config::TaskType::kWorker) && worker_restarts_ < options_.worker_restarts && chief_ended_ok()) {
         note(str(ended, "; the chief has ended the job, so it is not started again"));
         continue;
       }
-      if (id.type == "worker" && worker_restarts_ < options_.worker_restarts) {
+      if (id.is(config::TaskType::kWorker) && worker_restarts_ < options_.worker_restarts) {
         ++worker_restarts_;
         note(str(ended, "; starting it again alone (restart ", worker_restarts_, " of ", options_.worker_restarts,
                  "): it rejoins the running job"));
@@ -544,7 +544,7 @@ LaunchReport Launcher::run() {
     // results), the others' warnings and errors, unless every line is asked for
     // (or read by a program: plain_stdout).
     const bool lead = p.task == plan.spec.chief();
-    const bool shown_whole = lead || p.task.type == "evaluator" || options_.all_task_lines || options_.plain_stdout;
+    const bool shown_whole = lead || p.task.is(config::TaskType::kEvaluator) || options_.all_task_lines || options_.plain_stdout;
     const ConsoleLines shown = shown_whole ? ConsoleLines::kAll : ConsoleLines::kImportant;
     t->output = std::make_unique<TaskOutput>(str("[", t->name, "] "), t->report.log_path, console_, shown,
                                              /*append=*/restart_ > 0);
@@ -565,7 +565,7 @@ LaunchReport Launcher::run() {
     // Tasks that serve on their own address get its reserved socket: the chief
     // (the rendezvous store) and ps tasks (parameter_server's variables). A remote
     // task binds its host's port itself.
-    const bool serves = !remote && (p.task == plan.spec.chief() || p.task.type == "ps");
+    const bool serves = !remote && (p.task == plan.spec.chief() || p.task.is(config::TaskType::kPs));
     spec.env = env;
     if (remote) {
       variables.insert(variables.begin(), task_env.begin(), task_env.end());

@@ -52,7 +52,7 @@ struct LayerTime {
 };
 
 // The memory a layer's step holds besides its parameters, in bytes (the
-// per-layer part of strategy/memory_estimate.h): `forward`, what its forward
+// per-layer part of strategy/planning/memory_estimate.h): `forward`, what its forward
 // pass keeps for the backward pass (its output, a mask); `backward`, the
 // gradient buffers its backward pass keeps between steps (its input's gradient,
 // the gradient before a fused activation).

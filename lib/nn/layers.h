@@ -63,7 +63,7 @@ struct ResidualOptions : LayerOptions {
 // y = act(x . kernel + bias) over the last axis; kernel (in, units). The
 // input is (in) or a sequence (T, in).
 // Megatron-LM's split of a Dense layer over the `parts` tasks of a tensor-parallel
-// group (strategy/tensor_parallel.h decides which layers split how; nn never
+// group (strategy/parallel/tensor_parallel.h decides which layers split how; nn never
 // talks to the other tasks itself: `all_reduce` sums a tensor in place over the
 // group). kColumn keeps the output columns [index x units/parts, ...) of the
 // kernel and the bias; its output is that slice, and its backward sums dx over

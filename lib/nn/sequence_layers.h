@@ -175,7 +175,7 @@ class MultiHeadAttention : public Layer {
   // position attends to them and adds its own. Causal attention only.
   void start_decoding(int64_t batch, int64_t positions) override;
   Tensor decode(const Tensor& x, int64_t position) override;
-  // Megatron's split by heads over `parts` tasks (strategy/tensor_parallel.h):
+  // Megatron's split by heads over `parts` tasks (strategy/parallel/tensor_parallel.h):
   // this task keeps heads [index x heads/parts, ...) of the query, key and value
   // projections (their kernels' and biases' slices) and the matching rows of the
   // output projection; its output is the group's sum of the parts' (`all_reduce`,

@@ -26,7 +26,7 @@ std::vector<LayerInfo> describe_layers(const ModelSpec& spec);
 
 // Calls around each top-level layer's forward and backward, in training and in
 // evaluation: a fully sharded strategy gathers a layer's parameters before it
-// runs and frees them after (strategy/fully_sharded.h). Any of them may be empty.
+// runs and frees them after (strategy/sync/fully_sharded.h). Any of them may be empty.
 struct LayerHooks {
   std::function<void(size_t layer)> before_forward, after_forward, before_backward, after_backward;
 };

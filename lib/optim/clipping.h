@@ -30,7 +30,7 @@ bool clips(const OptimizerSpec& spec);
 OptimizerSpec without_clipping(OptimizerSpec spec);
 // `spec` without clipnorm and global_clipnorm (clipvalue kept): for a strategy
 // whose tasks hold parts of the gradients and clip by the norms over all of them
-// (strategy/shard_pieces.h).
+// (strategy/sync/shard_pieces.h).
 OptimizerSpec without_norm_clipping(OptimizerSpec spec);
 
 // Clips gradients in place as a spec says, with kernels on the gradients' device:

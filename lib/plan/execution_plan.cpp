@@ -9,10 +9,10 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "plan/plan_parts.h"
-#include "strategy/fully_sharded.h"
-#include "strategy/parallel_grid.h"
-#include "strategy/tensor_parallel.h"
-#include "strategy/vocabulary_loss.h"
+#include "strategy/sync/fully_sharded.h"
+#include "strategy/planning/parallel_grid.h"
+#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/parallel/vocabulary_loss.h"
 
 namespace dtrain::plan {
 namespace {
@@ -22,8 +22,8 @@ using strategy::CrossTask;
 
 Role role_of(const strategy::StrategyEntry& entry, const config::ClusterConfig& cluster) {
   if (cluster.single_process()) return Role::kTrain;
-  if (cluster.task.type == "ps") return Role::kServeVariables;  // check_cluster_roles: only under parameter_server
-  if (cluster.task.type == "evaluator") return Role::kEvaluate;
+  if (cluster.task.is(config::TaskType::kPs)) return Role::kServeVariables;  // check_cluster_roles: only under parameter_server
+  if (cluster.task.is(config::TaskType::kEvaluator)) return Role::kEvaluate;
   if (entry.cross_task != CrossTask::kParameterServer && cluster.spec.rank(cluster.task) < 0) return Role::kWait;
   return Role::kTrain;
 }
@@ -234,7 +234,7 @@ Decision elastic_batch_decision(const job::JobConfig& job, int start_tasks, int 
               uneven ? " (unequal shares are weighted by samples: the update is the global batch's)" : "")};
 }
 
-// The training tasks as copies x stages x tensor parts (strategy/parallel_grid.h)
+// The training tasks as copies x stages x tensor parts (strategy/planning/parallel_grid.h)
 // and where this task is in it: its place and every group it belongs to.
 strategy::ParallelGrid plan_grid(const job::JobConfig& job, const ExecutionPlan& p) {
   const int parts = static_cast<int>(job.strategy.tensor_parallel);

@@ -23,10 +23,10 @@
 #include "job/job_config.h"
 #include "plan/machine.h"
 #include "plan/plan_memory.h"
-#include "strategy/gradient_path.h"
-#include "strategy/memory_estimate.h"
-#include "strategy/parallel_grid.h"
-#include "strategy/pipeline_stages.h"
+#include "strategy/sync/gradient_path.h"
+#include "strategy/planning/memory_estimate.h"
+#include "strategy/planning/parallel_grid.h"
+#include "strategy/planning/pipeline_stages.h"
 #include "strategy/registry.h"
 #include "tensor/device.h"
 
@@ -51,7 +51,7 @@ enum class TasksGroup {
 };
 
 // Where this task's gradients are combined: the strategy module's rule
-// (strategy/gradient_path.h), which the plan applies and explains.
+// (strategy/sync/gradient_path.h), which the plan applies and explains.
 using strategy::Gradients;
 using strategy::gradients_name;
 
@@ -96,7 +96,7 @@ struct ExecutionPlan {
   bool measure_split = false;
   // The training tasks as copies x stages x tensor parts, where they are a grid
   // (a pipeline, tensor_parallel): the runtime builds this task's groups in it
-  // (strategy/grid_groups.h) before the strategy. nullopt otherwise.
+  // (strategy/parallel/grid_groups.h) before the strategy. nullopt otherwise.
   std::optional<strategy::ParallelGrid> grid;
   // This task's memory estimate, held against runtime.memory_limit before the
   // model is allocated (training tasks only).

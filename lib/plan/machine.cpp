@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/host.h"
 #include "kernels/device.h"
 

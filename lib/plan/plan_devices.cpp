@@ -7,7 +7,7 @@
 #include "core/strings.h"
 #include "kernels/device.h"
 #include "plan/plan_parts.h"
-#include "strategy/replica_devices.h"
+#include "strategy/planning/replica_devices.h"
 
 namespace dtrain::plan {
 namespace {

@@ -5,10 +5,10 @@
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "strategy/parallel_grid.h"
+#include "strategy/planning/parallel_grid.h"
 #include "strategy/registry.h"
-#include "strategy/tensor_parallel.h"
-#include "strategy/vocabulary_loss.h"
+#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/parallel/vocabulary_loss.h"
 
 namespace dtrain::plan {
 namespace {

@@ -1,12 +1,12 @@
-// Memory accounting of the plan (strategy/memory_estimate.h does the sums): the
+// Memory accounting of the plan (strategy/planning/memory_estimate.h does the sums): the
 // query of one training task of a job, from its strategy's shape of the work.
 #pragma once
 
 #include <string>
 
 #include "job/job_config.h"
-#include "strategy/memory_estimate.h"
-#include "strategy/pipeline_stages.h"
+#include "strategy/planning/memory_estimate.h"
+#include "strategy/planning/pipeline_stages.h"
 
 namespace dtrain::plan {
 

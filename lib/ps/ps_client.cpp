@@ -1,8 +1,7 @@
-// Implementation of ps_client.h: blocking calls made of Asio's asynchronous
-// operations and io_context::run_one_until(), which puts a deadline on them.
+// Implementation of ps_client.h: blocking calls with deadlines on the
+// transport's DeadlineSocket (rendezvous/deadline_socket.h).
 #include "ps/ps_client.h"
 
-#include <asio.hpp>
 #include <chrono>
 #include <filesystem>
 
@@ -15,7 +14,6 @@
 
 namespace dtrain::ps {
 
-using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using rendezvous::Message;
 using rendezvous::Op;
@@ -30,45 +28,36 @@ struct PsChannel::Impl {
   PsClientOptions options;
   std::string name;
   rendezvous::DeadlineSocket link;
-  tcp::socket& socket = link.socket;
 
-  bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
-
-  [[noreturn]] void fail(const std::error_code& ec, const char* doing) {
-    if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-        ec == asio::error::bad_descriptor)
-      throw PeerLost(str(name, " closed the connection while ", doing, " (the ps task died or was killed)"));
-    throw CommError(str(doing, " ", name, ": ", ec.message()));
+  // A transfer's end as dtrain's errors: the peer gone is PeerLost, the deadline a TimeoutError.
+  void check(rendezvous::Transfer t, const std::string& error, const char* doing, const std::string& timeout_text) {
+    switch (t) {
+      case rendezvous::Transfer::kDone: return;
+      case rendezvous::Transfer::kTimedOut: throw TimeoutError(timeout_text);
+      case rendezvous::Transfer::kClosed:
+        throw PeerLost(str(name, " closed the connection while ", doing, " (the ps task died or was killed)"));
+      case rendezvous::Transfer::kFailed: throw CommError(str(doing, " ", name, ": ", error));
+    }
   }
 
-  void write_all(const std::vector<asio::const_buffer>& buffers, const char* doing) {
-    bool done = false;
-    std::error_code error;
-    asio::async_write(socket, buffers, [&](const std::error_code& ec, size_t) {
-      error = ec;
-      done = true;
-    });
-    if (!run_until(done, seconds(options.request_timeout)))
-      throw TimeoutError(str(name, " took more than ", options.request_timeout, " s to take a request (", doing, ")"));
-    if (error) fail(error, doing);
+  void write_all(const std::vector<rendezvous::ConstBytes>& pieces, const char* doing) {
+    std::string error;
+    const rendezvous::Transfer t = link.write_all(pieces, seconds(options.request_timeout), &error);
+    check(t, error, doing,
+          str(name, " took more than ", options.request_timeout, " s to take a request (", doing, ")"));
   }
 
   void read_all(void* into, size_t bytes, const char* doing) {
-    bool done = false;
-    std::error_code error;
-    asio::async_read(socket, asio::buffer(into, bytes), [&](const std::error_code& ec, size_t) {
-      error = ec;
-      done = true;
-    });
-    if (!run_until(done, seconds(options.request_timeout)))
-      throw TimeoutError(str(name, " did not answer within ", options.request_timeout, " s (", doing,
-                             "); is it overloaded or cut off?"));
-    if (error) fail(error, doing);
+    std::string error;
+    const rendezvous::Transfer t = link.read_exact(into, bytes, seconds(options.request_timeout), &error);
+    check(t, error, doing,
+          str(name, " did not answer within ", options.request_timeout, " s (", doing,
+              "); is it overloaded or cut off?"));
   }
 
   Message handshake_roundtrip(const Message& m) {
     const std::string frame = rendezvous::encode_frame(m);
-    write_all({asio::buffer(frame)}, "the handshake with");
+    write_all({{frame.data(), frame.size()}}, "the handshake with");
     unsigned char header[4];
     read_all(header, 4, "the handshake with");
     const uint32_t length = rendezvous::decode_length(header);
@@ -100,7 +89,7 @@ PsChannel::~PsChannel() = default;
 
 void PsChannel::send(PsOp op, int64_t a, const void* payload, size_t bytes) {
   const PsHeader header{static_cast<uint32_t>(op), 0, a, 0, bytes};
-  impl_->write_all({asio::buffer(&header, sizeof header), asio::buffer(payload, bytes)}, "sending a request to");
+  impl_->write_all({{&header, sizeof header}, {payload, bytes}}, "sending a request to");
 }
 
 PsHeader PsChannel::receive(PsOp expected, void* into, size_t bytes) {

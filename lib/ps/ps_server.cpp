@@ -1,10 +1,9 @@
-// Implementation of ps_server.h on standalone Asio: one io_context on one
-// thread; each PsConnection reads one request, handles it and writes its reply
-// (a sync round or the staleness bound may hold a push's reply back), then reads
-// the next.
+// Implementation of ps_server.h on the transport's authenticated server
+// (rendezvous/authenticated_server.h: one I/O thread); each PsConnection reads
+// one request, handles it and writes its reply (a sync round or the staleness
+// bound may hold a push's reply back), then reads the next.
 #include "ps/ps_server.h"
 
-#include <asio.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -23,7 +22,6 @@
 
 namespace dtrain::ps {
 
-using asio::ip::tcp;
 using rendezvous::Message;
 using rendezvous::Op;
 
@@ -75,7 +73,7 @@ struct PsServerState {
 // then PsHeader-framed requests, one reply each.
 class PsConnection final : public rendezvous::AuthenticatedConnection {
  public:
-  PsConnection(tcp::socket socket, PsServerState* server)
+  PsConnection(rendezvous::AcceptedSocket socket, PsServerState* server)
       : AuthenticatedConnection(std::move(socket), server->server, server->rules), server_(server) {}
 
   // Sends a reply whose payload is copied now (the variables may change before
@@ -100,9 +98,8 @@ class PsConnection final : public rendezvous::AuthenticatedConnection {
   void write(bool close_after) {
     auto self = self_as<PsConnection>();
     // Scatter/gather: the header and the payload in one write, no copy into a frame.
-    std::vector<asio::const_buffer> buffers = {asio::buffer(&out_header_, sizeof out_header_), asio::buffer(out_)};
-    asio::async_write(socket(), buffers, [self, close_after](const std::error_code& ec, size_t) {
-      if (ec || close_after) return self->close();
+    write_all({{&out_header_, sizeof out_header_}, {out_.data(), out_.size()}}, [self, close_after](bool ok) {
+      if (!ok || close_after) return self->close();
       self->read_request();
     });
   }
@@ -131,15 +128,15 @@ class PsConnection final : public rendezvous::AuthenticatedConnection {
   // --- requests ---
   void read_request() {
     auto self = self_as<PsConnection>();
-    asio::async_read(socket(), asio::buffer(&in_header_, sizeof in_header_), [self](const std::error_code& ec, size_t) {
-      if (ec) return self->close();
+    read_exact(&in_header_, sizeof in_header_, [self](bool ok) {
+      if (!ok) return self->close();
       const PsLimits limits{static_cast<uint64_t>(self->server_->shards.elements()) * 4,
                             static_cast<uint64_t>(self->server_->shards.state_elements()) * 4};
       if (const std::string why = request_header_problem(self->in_header_, limits); !why.empty())
         return self->reject(why);
       self->in_.resize(self->in_header_.payload_bytes);
-      asio::async_read(self->socket(), asio::buffer(self->in_), [self](const std::error_code& ec2, size_t) {
-        if (ec2) return self->close();
+      self->read_exact(self->in_.data(), self->in_.size(), [self](bool ok2) {
+        if (!ok2) return self->close();
         self->handle_request();
       });
     });
@@ -280,14 +277,11 @@ PsServer::PsServer(ShardStore& shards, PsServerOptions options, int listen_fd, c
   if (listen_fd >= 0) {
     state_->server.adopt(listen_fd);
   } else {
-    std::error_code ec;
-    const tcp::endpoint endpoint(asio::ip::make_address(host, ec), static_cast<uint16_t>(port));
-    if (ec) throw ConfigError(str(state_->options.task, ": cannot listen on '", host, "': ", ec.message()));
-    state_->server.listen(endpoint, str(state_->options.task, ": cannot listen on ", host, ":", port),
+    state_->server.listen(host, port, str(state_->options.task, ": cannot listen on ", host, ":", port),
                           "; another process holds that port");
   }
   // `this` state, not a shared_ptr: a pending handler must not own the state that owns it.
-  state_->server.start([s = state_.get()](tcp::socket socket) {
+  state_->server.start([s = state_.get()](rendezvous::AcceptedSocket socket) {
     std::make_shared<PsConnection>(std::move(socket), s)->start();
   });
 }

@@ -12,21 +12,34 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "rendezvous/asio_transport.h"
 
 namespace dtrain::rendezvous {
 
 using asio::ip::tcp;
 
-AsioServer::AsioServer() : acceptor_(io_), accept_retry_(io_), rejection_timer_(io_) {}
+AcceptedSocket::AcceptedSocket(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
+AcceptedSocket::AcceptedSocket(AcceptedSocket&&) noexcept = default;
+AcceptedSocket::~AcceptedSocket() = default;
+
+AsioServer::AsioServer() : impl_(std::make_unique<Impl>()) {}
 
 AsioServer::~AsioServer() { stop(); }
 
-void AsioServer::listen(const tcp::endpoint& endpoint, const std::string& what, const std::string& in_use_hint) {
+int AsioServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void AsioServer::listen(const std::string& host, int port, const std::string& what, const std::string& in_use_hint) {
   std::error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  tcp::resolver resolver(impl_->io);
+  const auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || results.empty())
+    throw ConfigError(str(what, ": cannot resolve '", host, "': ", ec ? ec.message() : std::string("no address")));
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  tcp::acceptor& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     throw ConfigError(str(what, ": ", ec.message(), ec == asio::error::address_in_use ? in_use_hint : std::string()));
 }
@@ -37,14 +50,14 @@ void AsioServer::adopt(int listen_fd) {
   if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     throw ConfigError(str("DTRAIN_LISTEN_FD=", listen_fd, " is not a socket"));
   std::error_code ec;
-  acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
+  impl_->acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd, ec);
   if (ec) throw ConfigError(str("cannot serve on the inherited socket ", listen_fd, ": ", ec.message()));
 }
 
-void AsioServer::start(std::function<void(tcp::socket)> accepted) {
+void AsioServer::start(std::function<void(AcceptedSocket)> accepted) {
   accepted_ = std::move(accepted);
   accept_next();
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] { impl_->io.run(); });
 }
 
 double AsioServer::thread_cpu_seconds() {
@@ -56,11 +69,11 @@ double AsioServer::thread_cpu_seconds() {
 }
 
 void AsioServer::accept_next() {
-  acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
+  impl_->acceptor.async_accept([this](const std::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true));
-      accepted_(std::move(socket));
+      accepted_(AcceptedSocket(std::make_unique<AcceptedSocket::Impl>(AcceptedSocket::Impl{std::move(socket)})));
       return accept_next();
     }
     // Out of descriptors (or another error that the next try would repeat at
@@ -71,8 +84,8 @@ void AsioServer::accept_next() {
                 "; retrying every 100 ms");
       accept_error_logged_ = true;
     }
-    accept_retry_.expires_after(std::chrono::milliseconds(100));
-    accept_retry_.async_wait([this](const std::error_code& wait_ec) {
+    impl_->accept_retry.expires_after(std::chrono::milliseconds(100));
+    impl_->accept_retry.async_wait([this](const std::error_code& wait_ec) {
       if (!wait_ec) accept_next();
     });
   });
@@ -92,14 +105,14 @@ void raise_descriptor_limit(size_t needed, const std::string& what) {
 
 void AsioServer::stop(const std::function<void()>& on_stop) {
   if (!thread_.joinable()) return;
-  asio::post(io_, [this, on_stop] {
+  asio::post(impl_->io, [this, on_stop] {
     std::error_code ignored;
-    acceptor_.close(ignored);
-    accept_retry_.cancel();
-    rejection_timer_.cancel();
+    impl_->acceptor.close(ignored);
+    impl_->accept_retry.cancel();
+    impl_->rejection_timer.cancel();
     log_suppressed();
     if (on_stop) on_stop();
-    io_.stop();
+    impl_->io.stop();
   });
   thread_.join();
 }
@@ -119,8 +132,8 @@ void AsioServer::log_rejection(const std::string& line, bool failed_proof) {
   suppressed_proofs_ += failed_proof ? 1 : 0;
   if (suppressed_++ > 0) return;
   // The first line past the limit: the window's end says how many followed.
-  rejection_timer_.expires_at(window_start_ + kRejectionWindow);
-  rejection_timer_.async_wait([this](const std::error_code& ec) {
+  impl_->rejection_timer.expires_at(window_start_ + kRejectionWindow);
+  impl_->rejection_timer.async_wait([this](const std::error_code& ec) {
     if (!ec) log_suppressed();
   });
 }
@@ -156,20 +169,24 @@ std::string AsioServer::failed_proofs(const std::vector<std::string>& tasks) con
   return join(parts, "; ");
 }
 
-AuthenticatedConnection::AuthenticatedConnection(tcp::socket socket, AsioServer& server, const HandshakeRules& rules)
-    : socket_(std::move(socket)), server_(server), rules_(rules), handshake_timer_(server.io()) {
+AuthenticatedConnection::AuthenticatedConnection(AcceptedSocket socket, AsioServer& server, const HandshakeRules& rules)
+    : net_(std::make_unique<Impl>(Impl{std::move(socket.impl->socket), asio::steady_timer(server.impl().io)})),
+      server_(server),
+      rules_(rules) {
   std::error_code ec;
-  const auto endpoint = socket_.remote_endpoint(ec);
+  const auto endpoint = net_->socket.remote_endpoint(ec);
   host_ = ec ? "an unknown address" : endpoint.address().to_string();
   peer_ = ec ? host_ : str(host_, ":", endpoint.port());
 }
 
+AuthenticatedConnection::~AuthenticatedConnection() = default;
+
 void AuthenticatedConnection::start() {
   // A connection that has not authenticated in time is dropped (no slow-loris).
-  handshake_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+  net_->handshake_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(rules_.timeout_seconds)));
   auto self = shared_from_this();
-  handshake_timer_.async_wait([self](const std::error_code& ec) {
+  net_->handshake_timer.async_wait([self](const std::error_code& ec) {
     if (ec || self->ready_) return;
     if (self->said_hello_) return self->fail_proof(str("sent no proof within ", self->rules_.timeout_seconds, " s"));
     self->reject("did not complete the handshake in time");
@@ -181,9 +198,9 @@ void AuthenticatedConnection::close() {
   if (closed_) return;
   closed_ = true;
   std::error_code ignored;
-  handshake_timer_.cancel();
-  socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  net_->handshake_timer.cancel();
+  net_->socket.shutdown(tcp::socket::shutdown_both, ignored);
+  net_->socket.close(ignored);
   on_closed();
 }
 
@@ -210,15 +227,15 @@ void AuthenticatedConnection::drop(const std::string& line, bool failed_proof, c
   // sends them with its proof) would reset the connection and could discard
   // the kError before it left. At most 1 s.
   auto self = shared_from_this();
-  handshake_timer_.expires_after(std::chrono::seconds(1));  // (ends the handshake's own wait)
-  handshake_timer_.async_wait([self](const std::error_code& ec) {
+  net_->handshake_timer.expires_after(std::chrono::seconds(1));  // (ends the handshake's own wait)
+  net_->handshake_timer.async_wait([self](const std::error_code& ec) {
     if (!ec) self->close();
   });
   auto frame = std::make_shared<std::string>(encode_frame({Op::kError, 0, {told}}));
-  asio::async_write(socket_, asio::buffer(*frame), [self, frame](const std::error_code& ec, size_t) {
+  asio::async_write(net_->socket, asio::buffer(*frame), [self, frame](const std::error_code& ec, size_t) {
     if (ec) return self->close();
     std::error_code ignored;
-    self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    self->net_->socket.shutdown(tcp::socket::shutdown_send, ignored);
     self->drain();
   });
 }
@@ -226,7 +243,7 @@ void AuthenticatedConnection::drop(const std::string& line, bool failed_proof, c
 void AuthenticatedConnection::drain() {
   auto self = shared_from_this();
   body_.resize(4096);
-  socket_.async_read_some(asio::buffer(body_), [self](const std::error_code& ec, size_t) {
+  net_->socket.async_read_some(asio::buffer(body_), [self](const std::error_code& ec, size_t) {
     if (ec) return self->close();  // (end of file: the client hung up)
     self->drain();
   });
@@ -235,7 +252,7 @@ void AuthenticatedConnection::drain() {
 void AuthenticatedConnection::write_frame(const Message& m, void (AuthenticatedConnection::*then)()) {
   auto self = shared_from_this();
   auto frame = std::make_shared<std::string>(encode_frame(m));
-  asio::async_write(socket_, asio::buffer(*frame), [self, frame, then](const std::error_code& ec, size_t) {
+  asio::async_write(net_->socket, asio::buffer(*frame), [self, frame, then](const std::error_code& ec, size_t) {
     if (ec) return self->close();
     ((*self).*then)();
   });
@@ -247,7 +264,7 @@ void AuthenticatedConnection::reply(const Message& m, bool close_after) {
 
 void AuthenticatedConnection::read_frame() {
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
+  asio::async_read(net_->socket, asio::buffer(header_), [self](const std::error_code& ec, size_t) {
     // A client that hangs up after the challenge could not check the server's
     // proof: most likely a task with another secret (which itself says so).
     if (ec && self->said_hello_ && !self->ready_)
@@ -259,7 +276,7 @@ void AuthenticatedConnection::read_frame() {
       return self->reject(str("sent a frame of ", length, " bytes (limit ", limit,
                               self->ready_ ? "" : " before it proved the job secret", ")"));
     self->body_.assign(length, '\0');
-    asio::async_read(self->socket_, asio::buffer(self->body_), [self](const std::error_code& ec2, size_t) {
+    asio::async_read(self->net_->socket, asio::buffer(self->body_), [self](const std::error_code& ec2, size_t) {
       if (ec2) return self->close();
       Message m;
       if (!decode_payload(self->body_, m)) return self->reject("sent a malformed frame");
@@ -267,6 +284,20 @@ void AuthenticatedConnection::read_frame() {
       self->handle_handshake(m);
     });
   });
+}
+
+void AuthenticatedConnection::read_exact(void* into, size_t bytes, std::function<void(bool ok)> then) {
+  auto self = shared_from_this();
+  asio::async_read(net_->socket, asio::buffer(into, bytes),
+                   [self, then = std::move(then)](const std::error_code& ec, size_t) { then(!ec); });
+}
+
+void AuthenticatedConnection::write_all(std::vector<ConstBytes> pieces, std::function<void(bool ok)> then) {
+  std::vector<asio::const_buffer> buffers;
+  for (const ConstBytes& p : pieces) buffers.push_back(asio::buffer(p.data, p.size));
+  auto self = shared_from_this();
+  asio::async_write(net_->socket, buffers,
+                    [self, then = std::move(then)](const std::error_code& ec, size_t) { then(!ec); });
 }
 
 void AuthenticatedConnection::on_frame(const Message& m) {
@@ -286,7 +317,7 @@ void AuthenticatedConnection::handle_handshake(const Message& m) {
     // (said, so that the client can tell it from a server that went away)
     return fail_proof("sent a wrong proof", "wrong proof of the job secret");
   ready_ = true;
-  handshake_timer_.cancel();
+  net_->handshake_timer.cancel();
   const int64_t number = on_authenticated();
   write_frame({Op::kWelcome, number, {}}, &AuthenticatedConnection::on_ready);
 }

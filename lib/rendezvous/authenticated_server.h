@@ -23,10 +23,14 @@
 //
 // Every handler runs on the server's one I/O thread, so neither needs locks
 // (the failed-proof record, read from other threads, has its own).
-// Include only from code that links Asio (lib/rendezvous, lib/ps).
+//
+// Asio stays out of this header: its objects live behind each class's Impl,
+// defined in asio_transport.h, which only lib/rendezvous's own sources include
+// (the store's server reaches the I/O context through it). A ps task's server
+// (ps/ps_server.cpp) uses what is declared here alone: the framed handshake,
+// then read_exact() / write_all() for its own requests.
 #pragma once
 
-#include <asio.hpp>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -47,6 +51,17 @@ namespace dtrain::rendezvous {
 // proof): an unauthenticated peer cannot make a server set aside more.
 inline constexpr uint32_t kMaxHandshakeFrameBytes = 4096;
 
+// An accepted TCP connection (TCP_NODELAY set), on its way to the connection
+// object that serves it. Opaque outside lib/rendezvous.
+class AcceptedSocket {
+ public:
+  struct Impl;  // asio_transport.h
+  explicit AcceptedSocket(std::unique_ptr<Impl> impl);
+  AcceptedSocket(AcceptedSocket&&) noexcept;
+  ~AcceptedSocket();
+  std::unique_ptr<Impl> impl;
+};
+
 class AsioServer {
  public:
   AsioServer();
@@ -54,20 +69,19 @@ class AsioServer {
   AsioServer(const AsioServer&) = delete;
   AsioServer& operator=(const AsioServer&) = delete;
 
-  asio::io_context& io() { return io_; }
-  // Listens on `endpoint`; a ConfigError "<what>: <the error><in_use_hint when the
-  // address is in use>" otherwise.
-  void listen(const asio::ip::tcp::endpoint& endpoint, const std::string& what, const std::string& in_use_hint);
+  // Listens on host:port (a name or an address); a ConfigError "<what>: <the
+  // error><in_use_hint when the address is in use>" otherwise.
+  void listen(const std::string& host, int port, const std::string& what, const std::string& in_use_hint);
   // Serves on an inherited listening socket (DTRAIN_LISTEN_FD); ConfigError when it is none.
   void adopt(int listen_fd);
   // Accepts connections (TCP_NODELAY set) and hands each to `accepted`, on the I/O
   // thread, which starts now.
-  void start(std::function<void(asio::ip::tcp::socket)> accepted);
+  void start(std::function<void(AcceptedSocket)> accepted);
   // Closes the acceptor, runs `on_stop` (timers to cancel) on the I/O thread,
   // stops it and joins it. Idempotent.
   void stop(const std::function<void()>& on_stop = {});
 
-  int port() const { return acceptor_.local_endpoint().port(); }
+  int port() const;
   int rejected() const { return rejected_.load(); }
   // CPU time the I/O thread has used so far, in seconds (0 before start()).
   double thread_cpu_seconds();
@@ -90,22 +104,23 @@ class AsioServer {
   static constexpr std::chrono::seconds kRejectionWindow{10};
   static constexpr size_t kMaxRecordedClaims = 256;
 
+  // The I/O context, acceptor and timers (asio_transport.h: lib/rendezvous only).
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
  private:
   void accept_next();
   // Logs the count of rejections not logged one by one in this window, if any.
   void log_suppressed();
 
-  asio::io_context io_;
-  asio::ip::tcp::acceptor acceptor_;
-  asio::steady_timer accept_retry_;  // after a failed accept (out of descriptors)
+  std::unique_ptr<Impl> impl_;
   bool accept_error_logged_ = false;
   std::thread thread_;
   std::atomic<int> rejected_{0};
-  std::function<void(asio::ip::tcp::socket)> accepted_;
+  std::function<void(AcceptedSocket)> accepted_;
   std::string log_prefix_ = "server";
 
-  // The rejection log's rate limit (I/O thread only).
-  asio::steady_timer rejection_timer_;  // ends a window with suppressed lines
+  // The rejection log's rate limit (I/O thread only; its timer in impl_).
   std::chrono::steady_clock::time_point window_start_{};
   int window_lines_ = 0;
   int64_t suppressed_ = 0, suppressed_proofs_ = 0;
@@ -134,7 +149,7 @@ struct HandshakeRules {
 
 class AuthenticatedConnection : public std::enable_shared_from_this<AuthenticatedConnection> {
  public:
-  virtual ~AuthenticatedConnection() = default;
+  virtual ~AuthenticatedConnection();
   AuthenticatedConnection(const AuthenticatedConnection&) = delete;
   AuthenticatedConnection& operator=(const AuthenticatedConnection&) = delete;
 
@@ -146,7 +161,7 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
 
  protected:
   // `rules` must outlive the connection (the server's).
-  AuthenticatedConnection(asio::ip::tcp::socket socket, AsioServer& server, const HandshakeRules& rules);
+  AuthenticatedConnection(AcceptedSocket socket, AsioServer& server, const HandshakeRules& rules);
 
   // The hello is of the server's protocol: the subclass checks the job, the task
   // and the role; false when it turned the connection away (reject(), or reply(..., true)).
@@ -173,6 +188,13 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   void reply(const Message& m, bool close_after = false);
   // Reads one frame: the handshake's, then on_frame()'s.
   void read_frame();
+  // After the handshake, for a subclass with framing of its own (a ps's
+  // requests): reads exactly `bytes` into `into` / writes every piece (gathered,
+  // no copy), then calls `then` on the I/O thread with whether it worked (false:
+  // the peer went or the socket failed; the caller closes). `into` and the
+  // pieces must stay valid until then; the connection stays alive until then.
+  void read_exact(void* into, size_t bytes, std::function<void(bool ok)> then);
+  void write_all(std::vector<ConstBytes> pieces, std::function<void(bool ok)> then);
   template <class T>
   std::shared_ptr<T> self_as() {
     return std::static_pointer_cast<T>(shared_from_this());
@@ -183,7 +205,6 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   bool closed() const { return closed_; }
   const Hello& hello() const { return hello_; }
   const std::string& peer() const { return peer_; }
-  asio::ip::tcp::socket& socket() { return socket_; }
   AsioServer& server() { return server_; }
   const HandshakeRules& rules() const { return rules_; }
 
@@ -198,7 +219,8 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   // until it hangs up, then closes (the linger timer closes it sooner).
   void drain();
 
-  asio::ip::tcp::socket socket_;
+  struct Impl;  // the socket and the handshake's timer (asio_transport.h)
+  std::unique_ptr<Impl> net_;
   // Not owning: the server owns its io_context, whose pending handlers own the
   // connections (a shared_ptr here was a cycle that kept every server alive: a
   // leak). Handlers run only on the I/O thread, which the server joins before it
@@ -206,7 +228,6 @@ class AuthenticatedConnection : public std::enable_shared_from_this<Authenticate
   // connections.
   AsioServer& server_;
   const HandshakeRules& rules_;
-  asio::steady_timer handshake_timer_;
   unsigned char header_[4] = {};
   std::string body_;
   std::string peer_, host_, task_, server_nonce_;  // peer_: "host:port"; host_: its address

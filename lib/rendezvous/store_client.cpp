@@ -2,7 +2,6 @@
 // operations and io_context::run_for(), which is how a deadline is put on them.
 #include "rendezvous/store_client.h"
 
-#include <asio.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -11,7 +10,7 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "core/trace.h"
-#include "rendezvous/deadline_socket.h"
+#include "rendezvous/asio_transport.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -30,8 +29,8 @@ Clock::duration seconds(double s) {
 struct StoreClient::Impl {
   ClientOptions options;
   DeadlineSocket link;
-  asio::io_context& io = link.io;
-  tcp::socket& socket = link.socket;
+  asio::io_context& io = link.impl().io;
+  tcp::socket& socket = link.impl().socket;
   std::string where;  // "the chief (chief:0 at 127.0.0.1:2222)"
   // With options.prove_with_first_request: the proof that goes out with the
   // first requests, and its handshake (which checks the welcome that comes back first).
@@ -42,7 +41,7 @@ struct StoreClient::Impl {
   std::optional<PendingProof> proof_pending;
   int64_t welcome_number = 0;
 
-  bool run_until(const bool& done, Clock::duration timeout) { return link.run_until(done, timeout); }
+  bool run_until(const bool& done, Clock::duration timeout) { return link.impl().run_until(done, timeout); }
 
   void connect(const std::string& host, int port) {
     link.connect(host, std::to_string(port), options.connect_timeout, where,

@@ -27,7 +27,7 @@
 #include "core/sha256.h"
 #include "core/strings.h"
 #include "core/trace.h"
-#include "rendezvous/authenticated_server.h"
+#include "rendezvous/asio_transport.h"
 #include "rendezvous/wire.h"
 
 namespace dtrain::rendezvous {
@@ -64,7 +64,7 @@ std::string step_text(int64_t step) {
 class Connection;
 
 struct ServerState {
-  explicit ServerState(ServerOptions o) : options(std::move(o)), sweep_timer(server.io()) {
+  explicit ServerState(ServerOptions o) : options(std::move(o)), sweep_timer(server.impl().io) {
     rules.magic = kProtocolMagic;
     rules.credentials = options.credentials;
     rules.timeout_seconds = options.handshake_timeout;
@@ -155,7 +155,7 @@ struct ServerState {
 // store's requests, one frame each.
 class Connection final : public AuthenticatedConnection {
  public:
-  Connection(tcp::socket socket, ServerState* server)
+  Connection(AcceptedSocket socket, ServerState* server)
       : AuthenticatedConnection(std::move(socket), server->server, server->rules), server_(server) {}
 
   using AuthenticatedConnection::reply;  // the server answers parked waits
@@ -329,7 +329,7 @@ void ServerState::start() {
   sweep();  // armed before the I/O thread runs
   // `this`, not a shared_ptr: a pending handler must not own the state that owns
   // it (see AuthenticatedConnection's server_).
-  server.start([this](tcp::socket socket) { std::make_shared<Connection>(std::move(socket), this)->start(); });
+  server.start([this](AcceptedSocket socket) { std::make_shared<Connection>(std::move(socket), this)->start(); });
 }
 
 // Every 100 ms: expire waits, and declare silent tasks lost.
@@ -483,7 +483,7 @@ tcp::endpoint resolve_endpoint(asio::io_context& io, const std::string& host, in
 
 StoreServer::StoreServer(const std::string& host, int port, ServerOptions options)
     : impl_(std::make_shared<ServerState>(std::move(options))) {
-  impl_->server.listen(resolve_endpoint(impl_->server.io(), host, port), str("cannot listen on ", host, ":", port),
+  impl_->server.listen(host, port, str("cannot listen on ", host, ":", port),
                        "; another process is listening there: stop it or give this task another port");
   impl_->start();
 }
@@ -532,12 +532,12 @@ int64_t StoreServer::requests_served() const { return impl_->requests.load(); }
 double StoreServer::cpu_seconds() const { return impl_->server.thread_cpu_seconds(); }
 
 void StoreServer::set_task_address(const std::string& task, const std::string& address) {
-  asio::post(impl_->server.io(), [impl = impl_, task, address] { impl->tasks[task].address = address; });
+  asio::post(impl_->server.impl().io, [impl = impl_, task, address] { impl->tasks[task].address = address; });
 }
 
 void StoreServer::start_membership(const std::vector<std::string>& absent) {
   std::promise<void> done;
-  asio::post(impl_->server.io(), [impl = impl_, absent, &done] {
+  asio::post(impl_->server.impl().io, [impl = impl_, absent, &done] {
     ServerState& s = *impl;
     for (const std::string& name : absent) {
       s.members.erase(name);

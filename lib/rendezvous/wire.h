@@ -9,6 +9,7 @@
 // format is testable on its own.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,6 +52,12 @@ const char* op_name(Op op);
 
 // kError's number: why the job failed.
 inline constexpr int64_t kJobFailed = 0;         // a task failed or was lost
+
+// A piece of bytes to write, gathered with others into one write (no copy).
+struct ConstBytes {
+  const void* data = nullptr;
+  size_t size = 0;
+};
 
 struct Message {
   Op op = Op::kOk;

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "comm/bench_allreduce.h"
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"

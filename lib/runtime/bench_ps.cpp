@@ -42,10 +42,10 @@ void bench_ps_task(const ClusterBenchRequest& request, const Environment& env) {
   options.warmup = request.warmup;
   const rendezvous::SessionSpec spec = bench_session_spec("bench ps", request.parameters(), env);
   const config::ClusterSpec& cluster = spec.cluster.spec;
-  if (spec.cluster.single_process() || cluster.count("ps") == 0 || cluster.world_size() == 0)
+  if (spec.cluster.single_process() || cluster.count(config::TaskType::kPs) == 0 || cluster.world_size() == 0)
     throw ConfigError("bench ps: give --workers N --ps M (or run it under TF_CONFIG with ps tasks and workers)");
   options.credentials = spec.credentials;
-  options.num_ps = cluster.count("ps");
+  options.num_ps = cluster.count(config::TaskType::kPs);
   for (const config::TaskId& t : cluster.all_tasks())
     if (cluster.rank(t) >= 0) options.workers.push_back(t.str());
   ClusterTask task(spec);
@@ -53,7 +53,7 @@ void bench_ps_task(const ClusterBenchRequest& request, const Environment& env) {
   options.check_health = [&session] { session.check_health(); };
   const config::TaskId& me = spec.cluster.task;
   std::vector<ps::PsBenchResult> results;
-  if (me.type == "ps") {
+  if (me.is(config::TaskType::kPs)) {
     const config::HostPort address = config::parse_host_port(cluster.address(me), "this ps's address");
     ps::serve_ps_bench(session.store(), me.index, address.host, options);
   } else if (session.rank() >= 0) {

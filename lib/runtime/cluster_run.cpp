@@ -14,8 +14,8 @@
 #include "runtime/env_registration.h"
 #include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
-#include "strategy/grid_groups.h"
-#include "strategy/pipeline_links.h"
+#include "strategy/parallel/grid_groups.h"
+#include "strategy/parallel/pipeline_links.h"
 #include "strategy/registry.h"
 #include "trainer/elastic_state.h"
 
@@ -67,7 +67,7 @@ void connect_planned(const job::JobConfig& job, const plan::ExecutionPlan& plan,
   }
   if (plan.gradients == plan::Gradients::kParameterServers) {
     std::vector<std::string> addresses;
-    for (int i = 0; i < cluster.spec.count("ps"); ++i) addresses.push_back(cluster.spec.address({"ps", i}));
+    for (int i = 0; i < cluster.spec.count(config::TaskType::kPs); ++i) addresses.push_back(cluster.spec.address({"ps", i}));
     ps::PsClientOptions options;
     options.credentials = spec.credentials;
     options.task = task.name();
@@ -231,7 +231,7 @@ void run_in_cluster(const job::JobConfig& job, const config::ClusterConfig& clus
   if (fault.stall_reader_step > 0 || fault.skip_allreduce_step > 0)
     run.before_batch = [fault](int64_t step) { before_batch_if_injected(fault, step); };
   if (plan.role == plan::Role::kEvaluate) return run_evaluator_task(job, plan, run, task);
-  run.final_checkpoint = cluster.spec.count("evaluator") > 0;
+  run.final_checkpoint = cluster.spec.count(config::TaskType::kEvaluator) > 0;
   if (!env.sample_log_dir.empty()) run.sample_log = str(env.sample_log_dir, "/", cluster.task.type, "-", cluster.task.index, ".samples");
   run_session(task, [&] {
     if (plan.role == plan::Role::kWait) {

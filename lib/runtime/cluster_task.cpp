@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "comm/flight_recorder.h"
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #if DTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #endif
-#include "comm/shm_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"

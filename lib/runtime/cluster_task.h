@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "rendezvous/cluster_session.h"
 #include "runtime/environment.h"
-#include "strategy/grid_groups.h"
+#include "strategy/parallel/grid_groups.h"
 
 namespace dtrain::runtime {
 
@@ -51,7 +51,7 @@ class ClusterTask {
   // hierarchical one (shared memory within each machine, as the rendezvous
   // learned them, Gloo between one leader per machine; on a single machine only
   // shared memory is used). Gloo connects each task to the few peers its
-  // collectives need (comm/gloo_pairs.h), or to every other with `full_mesh`.
+  // collectives need (comm/gloo/gloo_pairs.h), or to every other with `full_mesh`.
   std::unique_ptr<comm::Communicator> connect_training_tasks(const std::string& prefix, double timeout_seconds,
                                                              plan::TasksGroup group, bool full_mesh = false);
   // The machine of each training rank (chief 0, then the workers), as each task
@@ -62,7 +62,7 @@ class ClusterTask {
   // training tasks' group) under `prefix`: a data or tensor group lies on one
   // machine wherever every group of its axis does, and is then a shared-memory
   // group; the others (a pipeline's, whose stages send to each other, and groups
-  // across machines) are Gloo sub-groups of `workers` (strategy/grid_groups.h).
+  // across machines) are Gloo sub-groups of `workers` (strategy/parallel/grid_groups.h).
   strategy::GridGroups connect_grid_groups(const strategy::ParallelGrid& grid, comm::Communicator& workers,
                                            const std::string& prefix, double timeout_seconds);
 

@@ -43,6 +43,8 @@ Environment Environment::from_process() {
   env.listen_fd = variable("DTRAIN_LISTEN_FD");
   env.inject = variable("DTRAIN_INJECT");
   env.sample_log_dir = variable("DTRAIN_SAMPLE_LOG");
+  env.log_level = variable("DTRAIN_LOG_LEVEL");
+  env.task_log = variable("DTRAIN_TASK_LOG");
   env.progress_columns = std::max(0, leading_number("DTRAIN_PROGRESS_COLUMNS"));
   env.host.omp_num_threads = std::max(0, leading_number("OMP_NUM_THREADS"));
   env.host.local_rank = leading_number("LOCAL_RANK");

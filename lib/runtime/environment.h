@@ -37,6 +37,8 @@ struct Environment {
   // trained on (<type>-<index>.samples: "epoch step unix_us index ..."): the
   // audit that an elastic job's epochs see each sample once.
   std::string sample_log_dir;
+  std::string log_level;  // DTRAIN_LOG_LEVEL ("debug", "info", "warn"; "" = unset): log::level_named
+  std::string task_log;   // DTRAIN_TASK_LOG: this task's log file under `dtrain launch` ("" = not launched)
   int progress_columns = 0;  // DTRAIN_PROGRESS_COLUMNS: `dtrain launch` shows this task's progress in that width
   trainer::HostSettings host;  // OMP_NUM_THREADS, LOCAL_RANK, DTRAIN_ALLOW_TF32
 

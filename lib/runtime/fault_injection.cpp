@@ -12,7 +12,7 @@
 #include "checkpoint/durable_file.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "strategy/gradient_reducer.h"
+#include "strategy/sync/gradient_reducer.h"
 
 namespace dtrain::runtime {
 

@@ -10,20 +10,20 @@
 #include "ps/ps_server.h"
 #include "ps/shard_store.h"
 #include "runtime/task_roles.h"
-#include "trainer/records.h"
+#include "trainer/reporting/records.h"
 
 namespace dtrain::runtime {
 
 std::set<std::string> expendable_tasks(const config::ClusterSpec& cluster, bool workers) {
   std::set<std::string> out;
   for (const config::TaskId& t : cluster.all_tasks())
-    if (t.type == "evaluator" || (workers && t.type == "worker" && !(t == cluster.chief())))
+    if (t.is(config::TaskType::kEvaluator) || (workers && t.is(config::TaskType::kWorker) && !(t == cluster.chief())))
       out.insert(t.str());
   return out;
 }
 
 ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec& cluster) {
-  return ps::plan_placement(ps::model_variables(job.model, job.train.seed), cluster.count("ps"),
+  return ps::plan_placement(ps::model_variables(job.model, job.train.seed), cluster.count(config::TaskType::kPs),
                             job.strategy.partitioner);
 }
 
@@ -31,7 +31,7 @@ ps::Placement job_placement(const job::JobConfig& job, const config::ClusterSpec
 std::vector<std::string> training_workers(const config::ClusterSpec& cluster) {
   std::vector<std::string> out;
   for (const config::TaskId& t : cluster.all_tasks())
-    if (t.type == "worker" && !(t == cluster.chief())) out.push_back(t.str());
+    if (t.is(config::TaskType::kWorker) && !(t == cluster.chief())) out.push_back(t.str());
   return out;
 }
 

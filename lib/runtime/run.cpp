@@ -15,7 +15,7 @@
 #include "rendezvous/store_server.h"
 #include "runtime/fault_injection.h"
 #include "runtime/task_roles.h"
-#include "trainer/progress.h"
+#include "trainer/reporting/progress.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -70,7 +70,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
   if (env.progress_columns > 0) trainer::relay_progress(env.progress_columns);
   const plan::Machine machine = machine_of(job, env, cluster);
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine);
-  if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
+  if (cluster.spec.count(config::TaskType::kEvaluator) > 0) trainer::check_evaluator_job(job);
   // The task that writes the job's results refuses to overwrite an earlier run's.
   if (cluster.single_process() || cluster.task == cluster.spec.chief()) {
     trainer::check_fresh_output(job);
@@ -97,7 +97,7 @@ void run_job(const job::JobConfig& job, const Environment& env, const RunRequest
 void validate_task(const job::JobConfig& job, const Environment& env, const std::string& task_flag, bool json) {
   const config::ClusterConfig cluster = env.resolve_cluster(job.file_cluster(), job.runtime, task_flag);
   const plan::ExecutionPlan plan = plan::make_execution_plan(job, cluster, machine_of(job, env, cluster));
-  if (cluster.spec.count("evaluator") > 0) trainer::check_evaluator_job(job);
+  if (cluster.spec.count(config::TaskType::kEvaluator) > 0) trainer::check_evaluator_job(job);
   if (!cluster.single_process() && cluster.spec.address(cluster.task).empty()) {
     std::printf("ok   cluster from %s: %d tasks, world size %d; this task %s registers its address with the chief "
                 "(%s) at start\n",

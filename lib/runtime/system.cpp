@@ -3,10 +3,10 @@
 // device layer and the communicators.
 #include <nlohmann/json.hpp>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/strings.h"
 #if DTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #endif
 #include "kernels/device.h"
 #include "runtime/run.h"

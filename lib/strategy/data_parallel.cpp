@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "comm/local_communicator.h"
-#include "comm/shm_communicator.h"
+#include "comm/local/local_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #if DTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #endif
 #include "core/check.h"
 #include "core/error.h"
@@ -17,14 +17,14 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "optim/clipping.h"
-#include "strategy/fully_sharded.h"
-#include "strategy/grid_groups.h"
-#include "strategy/parallel_grid.h"
+#include "strategy/sync/fully_sharded.h"
+#include "strategy/parallel/grid_groups.h"
+#include "strategy/planning/parallel_grid.h"
 #include "strategy/registry.h"
-#include "strategy/shard_pieces.h"
-#include "strategy/tensor_parallel.h"
-#include "strategy/vocabulary_loss.h"
-#include "strategy/zero_shard.h"
+#include "strategy/sync/shard_pieces.h"
+#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/parallel/vocabulary_loss.h"
+#include "strategy/sync/zero_shard.h"
 
 namespace dtrain::strategy {
 namespace {

@@ -49,12 +49,12 @@
 #include <vector>
 
 #include "optim/loss_scale.h"
-#include "strategy/central_copy.h"
-#include "strategy/gradient_sync.h"
-#include "strategy/grid_groups.h"
-#include "strategy/replica_pool.h"
+#include "strategy/sync/central_copy.h"
+#include "strategy/sync/gradient_sync.h"
+#include "strategy/parallel/grid_groups.h"
+#include "strategy/parallel/replica_pool.h"
 #include "strategy/strategy.h"
-#include "strategy/update_step.h"
+#include "strategy/sync/update_step.h"
 
 namespace dtrain::strategy {
 

@@ -16,12 +16,12 @@
 #include "core/trace.h"
 #include "kernels/ops.h"
 #include "nn/losses.h"
-#include "strategy/gradient_reducer.h"
+#include "strategy/sync/gradient_reducer.h"
 #include "optim/clipping.h"
-#include "strategy/pipeline_links.h"
-#include "strategy/shard_pieces.h"
-#include "strategy/tensor_parallel.h"
-#include "strategy/vocabulary_loss.h"
+#include "strategy/parallel/pipeline_links.h"
+#include "strategy/sync/shard_pieces.h"
+#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/parallel/vocabulary_loss.h"
 
 namespace dtrain::strategy {
 namespace {

@@ -62,12 +62,12 @@
 #include <string>
 #include <vector>
 
-#include "strategy/gradient_sync.h"
-#include "strategy/grid_groups.h"
-#include "strategy/parallel_grid.h"
-#include "strategy/pipeline_stages.h"
+#include "strategy/sync/gradient_sync.h"
+#include "strategy/parallel/grid_groups.h"
+#include "strategy/planning/parallel_grid.h"
+#include "strategy/planning/pipeline_stages.h"
 #include "strategy/strategy.h"
-#include "strategy/update_step.h"
+#include "strategy/sync/update_step.h"
 #include "tensor/memory_scope.h"
 
 namespace dtrain::strategy {

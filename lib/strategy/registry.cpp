@@ -5,7 +5,7 @@
 #include <functional>
 #include <numeric>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "core/strings.h"
@@ -363,7 +363,7 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
   const StrategyEntry& entry = entry_of(strategy);
   const int training = cluster.world_size();
   if (strategy.elastic.on) check_elastic_cluster(strategy.elastic, training, source);
-  const int ps = cluster.count("ps");
+  const int ps = cluster.count(config::TaskType::kPs);
   const std::string where = str(strategy.path, ".type '", entry.name, "': ");
   if (entry.cross_task == CrossTask::kNothing && training > 1)
     throw ConfigError(str(where, "the cluster (", source, ") has ", training,
@@ -378,7 +378,7 @@ void check_cluster_roles(const StrategySpec& strategy, const config::ClusterSpec
     if (ps == 0)
       throw ConfigError(str(where, "the cluster (", source,
                             ") has no ps task to hold the variables; add cluster.ps (`dtrain launch --ps 1`)"));
-    if (cluster.count("worker") - (cluster.count("chief") == 0 ? 1 : 0) < 1)
+    if (cluster.count(config::TaskType::kWorker) - (cluster.count(config::TaskType::kChief) == 0 ? 1 : 0) < 1)
       throw ConfigError(str(where, "the cluster (", source,
                             ") has no worker besides the coordinator (the chief, or worker:0 without one) to "
                             "compute; add a worker"));

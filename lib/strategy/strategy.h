@@ -23,7 +23,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "ps/ps_client.h"
-#include "strategy/gradient_path.h"
+#include "strategy/sync/gradient_path.h"
 #include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {

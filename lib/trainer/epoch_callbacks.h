@@ -17,7 +17,7 @@
 #include <string>
 
 #include "config/job_file.h"
-#include "trainer/progress.h"
+#include "trainer/reporting/progress.h"
 
 namespace dtrain::trainer {
 

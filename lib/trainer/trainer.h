@@ -12,8 +12,8 @@
 #include "plan/execution_plan.h"
 #include "ps/ps_client.h"
 #include "rendezvous/store.h"
-#include "strategy/memory_estimate.h"
-#include "trainer/utilization.h"
+#include "strategy/planning/memory_estimate.h"
+#include "trainer/reporting/utilization.h"
 
 namespace dtrain::comm {
 class Communicator;

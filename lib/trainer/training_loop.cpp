@@ -8,8 +8,8 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "trainer/elastic_state.h"
-#include "trainer/job_setup.h"
-#include "trainer/progress.h"
+#include "trainer/setup/job_setup.h"
+#include "trainer/reporting/progress.h"
 
 namespace dtrain::trainer {
 namespace {

@@ -18,7 +18,7 @@
 #include "strategy/strategy.h"
 #include "trainer/callback_runner.h"
 #include "trainer/checkpointing.h"
-#include "trainer/records.h"
+#include "trainer/reporting/records.h"
 
 namespace dtrain::trainer {
 

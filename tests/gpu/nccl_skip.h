@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 
 namespace dtrain::testing {
 

@@ -12,7 +12,7 @@
 #include <limits>
 #include <thread>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "gpu/gpu_skip.h"
 #include "gpu/nccl_skip.h"
 #include "integration/job_files.h"

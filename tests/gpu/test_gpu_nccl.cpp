@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/bench_allreduce.h"
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "gpu/gpu_skip.h"

@@ -10,7 +10,7 @@
 // test_gpu_nccl_training.cpp.)
 #include <catch2/catch.hpp>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "gpu/gpu_skip.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"

@@ -17,7 +17,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/strings.h"
 #include "integration/job_files.h"
 #include "integration/run_dtrain.h"

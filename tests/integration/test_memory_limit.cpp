@@ -26,7 +26,7 @@ nlohmann::json wide_mlp_job() {
           {"device", "cpu"}};
 }
 
-// The figures of the wide MLP, as the estimate counts them (strategy/memory_estimate.cpp).
+// The figures of the wide MLP, as the estimate counts them (strategy/planning/memory_estimate.cpp).
 constexpr int64_t kParamBytes = (784LL * 4096 + 4096 + 2 * (4096LL * 4096 + 4096) + 4096 * 10 + 10) * 4;
 constexpr int64_t kActivations = (64LL * 784 + 3 * 64 * 4096 + 64 * 10) * 4;
 // The gradients before the three relus, the input gradients of the three layers

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "rendezvous/store.h"
 
 namespace dtrain::test {

@@ -3,7 +3,7 @@
 // and line. Each rule's scanner is first shown a line that breaks it, so a
 // scanner that matches nothing fails too.
 //   - no communicator is split outside comm/ (the backends), runtime/ (which
-//     builds every group once) and strategy/grid_groups.cpp (the one function
+//     builds every group once) and strategy/parallel/grid_groups.cpp (the one function
 //     that makes a grid's groups, the runtime's and in-process tests');
 //   - the process environment is read in runtime/environment.cpp only, besides
 //     the few places listed below, each for its stated reason;
@@ -76,8 +76,8 @@ TEST_CASE("architecture: no communicator is split outside the runtime, the backe
   CHECK(communicator_splits({"a.cpp:1:   dense->split({kind, parts});"}).empty());
   CHECK(communicator_splits({"a.cpp:1:   auto g = workers.split(c, i);"}).size() == 1);
   const std::vector<std::string> found = communicator_splits(find_lines(
-      {"lib", "apps"}, kSplitCall, {"lib/comm/", "lib/runtime/", "lib/strategy/grid_groups.cpp"}));
-  INFO("communicator splits outside runtime/, comm/ and strategy/grid_groups.cpp:\n" << lines_text(found));
+      {"lib", "apps"}, kSplitCall, {"lib/comm/", "lib/runtime/", "lib/strategy/parallel/grid_groups.cpp"}));
+  INFO("communicator splits outside runtime/, comm/ and strategy/parallel/grid_groups.cpp:\n" << lines_text(found));
   CHECK(found.empty());
 }
 
@@ -88,7 +88,6 @@ TEST_CASE("architecture: the environment is read once, by runtime::Environment, 
   const std::vector<std::string> allowed = {
       "lib/runtime/environment.",  // the one reader
       "lib/launch/",               // dtrain launch hands its environment on to the tasks it starts
-      "lib/core/log.cpp",          // DTRAIN_LOG_LEVEL / DTRAIN_TASK_LOG, read at the first log line
       "apps/dtrain/openmp_wait.cpp",      // before main(): whether to re-exec with an OpenMP wait policy
       "apps/dtrain/bench_rendezvous.cpp",  // hands the environment on to the tasks it starts
   };
@@ -97,12 +96,20 @@ TEST_CASE("architecture: the environment is read once, by runtime::Environment, 
   CHECK(found.empty());
 }
 
-TEST_CASE("architecture: Asio only in the rendezvous and parameter-server modules") {
+TEST_CASE("architecture: Asio only inside the rendezvous module's transport, out of every public header") {
   const std::regex asio(R"(#include\s*[<"]asio)");
   CHECK(std::regex_search("#include <asio.hpp>", asio));
-  const std::vector<std::string> found = find_lines({"lib", "apps"}, asio, {"lib/rendezvous/", "lib/ps/"});
-  INFO("Asio included outside rendezvous/ and ps/:\n" << lines_text(found));
+  // Its sources and the one internal header that holds the Asio objects.
+  std::vector<std::string> found = find_lines({"lib", "apps"}, asio, {"lib/rendezvous/"});
+  for (const std::string& line : find_lines({"lib/rendezvous"}, asio, {}))
+    if (line.find(".h:") != std::string::npos && line.rfind("lib/rendezvous/asio_transport.h:", 0) != 0)
+      found.push_back(line);
+  INFO("Asio included outside lib/rendezvous's sources and asio_transport.h:\n" << lines_text(found));
   CHECK(found.empty());
+  const std::regex internal(R"(#include\s*"rendezvous/asio_transport\.h")");
+  const std::vector<std::string> reached = find_lines({"lib", "apps"}, internal, {"lib/rendezvous/"});
+  INFO("rendezvous/asio_transport.h included outside lib/rendezvous:\n" << lines_text(reached));
+  CHECK(reached.empty());
 }
 
 TEST_CASE("architecture: layer, loss and strategy types are compared as kinds and facts, not names, after parsing") {
@@ -118,5 +125,15 @@ TEST_CASE("architecture: layer, loss and strategy types are compared as kinds an
   const std::vector<std::string> found = find_lines(
       {"lib", "apps"}, by_name, {"lib/nn/keras_model.cpp", "lib/nn/keras_graph.cpp", "lib/strategy/registry.cpp"});
   INFO("type names compared outside the readers:\n" << lines_text(found));
+  CHECK(found.empty());
+}
+
+TEST_CASE("architecture: task types are compared as config::TaskType kinds outside the cluster readers") {
+  const std::regex by_name(R"re(([!=]=\s*"(chief|worker|ps|evaluator)")|(count\("(chief|worker|ps|evaluator)"\)))re");
+  CHECK(std::regex_search(R"(    if (t.type == "evaluator" || workers))", by_name));
+  CHECK(std::regex_search(R"(  const int ps = cluster.count("ps");)", by_name));
+  CHECK_FALSE(std::regex_search(R"(    if (t.is(config::TaskType::kEvaluator)))", by_name));
+  const std::vector<std::string> found = find_lines({"lib", "apps"}, by_name, {"lib/config/"});
+  INFO("task type names compared outside lib/config/:\n" << lines_text(found));
   CHECK(found.empty());
 }

@@ -36,10 +36,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
-#include "comm/nccl_support.h"
-#include "comm/shm_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
+#include "comm/nccl/nccl_support.h"
+#include "comm/shm/shm_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "rendezvous/store.h"
@@ -48,7 +48,7 @@
 #if DTRAIN_CONFORMANCE_NCCL
 #include <cuda_runtime.h>
 
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #endif
 
 namespace dtrain::test::conformance {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "rendezvous/store.h"
 #include "support/rank_threads.h"
 

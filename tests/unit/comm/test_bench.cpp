@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "comm/bench_allreduce.h"
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "rendezvous/store_client.h"

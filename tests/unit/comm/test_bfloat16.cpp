@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "comm/flight_recorder.h"
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/rng.h"
 #include "core/strings.h"
 #include "rendezvous/store.h"

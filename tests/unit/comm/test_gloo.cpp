@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"

@@ -1,4 +1,4 @@
-// Which Gloo pairs a communicator connects (comm/gloo_pairs.h): only the
+// Which Gloo pairs a communicator connects (comm/gloo/gloo_pairs.h): only the
 // neighbours its collectives need when it is made, a pair more on a first send or
 // recv to another rank, the rest of the mesh on the first reduce_scatter; and
 // every collective still exact on a group (9 ranks) where most pairs are absent.
@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
-#include "comm/gloo_pairs.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/gloo/gloo_pairs.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/timer.h"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/local_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/strings.h"

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "job/job_config.h"

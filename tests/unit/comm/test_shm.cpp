@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "comm/flight_recorder.h"
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "comm/reduction.h"
-#include "comm/shm_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/strings.h"

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "comm/nccl_support.h"
+#include "comm/nccl/nccl_support.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "plan/execution_plan.h"

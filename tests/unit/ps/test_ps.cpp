@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "job/job_config.h"

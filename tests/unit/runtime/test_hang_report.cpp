@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "comm/flight_recorder.h"
-#include "comm/local_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/trace.h"
 #include "runtime/hang_report.h"
 

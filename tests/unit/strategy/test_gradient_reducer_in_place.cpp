@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/shm_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #include "rendezvous/store.h"
-#include "strategy/gradient_reducer.h"
+#include "strategy/sync/gradient_reducer.h"
 #include "support/rank_threads.h"
 
 using namespace dtrain;

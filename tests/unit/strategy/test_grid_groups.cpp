@@ -1,4 +1,4 @@
-// The grid's groups (strategy/grid_groups.h) made once from the training tasks'
+// The grid's groups (strategy/parallel/grid_groups.h) made once from the training tasks'
 // group: each task's pipeline, data and tensor groups hold the ranks the grid
 // names, in its order; a group of every task is the workers themselves, a group
 // of one needs no connection, and a maker's groups (the runtime's shared memory)
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/local_communicator.h"
-#include "strategy/grid_groups.h"
+#include "comm/local/local_communicator.h"
+#include "strategy/parallel/grid_groups.h"
 #include "support/rank_threads.h"
 
 using namespace dtrain;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/flight_recorder.h"
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "rendezvous/store.h"
 #include "strategy/registry.h"
@@ -125,7 +125,7 @@ TEST_CASE("loss scaling is exact with gradient accumulation, and an inf in any m
   CHECK(poisoned[4] == std::to_string(16384.0));
 }
 
-// (mixed_float16 on the CPU: trainer/job_setup.h's check_precision, tested through
+// (mixed_float16 on the CPU: trainer/setup/job_setup.h's check_precision, tested through
 // the binary in tests/integration/test_bad_input.cpp.)
 TEST_CASE("mixed_float16 is a ConfigError with central_storage or parameter_server") {
   for (const char* type : {"central_storage", "parameter_server"}) {

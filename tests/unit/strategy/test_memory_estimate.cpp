@@ -1,10 +1,10 @@
-// The memory estimate (strategy/memory_estimate.h) to the byte on small models
+// The memory estimate (strategy/planning/memory_estimate.h) to the byte on small models
 // worked out by hand: parameters, gradients and Adam's two slots of an MLP, its
 // activations and backward buffers as the estimate's model counts them (input
 // batch, layer outputs, input gradients above the first Dense, the gradient
 // before a fused relu, the loss's gradient); optimizer shards, accumulation,
 // local replicas, the central copy, bfloat16, a layer range with its auto names;
-// runtime.memory_limit's byte sizes; the job-to-query mapping (trainer/job_setup.h)
+// runtime.memory_limit's byte sizes; the job-to-query mapping (trainer/setup/job_setup.h)
 // and the over-limit message.
 #include <catch2/catch.hpp>
 #include <string>
@@ -12,9 +12,9 @@
 #include "config/job_file.h"
 #include "core/error.h"
 #include "job/job_config.h"
-#include "strategy/memory_estimate.h"
+#include "strategy/planning/memory_estimate.h"
 #include "plan/plan_memory.h"
-#include "trainer/job_setup.h"
+#include "trainer/setup/job_setup.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;

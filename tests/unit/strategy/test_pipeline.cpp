@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "core/host.h"
 #include "core/strings.h"
 #include "job/job_config.h"
 #include "rendezvous/store.h"
-#include "strategy/parallel_grid.h"
+#include "strategy/planning/parallel_grid.h"
 #include "strategy/pipeline.h"
-#include "strategy/pipeline_links.h"
-#include "strategy/pipeline_profile.h"
-#include "strategy/pipeline_stages.h"
+#include "strategy/parallel/pipeline_links.h"
+#include "strategy/planning/pipeline_profile.h"
+#include "strategy/planning/pipeline_stages.h"
 #include "strategy/registry.h"
 #include "support/gloo_rank.h"
 #include "support/rank_threads.h"

@@ -1,4 +1,4 @@
-// Where the local replicas of a data-parallel job compute (strategy/replica_devices.h):
+// Where the local replicas of a data-parallel job compute (strategy/planning/replica_devices.h):
 // on the CPU all share it; on GPUs mirrored puts one replica on each GPU, from
 // strategy.devices or counting up from the job's GPU, and every way to ask for a
 // GPU that is not there, or for several GPUs under a strategy that keeps one, is
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "job/job_config.h"
-#include "strategy/replica_devices.h"
+#include "strategy/planning/replica_devices.h"
 #include "support/tiny_dense_job.h"
 
 using namespace dtrain;

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "job/job_config.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "optim/optimizer.h"
 #include "rendezvous/store.h"
-#include "strategy/gradient_reducer.h"
+#include "strategy/sync/gradient_reducer.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"
@@ -187,7 +187,7 @@ TEST_CASE("gradient buckets average the gradients, and values riding along come 
   }
 }
 
-TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie; a ride-along packs the last") {
+TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie, and a ride-along packs the last") {
   constexpr int kRanks = 2;
   auto group = comm::make_local_group(kRanks, 30.0);
   for (const bool ride : {false, true}) {

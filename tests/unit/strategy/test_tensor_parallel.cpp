@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "comm/local_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "job/job_config.h"
 #include "rendezvous/store.h"
-#include "strategy/memory_estimate.h"
+#include "strategy/planning/memory_estimate.h"
 #include "strategy/registry.h"
-#include "strategy/tensor_parallel.h"
-#include "strategy/vocabulary_loss.h"
+#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/parallel/vocabulary_loss.h"
 #include "support/gloo_rank.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"

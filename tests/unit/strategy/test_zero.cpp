@@ -24,14 +24,14 @@
 #include <string>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
-#include "comm/local_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "core/error.h"
 #include "job/job_config.h"
 #include "optim/optimizer.h"
 #include "rendezvous/store.h"
 #include "strategy/data_parallel.h"
-#include "strategy/memory_estimate.h"
+#include "strategy/planning/memory_estimate.h"
 #include "strategy/registry.h"
 #include "support/rank_threads.h"
 #include "support/tiny_dense_job.h"

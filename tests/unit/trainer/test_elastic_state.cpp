@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "comm/local_communicator.h"
+#include "comm/local/local_communicator.h"
 #include "strategy/strategy.h"
 #include "support/tiny_dense_job.h"
 #include "trainer/elastic_state.h"

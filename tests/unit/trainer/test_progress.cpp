@@ -1,9 +1,9 @@
-// The progress bar's text (trainer/progress.h): Keras' parts (the bar, the ETA,
+// The progress bar's text (trainer/reporting/progress.h): Keras' parts (the bar, the ETA,
 // the time per step, loss and accuracy) fitted to the terminal's width, the least
 // important dropped first on a narrow one.
 #include <catch2/catch.hpp>
 
-#include "trainer/progress.h"
+#include "trainer/reporting/progress.h"
 
 using dtrain::trainer::progress_line;
 using dtrain::trainer::StepProgress;

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "job/job_config.h"
-#include "trainer/utilization.h"
+#include "trainer/reporting/utilization.h"
 
 using namespace dtrain;
 using namespace dtrain::trainer;
