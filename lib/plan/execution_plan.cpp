@@ -11,8 +11,7 @@
 #include "plan/plan_parts.h"
 #include "strategy/sync/fully_sharded.h"
 #include "strategy/planning/parallel_grid.h"
-#include "strategy/parallel/tensor_parallel.h"
-#include "strategy/parallel/vocabulary_loss.h"
+#include "strategy/planning/tensor_split.h"
 
 namespace dtrain::plan {
 namespace {

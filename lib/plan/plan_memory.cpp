@@ -7,8 +7,7 @@
 #include "core/strings.h"
 #include "strategy/planning/parallel_grid.h"
 #include "strategy/registry.h"
-#include "strategy/parallel/tensor_parallel.h"
-#include "strategy/parallel/vocabulary_loss.h"
+#include "strategy/planning/tensor_split.h"
 
 namespace dtrain::plan {
 namespace {

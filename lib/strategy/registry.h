@@ -12,9 +12,13 @@
 #include <vector>
 
 #include "config/cluster_spec.h"
-#include "strategy/strategy.h"
+#include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
+
+// The registry's facts need no strategy's code: its factories name these only.
+class Strategy;
+struct StrategyContext;
 
 // What a strategy needs between the tasks of a job.
 enum class CrossTask {

@@ -31,15 +31,6 @@ namespace dtrain::strategy {
 class StageLinks;  // pipeline_links.h
 struct GridGroups;  // grid_groups.h
 
-// What a strategy is built from: the parts of the job it needs.
-struct StrategyJob {
-  const StrategySpec& strategy;
-  const nn::ModelSpec& model;
-  const nn::LossSpec& loss;
-  const optim::OptimizerSpec& optimizer;
-  const config::TrainSpec& train;
-};
-
 // What a strategy gets from the cluster runtime.
 struct StrategyContext {
   // multi_worker_mirrored: the group of the job's training tasks (chief + workers).

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "config/job_file.h"
 #include "config/section.h"
+#include "nn/model_spec.h"
+#include "optim/optimizer_spec.h"
 #include "ps/placement.h"
 #include "ps/ps_server.h"
 
@@ -112,5 +115,15 @@ const StrategyEntry& entry_of(const StrategySpec& spec);
 
 // Reads the strategy section; an absent section is StrategySpec{} (one_device).
 StrategySpec read_strategy_spec(const config::Value& value);
+
+// What a strategy is built from (and what the planning rules read): the parts
+// of the job it needs.
+struct StrategyJob {
+  const StrategySpec& strategy;
+  const nn::ModelSpec& model;
+  const nn::LossSpec& loss;
+  const optim::OptimizerSpec& optimizer;
+  const config::TrainSpec& train;
+};
 
 }  // namespace dtrain::strategy

@@ -9,10 +9,6 @@
 
 namespace dtrain::strategy {
 
-bool vocabulary_parallel_loss(const nn::LossSpec& loss) {
-  return loss.from_logits && nn::loss_type_of(loss).cross_entropy;
-}
-
 VocabularyParallelLoss::VocabularyParallelLoss(comm::Communicator& group, int64_t classes)
     : group_(group), classes_(classes) {
   DT_CHECK(classes % group.size() == 0, "a vocabulary of ", classes, " over ", group.size(), " tasks");

@@ -40,8 +40,4 @@ class VocabularyParallelLoss {
   std::vector<float> maxima_, gathered_, sums_, argmax_;
 };
 
-// Whether `loss` is a cross-entropy from logits (what the vocabulary split of the
-// output layer can compute).
-bool vocabulary_parallel_loss(const nn::LossSpec& loss);
-
 }  // namespace dtrain::strategy

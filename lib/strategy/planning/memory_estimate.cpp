@@ -54,7 +54,7 @@
 #include "core/strings.h"
 #include "nn/layer_factory.h"
 #include "optim/optimizer.h"
-#include "strategy/parallel/tensor_parallel.h"
+#include "strategy/planning/tensor_split.h"
 #include "tensor/arena.h"
 
 namespace dtrain::strategy {

@@ -8,7 +8,7 @@
 
 #include "comm/communicator.h"
 #include "strategy/planning/pipeline_stages.h"
-#include "strategy/strategy.h"
+#include "strategy/strategy_spec.h"
 
 namespace dtrain::strategy {
 

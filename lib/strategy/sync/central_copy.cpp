@@ -13,6 +13,8 @@ CentralCopy::CentralCopy(const StrategyJob& job)
   params_ = model_->params();
   trainable_ = model_->trainable_params();
   optimizer_->create_state(trainable_, model_->arena());
+  sync_ = std::make_unique<NoSync>(trainable_);
+  update_.emplace(*optimizer_, nullptr);
 }
 
 void CentralCopy::read_into(nn::Sequential& replica) const {
@@ -53,7 +55,7 @@ void CentralCopy::apply(const std::vector<nn::Sequential*>& replicas, int64_t st
     for (const auto& params : theirs) tensors.push_back(p.trainable() ? &params[i]->grad : &params[i]->value);
     mean_into(p.trainable() ? p.grad : p.value, tensors);
   }
-  optimizer_->apply(trainable_, step);
+  update_->run(*sync_, /*finite=*/true, step);
 }
 
 }  // namespace dtrain::strategy

@@ -7,11 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
 #include "strategy/strategy.h"
+#include "strategy/sync/gradient_sync.h"
+#include "strategy/sync/update_step.h"
 
 namespace dtrain::strategy {
 
@@ -35,6 +38,10 @@ class CentralCopy {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<nn::Param*> params_;     // every param, in params() order
   std::vector<nn::Param*> trainable_;  // the trainable ones
+  // The one update tail (update_step.h) on the central gradients: nothing to
+  // combine further (NoSync), no loss scaling (central_storage refuses it).
+  std::unique_ptr<NoSync> sync_;
+  std::optional<UpdateStep> update_;
 };
 
 }  // namespace dtrain::strategy

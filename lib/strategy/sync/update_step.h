@@ -1,5 +1,6 @@
 // UpdateStep: the end of a training step, written once for every strategy that
-// updates its own parameters (data parallelism in all its forms, pipelines):
+// updates parameters itself (data parallelism in all its forms, central_storage's
+// central copy, pipelines; a parameter_server's update is the ps task's):
 // after the gradient sync has made the gradients the group's mean,
 //
 //   1. loss scaling: a step with an inf or NaN anywhere is skipped (the caller

@@ -137,3 +137,22 @@ TEST_CASE("architecture: task types are compared as config::TaskType kinds outsi
   INFO("task type names compared outside lib/config/:\n" << lines_text(found));
   CHECK(found.empty());
 }
+
+TEST_CASE("architecture: strategy/planning/ is a floor: the rules read specs and registry facts, no strategy code") {
+  // What a planning rule may include of strategy/: its own folder, the specs and
+  // the registry's facts; never the Strategy interface, a strategy, a sync or a
+  // parallel part (what the execution plan applies must not need them).
+  const std::regex strategy_include(R"re(#include\s*"strategy/)re");
+  const std::regex allowed(R"re(#include\s*"strategy/(planning/[a-z_]+\.h|strategy_spec\.h|registry\.h)")re");
+  CHECK(std::regex_search(R"(#include "strategy/sync/gradient_sync.h")", strategy_include));
+  CHECK(std::regex_search(R"(#include "strategy/planning/parallel_grid.h")", allowed));
+  CHECK_FALSE(std::regex_search(R"(#include "strategy/strategy.h")", allowed));
+  std::vector<std::string> found;
+  for (const std::string& line : find_lines({"lib/strategy/planning"}, strategy_include, {}))
+    if (!std::regex_search(line, allowed)) found.push_back(line);
+  INFO("strategy/planning/ including strategy code:\n" << lines_text(found));
+  CHECK(found.empty());
+  // registry.h's facts stand without the Strategy interface.
+  for (const std::string& line : find_lines({"lib/strategy"}, strategy_include, {}))
+    if (line.rfind("lib/strategy/registry.h:", 0) == 0) CHECK(std::regex_search(line, allowed));
+}
