@@ -168,7 +168,10 @@ Gradients plan_gradients(const job::JobConfig& job, const Machine& machine, cons
   in.tasks_group = p.needs_tasks_group();
   in.nccl_tasks = in.nccl_local = on_gpu && nccl_allowed(job, machine);
   Gradients g = strategy::gradient_path(job.strategy, *p.strategy, in);
-  const std::string shared = g == Gradients::kNccl ? shared_gpu(machine, p) : "";
+  // One GPU task's gradients over the tasks: a GPU shared by two tasks rules NCCL out.
+  const bool one_gpu_replica = on_gpu && job.strategy.tensor_parallel <= 1 &&
+                               (g == Gradients::kNccl || g == Gradients::kTasks);
+  const std::string shared = one_gpu_replica ? shared_gpu(machine, p) : "";
   if (!shared.empty()) {  // Gloo through host copies, unless NCCL was asked for by name
     if (job.strategy.communication == Communication::kNccl)
       throw ConfigError(str(job.strategy.path, ".communication: 'nccl', but ", shared,

@@ -39,7 +39,8 @@ struct DeadlineSocket::Impl {
   bool run_until(const bool& done, DeadlineSocket::Clock::duration timeout);
 };
 
-// How an Asio error ends a transfer (eof, reset, broken pipe: the peer closed).
+// How an Asio error ends a transfer (eof, reset, broken pipe: the peer closed;
+// anything else kFailed; only the caller's deadline is kTimedOut).
 Transfer transfer_of(const std::error_code& ec);
 
 }  // namespace dtrain::rendezvous

@@ -89,13 +89,11 @@ GradientReducer::GradientReducer(const std::vector<nn::Param*>& params, comm::Co
               });
   const bool host_float32 = !device_ && !in_place_ && dtype == AllreduceDType::kFloat32;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    size_t floats = 0;
-    for (const nn::Param* p : buckets_[b].params) {
-      bucket_of_[p] = b;
-      floats += static_cast<size_t>(p->grad.numel());
-    }
-    if (host_float32) set_view(buckets_[b]);
-    if (!device_ && !in_place_ && !buckets_[b].view) buckets_[b].buffer.resize(floats);
+    Bucket& bucket = buckets_[b];
+    for (const nn::Param* p : bucket.params) bucket_of_[p] = b;
+    lay_out(bucket, /*arena=*/dtype == AllreduceDType::kFloat32);
+    if (host_float32) set_view(bucket);
+    if (!device_ && !in_place_ && !bucket.view) bucket.buffer.resize(bucket.floats);  // (zeros: the padding)
   }
   if (!device_) {
     thread_ = std::thread([this] { comm_loop(); });
@@ -114,6 +112,19 @@ size_t GradientReducer::view_buckets() const {
   return static_cast<size_t>(std::count_if(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.view; }));
 }
 
+void GradientReducer::lay_out(Bucket& bucket, bool arena) {
+  // Model order is the reverse of the bucket's: its last param comes first.
+  // (bfloat16 buckets are never views: their layout is dense.)
+  size_t offset = 0;
+  bucket.at.assign(bucket.params.size(), 0);
+  for (size_t i = bucket.params.size(); i-- > 0;) {
+    const int64_t n = bucket.params[i]->grad.numel();
+    bucket.at[i] = offset;
+    bucket.floats = offset + static_cast<size_t>(n);
+    offset += static_cast<size_t>(arena ? TensorArena::padded(n) : n);
+  }
+}
+
 void GradientReducer::set_view(Bucket& bucket) {
   // The bucket's params are in reverse model order: the range starts at the last
   // one's gradient and each next one's follows the one before (its padding apart).
@@ -125,7 +136,8 @@ void GradientReducer::set_view(Bucket& bucket) {
     if (params[i - 1]->grad.data() != before.data() + TensorArena::padded(before.numel())) return;
   }
   bucket.view = params.back()->grad.data();
-  bucket.view_count = static_cast<size_t>(params.front()->grad.data() + params.front()->grad.numel() - bucket.view);
+  DT_CHECK_EQ(static_cast<size_t>(params.front()->grad.data() + params.front()->grad.numel() - bucket.view),
+              bucket.floats);
 }
 
 GradientReducer::~GradientReducer() {
@@ -148,14 +160,8 @@ void GradientReducer::ride_along(size_t count, std::function<void(float* values)
     return;
   }
   if (!device_) {
-    if (last.view) {  // the values need a buffer to travel with: the last bucket is packed
-      last.view = nullptr;
-      last.view_count = 0;
-      size_t floats = 0;
-      for (const nn::Param* p : last.params) floats += static_cast<size_t>(p->grad.numel());
-      last.buffer.resize(floats);
-    }
-    last.buffer.resize(last.buffer.size() + count);
+    last.view = nullptr;  // the values need a buffer to travel with: the last bucket is packed
+    last.buffer.resize(last.floats + count);
     return;
   }
   const int64_t floats = last.device_buffer.numel();
@@ -210,13 +216,11 @@ void GradientReducer::param_ready(const nn::Param* p) {
 void GradientReducer::pack(Bucket& bucket, bool last) {
   // Pack on this thread (a memcpy, or a copy from the GPU that waits for the
   // backward ops issued so far), reduce on the communication thread.
-  float* dst = bucket.buffer.data();
-  for (const nn::Param* q : bucket.params) {
-    q->grad.copy_to_host(dst);
-    dst += q->grad.numel();
-  }
-  if (track_non_finite_) non_finite_ += count_non_finite(bucket.buffer.data(), dst - bucket.buffer.data());
-  if (fill_extras_ && last) fill_extras_(dst);
+  // At the wire layout's places: the padding between them stays zero.
+  float* base = bucket.buffer.data();
+  for (size_t k = 0; k < bucket.params.size(); ++k) bucket.params[k]->grad.copy_to_host(base + bucket.at[k]);
+  if (track_non_finite_) non_finite_ += count_non_finite(base, bucket.floats);
+  if (fill_extras_ && last) fill_extras_(base + bucket.floats);
 }
 
 double GradientReducer::finish_step() {
@@ -358,9 +362,9 @@ void GradientReducer::reduce_bucket(size_t b) {
   }
   if (bucket.view) {
     const trace::Span span("all-reduce", "comm",
-                           trace::enabled() ? str("bucket ", b, ", ", bucket.view_count * 4, " bytes, in place")
+                           trace::enabled() ? str("bucket ", b, ", ", bucket.floats * 4, " bytes, in place")
                                             : std::string());
-    comm_.all_reduce(bucket.view, bucket.view_count, comm::ReduceOp::kMean);
+    comm_.all_reduce(bucket.view, bucket.floats, comm::ReduceOp::kMean);
     return;
   }
   const bool bfloat16 = dtype_ == AllreduceDType::kBfloat16;
@@ -368,15 +372,12 @@ void GradientReducer::reduce_bucket(size_t b) {
   const trace::Span span("all-reduce", "comm", trace::enabled() ? str("bucket ", b, ", ", bytes, " bytes") : std::string());
   if (bfloat16) comm_.all_reduce_bfloat16(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
   else comm_.all_reduce(bucket.buffer.data(), bucket.buffer.size(), comm::ReduceOp::kMean);
-  const float* src = bucket.buffer.data();
-  for (nn::Param* q : bucket.params) {
-    // On a GPU the copy is issued on the compute stream, before the
-    // optimizer's update, which is issued after finish_step().
-    q->grad.copy_from_host(src);
-    src += q->grad.numel();
-  }
+  const float* base = bucket.buffer.data();
+  // On a GPU the copies are issued on the compute stream, before the
+  // optimizer's update, which is issued after finish_step().
+  for (size_t k = 0; k < bucket.params.size(); ++k) bucket.params[k]->grad.copy_from_host(base + bucket.at[k]);
   if (fill_extras_ && b + 1 == buckets_.size())  // the mean back to the sum
-    for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = src[i] * static_cast<float>(comm_.size());
+    for (size_t i = 0; i < extras_.size(); ++i) extras_[i] = base[bucket.floats + i] * static_cast<float>(comm_.size());
 }
 
 }  // namespace dtrain::strategy

@@ -6,13 +6,16 @@
 // finish_step() unless the communication thread is still busy.
 //
 // Buckets are filled in reverse model order, the order backward produces
-// gradients. Where a bucket's float32 host gradients lie back to back in the
-// model's gradient arena (nn::Sequential::place; the arena's padding between
-// them is zero) the bucket is a view of that range, all-reduced (mean) where it
-// lies: no copies (PyTorch DDP's gradient_as_bucket_view). Otherwise (GPU
-// gradients through host copies, bfloat16 on the wire, scattered tensors; the
-// last bucket when values ride along with it) the gradients are copied into one
-// flat buffer, all-reduced and copied back; or, on a communicator that reduces pieces in place
+// gradients. On the host a bucket travels in one layout on every task: its
+// gradients in model order at the offsets an arena gives them (each padded to
+// TensorArena::kAlignFloats, the padding zero). Where a bucket's float32 host
+// gradients lie back to back in the model's gradient arena
+// (nn::Sequential::place) the bucket is a view of that range, all-reduced (mean)
+// where it lies: no copies (PyTorch DDP's gradient_as_bucket_view). Otherwise
+// (GPU gradients through host copies, bfloat16 on the wire, scattered tensors;
+// the last bucket when values ride along with it) the gradients are copied into
+// a buffer of that layout, all-reduced and copied back: a task that views and
+// one that packs send the same floats (bfloat16 buckets, never views, are dense); or, on a communicator that reduces pieces in place
 // (shared memory: Communicator::reduces_pieces_in_place) with float32 gradients
 // in host memory, handed to it as they lie (all_reduce_pieces): it copies them
 // straight into its segment and the mean straight back, two copies fewer.
@@ -112,15 +115,21 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<nn::Param*> params;
-    std::vector<float> buffer;  // the host path's (not when reducing in place or a view)
+    // The host path's wire layout, the same on every task whatever its device:
+    // the gradients in model order, each at a TensorArena::padded offset (the
+    // layout of an arena, so a view and a packed buffer agree), then the extras.
+    std::vector<size_t> at;     // each param's offset (the order of `params`)
+    size_t floats = 0;          // the gradients' span, without the extras
+    std::vector<float> buffer;  // the host path's packed copy (not when reducing in place or a view)
     float* view = nullptr;      // the host path's arena range of the gradients, reduced there (or nullptr)
-    size_t view_count = 0;
     std::vector<comm::Piece> pieces;  // in place: the gradients, then the ride-along values
     size_t ready = 0;
     Tensor device_buffer;       // the device path's: the gradients, then the extras
     Tensor wire;                // the device path's bfloat16 copy of it (allreduce_dtype bfloat16)
     std::unique_ptr<comm::DeviceWork> work;  // the device path's all-reduce in flight
   };
+  // The bucket's wire layout (at, floats): an arena's (float32) or dense (bfloat16).
+  static void lay_out(Bucket& bucket, bool arena);
   // Makes `bucket` a view of the arena where its gradients lie back to back.
   static void set_view(Bucket& bucket);
   void comm_loop();

@@ -170,11 +170,13 @@ TEST_CASE("allreduce_dtype bfloat16: two workers learn like float32 ones, with h
     CHECK(last[0] == last[1]);
     return std::vector<double>{first[0], last[0]};
   };
-  // The tiny model's 83 gradients travel in one bucket: 332 bytes in float32
-  // (plus 16 for the 4 metrics riding along), 166 in bfloat16 (the metrics then
-  // take an all-reduce of their own, in float32).
+  // The tiny model's 83 gradients travel in one bucket: in float32 at the places
+  // the model's arena gives them (4 tensors, each padded to 64 floats: the last
+  // one's 3 unpadded, 195 floats; plus 4 metrics riding along: 796 bytes, the
+  // same whether a task reduces its arena in place or packs), 166 bytes in
+  // bfloat16 (dense; the metrics then take an all-reduce of their own, in float32).
   const std::vector<double> f32 = train("float32");
-  CHECK_THAT(comm::flight_record(), Contains("float32-grads all_reduce 348 bytes: completed"));
+  CHECK_THAT(comm::flight_record(), Contains("float32-grads all_reduce 796 bytes: completed"));
   const std::vector<double> bf16 = train("bfloat16");
   const std::string record = comm::flight_record();
   CHECK_THAT(record, Contains("bfloat16-grads all_reduce_bf16 166 bytes: completed"));

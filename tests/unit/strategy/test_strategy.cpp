@@ -236,6 +236,42 @@ TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie
   }
 }
 
+TEST_CASE("gradient buckets travel in one layout: a task that views its arena and one that packs agree") {
+  // Rank 0's gradients lie in an arena (views); rank 1's are separate tensors
+  // (packed, as a GPU task's host copies are): the same floats must go on the wire.
+  constexpr int kRanks = 2;
+  auto group = comm::make_local_group(kRanks, 30.0);
+  std::vector<std::vector<float>> grads(kRanks);
+  std::vector<size_t> views(kRanks);
+  test::check_all_ok(test::run_on_threads(kRanks, [&](int rank) -> std::string {
+    Tensor base({3 * TensorArena::kAlignFloats});
+    TensorArena arena(base);
+    std::vector<nn::Param> params(3);
+    const int64_t sizes[3] = {5, 20, 3};
+    for (int i = 0; i < 3; ++i) {
+      params[i].grad = rank == 0 ? arena.take({sizes[i]}) : Tensor({sizes[i]});
+      for (int64_t e = 0; e < sizes[i]; ++e) params[i].grad.data()[e] = static_cast<float>(rank * 10 + i);
+    }
+    std::vector<nn::Param*> pointers = {&params[0], &params[1], &params[2]};
+    strategy::GradientReducer reducer(pointers, *group[rank], 80);
+    views[rank] = reducer.view_buckets();
+    for (int step = 0; step < 2; ++step) {
+      reducer.begin_step();
+      for (int i = 2; i >= 0; --i) reducer.param_ready(&params[i]);
+      reducer.finish_step();
+    }
+    for (const nn::Param& p : params) grads[rank].insert(grads[rank].end(), p.grad.data(), p.grad.data() + p.grad.numel());
+    return "";
+  }));
+  CHECK(views[0] == 2);
+  CHECK(views[1] == 1);  // {p0} alone is a view of its own tensor; {p2, p1} is packed
+  // The mean of i and 10 + i, element by element, on both.
+  std::vector<float> expected;
+  for (int i = 0; i < 3; ++i) expected.insert(expected.end(), static_cast<size_t>(i == 0 ? 5 : i == 1 ? 20 : 3), 5.0f + i);
+  CHECK(grads[0] == expected);
+  CHECK(grads[1] == expected);
+}
+
 namespace {
 
 // The tiny job with rmsprop (centered, momentum) and the clipping option `clip`
