@@ -7,6 +7,7 @@
 // (The job is parsed with lib/job, which sits above strategy: tests may link up.)
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -187,6 +188,31 @@ TEST_CASE("gradient buckets average the gradients, and values riding along come 
   }
 }
 
+namespace {
+
+// Three params of 5, 20 and 3 floats whose gradients lie back to back in
+// `arena` (padded) or, without one, in tensors of their own; gradient element e
+// of param i is value(i, e). In buckets of at least 80 bytes: {p2, p1} and {p0}.
+constexpr int64_t kThreeSizes[3] = {5, 20, 3};
+std::vector<nn::Param> three_params(TensorArena* arena, const std::function<float(int, int64_t)>& value) {
+  std::vector<nn::Param> params(3);
+  for (int i = 0; i < 3; ++i) {
+    params[i].name = "p" + std::to_string(i);
+    params[i].grad = arena ? arena->take({kThreeSizes[i]}) : Tensor({kThreeSizes[i]});
+    for (int64_t e = 0; e < kThreeSizes[i]; ++e) params[i].grad.data()[e] = value(i, e);
+  }
+  return params;
+}
+
+// One step of `reducer` over the three params, in backward's order.
+void reduce_three(strategy::GradientReducer& reducer, std::vector<nn::Param>& params) {
+  reducer.begin_step();
+  for (int i = 2; i >= 0; --i) reducer.param_ready(&params[i]);
+  reducer.finish_step();
+}
+
+}  // namespace
+
 TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie, and a ride-along packs the last") {
   constexpr int kRanks = 2;
   auto group = comm::make_local_group(kRanks, 30.0);
@@ -195,26 +221,17 @@ TEST_CASE("gradient buckets of arena gradients are views, reduced where they lie
     std::vector<std::vector<float>> whole(kRanks);
     std::vector<size_t> views(kRanks);
     test::check_all_ok(test::run_on_threads(kRanks, [&](int rank) -> std::string {
-      // Three gradients of 5, 20 and 3 floats back to back in one arena (padded),
-      // in buckets of at least 80 bytes: {p2, p1} and {p0}.
       Tensor base({3 * TensorArena::kAlignFloats});
       TensorArena arena(base);
-      std::vector<nn::Param> params(3);
-      const int64_t sizes[3] = {5, 20, 3};
-      for (int i = 0; i < 3; ++i) {
-        params[i].name = "p" + std::to_string(i);
-        params[i].grad = arena.take({sizes[i]});
-        for (int64_t e = 0; e < sizes[i]; ++e)
-          params[i].grad.data()[e] = static_cast<float>((rank + 1) * (i + 1)) + static_cast<float>(e);
-      }
+      std::vector<nn::Param> params = three_params(&arena, [rank](int i, int64_t e) {
+        return static_cast<float>((rank + 1) * (i + 1)) + static_cast<float>(e);
+      });
       std::vector<nn::Param*> pointers = {&params[0], &params[1], &params[2]};
       strategy::GradientReducer reducer(pointers, *group[rank], 80);
       if (reducer.bucket_count() != 2) return "expected 2 buckets";
       if (ride) reducer.ride_along(1, [rank](float* out) { out[0] = static_cast<float>(rank); });
       views[rank] = reducer.view_buckets();
-      reducer.begin_step();
-      for (int i = 2; i >= 0; --i) reducer.param_ready(&params[i]);
-      reducer.finish_step();
+      reduce_three(reducer, params);
       if (ride && reducer.extras() != std::vector<float>{1.0f}) return "the ride-along's sum is wrong";
       whole[rank].assign(base.data(), base.data() + base.numel());
       return "";
@@ -246,20 +263,12 @@ TEST_CASE("gradient buckets travel in one layout: a task that views its arena an
   test::check_all_ok(test::run_on_threads(kRanks, [&](int rank) -> std::string {
     Tensor base({3 * TensorArena::kAlignFloats});
     TensorArena arena(base);
-    std::vector<nn::Param> params(3);
-    const int64_t sizes[3] = {5, 20, 3};
-    for (int i = 0; i < 3; ++i) {
-      params[i].grad = rank == 0 ? arena.take({sizes[i]}) : Tensor({sizes[i]});
-      for (int64_t e = 0; e < sizes[i]; ++e) params[i].grad.data()[e] = static_cast<float>(rank * 10 + i);
-    }
+    std::vector<nn::Param> params =
+        three_params(rank == 0 ? &arena : nullptr, [rank](int i, int64_t) { return static_cast<float>(rank * 10 + i); });
     std::vector<nn::Param*> pointers = {&params[0], &params[1], &params[2]};
     strategy::GradientReducer reducer(pointers, *group[rank], 80);
     views[rank] = reducer.view_buckets();
-    for (int step = 0; step < 2; ++step) {
-      reducer.begin_step();
-      for (int i = 2; i >= 0; --i) reducer.param_ready(&params[i]);
-      reducer.finish_step();
-    }
+    for (int step = 0; step < 2; ++step) reduce_three(reducer, params);
     for (const nn::Param& p : params) grads[rank].insert(grads[rank].end(), p.grad.data(), p.grad.data() + p.grad.numel());
     return "";
   }));
