@@ -7,6 +7,8 @@
 
 #include <asio.hpp>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <system_error>
 
 #include "rendezvous/authenticated_server.h"
@@ -38,6 +40,12 @@ struct DeadlineSocket::Impl {
   // socket (cancelling its operations), drains their handlers, returns false.
   bool run_until(const bool& done, DeadlineSocket::Clock::duration timeout);
 };
+
+// host:port's first address; std::nullopt with the resolver's words in `error`.
+std::optional<asio::ip::tcp::endpoint> resolve_endpoint(asio::io_context& io, const std::string& host, int port,
+                                                        std::string* error);
+// Opens `acceptor` on `endpoint` (reuse_address) and binds it; the first error.
+std::error_code bind_acceptor(asio::ip::tcp::acceptor& acceptor, const asio::ip::tcp::endpoint& endpoint);
 
 // How an Asio error ends a transfer (eof, reset, broken pipe: the peer closed;
 // anything else kFailed; only the caller's deadline is kTimedOut).

@@ -28,18 +28,30 @@ AsioServer::~AsioServer() { stop(); }
 
 int AsioServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 
-void AsioServer::listen(const std::string& host, int port, const std::string& what, const std::string& in_use_hint) {
+std::optional<tcp::endpoint> resolve_endpoint(asio::io_context& io, const std::string& host, int port,
+                                              std::string* error) {
   std::error_code ec;
-  tcp::resolver resolver(impl_->io);
+  tcp::resolver resolver(io);
   const auto results = resolver.resolve(host, std::to_string(port), ec);
-  if (ec || results.empty())
-    throw ConfigError(str(what, ": cannot resolve '", host, "': ", ec ? ec.message() : std::string("no address")));
-  const tcp::endpoint endpoint = results.begin()->endpoint();
-  tcp::acceptor& acceptor = impl_->acceptor;
+  if (!ec && !results.empty()) return results.begin()->endpoint();
+  if (error) *error = ec ? ec.message() : std::string("no address");
+  return std::nullopt;
+}
+
+std::error_code bind_acceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint) {
+  std::error_code ec;
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  return ec;
+}
+
+void AsioServer::listen(const std::string& host, int port, const std::string& what, const std::string& in_use_hint) {
+  std::string error;
+  const std::optional<tcp::endpoint> endpoint = resolve_endpoint(impl_->io, host, port, &error);
+  if (!endpoint) throw ConfigError(str(what, ": cannot resolve '", host, "': ", error));
+  std::error_code ec = bind_acceptor(impl_->acceptor, *endpoint);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     throw ConfigError(str(what, ": ", ec.message(), ec == asio::error::address_in_use ? in_use_hint : std::string()));
 }

@@ -468,19 +468,6 @@ void ServerState::update_all_done() {
   done_cv.notify_all();
 }
 
-namespace {
-
-tcp::endpoint resolve_endpoint(asio::io_context& io, const std::string& host, int port) {
-  std::error_code ec;
-  tcp::resolver resolver(io);
-  auto results = resolver.resolve(host, std::to_string(port), ec);
-  if (ec || results.empty())
-    throw ConfigError(str("cannot resolve the rendezvous address ", host, ":", port, ": ", ec.message()));
-  return results.begin()->endpoint();
-}
-
-}  // namespace
-
 StoreServer::StoreServer(const std::string& host, int port, ServerOptions options)
     : impl_(std::make_shared<ServerState>(std::move(options))) {
   impl_->server.listen(host, port, str("cannot listen on ", host, ":", port),
@@ -497,17 +484,10 @@ StoreServer::StoreServer(int listen_fd, ServerOptions options)
 void check_can_listen(const std::string& address, const std::string& what) {
   const config::HostPort hp = config::parse_host_port(address, what);
   asio::io_context io;
-  tcp::endpoint endpoint;
-  try {
-    endpoint = resolve_endpoint(io, hp.host, hp.port);
-  } catch (const ConfigError&) {
-    throw ConfigError(str(what, ": cannot resolve the host of ", address, "; is it this machine's name?"));
-  }
+  const std::optional<tcp::endpoint> endpoint = resolve_endpoint(io, hp.host, hp.port, nullptr);
+  if (!endpoint) throw ConfigError(str(what, ": cannot resolve the host of ", address, "; is it this machine's name?"));
   tcp::acceptor acceptor(io);
-  std::error_code ec;
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
+  const std::error_code ec = bind_acceptor(acceptor, *endpoint);
   if (ec == asio::error::address_in_use)
     throw ConfigError(str(what, ": ", address, " is already in use by another process; stop it or pick another port"));
   if (ec)

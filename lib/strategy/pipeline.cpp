@@ -19,6 +19,7 @@
 #include "strategy/sync/gradient_reducer.h"
 #include "optim/clipping.h"
 #include "strategy/parallel/pipeline_links.h"
+#include "strategy/registry.h"
 #include "strategy/sync/shard_pieces.h"
 #include "strategy/parallel/tensor_parallel.h"
 #include "strategy/parallel/vocabulary_loss.h"
@@ -128,8 +129,9 @@ PipelineStrategy::PipelineStrategy(const StrategyJob& job, const StrategyContext
   // Every copy of a stage starts from copy 0's parameters.
   if (peers_->size() > 1)
     for (nn::Param* p : model_->params()) peers_->broadcast(p->value, 0);
-  const Gradients path = context.gradient_path.value_or(stats_.copies > 1 ? Gradients::kStageCopies
-                                                                          : Gradients::kStageAlone);
+  // (the plan's; without one, the same rule: gradient_path.h)
+  const Gradients path = context.gradient_path.value_or(
+      gradient_path(job.strategy, entry_of(job.strategy), {1, workers_->size(), true}));
   DT_CHECK(path == Gradients::kStageCopies || path == Gradients::kStageAlone, "a pipeline's gradients go ",
            gradients_name(path));
   sync_ = make_gradient_sync(path, trainable_, peers_.get(), job.strategy.bytes_per_pack,
